@@ -1,0 +1,292 @@
+"""The ``amps-py`` command. Thin: every subcommand calls a library API.
+
+    amps-py serve [--config FILE]          run an instance (embedded default without FILE)
+    amps-py config check FILE              validate a config without starting
+    amps-py config show-default            print the embedded default config
+    amps-py txlog info|dump|verify PATH    inspect a journal directory
+    amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
+    amps-py subscribe URI TOPIC            print messages as JSON lines
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+import trio
+
+from amps_py import __version__
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"amps-py: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="amps-py")
+def main() -> None:
+    """amps-py: an AMPS-like message server with a durable journal and replication."""
+
+
+# ---------------------------------------------------------------------------- serve
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="AMPS-style XML config; without it the embedded default runs.")
+@click.option("--data-dir", default="amps-data", show_default=True,
+              help="Journal directory of the embedded default (ignored with --config).")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
+              help="Write {name, pid, transports: {name: port}} as JSON here once listening.")
+def serve(config_path: str | None, data_dir: str, ready_file: str | None) -> None:
+    """Run an instance until SIGTERM or Ctrl-C.
+
+    With no --config: a standalone instance journaling every topic under ./amps-data,
+    clients on 127.0.0.1:9007 (tcp://127.0.0.1:9007/amps/json).
+    """
+    from amps_py.config import ConfigError, default_config, load_config
+    from amps_py.logs import configure_logging
+    from amps_py.server import serve_instance
+
+    try:
+        config = load_config(config_path) if config_path else default_config(Path(data_dir))
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    except OSError as exc:
+        _fail(f"cannot read config {config_path}: {exc.strerror or exc}", 2)
+    configure_logging(config.logging, config.name)
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                await nursery.start(serve_instance_task, nursery)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+    async def serve_instance_task(
+        nursery: trio.Nursery, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        try:
+            await serve_instance(config, ready_file=ready_file)
+        except BaseException:
+            nursery.cancel_scope.cancel()
+            raise
+
+    try:
+        trio.run(run)
+    except OSError as exc:
+        _fail(f"cannot start: {exc}; is another instance using the same port?", 1)
+    except BaseExceptionGroup as group:
+        first = group.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        if isinstance(first, OSError):
+            _fail(f"cannot start: {first}; is another instance using the same port?", 1)
+        from txlog import JournalError
+
+        if isinstance(first, JournalError):
+            _fail(str(first), 1)
+        raise
+
+
+# ---------------------------------------------------------------------------- config
+@main.group()
+def config() -> None:
+    """Check configuration files."""
+
+
+@config.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def config_check(path: str) -> None:
+    """Validate FILE against the schema and the semantic rules, without starting."""
+    from amps_py.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror or exc}", 2)
+    transports = ", ".join(f"{t.name}={t.host}:{t.port}" for t in cfg.transports)
+    journal = cfg.transaction_log.journal_directory if cfg.transaction_log else "none"
+    click.echo(f"{path}: OK — instance {cfg.name} (group {cfg.group}); transports {transports}; journal {journal}")
+
+
+@config.command("show-default")
+def config_show_default() -> None:
+    """Print the embedded default config (what `amps-py serve` runs without --config)."""
+    from amps_py.config import default_config_xml
+
+    click.echo(default_config_xml())
+
+
+# ---------------------------------------------------------------------------- txlog
+@main.group()
+def txlog() -> None:
+    """Inspect a journal directory (safe on a running instance's journal)."""
+
+
+def _open_journal(path: str) -> Any:
+    from txlog import Journal, JournalError
+
+    try:
+        return Journal(path, readonly=True)
+    except JournalError as exc:
+        _fail(str(exc), 2)
+
+
+@txlog.command("info")
+@click.argument("path", type=click.Path(file_okay=False))
+def txlog_info(path: str) -> None:
+    """Print the journal's summary as JSON."""
+    with _open_journal(path) as journal:
+        stats = journal.statistics().__dict__
+        stats["origins"] = journal.origin_high_water()
+        click.echo(json.dumps(stats, indent=2))
+
+
+@txlog.command("dump")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--from-txid", type=int, default=0, help="Start after this txid.")
+@click.option("--limit", type=int, default=0, help="Stop after this many records (0 = all).")
+def txlog_dump(path: str, from_txid: int, limit: int) -> None:
+    """Print records as JSON lines; a damaged record stops the dump with an error."""
+    from txlog import CorruptRecord
+
+    count = 0
+    with _open_journal(path) as journal:
+        try:
+            for rec in journal.iter_records(from_txid):
+                sys.stdout.write(orjson.dumps(rec.to_json()).decode() + "\n")
+                count += 1
+                if limit and count >= limit:
+                    break
+        except CorruptRecord as exc:
+            _fail(str(exc), 3)
+
+
+@txlog.command("verify")
+@click.argument("path", type=click.Path(file_okay=False))
+def txlog_verify(path: str) -> None:
+    """Check every record's CRC; exit 3 and list the damaged txids if any."""
+    with _open_journal(path) as journal:
+        stats = journal.statistics()
+        problems = journal.verify()
+    if problems:
+        for p in problems:
+            click.echo(f"CORRUPT txid {p.txid}: {p.problem}")
+        _fail(
+            f"{len(problems)} damaged record(s) in {path}; restore the journal from a "
+            "replica or backup",
+            3,
+        )
+    click.echo(f"{path}: OK — {stats.records} records, txids {stats.first_txid}..{stats.last_txid}")
+
+
+# ---------------------------------------------------------------------------- client
+def _client_name(name: str | None, role: str) -> str:
+    import os
+    import socket
+
+    return name or f"amps-py-{role}-{socket.gethostname()}-{os.getpid()}"
+
+
+@main.command()
+@click.argument("uri")
+@click.argument("topic")
+@click.argument("data", required=False)
+@click.option("--file", "file_", type=click.File("rb"), help="Publish each line of FILE ('-' = stdin).")
+@click.option("--name", default=None, help="Client name (identifies the publisher).")
+@click.option("--timeout", type=float, default=30, show_default=True)
+def publish(uri: str, topic: str, data: str | None, file_: Any, name: str | None, timeout: float) -> None:
+    """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted."""
+    from amps_py.client import AMPSError, BadURI, open_client
+
+    if data is None and file_ is None:
+        _fail("give DATA or --file FILE")
+    payloads = [data.encode()] if data is not None else [ln.rstrip(b"\r\n") for ln in file_ if ln.strip()]
+
+    async def run() -> tuple[int, int]:
+        async with open_client(uri, _client_name(name, "publish"), timeout=timeout) as client:
+            last = 0
+            for p in payloads:
+                last = await client.publish(topic, p)
+            await client.wait_persisted(last, timeout=timeout)
+            return len(payloads), last
+
+    try:
+        n, last = trio.run(run)
+    except (AMPSError, BadURI, OSError, TimeoutError) as exc:
+        _fail(str(exc))
+    click.echo(f"published {n} message(s) to {topic}; persisted through seq {last}", err=True)
+
+
+@main.command()
+@click.argument("uri")
+@click.argument("topic")
+@click.option("--filter", "filter_", default=None, help="Content filter, e.g. \"/qty > 10\".")
+@click.option("--bookmark", default=None,
+              help="Replay from a bookmark: 0 (EPOCH), 0|1| (NOW), <hash>|<seq>|, YYYYMMDDTHHMMSS, or a range.")
+@click.option("--options", default=None, help="Subscription options, e.g. timestamp,bookmark.")
+@click.option("--count", type=int, default=0, help="Exit after this many messages.")
+@click.option("--timeout", type=float, default=0, help="Exit after this many idle seconds (0 = never).")
+@click.option("--raw", is_flag=True, help="Print payloads only, not the JSON envelope.")
+@click.option("--name", default=None, help="Client name.")
+def subscribe(uri: str, topic: str, filter_: str | None, bookmark: str | None, options: str | None,
+              count: int, timeout: float, raw: bool, name: str | None) -> None:
+    """Print messages on TOPIC as one JSON object per line: {topic, bookmark, data}.
+
+    A progress line (messages, rate) goes to stderr every few seconds on long runs.
+    """
+    from amps_py.client import AMPSError, BadURI, open_client
+
+    out = sys.stdout
+
+    async def run() -> int:
+        n = 0
+        started = last_report = time.monotonic()
+        async with open_client(uri, _client_name(name, "subscribe")) as client, client.subscribe(
+            topic, filter=filter_, bookmark=bookmark, options=options
+        ) as sub:
+            while not count or n < count:
+                try:
+                    msg = await sub.get(timeout) if timeout else await sub.__anext__()
+                except (TimeoutError, StopAsyncIteration):
+                    break
+                n += 1
+                if raw:
+                    out.write(msg.data.decode(errors="replace") + "\n")
+                else:
+                    try:
+                        data: Any = orjson.loads(msg.data)
+                    except orjson.JSONDecodeError:
+                        data = msg.data.decode(errors="replace")
+                    env = {"topic": msg.topic, "bookmark": msg.bookmark, "data": data}
+                    out.write(orjson.dumps(env).decode() + "\n")
+                now = time.monotonic()
+                if now - last_report >= 5:
+                    out.flush()
+                    click.echo(f"[{n} messages, {n / (now - started):,.0f} msg/s]", err=True)
+                    last_report = now
+            out.flush()
+            if sub.failure:
+                raise AMPSError(f"subscription ended: {sub.failure.get('reason')}")
+        return n
+
+    try:
+        trio.run(run)
+    except (AMPSError, BadURI, OSError) as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""A trio client for amps-py (and the AMPS wire protocol).
+
+Use it through :func:`open_client`, which connects, logs on and owns the reader task::
+
+    async with open_client("tcp://127.0.0.1:9007/amps/json", "my-app") as client:
+        seq = await client.publish("orders", b'{"id": 1}')
+        await client.wait_persisted(seq)
+        async with client.subscribe("orders", filter="/id > 0") as sub:
+            async for message in sub:
+                ...
+
+Resource handling: leaving the ``async with`` block closes the connection and ends every
+subscription iterator. Error handling: a failure ack raises :class:`CommandError` with
+the server's ``reason``; a lost connection raises :class:`ConnectionLost` in every
+waiter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import trio
+
+from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+
+from .uri import parse_uri
+
+
+class AMPSError(Exception):
+    """Base class of client errors."""
+
+
+class CommandError(AMPSError):
+    """The server answered a command with a failure ack."""
+
+    def __init__(self, command: str, ack: dict[str, Any]) -> None:
+        self.reason = str(ack.get("reason", "unknown"))
+        self.detail = str(ack.get("detail", ""))
+        self.ack = ack
+        text = f"{command} failed: {self.reason}"
+        if self.detail and self.detail != self.reason:
+            text += f" ({self.detail})"
+        super().__init__(text)
+
+
+class ConnectionLost(AMPSError):
+    """The connection closed while a command or iterator was waiting."""
+
+
+class Message:
+    """A message delivered to a subscription."""
+
+    __slots__ = ("bookmark", "data", "header", "sub_id", "topic")
+
+    def __init__(self, header: dict[str, Any], data: bytes) -> None:
+        self.header = header
+        self.data = data
+        self.topic: str = header.get("t", "")
+        self.bookmark: str = header.get("bm", "")
+        self.sub_id: str = header.get("sub_id", "")
+
+    def json(self) -> Any:
+        return orjson.loads(self.data)
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, bm={self.bookmark!r}, data={self.data[:60]!r})"
+
+
+class Subscription:
+    """An active subscription: iterate it for messages.
+
+    ``completed`` is set when a bookmark replay reached the live stream (or a range
+    ended); ``completed_bookmark`` is the bookmark the server sent with it.
+    ``persisted_bookmark`` tracks the periodic persisted acks of bookmark subscriptions.
+    """
+
+    def __init__(self, client: Client, sub_id: str, buffer: float) -> None:
+        self.client = client
+        self.sub_id = sub_id
+        self._send, self._receive = trio.open_memory_channel[Message | None](buffer)
+        self.completed = trio.Event()
+        self.completed_bookmark = ""
+        self.persisted_bookmark = ""
+        self.failure: dict[str, Any] | None = None
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            msg = await self._receive.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+        if msg is None:
+            raise StopAsyncIteration
+        return msg
+
+    async def get(self, timeout: float) -> Message:
+        """The next message, or ``TimeoutError`` after ``timeout`` seconds."""
+        with trio.fail_after(timeout):
+            return await self.__anext__()
+
+    async def unsubscribe(self) -> None:
+        await self.client.unsubscribe(self.sub_id)
+
+
+class Client:
+    """A logged-on connection. Create it with :func:`open_client`."""
+
+    def __init__(self, name: str, stream: trio.abc.Stream) -> None:
+        self.name = name
+        self._stream = stream
+        self._decoder = FrameDecoder(max_frame_size=256 * 1024 * 1024)
+        self._cids = itertools.count(1)
+        self._waiting: dict[str, tuple[trio.Event, list[dict[str, Any]], int]] = {}
+        self._subs: dict[str, Subscription] = {}
+        self._send_lock = trio.Lock()
+        self._persisted_changed = trio.Event()
+        self.seq = 0
+        self.persisted_seq = 0
+        self.logon_ack: dict[str, Any] = {}
+        self.closed: BaseException | None = None
+        self.heartbeats = 0
+        self._nursery: trio.Nursery | None = None
+
+    # ---------------------------------------------------------------- plumbing
+    async def _send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        if self.closed is not None:
+            raise ConnectionLost(f"connection is closed: {self.closed}")
+        async with self._send_lock:
+            await self._stream.send_all(encode_frame(header, payload))
+
+    async def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are (tests use this to send malformed frames)."""
+        async with self._send_lock:
+            await self._stream.send_all(data)
+
+    def _next_cid(self) -> str:
+        return str(next(self._cids))
+
+    async def command(
+        self, header: dict[str, Any], payload: bytes = b"", *, wait: int = 1, timeout: float = 30
+    ) -> list[dict[str, Any]]:
+        """Send a command with a fresh ``cid`` and wait for ``wait`` acks for it.
+
+        Raises:
+            CommandError: an ack has status failure.
+            TimeoutError: the acks did not arrive within ``timeout`` seconds.
+        """
+        cid = header.setdefault("cid", self._next_cid())
+        event = trio.Event()
+        acks: list[dict[str, Any]] = []
+        self._waiting[cid] = (event, acks, wait)
+        try:
+            await self._send(header, payload)
+            with trio.fail_after(timeout):
+                await event.wait()
+        finally:
+            self._waiting.pop(cid, None)
+        if self.closed is not None and len(acks) < wait:
+            raise ConnectionLost(f"connection closed while waiting for {header['c']}: {self.closed}")
+        for ack in acks:
+            if ack.get("status") == "failure":
+                raise CommandError(header["c"], ack)
+        return acks
+
+    async def _reader(self) -> None:
+        stream = self._stream
+        decoder = self._decoder
+        try:
+            while True:
+                data = await stream.receive_some(256 * 1024)
+                if not data:
+                    raise ConnectionLost("server closed the connection")
+                decoder.receive_data(data)
+                for frame in decoder.frames():
+                    self._dispatch(frame)
+        except (ConnectionLost, ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._shutdown(exc)
+
+    def _shutdown(self, exc: BaseException) -> None:
+        if self.closed is None:
+            self.closed = exc
+        for event, _, _ in self._waiting.values():
+            event.set()
+        for sub in self._subs.values():
+            sub._send.close()
+        self._persisted_changed.set()
+
+    def _dispatch(self, frame: Frame) -> None:
+        header = frame.header
+        command = header["c"]
+        if command == "publish":
+            sid = header.get("sub_id", "")
+            sids = header.get("sids")
+            targets = sids.split(",") if sids else [sid]
+            for target in targets:
+                sub = self._subs.get(target)
+                if sub is not None:
+                    try:
+                        sub._send.send_nowait(Message(header, frame.payload))
+                    except trio.WouldBlock:
+                        # The application is not keeping up; drop the oldest behaviour would
+                        # hide loss, so fail loudly instead.
+                        sub.failure = {"reason": "client buffer full"}
+                        sub._send.close()
+                    except trio.ClosedResourceError:
+                        pass
+            return
+        if command == "ack":
+            self._on_ack(header)
+        elif command == "heartbeat":
+            self.heartbeats += 1
+            if self._nursery is not None and self.closed is None:
+                self._nursery.start_soon(self._beat)
+
+    async def _beat(self) -> None:
+        try:
+            await self._send({"c": "heartbeat", "o": "beat"})
+        except (AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    def _on_ack(self, header: dict[str, Any]) -> None:
+        cid = header.get("cid")
+        ack_type = header.get("a")
+        sub_id = header.get("sub_id")
+        if sub_id is not None and sub_id in self._subs:
+            sub = self._subs[sub_id]
+            if ack_type == "completed":
+                sub.completed_bookmark = header.get("bm", "")
+                sub.completed.set()
+            elif ack_type == "persisted" and cid is None:
+                sub.persisted_bookmark = header.get("bm", "")
+            if header.get("status") == "failure":
+                sub.failure = header
+                sub._send.close()
+        if cid is not None:
+            waiting = self._waiting.get(str(cid))
+            if waiting is not None:
+                event, acks, want = waiting
+                acks.append(header)
+                if len(acks) >= want or header.get("status") == "failure":
+                    event.set()
+            return
+        if ack_type == "persisted" and "s" in header and sub_id is None:
+            seq = int(header["s"])
+            if header.get("status") == "success" and seq > self.persisted_seq:
+                self.persisted_seq = seq
+                event = self._persisted_changed
+                self._persisted_changed = trio.Event()
+                event.set()
+
+    # ---------------------------------------------------------------- API
+    async def logon(self, *, timeout: float = 10, **fields: Any) -> dict[str, Any]:
+        """Log on as ``self.name``; returns the logon ack (``s`` = last persisted seq)."""
+        header = {"c": "logon", "client_name": self.name, "a": "processed", "v": "amps-py-client"}
+        header.update(fields)
+        (ack,) = await self.command(header, timeout=timeout)
+        self.logon_ack = ack
+        self.seq = max(self.seq, int(ack.get("s", 0) or 0))
+        self.persisted_seq = max(self.persisted_seq, self.seq)
+        return ack
+
+    async def publish(
+        self, topic: str, data: bytes | str, *, seq: int | None = None, ack: bool = True
+    ) -> int:
+        """Publish one message; returns its seq. With ``ack`` the server sends
+        conflated persisted acks; use :meth:`wait_persisted` to wait for durability."""
+        payload = data.encode() if isinstance(data, str) else data
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        else:
+            self.seq = max(self.seq, seq)
+        header: dict[str, Any] = {"c": "p", "t": topic, "s": seq}
+        if ack:
+            header["a"] = "persisted"
+        await self._send(header, payload)
+        return seq
+
+    async def publish_persisted(self, topic: str, data: bytes | str, *, timeout: float = 30) -> int:
+        """Publish and wait until the server reports the message durable."""
+        seq = await self.publish(topic, data)
+        await self.wait_persisted(seq, timeout=timeout)
+        return seq
+
+    async def wait_persisted(self, seq: int, *, timeout: float = 30) -> None:
+        """Wait for a persisted ack covering ``seq``.
+
+        Raises:
+            TimeoutError: with the last persisted seq, when it does not come in time.
+            ConnectionLost: the connection closed first.
+        """
+        with trio.move_on_after(timeout):
+            while self.persisted_seq < seq:
+                if self.closed is not None:
+                    raise ConnectionLost(f"connection closed before seq {seq} was persisted")
+                await self._persisted_changed.wait()
+            return
+        raise TimeoutError(
+            f"no persisted ack for seq {seq} within {timeout} s (last persisted {self.persisted_seq})"
+        )
+
+    @asynccontextmanager
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        bookmark: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+        acks: str = "processed,completed",
+        buffer: float = math.inf,
+        timeout: float = 30,
+    ) -> AsyncIterator[Subscription]:
+        """Subscribe (a bookmark subscription when ``bookmark`` is given).
+
+        The context manager waits for the server's processed ack, so a bad filter or
+        topic raises :class:`CommandError` here; leaving it unsubscribes.
+        """
+        sid = sub_id or f"s{next(self._cids)}"
+        sub = Subscription(self, sid, buffer)
+        self._subs[sid] = sub
+        header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sid, "a": acks}
+        if filter:
+            header["f"] = filter
+        if bookmark is not None:
+            header["bm"] = bookmark
+        if options:
+            header["o"] = options
+        try:
+            await self.command(header, wait=1, timeout=timeout)
+        except BaseException:
+            self._subs.pop(sid, None)
+            raise
+        try:
+            yield sub
+        finally:
+            self._subs.pop(sid, None)
+            if self.closed is None:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    try:
+                        await self._send({"c": "unsubscribe", "sub_id": sid})
+                    except (AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+
+    def bookmark_subscribe(
+        self, topic: str, bookmark: str = "0", **kwargs: Any
+    ) -> Any:
+        """Shorthand for ``subscribe(topic, bookmark=...)`` (EPOCH by default)."""
+        return self.subscribe(topic, bookmark=bookmark, **kwargs)
+
+    async def unsubscribe(self, sub_id: str) -> None:
+        await self.command({"c": "unsubscribe", "sub_id": sub_id, "a": "processed"})
+        sub = self._subs.pop(sub_id, None)
+        if sub is not None:
+            sub._send.close()
+
+    async def flush(self, *, timeout: float = 30) -> None:
+        """Wait until the server has persisted every publish sent so far."""
+        await self.command({"c": "flush", "a": "persisted"}, timeout=timeout)
+
+    async def heartbeat(self, interval: float) -> None:
+        """Ask the server to heartbeat every ``interval`` seconds (and expect ours)."""
+        await self.command({"c": "heartbeat", "o": f"start,{interval:g}", "a": "processed"})
+
+    async def aclose(self) -> None:
+        self._shutdown(ConnectionLost("client closed"))
+        await self._stream.aclose()
+
+
+@asynccontextmanager
+async def _unwrapping() -> AsyncIterator[None]:
+    """Re-raise a lone exception out of a nursery's ExceptionGroup, so callers of
+    :func:`open_client` see ``CommandError`` rather than a group holding it."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+@asynccontextmanager
+async def open_client(
+    uri: str, name: str, *, logon: bool = True, timeout: float = 10, **logon_fields: Any
+) -> AsyncIterator[Client]:
+    """Connect to ``uri`` (and log on as ``name``); close on exit.
+
+    Raises:
+        BadURI: the URI is malformed.
+        OSError: the server cannot be reached (the message names the address).
+    """
+    target = parse_uri(uri)
+    try:
+        with trio.fail_after(timeout):
+            stream = await trio.open_tcp_stream(target.host, target.port)
+    except OSError as exc:
+        raise OSError(f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}") from exc
+    client = Client(name, stream)
+    try:
+        async with _unwrapping(), trio.open_nursery() as nursery:
+            client._nursery = nursery
+            nursery.start_soon(client._reader)
+            if logon:
+                fields = dict(logon_fields)
+                if target.user:
+                    fields.setdefault("user_id", target.user)
+                if target.password:
+                    fields.setdefault("pw", target.password)
+                await client.logon(timeout=timeout, **fields)
+            yield client
+            nursery.cancel_scope.cancel()
+    finally:
+        client._shutdown(ConnectionLost("client closed"))
+        with trio.CancelScope(shield=True):
+            await stream.aclose()

@@ -1,0 +1,38 @@
+"""Stable event codes for log lines (``CC-NNNN``), in one catalogue.
+
+Operators grep and alert on these, so a code keeps its meaning forever; add new codes,
+never reuse one. The logging setup prints the code after the level.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+INSTANCE_STARTING: Final = "00-0001"
+INSTANCE_READY: Final = "00-0002"
+INSTANCE_STOPPING: Final = "00-0003"
+INSTANCE_STOPPED: Final = "00-0004"
+INSTANCE_FAILED: Final = "00-0005"
+
+TRANSPORT_LISTENING: Final = "02-0001"
+TRANSPORT_STOPPED: Final = "02-0002"
+NAME_IN_USE: Final = "02-0025"
+
+JOURNAL_OPENED: Final = "05-0001"
+JOURNAL_COMMIT_FAILED: Final = "05-0002"
+JOURNAL_CORRUPT_RECORD: Final = "05-0003"
+
+CLIENT_CONNECTED: Final = "07-0001"
+CLIENT_LOGON: Final = "07-0002"
+CLIENT_LOGON_FAILED: Final = "07-0003"
+CLIENT_PROTOCOL_ERROR: Final = "07-0010"
+CLIENT_COMMAND_FAILED: Final = "07-0011"
+CLIENT_DISCONNECTED: Final = "07-0013"
+CLIENT_HEARTBEAT_MISSED: Final = "07-0042"
+
+SUBSCRIPTION_REPLAY_FAILED: Final = "08-0001"
+
+
+def extra(code: str) -> dict[str, str]:
+    """The ``extra=`` mapping that tags a log record with an event code."""
+    return {"code": code}

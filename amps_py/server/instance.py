@@ -1,0 +1,496 @@
+"""One amps-py instance: journal, writer, listeners, sessions and the publish path.
+
+Where a message goes (DESIGN section 4)::
+
+    Session._on_publish -> Instance.publish  (dedup, journaled?)
+        journaled:     JournalWriter.submit -> commit (one fsync) -> Instance._on_commit
+                       -> fan-out to live subscriptions + persisted acks
+        not journaled: fan-out at once, ack at once
+
+``serve_instance`` runs everything under one nursery and reports the bound listener
+addresses through ``task_status.started`` (so a caller learns port-0 ports with no
+sleep).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from amps_py import events
+from amps_py.config import InstanceConfig, TransportConfig
+from txlog import Journal, Record, publisher_hash
+
+from .session import CommandFailed, Session
+from .subscriptions import Subscription, SubscriptionRegistry
+from .writer import JournalWriter
+
+log = logging.getLogger("amps_py.server")
+
+
+@dataclass(frozen=True)
+class InstanceStatistics:
+    name: str
+    uptime: float
+    clients: int
+    subscriptions: int
+    published: int
+    delivered: int
+    duplicates: int
+    protocol_errors: int
+    failed_commands: int
+    journal: dict[str, Any] | None = None
+    writer: dict[str, Any] | None = None
+    listeners: dict[str, int] = field(default_factory=dict)
+
+
+class Instance:
+    """The running state of one instance. Create it, then ``await serve()``."""
+
+    def __init__(self, config: InstanceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.journal: Journal | None = None
+        self.writer: JournalWriter | None = None
+        self.registry = SubscriptionRegistry()
+        self.sessions: set[Session] = set()
+        self._names: dict[str, Session] = {}
+        self._pub_sessions: dict[int, Session] = {}
+        self._conn_ids = itertools.count(1)
+        self._pub_enqueued: dict[int, int] = {}
+        self._pub_durable: dict[int, int] = {}
+        self._topic_json: dict[str, bytes] = {}
+        self._journaled: dict[str, bool] = {}
+        self._filters: dict[str, Any] = {}
+        self._commit_event = trio.Event()
+        self.last_durable_bookmark = ""
+        self.started_at = time.time()
+        self.listeners: dict[str, tuple[str, int]] = {}
+        self.stats_published = 0
+        self.stats_delivered = 0
+        self.stats_duplicates = 0
+        self.stats_protocol_errors = 0
+        self.stats_failed_commands = 0
+        self._transports = {t.name: t for t in config.transports}
+        self._message_type = "json"
+
+    # ---------------------------------------------------------------- helpers for sessions
+    def next_connection_id(self) -> int:
+        return next(self._conn_ids)
+
+    def max_frame_size(self, transport: str) -> int:
+        t = self._transports.get(transport)
+        return t.max_message_size if t is not None else 16 * 1024 * 1024
+
+    def compile_filter(self, text: str) -> Any:
+        flt = self._filters.get(text)
+        if flt is None:
+            from amps_py.filters import FilterError, compile_filter
+
+            try:
+                flt = compile_filter(text)
+            except FilterError as exc:
+                raise CommandFailed("bad filter", str(exc)) from None
+            if len(self._filters) > 10_000:
+                self._filters.clear()
+            self._filters[text] = flt
+        return flt
+
+    def journals_topic(self, topic: str) -> bool:
+        known = self._journaled.get(topic)
+        if known is None:
+            tl = self.config.transaction_log
+            known = tl is not None and tl.journals(topic, self._message_type)
+            self._journaled[topic] = known
+        return known
+
+    def claim_client_name(self, session: Session, name: str, user: str) -> str:
+        """Register ``name`` for ``session``; return a refusal text, or "" when granted.
+
+        With a transaction log, names are unique: the same name and user takes over
+        (the old connection is closed, reason ``name in use``); a different user is
+        refused.
+        """
+        if not name or self.journal is None:
+            return ""
+        current = self._names.get(name)
+        if current is not None and current is not session:
+            if current.user_id != user:
+                return (
+                    f"client name {name!r} is in use by another user; client names must be "
+                    "unique per publisher"
+                )
+            log.warning(
+                "client name %r logged on again from %s; disconnecting the older "
+                "connection %d",
+                name,
+                session.peer,
+                current.conn_id,
+                extra=events.extra(events.NAME_IN_USE),
+            )
+            current.close("name in use")
+            # the new session inherits what the old one still waits for
+            session.inflight = list(current.inflight)
+        self._names[name] = session
+        self._pub_sessions[publisher_hash(name)] = session
+        return ""
+
+    def session_ended(self, session: Session) -> None:
+        self.sessions.discard(session)
+        for sub in list(session.subscriptions.values()):
+            self.registry.remove(sub)
+        session.subscriptions.clear()
+        if session.client_name and self._names.get(session.client_name) is session:
+            del self._names[session.client_name]
+            self._pub_sessions.pop(session.pub_hash, None)
+
+    def publisher_durable_seq(self, pub_hash: int) -> int:
+        seq = self._pub_durable.get(pub_hash)
+        if seq is None:
+            seq = self.journal.publisher_last_seq(pub_hash) if self.journal is not None else 0
+            self._pub_durable[pub_hash] = seq
+        return seq
+
+    def _publisher_enqueued_seq(self, pub_hash: int) -> int:
+        seq = self._pub_enqueued.get(pub_hash)
+        if seq is None:
+            seq = self.publisher_durable_seq(pub_hash)
+            self._pub_enqueued[pub_hash] = seq
+        return seq
+
+    def bookmark_of(self, txid: int) -> str:
+        if self.journal is None or txid <= 0:
+            return ""
+        rec = self.journal.get(txid)
+        return rec.bookmark if rec is not None else ""
+
+    async def wait_for_commit(self, after_txid: int) -> None:
+        assert self.writer is not None
+        while self.writer.committed_txid <= after_txid:
+            await self._commit_event.wait()
+
+    # ---------------------------------------------------------------- publish path
+    def publish(
+        self, session: Session, topic: str, seq: int, payload: bytes, header: dict[str, Any]
+    ) -> str:
+        """Accept one publish. Returns ``queued`` (waits for the journal), ``pending``
+        (a duplicate of a message not yet durable) or ``done`` (duplicate already
+        durable, or a topic that is not journaled and was delivered at once)."""
+        self.stats_published += 1
+        writer = self.writer
+        if writer is not None and self.journals_topic(topic):
+            ph = session.pub_hash
+            if seq <= self._publisher_enqueued_seq(ph):
+                self.stats_duplicates += 1
+                return "done" if seq <= self.publisher_durable_seq(ph) else "pending"
+            self._pub_enqueued[ph] = seq
+            writer.submit(
+                Record(
+                    topic=topic,
+                    payload=payload,
+                    pub_hash=ph,
+                    seq=seq,
+                    client_name=session.client_name,
+                    message_type=self._message_type,
+                    origin=self.name,
+                    correlation_id=str(header.get("x", "")),
+                )
+            )
+            return "queued"
+        subs = self.registry.match(topic)
+        if subs:
+            self._fan_out(topic, payload, "", 0, subs, header.get("x"))
+        return "done"
+
+    def _on_commit(self, records: list[Record]) -> None:
+        """After a journal commit: fan out, then advance persisted acks."""
+        if not records:
+            return
+        registry = self.registry
+        durable: dict[int, int] = {}
+        for rec in records:
+            durable[rec.pub_hash] = rec.seq
+            subs = registry.match(rec.topic)
+            if subs:
+                self._fan_out(rec.topic, rec.payload, rec.bookmark, rec.txid, subs, rec.correlation_id)
+        self.last_durable_bookmark = records[-1].bookmark
+        pub_durable = self._pub_durable
+        for ph, seq in durable.items():
+            if seq > pub_durable.get(ph, 0):
+                pub_durable[ph] = seq
+        by_pub = self._pub_sessions
+        for ph, seq in durable.items():
+            session = by_pub.get(ph)
+            if session is not None:
+                session.durable_upto(seq)
+        event = self._commit_event
+        self._commit_event = trio.Event()
+        event.set()
+
+    def _topic_head(self, topic: str) -> bytes:
+        head = self._topic_json.get(topic)
+        if head is None:
+            head = b'{"c":"p","t":' + orjson.dumps(topic)
+            if len(self._topic_json) > 100_000:
+                self._topic_json.clear()
+            self._topic_json[topic] = head
+        return head
+
+    def _fan_out(
+        self,
+        topic: str,
+        payload: bytes,
+        bookmark: str,
+        txid: int,
+        subs: Sequence[Subscription],
+        correlation_id: Any,
+    ) -> None:
+        """Deliver one message to the matching live subscriptions."""
+        doc: Any = _UNPARSED
+        head = self._topic_head(topic)
+        extra = b""
+        if correlation_id:
+            extra = b',"x":' + orjson.dumps(str(correlation_id))
+        bm_part = (b',"bm":"' + bookmark.encode() + b'"') if bookmark else b""
+        by_session: dict[Session, list[Subscription]] | None = None
+        single: list[tuple[Session, Subscription]] = []
+        for sub in subs:
+            if txid and txid <= sub.delivered_upto:
+                continue
+            if sub.filter is not None:
+                if doc is _UNPARSED:
+                    doc = _parse(payload)
+                if not sub.filter.matches(doc):
+                    continue
+            if txid:
+                sub.delivered_upto = txid
+            single.append((sub.session, sub))
+        if not single:
+            return
+        if len(single) > 1:
+            by_session = {}
+            for sess, sub in single:
+                by_session.setdefault(sess, []).append(sub)
+            if len(by_session) == len(single):
+                by_session = None
+        size4 = len(payload)
+        if by_session is None:
+            for sess, sub in single:
+                h = head + sub.head_suffix
+                if sub.want_bookmark:
+                    h += bm_part
+                h += extra + b"}"
+                sess.send((len(h) + size4).to_bytes(4, "big") + h)
+                sess.send(payload)
+                sess.messages_out += 1
+        else:
+            for sess, group in by_session.items():
+                first = group[0]
+                h = head + first.head_suffix
+                if len(group) > 1:
+                    h += b',"sids":' + orjson.dumps(",".join(s.sub_id for s in group))
+                if any(s.want_bookmark for s in group):
+                    h += bm_part
+                h += extra + b"}"
+                sess.send((len(h) + size4).to_bytes(4, "big") + h)
+                sess.send(payload)
+                sess.messages_out += 1
+        self.stats_delivered += len(single)
+
+    def deliver_replay(self, sub: Subscription, records: list[Record]) -> None:
+        """Send replayed records (already read from the journal) to one subscription."""
+        session = sub.session
+        flt = sub.filter
+        suffix = sub.head_suffix
+        want_ts = sub.want_timestamp
+        send = session.send
+        n = 0
+        for rec in records:
+            topic = rec.topic
+            if not sub.topic_matches(topic):
+                continue
+            payload = rec.payload
+            if flt is not None and not flt.matches(_parse(payload)):
+                continue
+            h = self._topic_head(topic) + suffix + b',"bm":"' + rec.bookmark.encode() + b'"'
+            if rec.correlation_id:
+                h += b',"x":' + orjson.dumps(rec.correlation_id)
+            if want_ts:
+                h += b',"ts":"' + _iso_us(rec.local_ts).encode() + b'"'
+            h += b"}"
+            send((len(h) + len(payload)).to_bytes(4, "big") + h)
+            send(payload)
+            n += 1
+        session.messages_out += n
+        self.stats_delivered += n
+
+    # ---------------------------------------------------------------- serving
+    async def serve(self, *, task_status: trio.TaskStatus[dict[str, tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the journal, start the writer and the listeners; run until cancelled."""
+        config = self.config
+        log.info("instance %s starting (config %s)", self.name, config.source,
+                 extra=events.extra(events.INSTANCE_STARTING))
+        tl = config.transaction_log
+        try:
+            async with trio.open_nursery() as nursery:
+                if tl is not None:
+                    self.journal = await trio.to_thread.run_sync(
+                        lambda: Journal(
+                            tl.journal_directory,
+                            instance_name=self.name,
+                            durability=tl.durability,
+                            compression=tl.compression,
+                            map_size=tl.map_size,
+                        )
+                    )
+                    log.info(
+                        "journal %s opened: last txid %d, durability %s, compression %s",
+                        tl.journal_directory,
+                        self.journal.last_txid,
+                        tl.durability,
+                        tl.compression,
+                        extra=events.extra(events.JOURNAL_OPENED),
+                    )
+                    if tl.durability != "fsync":
+                        log.warning(
+                            "journal durability is %s: commits are not fsynced, a power loss "
+                            "can lose acknowledged messages",
+                            tl.durability,
+                            extra=events.extra(events.JOURNAL_OPENED),
+                        )
+                    self.writer = JournalWriter(self.journal, self._on_commit)
+                    if self.journal.last_txid:
+                        self.last_durable_bookmark = self.bookmark_of(self.journal.last_txid)
+                    nursery.start_soon(self._run_writer)
+                for transport in config.transports:
+                    if transport.enabled:
+                        await nursery.start(self._serve_transport, transport, nursery)
+                log.info("instance %s ready: %s", self.name,
+                         ", ".join(f"{n}={h}:{p}" for n, (h, p) in self.listeners.items()),
+                         extra=events.extra(events.INSTANCE_READY))
+                task_status.started(dict(self.listeners))
+        finally:
+            if self.journal is not None:
+                self.journal.close()
+            log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))
+
+    async def _run_writer(self) -> None:
+        assert self.writer is not None
+        try:
+            await self.writer.run()
+        except Exception as exc:
+            log.critical(
+                "journal commit failed, stopping the instance so no unstored message is "
+                "acknowledged: %s",
+                exc,
+                extra=events.extra(events.JOURNAL_COMMIT_FAILED),
+            )
+            raise
+
+    async def _serve_transport(
+        self,
+        transport: TransportConfig,
+        nursery: trio.Nursery,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        host = None if transport.host in ("", "0.0.0.0") else transport.host
+        listeners = await trio.open_tcp_listeners(transport.port, host=host)
+        sockname = listeners[0].socket.getsockname()
+        self.listeners[transport.name] = (sockname[0], sockname[1])
+        log.info(
+            "transport %s (%s/%s) listening on %s:%d",
+            transport.name,
+            transport.type,
+            transport.protocol,
+            sockname[0],
+            sockname[1],
+            extra=events.extra(events.TRANSPORT_LISTENING),
+        )
+        task_status.started()
+
+        async def handle(stream: trio.SocketStream) -> None:
+            try:
+                peer = "%s:%d" % stream.socket.getpeername()[:2]
+            except OSError:
+                peer = "?"
+            session = Session(self, stream, transport.name, peer)
+            self.sessions.add(session)
+            await session.run()
+
+        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+
+    def statistics(self) -> InstanceStatistics:
+        return InstanceStatistics(
+            name=self.name,
+            uptime=time.time() - self.started_at,
+            clients=len(self.sessions),
+            subscriptions=self.registry.count,
+            published=self.stats_published,
+            delivered=self.stats_delivered,
+            duplicates=self.stats_duplicates,
+            protocol_errors=self.stats_protocol_errors,
+            failed_commands=self.stats_failed_commands,
+            journal=self.journal.statistics().__dict__ if self.journal else None,
+            writer=self.writer.statistics().__dict__ if self.writer else None,
+            listeners={n: p for n, (_, p) in self.listeners.items()},
+        )
+
+
+class _Unparsed:
+    pass
+
+
+_UNPARSED: Any = _Unparsed()
+
+
+def _parse(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _iso_us(ts_us: int) -> str:
+    secs, micros = divmod(ts_us, 1_000_000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{micros:06d}Z"
+
+
+async def serve_instance(
+    config: InstanceConfig,
+    *,
+    ready_file: str | os.PathLike[str] | None = None,
+    task_status: trio.TaskStatus[Instance] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run an instance until cancelled; write ``ready_file`` (JSON) once listening.
+
+    The ready file holds ``{"name": ..., "pid": ..., "transports": {name: port}}`` and
+    is written atomically, so a test or script can poll for it.
+    """
+    instance = Instance(config)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(instance.serve)
+        if ready_file is not None:
+            path = Path(ready_file)
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(
+                json.dumps(
+                    {
+                        "name": instance.name,
+                        "pid": os.getpid(),
+                        "transports": {n: p for n, (_, p) in listeners.items()},
+                    }
+                )
+            )
+            tmp.replace(path)
+        task_status.started(instance)

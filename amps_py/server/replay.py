@@ -1,0 +1,154 @@
+"""Bookmark replay: journal first, then live, with no gap and no duplicate at the seam.
+
+The replay task reads the journal in batches on a worker thread, never past the txid
+the writer has already fanned out (``JournalWriter.committed_txid``). When its cursor
+reaches that txid it flips the subscription to live in the same synchronous step, so
+every later commit is fanned out to it and every earlier one was replayed: the seam
+has no gap and no duplicate. ``Subscription.delivered_upto`` guards the same rule.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from amps_py import events
+from txlog import CorruptRecord, Journal, Record
+
+from .bookmark_spec import BookmarkSpec, Point
+
+if TYPE_CHECKING:
+    from .session import Session
+    from .subscriptions import Subscription
+
+log = logging.getLogger("amps_py.server.replay")
+
+REPLAY_BATCH: Final = 2048
+
+
+class BookmarkNotFound(Exception):
+    pass
+
+
+def _resolve_point(journal: Journal, point: Point, last_txid: int, not_found: str) -> int:
+    """The txid after which replay starts for ``point`` (runs on a worker thread)."""
+    if point.kind == "epoch":
+        return 0
+    if point.kind == "now":
+        return last_txid
+    if point.kind == "time":
+        return min(journal.txid_before_time(point.time_us), last_txid)
+    found = [journal.lookup_bookmark(h, s) for h, s in point.bookmarks]
+    txids = [t for t in found if t is not None]
+    if txids:
+        return min(min(txids), last_txid)
+    if not_found == "epoch":
+        return 0
+    if not_found == "fail":
+        raise BookmarkNotFound()
+    return last_txid
+
+
+def _resolve_end(journal: Journal, point: Point, inclusive: bool, last_txid: int) -> int | None:
+    """The last txid to deliver for a range end, or None for "never ends"."""
+    if point.kind == "epoch":
+        return 0
+    if point.kind == "now":
+        return last_txid
+    if point.kind == "time":
+        return journal.txid_before_time(point.time_us)
+    found = [journal.lookup_bookmark(h, s) for h, s in point.bookmarks]
+    txids = [t for t in found if t is not None]
+    if not txids:
+        return None
+    end = max(txids)
+    return end if inclusive else end - 1
+
+
+def _plan(journal: Journal, spec: BookmarkSpec, last_txid: int, not_found: str) -> tuple[int, int | None]:
+    start = _resolve_point(journal, spec.start, last_txid, not_found)
+    if spec.start_inclusive and spec.start.kind == "bookmarks" and start > 0:
+        start -= 1
+    if spec.start_inclusive and spec.start.kind == "now" and start > 0:
+        start -= 1
+    end = None
+    if spec.end is not None:
+        end = _resolve_end(journal, spec.end, spec.end_inclusive, last_txid)
+    return start, end
+
+
+async def run_replay(
+    session: Session, sub: Subscription, spec: BookmarkSpec, not_found: str, cid: Any
+) -> None:
+    """Replay ``sub`` from its bookmark, then make it live (or end it, for a range)."""
+    instance = session.instance
+    journal = instance.journal
+    assert journal is not None
+    writer = instance.writer
+    assert writer is not None
+    try:
+        cursor, end = await trio.to_thread.run_sync(
+            _plan, journal, spec, writer.committed_txid, not_found
+        )
+    except BookmarkNotFound:
+        session.subscription_failed(
+            sub, cid, "bookmark not found",
+            "none of the bookmarks is in this instance's journal (bookmark_not_found=fail)",
+        )
+        return
+    completed_header: dict[str, Any] = {"cid": cid} if cid is not None else {}
+    try:
+        while True:
+            if session.subscriptions.get(sub.sub_id) is not sub:
+                return  # unsubscribed meanwhile
+            limit = writer.committed_txid if end is None else min(end, writer.committed_txid)
+            if cursor >= limit:
+                if end is not None and cursor >= end:
+                    _finish_range(session, sub, completed_header, cursor)
+                    return
+                if end is None:
+                    # seam: no await between the check above and going live
+                    sub.delivered_upto = cursor
+                    sub.live = True
+                    instance.registry.changed()
+                    if "completed" in sub.acks:
+                        _completed_ack(session, sub, completed_header, cursor)
+                    return
+                # a range whose end lies in the future: wait for new commits
+                await instance.wait_for_commit(cursor)
+                continue
+            batch: list[Record] = await trio.to_thread.run_sync(
+                journal.read, cursor, REPLAY_BATCH, limit
+            )
+            if not batch:
+                cursor = limit
+                continue
+            instance.deliver_replay(sub, batch)
+            cursor = batch[-1].txid
+            sub.delivered_upto = cursor
+            await session.wait_outbox_below()
+    except CorruptRecord as exc:
+        log.error(
+            "replay for client %r subscription %r stopped: %s",
+            session.client_name,
+            sub.sub_id,
+            exc,
+            extra=events.extra(events.JOURNAL_CORRUPT_RECORD),
+        )
+        session.subscription_failed(sub, cid, "journal corrupt", str(exc))
+
+
+def _completed_ack(session: Session, sub: Subscription, header: dict[str, Any], txid: int) -> None:
+    bm = session.instance.bookmark_of(txid)
+    fields: dict[str, Any] = {"sub_id": sub.sub_id}
+    if bm:
+        fields["bm"] = bm
+    session._ack(header, "completed", **fields)
+
+
+def _finish_range(session: Session, sub: Subscription, header: dict[str, Any], txid: int) -> None:
+    if "completed" in sub.acks:
+        _completed_ack(session, sub, header, txid)
+    session._drop_subscription(sub)

@@ -1,0 +1,619 @@
+"""One client connection: read frames, run commands, write acks and messages.
+
+Reading and command handling happen in one task; every handler is synchronous (no
+``await``), so commands from one client are processed strictly in order and a
+publish is queued for the journal before the next frame is looked at. Writing
+happens in a second task that drains an outbox, so many small messages leave in one
+``send_all``. Bookmark replays run as their own tasks and pace themselves on the
+outbox size.
+
+Error handling: a frame the codec rejects closes the connection with a logged
+reason; a command the server refuses gets a failure ack (when the command asked for
+one) and the connection stays open. Nothing a client sends can stop the instance.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+import trio
+
+from amps_py import events
+from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, encode_frame
+from txlog import publisher_hash
+
+from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
+from .subscriptions import BadTopic, Subscription, compile_topic
+
+if TYPE_CHECKING:
+    from .instance import Instance
+
+log = logging.getLogger("amps_py.server.session")
+
+RECEIVE_SIZE: Final = 256 * 1024
+#: a replay pauses while this many bytes wait in the session's outbox
+REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
+#: how often bookmark subscriptions that asked for persisted acks get one
+PERSISTED_ACK_INTERVAL: Final = 1.0
+SERVER_VERSION: Final = "amps-py-0.1.0"
+
+
+class CommandFailed(Exception):
+    """A command the server refuses; ``reason`` goes into the failure ack."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+        self.detail = detail or reason
+
+
+def _ack_types(header: dict[str, Any]) -> frozenset[str]:
+    raw = header.get("a")
+    if not raw:
+        return frozenset()
+    types = frozenset(part.strip() for part in str(raw).split(",") if part.strip())
+    unknown = types - ACK_TYPES
+    if unknown:
+        raise CommandFailed(
+            "invalid options",
+            f"unknown ack type(s) {', '.join(sorted(unknown))}; use "
+            "received, processed, persisted, completed or stats",
+        )
+    return types
+
+
+def _options(header: dict[str, Any]) -> dict[str, str]:
+    raw = header.get("o")
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for part in str(raw).split(","):
+        part = part.strip()
+        if part:
+            key, _, value = part.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+class Session:
+    """State and tasks of one client connection. Created and run by the instance."""
+
+    def __init__(self, instance: Instance, stream: trio.abc.Stream, transport: str, peer: str) -> None:
+        self.instance = instance
+        self.stream = stream
+        self.transport = transport
+        self.peer = peer
+        self.conn_id = instance.next_connection_id()
+        self.decoder = FrameDecoder(instance.max_frame_size(transport))
+        self.client_name = ""
+        self.user_id = ""
+        self.pub_hash = 0
+        self.logged_on = False
+        self.subscriptions: dict[str, Subscription] = {}
+        # outbox
+        self._out: list[bytes] = []
+        self.out_bytes = 0
+        self._wake = trio.Event()
+        self._drained = trio.Event()
+        # persisted-ack state (see DESIGN section 1)
+        self.wants_persisted = False
+        self.inflight: list[int] = []  # journaled seqs not yet durable, ascending
+        self.done_seq = 0  # highest seq whose fate is settled
+        self.acked_seq = 0  # highest seq sent in a persisted ack
+        self._flush_waiters: list[tuple[str, frozenset[str]]] = []
+        self._auto_seq = 0
+        self.last_receive = trio.current_time()
+        self.heartbeat_interval = 0.0
+        self.close_reason = ""
+        self._cancel: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self.messages_in = 0
+        self.messages_out = 0
+        self.connected_at = time.time()
+
+    # ---------------------------------------------------------------- lifecycle
+    async def run(self) -> None:
+        """Serve the connection until the client leaves or the session is closed."""
+        log.info(
+            "client connected from %s on transport %s (connection %d)",
+            self.peer,
+            self.transport,
+            self.conn_id,
+            extra=events.extra(events.CLIENT_CONNECTED),
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._cancel = nursery.cancel_scope
+                nursery.start_soon(self._send_loop)
+                await self._read_loop()
+                self.close("connection closed")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.close_reason = self.close_reason or "connection closed"
+        finally:
+            self.instance.session_ended(self)
+            log.info(
+                "client %r (connection %d) disconnected: %s",
+                self.client_name,
+                self.conn_id,
+                self.close_reason or "connection closed",
+                extra=events.extra(events.CLIENT_DISCONNECTED),
+            )
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await self.stream.aclose()
+
+    def close(self, reason: str) -> None:
+        """End the session (idempotent); the first reason given is the one logged."""
+        if not self.close_reason:
+            self.close_reason = reason
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    async def _read_loop(self) -> None:
+        stream = self.stream
+        decoder = self.decoder
+        handlers = self._handlers()
+        while True:
+            data = await stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                return
+            self.last_receive = trio.current_time()
+            try:
+                decoder.receive_data(data)
+                for frame in decoder.frames():
+                    self._dispatch(frame, handlers)
+            except ProtocolError as exc:
+                log.warning(
+                    "closing connection %d (client %r, %s): %s",
+                    self.conn_id,
+                    self.client_name,
+                    self.peer,
+                    exc,
+                    extra=events.extra(events.CLIENT_PROTOCOL_ERROR),
+                )
+                self.instance.stats_protocol_errors += 1
+                self.close(exc.reason)
+                # let the sender flush what was already queued (acks for earlier frames)
+                with trio.move_on_after(0.5):
+                    await self._wait_drained(0)
+                return
+
+    def _handlers(self) -> dict[str, Callable[[Frame], None]]:
+        return {
+            "logon": self._on_logon,
+            "publish": self._on_publish,
+            "delta_publish": self._on_publish,
+            "subscribe": self._on_subscribe,
+            "delta_subscribe": self._on_subscribe,
+            "sow_and_subscribe": self._on_sow_and_subscribe,
+            "sow_and_delta_subscribe": self._on_sow_and_subscribe,
+            "unsubscribe": self._on_unsubscribe,
+            "heartbeat": self._on_heartbeat,
+            "flush": self._on_flush,
+            "sow": self._on_sow,
+            "sow_delete": self._on_sow_delete,
+        }
+
+    def _dispatch(self, frame: Frame, handlers: dict[str, Callable[[Frame], None]]) -> None:
+        header = frame.header
+        command = header["c"]
+        handler = handlers.get(command)
+        try:
+            if handler is None:
+                raise CommandFailed(
+                    "unknown command",
+                    f"unknown command {command!r}; see the AMPS command reference",
+                )
+            if not self.logged_on and command != "logon":
+                self._refuse_before_logon(header)
+                return
+            handler(frame)
+        except CommandFailed as exc:
+            self.instance.stats_failed_commands += 1
+            log.info(
+                "command %s from client %r failed: %s",
+                command,
+                self.client_name,
+                exc.detail,
+                extra=events.extra(events.CLIENT_COMMAND_FAILED),
+            )
+            self._fail(header, exc)
+
+    def _refuse_before_logon(self, header: dict[str, Any]) -> None:
+        self._fail(
+            header,
+            CommandFailed(
+                "logon required",
+                "the first command on a connection must be logon (with client_name)",
+            ),
+            force=True,
+        )
+        self.close("logon required")
+
+    # ---------------------------------------------------------------- output
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the client (never blocks)."""
+        self._out.append(data)
+        self.out_bytes += len(data)
+        self._wake.set()
+
+    def send_frame(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        self.send(encode_frame(header, payload))
+
+    async def _send_loop(self) -> None:
+        stream = self.stream
+        while True:
+            if not self._out:
+                self._drained.set()
+                self._wake = trio.Event()
+                await self._wake.wait()
+            data = b"".join(self._out)
+            self._out.clear()
+            self.out_bytes = 0
+            await stream.send_all(data)
+
+    async def _wait_drained(self, high_water: int) -> None:
+        while self.out_bytes > high_water:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def wait_outbox_below(self, high_water: int = REPLAY_HIGH_WATER) -> None:
+        """Wait until at most ``high_water`` bytes are queued (replay pacing)."""
+        if self.out_bytes > high_water:
+            await self._wait_drained(high_water // 2)
+
+    # ---------------------------------------------------------------- acks
+    def _ack(self, header: dict[str, Any], ack_type: str, status: str = "success", **fields: Any) -> None:
+        ack: dict[str, Any] = {"c": "ack", "a": ack_type}
+        cid = header.get("cid")
+        if cid is not None:
+            ack["cid"] = cid
+        ack["status"] = status
+        ack.update(fields)
+        self.send_frame(ack)
+
+    def _fail(self, header: dict[str, Any], exc: CommandFailed, force: bool = False) -> None:
+        try:
+            types = _ack_types(header)
+        except CommandFailed:
+            types = frozenset({"processed"})
+        wanted = [t for t in ("processed", "persisted", "completed") if t in types]
+        if not wanted and (force or header.get("cid") is not None):
+            wanted = ["processed"]
+        extra: dict[str, Any] = {"reason": exc.reason}
+        if exc.detail != exc.reason:
+            extra["detail"] = exc.detail
+        if "s" in header:
+            extra["s"] = header["s"]
+        for ack_type in wanted:
+            self._ack(header, ack_type, "failure", **extra)
+
+    def _persisted_progress(self) -> None:
+        """Send a conflated persisted ack if the safe sequence moved forward."""
+        safe = self.done_seq
+        if self.inflight:
+            safe = min(safe, self.inflight[0] - 1)
+        if safe > self.acked_seq:
+            self.acked_seq = safe
+            if self.wants_persisted:
+                self.send(
+                    encode_frame(
+                        {
+                            "c": "ack",
+                            "a": "persisted",
+                            "status": "success",
+                            "s": safe,
+                            "bm": f"{self.pub_hash}|{safe}|",
+                        }
+                    )
+                )
+        if not self.inflight and self._flush_waiters:
+            for cid, types in self._flush_waiters:
+                self._ack({"cid": cid}, "persisted")
+                if "completed" in types:
+                    self._ack({"cid": cid}, "completed")
+            self._flush_waiters.clear()
+
+    def durable_upto(self, seq: int) -> None:
+        """The instance reports that this publisher's messages up to ``seq`` are durable."""
+        inflight = self.inflight
+        if inflight and inflight[0] <= seq:
+            idx = bisect.bisect_right(inflight, seq)
+            del inflight[:idx]
+        if seq > self.done_seq:
+            self.done_seq = seq
+        self._persisted_progress()
+
+    # ---------------------------------------------------------------- commands
+    def _on_logon(self, frame: Frame) -> None:
+        header = frame.header
+        acks = _ack_types(header)
+        if self.logged_on:
+            raise CommandFailed("invalid logon", "this connection is already logged on")
+        name = str(header.get("client_name", "")).strip()
+        if not name and self.instance.journal is not None:
+            self._fail(
+                header,
+                CommandFailed(
+                    "auth failure",
+                    "logon needs a client_name: this instance has a transaction log, "
+                    "and client names identify publishers in it",
+                ),
+                force=True,
+            )
+            self.close("auth")
+            return
+        user = str(header.get("user_id", "")) or name
+        refusal = self.instance.claim_client_name(self, name, user)
+        if refusal:
+            log.warning(
+                "logon of client %r from %s refused: %s",
+                name,
+                self.peer,
+                refusal,
+                extra=events.extra(events.CLIENT_LOGON_FAILED),
+            )
+            self._fail(header, CommandFailed("name in use", refusal), force=True)
+            self.close("name in use")
+            return
+        self.client_name = name
+        self.user_id = user
+        self.pub_hash = publisher_hash(name) if name else 0
+        self.logged_on = True
+        last = self.instance.publisher_durable_seq(self.pub_hash) if name else 0
+        self.done_seq = self.acked_seq = last
+        opts = _options(header)
+        log.info(
+            "client %r logged on from %s (user %r, last persisted seq %d, version %s)",
+            name,
+            self.peer,
+            user,
+            last,
+            header.get("v", "?"),
+            extra=events.extra(events.CLIENT_LOGON),
+        )
+        if "ack_conflation" in opts:
+            pass  # acks are already conflated per journal commit; see README
+        if "processed" in acks or not acks:
+            self._ack(
+                header,
+                "processed",
+                client_name=name,
+                reason="authentication disabled",
+                s=last,
+                bm=f"{self.pub_hash}|{last}|",
+                version=SERVER_VERSION,
+            )
+
+    def _on_publish(self, frame: Frame) -> None:
+        header = frame.header
+        topic = header.get("t")
+        if not topic or not isinstance(topic, str):
+            raise CommandFailed("no topic", "publish needs a topic (t)")
+        acks = _ack_types(header) if "a" in header else frozenset()
+        self.messages_in += 1
+        seq = header.get("s")
+        if seq is None:
+            self._auto_seq = max(self._auto_seq, self.done_seq, self.inflight[-1] if self.inflight else 0) + 1
+            seq = self._auto_seq
+        elif seq < 0:
+            raise CommandFailed("invalid seq", f"seq must be a positive integer, got {seq}")
+        if "persisted" in acks:
+            self.wants_persisted = True
+        outcome = self.instance.publish(self, topic, seq, frame.payload, header)
+        if outcome != "done":
+            bisect.insort(self.inflight, seq)
+        elif seq > self.done_seq:
+            self.done_seq = seq
+        if "received" in acks:
+            self._ack(header, "received", s=seq)
+        if "processed" in acks:
+            self._ack(header, "processed", s=seq)
+        if "completed" in acks:
+            self._ack(header, "completed", s=seq)
+        if outcome == "done":
+            self._persisted_progress()
+
+    def _build_subscription(self, header: dict[str, Any]) -> Subscription:
+        topic = header.get("t")
+        if not topic or not isinstance(topic, str):
+            raise CommandFailed("no topic", "subscribe needs a topic (t)")
+        opts = _options(header)
+        acks = _ack_types(header)
+        sub_id = str(header.get("sub_id") or header.get("cid") or f"sub-{self.instance.next_connection_id()}")
+        if sub_id in self.subscriptions and "replace" not in opts:
+            raise CommandFailed(
+                "subid in use",
+                f"this connection already has subscription {sub_id!r}; use another sub_id "
+                "or the replace option",
+            )
+        try:
+            regex = compile_topic(topic, "non_regex_topic" in opts)
+        except BadTopic as exc:
+            raise CommandFailed(exc.reason, str(exc)) from None
+        flt = None
+        ftext = header.get("f")
+        if ftext:
+            flt = self.instance.compile_filter(str(ftext))
+        bookmark = "bm" in header and str(header["bm"]).strip() != ""
+        return Subscription(self, sub_id, topic, regex, flt, frozenset(opts), acks, bookmark)
+
+    def _on_subscribe(self, frame: Frame) -> None:
+        header = frame.header
+        sub = self._build_subscription(header)
+        old = self.subscriptions.get(sub.sub_id)
+        if old is not None:
+            self._drop_subscription(old)
+        if sub.bookmark:
+            self._start_bookmark_subscription(sub, header)
+            return
+        self.subscriptions[sub.sub_id] = sub
+        self.instance.registry.add(sub)
+        if "processed" in sub.acks:
+            self._ack(header, "processed", sub_id=sub.sub_id)
+
+    def _on_sow_and_subscribe(self, frame: Frame) -> None:
+        # No SOW topics exist yet: the query part is an empty group, then the subscription.
+        header = frame.header
+        query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
+        self.send_frame({"c": "group_begin", "query_id": query_id})
+        self.send_frame({"c": "group_end", "query_id": query_id})
+        self._on_subscribe(frame)
+
+    def _start_bookmark_subscription(self, sub: Subscription, header: dict[str, Any]) -> None:
+        instance = self.instance
+        if instance.journal is None:
+            raise CommandFailed(
+                "invalid topic",
+                "bookmark subscriptions need a transaction log; add a TransactionLog "
+                "with a Topic that covers this topic",
+            )
+        if sub.regex is None and not instance.journals_topic(sub.topic):
+            raise CommandFailed(
+                "invalid topic",
+                f"topic {sub.topic!r} is not recorded in the transaction log, so it cannot "
+                "be replayed; add a TransactionLog/Topic whose Name matches it",
+            )
+        try:
+            spec = parse_bookmark_spec(str(header["bm"]))
+        except BadBookmarkSpec as exc:
+            raise CommandFailed(exc.reason, str(exc)) from None
+        not_found = dict(_options(header)).get("bookmark_not_found", "now")
+        if not_found not in ("now", "epoch", "fail"):
+            raise CommandFailed(
+                "invalid options", "bookmark_not_found must be epoch, now or fail"
+            )
+        self.subscriptions[sub.sub_id] = sub
+        instance.registry.add(sub)
+        if "processed" in sub.acks:
+            self._ack(header, "processed", sub_id=sub.sub_id)
+        assert self._nursery is not None
+        from .replay import run_replay
+
+        self._nursery.start_soon(run_replay, self, sub, spec, not_found, header.get("cid"))
+        if "persisted" in sub.acks:
+            self._nursery.start_soon(self._bookmark_persisted_acks, sub)
+
+    async def _bookmark_persisted_acks(self, sub: Subscription) -> None:
+        last = ""
+        while sub.sub_id in self.subscriptions and self.subscriptions[sub.sub_id] is sub:
+            await trio.sleep(PERSISTED_ACK_INTERVAL)
+            bm = self.instance.last_durable_bookmark
+            if sub.live and bm and bm != last:
+                last = bm
+                self.send_frame(
+                    {"c": "ack", "a": "persisted", "status": "success", "sub_id": sub.sub_id, "bm": bm}
+                )
+
+    def subscription_failed(self, sub: Subscription, cid: Any, reason: str, detail: str) -> None:
+        """A replay could not run: drop the subscription and tell the client."""
+        self._drop_subscription(sub)
+        header: dict[str, Any] = {"cid": cid} if cid is not None else {}
+        self._ack(header, "completed" if "completed" in sub.acks else "processed", "failure",
+                  sub_id=sub.sub_id, reason=reason, detail=detail)
+
+    def _drop_subscription(self, sub: Subscription) -> None:
+        if self.subscriptions.get(sub.sub_id) is sub:
+            del self.subscriptions[sub.sub_id]
+        self.instance.registry.remove(sub)
+
+    def _on_unsubscribe(self, frame: Frame) -> None:
+        header = frame.header
+        acks = _ack_types(header)
+        ids = str(header.get("sub_id") or header.get("query_id") or "")
+        if not ids:
+            raise CommandFailed("invalid options", "unsubscribe needs sub_id (or 'all')")
+        if ids.strip() == "all":
+            targets = list(self.subscriptions.values())
+        else:
+            targets = [self.subscriptions[i.strip()] for i in ids.split(",") if i.strip() in self.subscriptions]
+        for sub in targets:
+            self._drop_subscription(sub)
+        if "processed" in acks:
+            self._ack(header, "processed", sub_id=ids)
+
+    def _on_heartbeat(self, frame: Frame) -> None:
+        header = frame.header
+        opts = str(header.get("o", "")).split(",")
+        if opts and opts[0].strip() == "start":
+            try:
+                interval = float(opts[1]) if len(opts) > 1 else 30.0
+            except ValueError:
+                raise CommandFailed("invalid options", "heartbeat start needs 'start,<seconds>'") from None
+            if interval <= 0:
+                raise CommandFailed("invalid options", "heartbeat interval must be positive")
+            first = self.heartbeat_interval == 0
+            self.heartbeat_interval = interval
+            if first and self._nursery is not None:
+                self._nursery.start_soon(self._heartbeat_loop)
+        acks = _ack_types(header)
+        if "processed" in acks:
+            self._ack(header, "processed")
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            interval = self.heartbeat_interval
+            await trio.sleep(interval)
+            self.send_frame({"c": "heartbeat"})
+            silent = trio.current_time() - self.last_receive
+            # grace: two intervals without a byte from the client
+            if silent > 2 * interval:
+                log.warning(
+                    "client %r sent nothing for %.1f s (heartbeat %.1f s); disconnecting",
+                    self.client_name,
+                    silent,
+                    interval,
+                    extra=events.extra(events.CLIENT_HEARTBEAT_MISSED),
+                )
+                self.close("heartbeat")
+                return
+
+    def _on_flush(self, frame: Frame) -> None:
+        header = frame.header
+        acks = _ack_types(header) or frozenset({"processed"})
+        for kind in ("received", "processed"):
+            if kind in acks:
+                self._ack(header, kind)
+        if "persisted" in acks:
+            if self.inflight:
+                self._flush_waiters.append((header.get("cid", ""), acks))
+                return
+            self._ack(header, "persisted")
+        if "completed" in acks:
+            self._ack(header, "completed")
+
+    def _on_sow(self, frame: Frame) -> None:
+        raise CommandFailed(
+            "invalid topic",
+            f"topic {frame.header.get('t')!r} has no State of the World; SOW topics are not "
+            "supported by amps-py yet",
+        )
+
+    def _on_sow_delete(self, frame: Frame) -> None:
+        raise CommandFailed(
+            "invalid topic", "sow_delete needs a SOW or queue topic; amps-py has none yet"
+        )
+
+    # ---------------------------------------------------------------- info
+    def describe(self) -> dict[str, Any]:
+        return {
+            "connection": self.conn_id,
+            "client_name": self.client_name,
+            "user_id": self.user_id,
+            "transport": self.transport,
+            "remote_address": self.peer,
+            "subscriptions": len(self.subscriptions),
+            "queued_bytes": self.out_bytes,
+            "messages_in": self.messages_in,
+            "messages_out": self.messages_out,
+            "connected_at": self.connected_at,
+        }
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj)

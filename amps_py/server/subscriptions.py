@@ -1,0 +1,162 @@
+"""Subscriptions and the registry that finds which ones a message goes to.
+
+Pure bookkeeping: no trio, no I/O. A :class:`Subscription` belongs to one session;
+the :class:`SubscriptionRegistry` answers "which live subscriptions match this topic"
+with a per-topic cache that is rebuilt when subscriptions change.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+if TYPE_CHECKING:
+    from amps_py.filters import Filter
+
+    from .session import Session
+
+#: characters that make a subscription topic a regular expression (AMPS rule)
+REGEX_CHARS: Final = frozenset(".*+?[](){}|^$\\")
+
+
+def is_regex_topic(topic: str) -> bool:
+    return any(ch in REGEX_CHARS for ch in topic)
+
+
+class BadTopic(ValueError):
+    reason = "bad regex topic"
+
+
+def compile_topic(topic: str, non_regex: bool = False) -> re.Pattern[str] | None:
+    """The compiled (unanchored) regex for a topic, or None for an exact topic.
+
+    Raises:
+        BadTopic: the topic looks like a regex but does not compile.
+    """
+    if non_regex or not is_regex_topic(topic):
+        return None
+    try:
+        return re.compile(topic)
+    except re.error as exc:
+        raise BadTopic(
+            f"topic {topic!r} is not a valid regular expression ({exc}); escape regex "
+            "characters or subscribe with option non_regex_topic"
+        ) from None
+
+
+class Subscription:
+    """One subscription of one session.
+
+    ``live`` is False while a bookmark replay runs; the registry then skips it and
+    the replay task delivers. ``delivered_upto`` is the highest journal txid handed to
+    this subscription, so a record can never be delivered twice across the seam.
+    """
+
+    __slots__ = (
+        "acks",
+        "bookmark",
+        "delivered_upto",
+        "filter",
+        "head_suffix",
+        "journaled_only",
+        "live",
+        "options",
+        "regex",
+        "session",
+        "sub_id",
+        "topic",
+        "want_bookmark",
+        "want_timestamp",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        sub_id: str,
+        topic: str,
+        regex: re.Pattern[str] | None,
+        filter: Filter | None,
+        options: frozenset[str],
+        acks: frozenset[str],
+        bookmark: bool,
+    ) -> None:
+        self.session = session
+        self.sub_id = sub_id
+        self.topic = topic
+        self.regex = regex
+        self.filter = filter
+        self.options = options
+        self.acks = acks
+        self.bookmark = bookmark
+        self.journaled_only = bookmark
+        self.live = not bookmark
+        self.delivered_upto = 0
+        self.want_bookmark = bookmark or "bookmark" in options
+        self.want_timestamp = "timestamp" in options
+        self.head_suffix = b',"sub_id":' + orjson.dumps(sub_id)
+
+    def topic_matches(self, topic: str) -> bool:
+        if self.regex is None:
+            return topic == self.topic
+        return self.regex.search(topic) is not None
+
+    def matches_doc(self, doc: Any) -> bool:
+        return self.filter is None or self.filter.matches(doc)
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.sub_id!r}, {self.topic!r}, live={self.live})"
+
+
+class SubscriptionRegistry:
+    """All subscriptions of an instance, indexed for matching by topic."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, list[Subscription]] = {}
+        self._regex: list[Subscription] = []
+        self._cache: dict[str, tuple[Subscription, ...]] = {}
+        self.count = 0
+
+    def add(self, sub: Subscription) -> None:
+        if sub.regex is None:
+            self._exact.setdefault(sub.topic, []).append(sub)
+        else:
+            self._regex.append(sub)
+        self.count += 1
+        self._cache.clear()
+
+    def remove(self, sub: Subscription) -> None:
+        try:
+            if sub.regex is None:
+                subs = self._exact[sub.topic]
+                subs.remove(sub)
+                if not subs:
+                    del self._exact[sub.topic]
+            else:
+                self._regex.remove(sub)
+        except (KeyError, ValueError):
+            return
+        self.count -= 1
+        self._cache.clear()
+
+    def changed(self) -> None:
+        """Call after a subscription's ``live`` flag flips."""
+        self._cache.clear()
+
+    def match(self, topic: str) -> tuple[Subscription, ...]:
+        """Live subscriptions whose topic matches ``topic`` (cached per topic)."""
+        found = self._cache.get(topic)
+        if found is None:
+            subs = [s for s in self._exact.get(topic, ()) if s.live]
+            subs.extend(s for s in self._regex if s.live and s.regex.search(topic))  # type: ignore[union-attr]
+            found = tuple(subs)
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            self._cache[topic] = found
+        return found
+
+    def all(self) -> list[Subscription]:
+        out = [s for subs in self._exact.values() for s in subs]
+        out.extend(self._regex)
+        return out

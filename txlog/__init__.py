@@ -1,0 +1,32 @@
+"""txlog: the amps-py journal library (LMDB storage, records, indexes, verify).
+
+Usable without the server: ``amps-py txlog`` and the Spark pipeline import it directly.
+Imports no trio and no sockets.
+"""
+
+from .identity import BadBookmark, format_bookmark, parse_bookmark, publisher_hash
+from .journal import (
+    DURABILITY_MODES,
+    Journal,
+    JournalError,
+    JournalStatistics,
+    VerifyProblem,
+)
+from .record import CorruptRecord, Flags, Kind, Record, RecordCodec
+
+__all__ = [
+    "DURABILITY_MODES",
+    "BadBookmark",
+    "CorruptRecord",
+    "Flags",
+    "Journal",
+    "JournalError",
+    "JournalStatistics",
+    "Kind",
+    "Record",
+    "RecordCodec",
+    "VerifyProblem",
+    "format_bookmark",
+    "parse_bookmark",
+    "publisher_hash",
+]

@@ -1,0 +1,399 @@
+"""The LMDB journal (transaction log) of one instance.
+
+One LMDB environment holds these sub-databases:
+
+==============  ==========================  =====================================
+name            key                         value
+==============  ==========================  =====================================
+``records``     txid (u64 BE)               record (:mod:`txlog.record`)
+``bookmarks``   pub_hash u64 + seq u64      txid (u64 BE)  — exact dedup, resume
+``publishers``  pub_hash u64                last seq u64 + client name (logon ack)
+``origins``     origin instance name        highest origin txid stored (resync)
+``times``       local ts µs (u64 BE)        first txid at or after it (sparse)
+``meta``        text key                    text value (format, instance name)
+==============  ==========================  =====================================
+
+Contract:
+
+- Exactly one writer calls :meth:`Journal.append` at a time (the server runs it on one
+  worker thread); each call is one LMDB transaction and, in ``fsync`` durability, one
+  fsync. Readers may run concurrently from any thread; every read opens and closes
+  its own short transaction, so no transaction ever spans an ``await``.
+- A publish whose ``(pub_hash, seq)`` is at or below the publisher's stored high-water
+  mark is a duplicate: it is not stored and :meth:`append` returns ``0`` for it.
+- Opening costs the same whatever the journal size: no scan happens at start.
+- Every read checks the record CRC; a damaged record raises :class:`CorruptRecord`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import lmdb
+
+from .record import CorruptRecord, Record, RecordCodec
+
+_U64 = struct.Struct(">Q")
+_U64x2 = struct.Struct(">QQ")
+JOURNAL_FORMAT: Final = "amps-py-journal-1"
+DURABILITY_MODES: Final = ("fsync", "page-cache")
+#: one ``times`` index entry per this many microseconds of publishing
+TIME_INDEX_STEP_US: Final = 10_000
+DEFAULT_MAP_SIZE: Final = 64 * 1024**3
+
+
+class JournalError(Exception):
+    """The journal cannot be opened or used as asked; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class JournalStatistics:
+    path: str
+    instance_name: str
+    durability: str
+    compression: str
+    first_txid: int
+    last_txid: int
+    records: int
+    publishers: int
+    file_bytes: int
+    commits: int
+    appended: int
+    duplicates: int
+
+
+@dataclass(frozen=True)
+class VerifyProblem:
+    txid: int | None
+    problem: str
+
+
+def _key(txid: int) -> bytes:
+    return _U64.pack(txid)
+
+
+class Journal:
+    """An instance's transaction log in ``path`` (a directory, created if missing).
+
+    Args:
+        path: the journal directory (``TransactionLog/JournalDirectory``).
+        instance_name: the owning instance; a journal written by another instance
+            name is refused so two configs never share one directory by mistake.
+            ``None`` accepts any (tools that only read).
+        durability: ``fsync`` (default: every commit is on disk before it returns) or
+            ``page-cache`` (commits reach the OS page cache only: survives a process
+            crash, not a power loss).
+        compression: ``none`` or ``zstd`` for new records' payloads.
+        readonly: open for reading only (``amps-py txlog`` tools on a live journal).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        instance_name: str | None = None,
+        durability: str = "fsync",
+        compression: str = "none",
+        map_size: int = DEFAULT_MAP_SIZE,
+        readonly: bool = False,
+    ) -> None:
+        if durability not in DURABILITY_MODES:
+            raise JournalError(
+                f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
+            )
+        if compression not in ("none", "zstd"):
+            raise JournalError(f"unknown compression {compression!r}; use none or zstd")
+        self.path = Path(path)
+        self.durability = durability
+        self.compression = compression
+        if readonly:
+            if not (self.path / "data.mdb").exists():
+                raise JournalError(
+                    f"{self.path} holds no journal (no data.mdb); pass the instance's "
+                    "TransactionLog/JournalDirectory"
+                )
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=8,
+                subdir=True,
+                readonly=readonly,
+                sync=durability == "fsync",
+                metasync=durability == "fsync",
+                lock=True,
+                readahead=False,
+                max_readers=256,
+            )
+        except lmdb.Error as exc:
+            raise JournalError(f"cannot open journal at {self.path}: {exc}") from exc
+        create = not readonly
+        self._records = self._env.open_db(b"records", create=create)
+        self._bookmarks = self._env.open_db(b"bookmarks", create=create)
+        self._publishers = self._env.open_db(b"publishers", create=create)
+        self._origins = self._env.open_db(b"origins", create=create)
+        self._times = self._env.open_db(b"times", create=create)
+        self._meta = self._env.open_db(b"meta", create=create)
+        self._codec = RecordCodec(compress=compression == "zstd")
+        self._check_meta(instance_name, readonly)
+        with self._env.begin(db=self._records) as txn:
+            cur = txn.cursor()
+            self._last_txid = _U64.unpack(cur.key())[0] if cur.last() else 0
+        with self._env.begin(db=self._times) as txn:
+            cur = txn.cursor()
+            self._last_time_entry = _U64.unpack(cur.key())[0] if cur.last() else 0
+        self._pub_cache: dict[int, int] = {}
+        self._commits = 0
+        self._appended = 0
+        self._duplicates = 0
+
+    # ------------------------------------------------------------------ setup
+    def _check_meta(self, instance_name: str | None, readonly: bool) -> None:
+        with self._env.begin(db=self._meta, write=not readonly) as txn:
+            fmt = txn.get(b"format")
+            owner = txn.get(b"instance")
+            if fmt is None and not readonly:
+                txn.put(b"format", JOURNAL_FORMAT.encode())
+                if instance_name:
+                    txn.put(b"instance", instance_name.encode())
+                    owner = instance_name.encode()
+            elif fmt is not None and fmt.decode() != JOURNAL_FORMAT:
+                raise JournalError(
+                    f"{self.path} holds journal format {fmt.decode()!r}, this amps-py "
+                    f"reads {JOURNAL_FORMAT!r}; use the matching amps-py version"
+                )
+        self.instance_name = owner.decode() if owner else (instance_name or "")
+        if instance_name and owner and owner.decode() != instance_name:
+            raise JournalError(
+                f"journal {self.path} belongs to instance {owner.decode()!r}, not "
+                f"{instance_name!r}; give each instance its own JournalDirectory"
+            )
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+    @property
+    def last_txid(self) -> int:
+        """The txid of the newest committed record (0 for an empty journal)."""
+        return self._last_txid
+
+    def _last_seq(self, txn: lmdb.Transaction, pub_hash: int) -> int:
+        seq = self._pub_cache.get(pub_hash)
+        if seq is None:
+            raw = txn.get(_U64.pack(pub_hash), db=self._publishers)
+            seq = _U64.unpack_from(raw)[0] if raw else 0
+            self._pub_cache[pub_hash] = seq
+        return seq
+
+    def append(self, records: Sequence[Record], now_us: int) -> list[int]:
+        """Store ``records`` in one transaction (one fsync) and return their txids.
+
+        Each record gets the next txid and ``local_ts = now_us``; a record with no
+        ``origin`` becomes its own origin (``origin_txid = txid``). A duplicate (seq at
+        or below its publisher's high-water mark, including earlier records of this
+        same batch) gets txid ``0`` and is not stored.
+
+        Must only be called by the single writer.
+        """
+        txids: list[int] = []
+        encode = self._codec.encode
+        txid = self._last_txid
+        rec_items: list[tuple[bytes, bytes]] = []
+        bm_items: list[tuple[bytes, bytes]] = []
+        pub_updates: dict[int, tuple[int, str]] = {}
+        origin_updates: dict[str, int] = {}
+        cache = self._pub_cache
+        with self._env.begin(write=True) as txn:
+            for rec in records:
+                ph = rec.pub_hash
+                last = cache.get(ph)
+                if last is None:
+                    last = self._last_seq(txn, ph)
+                if rec.seq <= last:
+                    txids.append(0)
+                    continue
+                cache[ph] = rec.seq
+                pub_updates[ph] = (rec.seq, rec.client_name)
+                txid += 1
+                rec.txid = txid
+                rec.local_ts = now_us
+                if not rec.origin_ts:
+                    rec.origin_ts = now_us
+                if rec.origin_txid == 0:
+                    rec.origin_txid = txid
+                elif rec.origin:
+                    prev = origin_updates.get(rec.origin, 0)
+                    if rec.origin_txid > prev:
+                        origin_updates[rec.origin] = rec.origin_txid
+                key = _U64.pack(txid)
+                rec_items.append((key, encode(rec)))
+                bm_items.append((_U64x2.pack(ph, rec.seq), key))
+                txids.append(txid)
+            if rec_items:
+                txn.cursor(db=self._records).putmulti(rec_items, append=True)
+                txn.cursor(db=self._bookmarks).putmulti(bm_items)
+                for ph, (seq, name) in pub_updates.items():
+                    txn.put(_U64.pack(ph), _U64.pack(seq) + name.encode(), db=self._publishers)
+                for origin, otx in origin_updates.items():
+                    key_o = origin.encode()
+                    raw = txn.get(key_o, db=self._origins)
+                    if raw is None or _U64.unpack(raw)[0] < otx:
+                        txn.put(key_o, _U64.pack(otx), db=self._origins)
+                if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                    txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
+        # commit succeeded (an exception above aborts the txn and leaves state as it was)
+        if rec_items:
+            if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                self._last_time_entry = now_us
+            self._last_txid = txid
+            self._commits += 1
+            self._appended += len(rec_items)
+        self._duplicates += len(records) - len(rec_items)
+        return txids
+
+    def forget_cache(self) -> None:
+        """Drop the in-memory publisher high-water cache (after a failed commit)."""
+        self._pub_cache.clear()
+
+    # ------------------------------------------------------------------ reading
+    def read(self, after_txid: int, limit: int, max_txid: int | None = None) -> list[Record]:
+        """Return up to ``limit`` records with txid > ``after_txid`` (and <= ``max_txid``).
+
+        Raises:
+            CorruptRecord: a record in the range failed its CRC.
+        """
+        out: list[Record] = []
+        decode = self._codec.decode
+        stop = max_txid if max_txid is not None else (1 << 64) - 1
+        with self._env.begin(db=self._records, buffers=False) as txn:
+            cur = txn.cursor()
+            if not cur.set_range(_U64.pack(after_txid + 1)):
+                return out
+            for key, value in cur:
+                txid = _U64.unpack(key)[0]
+                if txid > stop:
+                    break
+                out.append(decode(value, txid))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def iter_records(self, after_txid: int = 0, chunk: int = 4096) -> Iterator[Record]:
+        """Every record after ``after_txid`` in txid order, read in short transactions."""
+        while True:
+            batch = self.read(after_txid, chunk)
+            if not batch:
+                return
+            yield from batch
+            after_txid = batch[-1].txid
+
+    def get(self, txid: int) -> Record | None:
+        with self._env.begin(db=self._records) as txn:
+            value = txn.get(_U64.pack(txid))
+        return None if value is None else self._codec.decode(value, txid)
+
+    def first_txid(self) -> int:
+        with self._env.begin(db=self._records) as txn:
+            cur = txn.cursor()
+            return _U64.unpack(cur.key())[0] if cur.first() else 0
+
+    def lookup_bookmark(self, pub_hash: int, seq: int) -> int | None:
+        """The local txid of the message with this bookmark, or None."""
+        with self._env.begin(db=self._bookmarks) as txn:
+            raw = txn.get(_U64x2.pack(pub_hash, seq))
+        return None if raw is None else _U64.unpack(raw)[0]
+
+    def publisher_last_seq(self, pub_hash: int) -> int:
+        """The highest seq journaled for this publisher (0 if none)."""
+        with self._env.begin(db=self._publishers) as txn:
+            raw = txn.get(_U64.pack(pub_hash))
+        return _U64.unpack_from(raw)[0] if raw else 0
+
+    def origin_high_water(self) -> dict[str, int]:
+        """Per origin instance, the highest origin txid stored here (resync)."""
+        with self._env.begin(db=self._origins) as txn:
+            return {k.decode(): _U64.unpack(v)[0] for k, v in txn.cursor()}
+
+    def txid_before_time(self, ts_us: int) -> int:
+        """The last txid whose local timestamp is certainly before ``ts_us``.
+
+        Uses the sparse time index, then walks forward through records: replay from
+        the returned txid (exclusive) starts with the first message at or after
+        ``ts_us``.
+        """
+        with self._env.begin(db=self._times) as txn:
+            cur = txn.cursor()
+            start = 0
+            if cur.set_range(_U64.pack(ts_us + 1)):
+                if cur.prev():
+                    start = _U64.unpack(cur.value())[0] - 1
+            elif cur.last():
+                start = _U64.unpack(cur.value())[0] - 1
+        after = max(start, 0)
+        while True:
+            batch = self.read(after, 1024)
+            if not batch:
+                return after
+            for rec in batch:
+                if rec.local_ts >= ts_us:
+                    return rec.txid - 1
+            after = batch[-1].txid
+
+    # ------------------------------------------------------------------ tools
+    def statistics(self) -> JournalStatistics:
+        with self._env.begin() as txn:
+            n_records = txn.stat(self._records)["entries"]
+            n_pubs = txn.stat(self._publishers)["entries"]
+        data = self.path / "data.mdb"
+        return JournalStatistics(
+            path=str(self.path),
+            instance_name=self.instance_name,
+            durability=self.durability,
+            compression=self.compression,
+            first_txid=self.first_txid(),
+            last_txid=self._last_txid,
+            records=n_records,
+            publishers=n_pubs,
+            file_bytes=data.stat().st_size if data.exists() else 0,
+            commits=self._commits,
+            appended=self._appended,
+            duplicates=self._duplicates,
+        )
+
+    def verify(self) -> list[VerifyProblem]:
+        """Check every record's CRC and decoding, and that txids strictly increase.
+
+        Returns the problems found (empty when the journal is sound); never raises
+        for damaged records.
+        """
+        problems: list[VerifyProblem] = []
+        decode = self._codec.decode
+        prev = 0
+        with self._env.begin(db=self._records, buffers=False) as txn:
+            for key, value in txn.cursor():
+                txid = _U64.unpack(key)[0] if len(key) == 8 else None
+                if txid is None:
+                    problems.append(VerifyProblem(None, f"bad record key {key.hex()}"))
+                    continue
+                if txid <= prev:
+                    problems.append(VerifyProblem(txid, f"txid not after previous {prev}"))
+                prev = txid
+                try:
+                    decode(value, txid)
+                except CorruptRecord as exc:
+                    problems.append(VerifyProblem(txid, exc.problem))
+        return problems

@@ -1,0 +1,324 @@
+"""Journal records: the unit the transaction log stores, replays and replicates.
+
+Binary layout of one record value (all integers big-endian):
+
+    crc32      u32   CRC-32 of every byte after this field
+    version    u8    record format version (1)
+    kind       u8    :class:`Kind`
+    flags      u16   :class:`Flags`
+    txid, pub_hash, seq, origin_txid, origin_ts_us, local_ts_us       6 x u64
+    lengths    7 x u16  client_name, origin, topic, message_type, sow_key,
+                        correlation_id, path
+    the seven UTF-8 strings, then the payload (to the end of the value)
+
+``path`` lists the instances a replicated record went through as
+``name\\x1fgroup`` entries joined by ``\\x1e``, origin first.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntEnum, IntFlag
+from typing import Any, Final
+
+import zstandard
+
+FORMAT_VERSION: Final = 1
+
+_FIXED = struct.Struct(">IBBH6Q7H")
+_FIXED_SIZE: Final = _FIXED.size
+_U64_MAX: Final = (1 << 64) - 1
+_UNIT_SEP: Final = "\x1f"
+_RECORD_SEP: Final = "\x1e"
+
+
+class Kind(IntEnum):
+    """What a record stands for."""
+
+    PUBLISH = 1
+    DELTA_PUBLISH = 2
+    SOW_DELETE = 3
+
+
+class Flags(IntFlag):
+    NONE = 0
+    #: the stored payload is zstd-compressed
+    ZSTD = 1
+
+
+class CorruptRecord(Exception):
+    """A stored record failed its CRC or could not be decoded.
+
+    The record is never served as data; ``txid`` says which one (``None`` when the
+    damage hides it), so ``amps-py txlog verify`` and the logs can name it.
+    """
+
+    def __init__(self, txid: int | None, problem: str) -> None:
+        where = f"record txid {txid}" if txid is not None else "a record"
+        super().__init__(
+            f"{where} is corrupt: {problem}; restore the journal from a replica or backup "
+            "(amps-py txlog verify lists every damaged record)"
+        )
+        self.txid = txid
+        self.problem = problem
+
+
+class Record:
+    """One journaled message. Mutable only until the writer assigns ``txid``."""
+
+    __slots__ = (
+        "client_name",
+        "correlation_id",
+        "flags",
+        "kind",
+        "local_ts",
+        "message_type",
+        "origin",
+        "origin_ts",
+        "origin_txid",
+        "path",
+        "payload",
+        "pub_hash",
+        "seq",
+        "sow_key",
+        "topic",
+        "txid",
+    )
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        payload: bytes,
+        pub_hash: int,
+        seq: int,
+        client_name: str = "",
+        message_type: str = "json",
+        kind: int = Kind.PUBLISH,
+        origin: str = "",
+        origin_txid: int = 0,
+        origin_ts: int = 0,
+        local_ts: int = 0,
+        txid: int = 0,
+        path: tuple[tuple[str, str], ...] = (),
+        sow_key: str = "",
+        correlation_id: str = "",
+        flags: int = 0,
+    ) -> None:
+        self.txid = txid
+        self.pub_hash = pub_hash
+        self.seq = seq
+        self.client_name = client_name
+        self.origin = origin
+        self.origin_txid = origin_txid
+        self.path = path
+        self.topic = topic
+        self.message_type = message_type
+        self.kind = kind
+        self.origin_ts = origin_ts
+        self.local_ts = local_ts
+        self.sow_key = sow_key
+        self.correlation_id = correlation_id
+        self.flags = flags
+        self.payload = payload
+
+    @property
+    def bookmark(self) -> str:
+        """The AMPS bookmark ``<publisher hash>|<seq>|``: identical on every instance."""
+        return f"{self.pub_hash}|{self.seq}|"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-friendly view (``amps-py txlog dump``); payload as UTF-8 text when it is."""
+        try:
+            data: Any = self.payload.decode("utf-8")
+            encoding = "utf-8"
+        except UnicodeDecodeError:
+            data = self.payload.hex()
+            encoding = "hex"
+        return {
+            "txid": self.txid,
+            "bookmark": self.bookmark,
+            "client_name": self.client_name,
+            "seq": self.seq,
+            "topic": self.topic,
+            "message_type": self.message_type,
+            "kind": Kind(self.kind).name.lower() if self.kind in Kind._value2member_map_ else self.kind,
+            "origin": self.origin,
+            "origin_txid": self.origin_txid,
+            "path": [list(hop) for hop in self.path],
+            "origin_ts_us": self.origin_ts,
+            "local_ts_us": self.local_ts,
+            "sow_key": self.sow_key,
+            "correlation_id": self.correlation_id,
+            "payload_encoding": encoding,
+            "payload": data,
+        }
+
+    def __repr__(self) -> str:
+        return f"Record(txid={self.txid}, bm={self.bookmark}, topic={self.topic!r})"
+
+
+def _encode_path(path: tuple[tuple[str, str], ...]) -> bytes:
+    return _RECORD_SEP.join(f"{name}{_UNIT_SEP}{group}" for name, group in path).encode()
+
+
+def _decode_path(raw: bytes) -> tuple[tuple[str, str], ...]:
+    if not raw:
+        return ()
+    hops = []
+    for entry in raw.decode().split(_RECORD_SEP):
+        name, _, group = entry.partition(_UNIT_SEP)
+        hops.append((name, group))
+    return tuple(hops)
+
+
+class RecordCodec:
+    """Encodes and decodes record values, with optional zstd payload compression.
+
+    Args:
+        compress: compress payloads with zstd when that makes them smaller. Reading
+            always understands compressed records, whatever this setting.
+    """
+
+    #: payloads below this size are stored raw; zstd's frame overhead eats the gain
+    MIN_COMPRESS_SIZE: Final = 128
+
+    def __init__(self, *, compress: bool = False) -> None:
+        self.compress = compress
+        self._compressor = zstandard.ZstdCompressor(level=3) if compress else None
+        self._decompressor = zstandard.ZstdDecompressor()
+
+    def encode(self, rec: Record) -> bytes:
+        payload = rec.payload
+        flags = rec.flags & ~Flags.ZSTD
+        if self._compressor is not None and len(payload) >= self.MIN_COMPRESS_SIZE:
+            packed = self._compressor.compress(payload)
+            if len(packed) < len(payload):
+                payload = packed
+                flags |= Flags.ZSTD
+        client = rec.client_name.encode()
+        origin = rec.origin.encode()
+        topic = rec.topic.encode()
+        mtype = rec.message_type.encode()
+        sow_key = rec.sow_key.encode()
+        cid = rec.correlation_id.encode()
+        path = _encode_path(rec.path) if rec.path else b""
+        body = b"".join(
+            (
+                _FIXED.pack(
+                    0,
+                    FORMAT_VERSION,
+                    rec.kind,
+                    flags,
+                    rec.txid,
+                    rec.pub_hash,
+                    rec.seq,
+                    rec.origin_txid,
+                    rec.origin_ts,
+                    rec.local_ts,
+                    len(client),
+                    len(origin),
+                    len(topic),
+                    len(mtype),
+                    len(sow_key),
+                    len(cid),
+                    len(path),
+                ),
+                client,
+                origin,
+                topic,
+                mtype,
+                sow_key,
+                cid,
+                path,
+                payload,
+            )
+        )
+        crc = zlib.crc32(memoryview(body)[4:])
+        return crc.to_bytes(4, "big") + body[4:]
+
+    def decode(self, value: bytes, expected_txid: int | None = None) -> Record:
+        """Decode one stored value, checking its CRC first.
+
+        Raises:
+            CorruptRecord: CRC mismatch, truncation, unknown version or bad text.
+        """
+        if len(value) < _FIXED_SIZE:
+            raise CorruptRecord(expected_txid, f"value of {len(value)} bytes is truncated")
+        mv = memoryview(value)
+        (
+            crc,
+            version,
+            kind,
+            flags,
+            txid,
+            pub_hash,
+            seq,
+            origin_txid,
+            origin_ts,
+            local_ts,
+            n_client,
+            n_origin,
+            n_topic,
+            n_mtype,
+            n_sow,
+            n_cid,
+            n_path,
+        ) = _FIXED.unpack_from(value)
+        if zlib.crc32(mv[4:]) != crc:
+            raise CorruptRecord(expected_txid, "CRC mismatch (the stored bytes were altered)")
+        if version != FORMAT_VERSION:
+            raise CorruptRecord(expected_txid, f"unknown record format version {version}")
+        if expected_txid is not None and txid != expected_txid:
+            raise CorruptRecord(expected_txid, f"record claims txid {txid}")
+        pos = _FIXED_SIZE
+        end = pos + n_client + n_origin + n_topic + n_mtype + n_sow + n_cid + n_path
+        if end > len(value):
+            raise CorruptRecord(expected_txid, "string lengths run past the end of the record")
+        try:
+            client = value[pos : pos + n_client].decode()
+            pos += n_client
+            origin = value[pos : pos + n_origin].decode()
+            pos += n_origin
+            topic = value[pos : pos + n_topic].decode()
+            pos += n_topic
+            mtype = value[pos : pos + n_mtype].decode()
+            pos += n_mtype
+            sow_key = value[pos : pos + n_sow].decode() if n_sow else ""
+            pos += n_sow
+            cid = value[pos : pos + n_cid].decode() if n_cid else ""
+            pos += n_cid
+            path = _decode_path(value[pos : pos + n_path]) if n_path else ()
+        except UnicodeDecodeError as exc:
+            raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
+        payload = value[end:]
+        if flags & Flags.ZSTD:
+            try:
+                payload = self._decompressor.decompress(payload)
+            except zstandard.ZstdError as exc:
+                raise CorruptRecord(expected_txid, f"payload does not decompress ({exc})") from None
+        rec = Record.__new__(Record)
+        rec.txid = txid
+        rec.pub_hash = pub_hash
+        rec.seq = seq
+        rec.client_name = client
+        rec.origin = origin
+        rec.origin_txid = origin_txid
+        rec.path = path
+        rec.topic = topic
+        rec.message_type = mtype
+        rec.kind = kind
+        rec.origin_ts = origin_ts
+        rec.local_ts = local_ts
+        rec.sow_key = sow_key
+        rec.correlation_id = cid
+        rec.flags = flags & ~Flags.ZSTD
+        rec.payload = payload
+        return rec
+
+
+def check_u64(name: str, value: int) -> None:
+    """Raise ValueError unless ``value`` fits an unsigned 64-bit field."""
+    if not 0 <= value <= _U64_MAX:
+        raise ValueError(f"{name} must be between 0 and 2**64-1, got {value}")
