@@ -292,10 +292,28 @@ class Journal:
                     break
         return out
 
+    def read_sound(
+        self, after_txid: int, limit: int, max_txid: int | None = None
+    ) -> tuple[list[Record], CorruptRecord | None]:
+        """Like :meth:`read`, but return the sound records before a damaged one together
+        with the error, instead of raising and losing them."""
+        try:
+            return self.read(after_txid, limit, max_txid), None
+        except CorruptRecord as exc:
+            if exc.txid is not None and exc.txid > after_txid + 1:
+                return self.read(after_txid, exc.txid - after_txid - 1), exc
+            return [], exc
+
     def iter_records(self, after_txid: int = 0, chunk: int = 4096) -> Iterator[Record]:
         """Every record after ``after_txid`` in txid order, read in short transactions."""
         while True:
-            batch = self.read(after_txid, chunk)
+            try:
+                batch = self.read(after_txid, chunk)
+            except CorruptRecord as exc:
+                # hand out the sound records before the damaged one, then report it
+                if exc.txid is not None and exc.txid > after_txid + 1:
+                    yield from self.read(after_txid, exc.txid - after_txid - 1)
+                raise
             if not batch:
                 return
             yield from batch

@@ -162,11 +162,11 @@ class Client:
                 await event.wait()
         finally:
             self._waiting.pop(cid, None)
-        if self.closed is not None and len(acks) < wait:
-            raise ConnectionLost(f"connection closed while waiting for {header['c']}: {self.closed}")
         for ack in acks:
             if ack.get("status") == "failure":
                 raise CommandError(header["c"], ack)
+        if self.closed is not None and len(acks) < wait:
+            raise ConnectionLost(f"connection closed while waiting for {header['c']}: {self.closed}")
         return acks
 
     async def _reader(self) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from amps_py import events
-from txlog import CorruptRecord, Journal, Record
+from txlog import CorruptRecord, Journal
 
 from .bookmark_spec import BookmarkSpec, Point
 
@@ -79,25 +79,30 @@ def _plan(journal: Journal, spec: BookmarkSpec, last_txid: int, not_found: str) 
     return start, end
 
 
+def plan_replay(
+    journal: Journal, spec: BookmarkSpec, committed_txid: int, not_found: str
+) -> tuple[int, int | None]:
+    """Where a replay starts (exclusive txid) and ends (inclusive txid or None).
+
+    Runs in the session's handler, before the processed ack, so a bookmark that is not
+    found with ``bookmark_not_found=fail`` fails the subscribe command itself. Cheap:
+    index lookups plus at most one time-index step of records.
+
+    Raises:
+        BookmarkNotFound: none of the bookmarks is in the journal and not_found is fail.
+    """
+    return _plan(journal, spec, committed_txid, not_found)
+
+
 async def run_replay(
-    session: Session, sub: Subscription, spec: BookmarkSpec, not_found: str, cid: Any
+    session: Session, sub: Subscription, cursor: int, end: int | None, cid: Any
 ) -> None:
-    """Replay ``sub`` from its bookmark, then make it live (or end it, for a range)."""
+    """Replay ``sub`` after txid ``cursor``, then make it live (or end it at ``end``)."""
     instance = session.instance
     journal = instance.journal
     assert journal is not None
     writer = instance.writer
     assert writer is not None
-    try:
-        cursor, end = await trio.to_thread.run_sync(
-            _plan, journal, spec, writer.committed_txid, not_found
-        )
-    except BookmarkNotFound:
-        session.subscription_failed(
-            sub, cid, "bookmark not found",
-            "none of the bookmarks is in this instance's journal (bookmark_not_found=fail)",
-        )
-        return
     completed_header: dict[str, Any] = {"cid": cid} if cid is not None else {}
     try:
         while True:
@@ -119,9 +124,12 @@ async def run_replay(
                 # a range whose end lies in the future: wait for new commits
                 await instance.wait_for_commit(cursor)
                 continue
-            batch: list[Record] = await trio.to_thread.run_sync(
-                journal.read, cursor, REPLAY_BATCH, limit
+            batch, damage = await trio.to_thread.run_sync(
+                journal.read_sound, cursor, REPLAY_BATCH, limit
             )
+            if damage is not None:
+                instance.deliver_replay(sub, batch)
+                raise damage
             if not batch:
                 cursor = limit
                 continue

@@ -25,9 +25,10 @@ import trio
 
 from amps_py import events
 from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, encode_frame
-from txlog import publisher_hash
+from txlog import CorruptRecord, publisher_hash
 
 from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
+from .replay import BookmarkNotFound, plan_replay, run_replay
 from .subscriptions import BadTopic, Subscription, compile_topic
 
 if TYPE_CHECKING:
@@ -41,6 +42,14 @@ REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
 #: how often bookmark subscriptions that asked for persisted acks get one
 PERSISTED_ACK_INTERVAL: Final = 1.0
 SERVER_VERSION: Final = "amps-py-0.1.0"
+
+
+class Disconnect(Exception):
+    """Raised by a handler to end the session after the queued output is flushed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class CommandFailed(Exception):
@@ -177,11 +186,17 @@ class Session:
                     extra=events.extra(events.CLIENT_PROTOCOL_ERROR),
                 )
                 self.instance.stats_protocol_errors += 1
-                self.close(exc.reason)
-                # let the sender flush what was already queued (acks for earlier frames)
-                with trio.move_on_after(0.5):
-                    await self._wait_drained(0)
-                return
+                reason = exc.reason
+            except Disconnect as exc:
+                reason = exc.reason
+            else:
+                continue
+            if not self.close_reason:
+                self.close_reason = reason
+            # let the sender flush what was already queued (acks, the failure ack)
+            with trio.move_on_after(1):
+                await self._wait_drained(0)
+            return
 
     def _handlers(self) -> dict[str, Callable[[Frame], None]]:
         return {
@@ -233,7 +248,7 @@ class Session:
             ),
             force=True,
         )
-        self.close("logon required")
+        raise Disconnect("logon required")
 
     # ---------------------------------------------------------------- output
     def send(self, data: bytes) -> None:
@@ -246,16 +261,17 @@ class Session:
         self.send(encode_frame(header, payload))
 
     async def _send_loop(self) -> None:
+        """Write queued bytes; ``out_bytes`` counts queued plus in-flight bytes."""
         stream = self.stream
         while True:
             if not self._out:
-                self._drained.set()
                 self._wake = trio.Event()
                 await self._wake.wait()
             data = b"".join(self._out)
             self._out.clear()
-            self.out_bytes = 0
             await stream.send_all(data)
+            self.out_bytes -= len(data)
+            self._drained.set()
 
     async def _wait_drained(self, high_water: int) -> None:
         while self.out_bytes > high_water:
@@ -346,8 +362,7 @@ class Session:
                 ),
                 force=True,
             )
-            self.close("auth")
-            return
+            raise Disconnect("auth")
         user = str(header.get("user_id", "")) or name
         refusal = self.instance.claim_client_name(self, name, user)
         if refusal:
@@ -359,8 +374,7 @@ class Session:
                 extra=events.extra(events.CLIENT_LOGON_FAILED),
             )
             self._fail(header, CommandFailed("name in use", refusal), force=True)
-            self.close("name in use")
-            return
+            raise Disconnect("name in use")
         self.client_name = name
         self.user_id = user
         self.pub_hash = publisher_hash(name) if name else 0
@@ -488,14 +502,22 @@ class Session:
             raise CommandFailed(
                 "invalid options", "bookmark_not_found must be epoch, now or fail"
             )
+        assert instance.writer is not None and instance.journal is not None
+        try:
+            start, end = plan_replay(instance.journal, spec, instance.writer.committed_txid, not_found)
+        except BookmarkNotFound:
+            raise CommandFailed(
+                "bookmark not found",
+                "none of the bookmarks is in this instance's journal (bookmark_not_found=fail)",
+            ) from None
+        except CorruptRecord as exc:
+            raise CommandFailed("journal corrupt", str(exc)) from None
         self.subscriptions[sub.sub_id] = sub
         instance.registry.add(sub)
         if "processed" in sub.acks:
             self._ack(header, "processed", sub_id=sub.sub_id)
         assert self._nursery is not None
-        from .replay import run_replay
-
-        self._nursery.start_soon(run_replay, self, sub, spec, not_found, header.get("cid"))
+        self._nursery.start_soon(run_replay, self, sub, start, end, header.get("cid"))
         if "persisted" in sub.acks:
             self._nursery.start_soon(self._bookmark_persisted_acks, sub)
 

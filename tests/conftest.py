@@ -1,0 +1,21 @@
+"""Shared fixtures: real instances in real processes (see harness.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import ServerProcess, start_instance
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A running instance journaling every json topic, on a free port."""
+    server = start_instance(tmp_path, "inst")
+    try:
+        yield server
+    finally:
+        if server.alive:
+            server.stop()

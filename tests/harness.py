@@ -1,0 +1,217 @@
+"""Test harness: real amps-py instances as real processes, and pollers.
+
+- :func:`free_port` picks a port the OS says is free (kept across restarts, so a
+  restarted instance comes back on the same address).
+- :func:`write_config` writes a real AMPS-style XML config.
+- :class:`ServerProcess` starts ``python -m amps_py serve --config ... --ready-file ...``,
+  waits for the ready file (no sleeps), and can ``stop`` (SIGTERM), ``kill`` (SIGKILL)
+  and ``restart``.
+- :func:`wait_until` polls a function that returns what is still wrong (or ``None``)
+  and fails with that text at the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(
+    directory: Path,
+    name: str,
+    port: int,
+    *,
+    topics: tuple[tuple[str, str], ...] = ((".*", "json"),),
+    journal: bool = True,
+    extra_transport: str = "",
+    extra: str = "",
+    max_message_size: str | None = None,
+) -> Path:
+    """Write ``<directory>/<name>.xml`` for an instance with one client transport."""
+    directory.mkdir(parents=True, exist_ok=True)
+    topic_xml = "".join(
+        f"<Topic><Name>{n}</Name><MessageType>{m}</MessageType></Topic>" for n, m in topics
+    )
+    txlog = (
+        f"<TransactionLog><JournalDirectory>{directory / (name + '-journal')}</JournalDirectory>"
+        f"{topic_xml}</TransactionLog>"
+        if journal
+        else ""
+    )
+    mms = f"<MaxMessageSize>{max_message_size}</MaxMessageSize>" if max_message_size else ""
+    xml = f"""<?xml version="1.0"?>
+<AMPSConfig>
+  <Name>{name}</Name>
+  <Transports>
+    <Transport>
+      <Name>json-tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:{port}</InetAddr>
+      <Protocol>amps</Protocol><MessageType>json</MessageType>{mms}
+    </Transport>
+    {extra_transport}
+  </Transports>
+  {txlog}
+  <Logging>
+    <Target><Protocol>file</Protocol><FileName>{directory / (name + ".log")}</FileName><Level>info</Level></Target>
+  </Logging>
+  {extra}
+</AMPSConfig>
+"""
+    path = directory / f"{name}.xml"
+    path.write_text(xml)
+    return path
+
+
+def wait_until_sync(
+    check: Callable[[], str | None], timeout: float, interval: float = 0.02
+) -> None:
+    """Poll ``check`` (returns what is still wrong, or None) until None or the deadline."""
+    deadline = time.monotonic() + timeout
+    problem = check()
+    while problem is not None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout} s still: {problem}")
+        time.sleep(interval)  # polling interval of a condition, not a synchronisation sleep
+        problem = check()
+
+
+async def wait_until(
+    check: Callable[[], str | None], timeout: float, interval: float = 0.02
+) -> None:
+    """Async twin of :func:`wait_until_sync`."""
+    deadline = trio.current_time() + timeout
+    problem = check()
+    while problem is not None:
+        if trio.current_time() > deadline:
+            raise AssertionError(f"after {timeout} s still: {problem}")
+        await trio.sleep(interval)
+        problem = check()
+
+
+class ServerProcess:
+    """One amps-py instance in its own process, started from a config file."""
+
+    def __init__(self, config: Path, workdir: Path, port: int, name: str) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.port = port
+        self.name = name
+        self.ready_file = workdir / f"{name}.ready.json"
+        self.output = workdir / f"{name}.out"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def uri(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}/amps/json"
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.workdir / f"{self.name}-journal"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self, timeout: float = 30) -> ServerProcess:
+        self.ready_file.unlink(missing_ok=True)
+        out = open(self.output, "ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "amps_py",
+                "serve",
+                "--config",
+                str(self.config),
+                "--ready-file",
+                str(self.ready_file),
+            ],
+            cwd=self.workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        out.close()
+        self.starts += 1
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        def check() -> str | None:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"instance {self.name} exited with {self.proc.returncode} before it was "
+                    f"ready; output:\n{self.tail()}"
+                )
+            if not self.ready_file.exists():
+                return f"instance {self.name} has not written {self.ready_file.name}"
+            return None
+
+        wait_until_sync(check, timeout)
+        return dict(json.loads(self.ready_file.read_text()))
+
+    def tail(self, n: int = 40) -> str:
+        text = ""
+        for f in (self.output, self.log_file):
+            if f.exists():
+                text += (
+                    f"--- {f.name}\n"
+                    + "\n".join(f.read_text(errors="replace").splitlines()[-n:])
+                    + "\n"
+                )
+        return text
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs (crash test)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(
+                    f"instance {self.name} ignored SIGTERM; output:\n{self.tail()}"
+                ) from None
+        return self.proc.returncode
+
+    def restart(self, timeout: float = 30) -> ServerProcess:
+        self.stop()
+        return self.start(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def start_instance(tmp_path: Path, name: str = "inst", **config_kwargs: Any) -> ServerProcess:
+    port = free_port()
+    cfg = write_config(tmp_path, name, port, **config_kwargs)
+    return ServerProcess(cfg, tmp_path, port, name).start()
