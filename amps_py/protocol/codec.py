@@ -204,8 +204,8 @@ class FrameDecoder:
         """Bytes received but not yet returned as frames."""
         return len(self._buffer)
 
-    def receive_data(self, data: bytes) -> None:
-        """Add bytes read from the peer."""
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add bytes read from the peer (``trio``'s ``receive_some`` may give a bytearray)."""
         if self._error is not None:
             raise self._error
         self._buffer += data

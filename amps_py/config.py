@@ -1,0 +1,1788 @@
+"""AMPS-style XML configuration -> frozen option objects.
+
+An instance is configured with the same XML that AMPS uses (``<AMPSConfig>`` with
+``Name``, ``Transports``, ``TransactionLog``, ``Logging``, ...). :func:`load_config` and
+:func:`parse_config` turn such a file into an :class:`InstanceConfig`, a tree of frozen
+dataclasses that the rest of amps-py reads and never changes.
+
+Loading happens in one pass that collects every problem before reporting, the way
+nats-server's ``processConfigFile`` does, so an operator fixes a file in one round:
+
+1. Parse the XML (a file that is not well-formed stops here, with the parser's line).
+2. Substitute ``${VAR}`` in element text from the environment (or the ``environ``
+   mapping), plus the built-ins ``AMPS_CONFIG_DIRECTORY``, ``AMPS_CONFIG_PATH`` and
+   ``AMPS_VERSION``. An undefined variable is a problem, reported with its line.
+3. Walk the tree against a model read from ``config/amps.xsd``: unknown, misspelt,
+   wrongly-cased, misplaced, repeated and missing elements, and values outside an
+   enumeration, each with a suggestion (difflib) where one is close. Elements that AMPS
+   has but amps-py does not support yet are named as such (see
+   :data:`UNSUPPORTED_AMPS_ELEMENTS`).
+4. Convert values (units, addresses, regexes) and run the checks the schema cannot
+   express (duplicate transports, ranges, a file log target without a file name, ...).
+5. Validate with the XSD itself as a backstop; anything it finds that steps 3-4 did not
+   already report is translated into a plain sentence.
+
+Every problem is a :class:`ConfigProblem` carrying the file, line, element path, what is
+wrong and how to fix it; they are raised together as one :class:`ConfigError`.
+
+Adding support for an AMPS element (Replication, Admin, Actions, ...):
+
+* describe it in ``config/amps.xsd`` (the structural checks follow automatically);
+* remove it from :data:`UNSUPPORTED_AMPS_ELEMENTS` (and its values from
+  :data:`UNSUPPORTED_AMPS_VALUES`);
+* add a frozen option class, a ``_build_<section>`` function next to the others and a
+  field on :class:`InstanceConfig`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import importlib.resources.abc
+import ipaddress
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Final, Protocol, cast
+from xml.sax.saxutils import escape as _xml_escape
+
+from lxml import etree
+
+from amps_py import __version__
+from amps_py.units import UnitError, parse_bytes, parse_duration
+
+__all__ = [
+    "DEFAULT_FLUSH_INTERVAL",
+    "DEFAULT_JOURNAL_SIZE",
+    "DEFAULT_MAP_SIZE",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "LOG_LEVELS",
+    "UNSUPPORTED_AMPS_ELEMENTS",
+    "UNSUPPORTED_AMPS_VALUES",
+    "ConfigError",
+    "ConfigProblem",
+    "InstanceConfig",
+    "JournalTopic",
+    "LogTarget",
+    "TransactionLogConfig",
+    "TransportConfig",
+    "default_config",
+    "default_config_xml",
+    "load_config",
+    "parse_config",
+    "schema_path",
+]
+
+# ----------------------------------------------------------------------------- constants
+
+#: Default largest frame a client may send on a transport (AMPS has no documented
+#: default; 16 MiB is far above normal messages and still bounds a hostile sender).
+DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024**2
+#: AMPS documents 100ms as the default FlushInterval, allowed from 1us to 1000ms.
+DEFAULT_FLUSH_INTERVAL: Final = 0.1
+MIN_FLUSH_INTERVAL: Final = 1e-6
+MAX_FLUSH_INTERVAL: Final = 1.0
+#: AMPS's default journal file size. AMPS's minimum is 10MB; amps-py allows smaller
+#: segments so that tests can exercise segment rollover cheaply.
+DEFAULT_JOURNAL_SIZE: Final = 1024**3
+DEFAULT_PREALLOCATED_JOURNAL_FILES: Final = 2
+#: LMDB reserves address space, not disk, for the map: a large default costs nothing
+#: and avoids MapFullError on busy instances.
+DEFAULT_MAP_SIZE: Final = 64 * 1024**3
+#: Below this LMDB has hardly room for its own pages; a smaller map is always a mistake.
+MIN_MAP_SIZE: Final = 1024**2
+#: Instance names prefix files and travel in replication paths; keep them short.
+MAX_NAME_LENGTH: Final = 64
+
+#: AMPS log levels, least severe first. ``none`` disables a target.
+LOG_LEVELS: Final[tuple[str, ...]] = (
+    "developer",
+    "trace",
+    "stats",
+    "info",
+    "warning",
+    "error",
+    "critical",
+    "emergency",
+    "none",
+)
+
+#: Elements AMPS defines that amps-py does not support yet, by the path of the parent
+#: they appear in. A config that uses one gets a clear "not supported yet" problem
+#: instead of "unknown element". Shrink this as features arrive (and add the element to
+#: config/amps.xsd at the same time).
+UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
+    "AMPSConfig": frozenset(
+        {
+            "Actions",
+            "Admin",
+            "Authentication",
+            "ClientMaxCapacity",
+            "ClientMessageAgeLimit",
+            "ConfigCycleDetectionThreshold",
+            "ConfigIncludeCommentDefault",
+            "Entitlement",
+            "Environment",
+            "Include",
+            "MessageDiskLimit",
+            "MessageDiskPath",
+            "MessageMemoryLimit",
+            "MessageTypes",
+            "MiniDumpDirectory",
+            "Modules",
+            "Protocols",
+            "Replication",
+            "RequiredMinimumVersion",
+            "SOW",
+            "SuggestedMinimumVersion",
+            "Tuning",
+            "UserDefinedFunctions",
+        }
+    ),
+    "AMPSConfig/Transports/Transport": frozenset(
+        {
+            "Authentication",
+            "Certificate",
+            "Ciphers",
+            "ClientMaxCapacity",
+            "ClientMessageAgeLimit",
+            "Entitlement",
+            "FileName",
+            "MessageDiskLimit",
+            "MessageDiskPath",
+            "MessageMemoryLimit",
+            "PrivateKey",
+            "TransportFilter",
+        }
+    ),
+    "AMPSConfig/TransactionLog": frozenset(
+        {
+            "BlockSize",
+            "CompressedJournalCacheMemoryLimit",
+            "InactiveClientAckExpiration",
+            "JournalArchiveDirectory",
+            "O_DIRECT",
+        }
+    ),
+}
+
+_AMPS_ONLY_MESSAGE_TYPES = frozenset(
+    {
+        "bflat",
+        "bson",
+        "composite-global",
+        "composite-local",
+        "fix",
+        "msgpack",
+        "nvfix",
+        "protobuf",
+        "struct",
+        "xml",
+    }
+)
+
+#: Values AMPS accepts for an element that amps-py does not support yet, by element path.
+UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
+    "AMPSConfig/Transports/Transport/Type": frozenset(
+        {"tcps", "amps-replication", "amps-replication-secure", "amps-unix"}
+    ),
+    "AMPSConfig/Transports/Transport/Protocol": frozenset(
+        {"websocket", "fix", "nvfix", "xml", "soap", "fix-session"}
+    ),
+    "AMPSConfig/Transports/Transport/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
+    "AMPSConfig/TransactionLog/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
+    "AMPSConfig/Logging/Target/Protocol": frozenset({"gzip", "syslog"}),
+}
+
+_XS = "{http://www.w3.org/2001/XMLSchema}"
+_AMPSPY_NS = "{urn:amps-py:config}"
+_ROOT = "AMPSConfig"
+_REGEX_METACHARACTERS = frozenset(".^$*+?{}[]\\|()")
+#: journals() caches answers per (topic, message type); topics can be unbounded
+#: (per-order topics), so the cache is dropped when it reaches this size.
+_JOURNAL_CACHE_LIMIT = 65_536
+
+# ------------------------------------------------------------------------------ problems
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with a configuration, located and with a way to fix it.
+
+    Attributes:
+        file: the config file as given to the loader (or ``"<string>"``).
+        line: 1-based line in that file, or ``None`` when no line applies (an
+            unreadable file).
+        element: the element path, e.g. ``AMPSConfig/TransactionLog/Topic``; empty when
+            the problem concerns the file as a whole.
+        message: what is wrong, as a plain sentence.
+        fix: what to change to make it right.
+    """
+
+    file: str
+    line: int | None
+    element: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        head = f"{where}: {self.element}: " if self.element else f"{where}: "
+        end = "" if self.message.endswith((".", "?", "!")) else "."
+        return f"{head}{self.message}{end} Fix: {self.fix}"
+
+
+class ConfigError(Exception):
+    """A configuration could not be loaded; ``problems`` lists every reason at once.
+
+    ``str()`` gives a count header followed by one problem per line, ready to print.
+    """
+
+    def __init__(self, problems: Iterable[ConfigProblem]) -> None:
+        self.problems: tuple[ConfigProblem, ...] = tuple(problems)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        count = len(self.problems)
+        files = sorted({p.file for p in self.problems})
+        noun = "problem" if count == 1 else "problems"
+        header = f"{count} configuration {noun} in {', '.join(files) or '<unknown>'}:"
+        return "\n".join([header, *(f"  {p}" for p in self.problems)])
+
+    def __str__(self) -> str:
+        return self._render()
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[tuple[ConfigProblem, ...]]]:
+        return (type(self), (self.problems,))
+
+
+# ---------------------------------------------------------------------- option objects
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """A client listener (``AMPSConfig/Transports/Transport``).
+
+    Attributes:
+        name: unique within the instance.
+        type: ``tcp`` (the only type amps-py supports so far).
+        host: address to bind; ``0.0.0.0`` when InetAddr is a bare port, an IPv6
+            address without brackets (``::1``) when given as ``[::1]:port``.
+        port: 0 to 65535; 0 asks the OS for a free port, which the server reports.
+        protocol: ``amps`` (``json`` in the XML is accepted as another name for it).
+        message_type: the only message type allowed on this transport, or ``None``
+            for any.
+        max_message_size: the largest frame a client may send, in bytes.
+        enabled: whether the transport listens at start (``InitialState``).
+    """
+
+    name: str
+    type: str
+    host: str
+    port: int
+    protocol: str
+    message_type: str | None
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    enabled: bool = True
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as written in InetAddr, with brackets around IPv6 hosts."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class JournalTopic:
+    """A ``TransactionLog/Topic``: which topics of which message type are journaled.
+
+    ``name`` is a literal topic when it contains no regular-expression metacharacter,
+    otherwise a regular expression that must match the whole topic (``orders`` matches
+    only ``orders``; ``orders.*`` matches ``orders`` and ``orders/new``).
+
+    Raises:
+        re.error: ``name`` has metacharacters but is not a valid regular expression
+            (the loader reports this as a ConfigProblem before constructing one).
+    """
+
+    name: str
+    message_type: str
+    _pattern: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        literal = not (_REGEX_METACHARACTERS & set(self.name))
+        object.__setattr__(self, "_pattern", None if literal else re.compile(self.name))
+
+    def matches(self, topic: str, message_type: str) -> bool:
+        """Whether a message on ``topic`` with ``message_type`` is covered by this entry."""
+        if message_type != self.message_type:
+            return False
+        if self._pattern is None:
+            return topic == self.name
+        return self._pattern.fullmatch(topic) is not None
+
+
+@dataclass(frozen=True)
+class TransactionLogConfig:
+    """The journal (``AMPSConfig/TransactionLog``).
+
+    Attributes:
+        journal_directory: where the LMDB environment lives; relative paths are
+            relative to the server's working directory, as in AMPS.
+        topics: what is journaled; an empty tuple journals nothing.
+        flush_interval: seconds a partial batch may wait before commit (1us..1s).
+        journal_size: target size of one journal segment, in bytes.
+        durability: ``fsync`` (every commit is fsynced before a persisted ack) or
+            ``page-cache`` (not fsynced: survives a process crash, not a power loss;
+            opt-in and reported by the admin status).
+        compression: ``none`` or ``zstd`` (payloads compressed in the journal).
+        map_size: the LMDB map size in bytes, the most the journal can hold.
+        preallocated_journal_files: AMPS's PreallocatedJournalFiles (segments to
+            prepare ahead); accepted for compatibility, at least 1.
+    """
+
+    journal_directory: Path
+    topics: tuple[JournalTopic, ...] = ()
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL
+    journal_size: int = DEFAULT_JOURNAL_SIZE
+    durability: str = "fsync"
+    compression: str = "none"
+    map_size: int = DEFAULT_MAP_SIZE
+    preallocated_journal_files: int = DEFAULT_PREALLOCATED_JOURNAL_FILES
+    _journal_cache: dict[tuple[str, str], bool] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def journals(self, topic: str, message_type: str) -> bool:
+        """Whether messages on ``topic`` with ``message_type`` are written to the journal.
+
+        Answers are cached per (topic, message type), so the publish path pays for the
+        regular expressions once per topic.
+        """
+        key = (topic, message_type)
+        cache = self._journal_cache
+        answer = cache.get(key)
+        if answer is None:
+            answer = any(t.matches(topic, message_type) for t in self.topics)
+            if len(cache) >= _JOURNAL_CACHE_LIMIT:
+                cache.clear()
+            cache[key] = answer
+        return answer
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """One ``AMPSConfig/Logging/Target``.
+
+    Attributes:
+        protocol: ``stdout``, ``stderr`` or ``file``.
+        level: log this level and everything more severe (one of :data:`LOG_LEVELS`);
+            ``none`` logs nothing by level. Defaults to ``info`` when the XML gives
+            neither Level nor Levels, and to ``none`` when it gives only Levels.
+        levels: further individual levels to log.
+        file_name: for ``file``: the name mask (strftime tokens, ``%n`` counter).
+        rotation_threshold: for ``file``: bytes after which the next ``%n`` file starts.
+        include_errors: event codes logged whatever their level (comma list of codes or
+            regular expressions), as written.
+        exclude_errors: event codes never logged (wins over include), as written.
+    """
+
+    protocol: str
+    level: str = "info"
+    levels: tuple[str, ...] = ()
+    file_name: str | None = None
+    rotation_threshold: int | None = None
+    include_errors: str | None = None
+    exclude_errors: str | None = None
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """A whole instance configuration (``AMPSConfig``).
+
+    Attributes:
+        name: the instance name (no path separators, at most 64 characters).
+        group: the replication group; equals ``name`` unless the XML sets Group.
+        description: free text, empty by default.
+        transports: the client listeners, in file order.
+        transaction_log: the journal settings, or ``None`` when not configured.
+        logging: the log targets; empty means nothing is logged.
+        source: the file the config came from, or ``"<embedded default>"``/``"<string>"``.
+        process_name: ``ProcessName`` when given.
+    """
+
+    name: str
+    group: str
+    description: str
+    transports: tuple[TransportConfig, ...]
+    transaction_log: TransactionLogConfig | None
+    logging: tuple[LogTarget, ...]
+    source: str
+    process_name: str | None = None
+
+
+# ------------------------------------------------------------------------ schema model
+
+
+@dataclass(frozen=True)
+class _Decl:
+    """What config/amps.xsd says about one element position (read once, cached)."""
+
+    name: str
+    path: str
+    min_occurs: int
+    max_occurs: int | None  # None: unbounded
+    doc: str
+    children: Mapping[str, _Decl] | None  # None: the element holds a value
+    enumeration: tuple[str, ...] = ()
+    min_length: int = 0
+
+
+def _packaged_schema() -> importlib.resources.abc.Traversable:
+    return importlib.resources.files("amps_py").joinpath("_data").joinpath("amps.xsd")
+
+
+def schema_path() -> Path:
+    """Where amps.xsd is read from: the installed wheel's copy, else the source tree's.
+
+    Wheels carry the schema as ``amps_py/_data/amps.xsd``; a source checkout uses
+    ``config/amps.xsd``.
+    """
+    packaged = _packaged_schema()
+    if packaged.is_file():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[1] / "config" / "amps.xsd"
+
+
+@dataclass(frozen=True)
+class _Schema:
+    xsd: etree.XMLSchema
+    model: _Decl
+    index: Mapping[str, list[_Decl]]
+
+
+@lru_cache(maxsize=1)
+def _schema() -> _Schema:
+    packaged = _packaged_schema()
+    data = packaged.read_bytes() if packaged.is_file() else schema_path().read_bytes()
+    root = etree.fromstring(data)
+    model = _read_model(root)
+    return _Schema(etree.XMLSchema(root), model, _index_model(model))
+
+
+def _occurs(value: str | None, default: int | None) -> int | None:
+    if value is None:
+        return default
+    return None if value == "unbounded" else int(value)
+
+
+def _read_model(schema: etree._Element) -> _Decl:
+    """Build the element tree that the structural walk checks against.
+
+    Understands the subset of XSD that amps.xsd uses: global named complex and simple
+    types, inline types, xs:all / xs:sequence / xs:choice (nested too), min/maxOccurs
+    (or ampspy:min/maxOccurs inside an unbounded choice), and the enumeration and
+    minLength facets. Other facets are left to the XSD backstop.
+    """
+    complex_types = {t.get("name"): t for t in schema.iterchildren(f"{_XS}complexType")}
+    simple_types = {t.get("name"): t for t in schema.iterchildren(f"{_XS}simpleType")}
+    groups = {f"{_XS}all", f"{_XS}sequence", f"{_XS}choice"}
+
+    def facets(simple: etree._Element | None) -> tuple[tuple[str, ...], int]:
+        enumeration: tuple[str, ...] = ()
+        min_length = 0
+        while simple is not None:
+            restriction = simple.find(f"{_XS}restriction")
+            if restriction is None:
+                break
+            values = tuple(
+                str(e.get("value")) for e in restriction.iterchildren(f"{_XS}enumeration")
+            )
+            enumeration = enumeration or values
+            length = restriction.find(f"{_XS}minLength")
+            if length is not None:
+                min_length = max(min_length, int(str(length.get("value"))))
+            simple = simple_types.get(restriction.get("base"))
+        return enumeration, min_length
+
+    def documentation(decl: etree._Element) -> str:
+        text = decl.findtext(f"{_XS}annotation/{_XS}documentation") or ""
+        return " ".join(text.split())
+
+    def particles(group: etree._Element) -> Iterable[etree._Element]:
+        for node in group:
+            if node.tag == f"{_XS}element":
+                yield node
+            elif node.tag in groups:
+                yield from particles(node)
+
+    def element(decl: etree._Element, parent_path: str) -> _Decl:
+        name = str(decl.get("name"))
+        path = f"{parent_path}/{name}" if parent_path else name
+        # Children of an unbounded choice carry their real limits as ampspy:* attributes.
+        min_occurs = _occurs(decl.get(f"{_AMPSPY_NS}minOccurs") or decl.get("minOccurs"), 1)
+        max_occurs = _occurs(decl.get(f"{_AMPSPY_NS}maxOccurs") or decl.get("maxOccurs"), 1)
+        type_name = decl.get("type")
+        complex_type = complex_types.get(type_name) if type_name else decl.find(f"{_XS}complexType")
+        doc = documentation(decl)
+        if complex_type is None:
+            simple = simple_types.get(type_name) if type_name else decl.find(f"{_XS}simpleType")
+            enumeration, min_length = facets(simple)
+            return _Decl(
+                name, path, min_occurs or 0, max_occurs, doc, None, enumeration, min_length
+            )
+        children = {
+            str(child.get("name")): element(child, path) for child in particles(complex_type)
+        }
+        return _Decl(name, path, min_occurs or 0, max_occurs, doc, children)
+
+    root = schema.find(f"{_XS}element[@name='{_ROOT}']")
+    if root is None:  # pragma: no cover - the schema ships with the package
+        raise RuntimeError(f"{schema_path()} does not declare <{_ROOT}>")
+    return element(root, "")
+
+
+def _index_model(root: _Decl) -> dict[str, list[_Decl]]:
+    """Where each element name is allowed, for "belongs inside X" hints."""
+    index: dict[str, list[_Decl]] = {}
+
+    def visit(decl: _Decl) -> None:
+        index.setdefault(decl.name, []).append(decl)
+        for child in (decl.children or {}).values():
+            visit(child)
+
+    visit(root)
+    return index
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class _LogEntry(Protocol):
+    """The fields of an lxml error-log entry that the loader reads."""
+
+    line: int
+    level: int
+    message: str
+    path: str | None
+
+
+#: libxml2's error level for errors (warnings are 1, fatal errors 3).
+_LIBXML_ERROR = 2
+
+
+def _log_entries(log: object) -> list[_LogEntry]:
+    """The entries of an lxml error log (typed; lxml-stubs leave the log opaque)."""
+    return list(cast("Iterable[_LogEntry]", log))
+
+
+def _line(el: etree._Element) -> int | None:
+    """The source line of ``el`` (lxml-stubs do not type ``sourceline``)."""
+    return cast("int | None", el.sourceline)
+
+
+def _element_path(el: etree._Element) -> str:
+    names = [str(a.tag) for a in el.iterancestors()][::-1]
+    return "/".join([*names, str(el.tag)])
+
+
+def _child_elements(el: etree._Element) -> list[etree._Element]:
+    return [c for c in el if isinstance(c.tag, str)]
+
+
+def _children(el: etree._Element | None, name: str) -> list[etree._Element]:
+    if el is None:
+        return []
+    return [c for c in el if c.tag == name]
+
+
+def _first(el: etree._Element | None, name: str) -> etree._Element | None:
+    found = _children(el, name)
+    return found[0] if found else None
+
+
+def _closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to ``word`` (ignoring case), or None if none is close."""
+    by_lower = {c.lower(): c for c in candidates}
+    lower = word.lower()
+    match = difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.6)
+    if match:
+        return by_lower[match[0]]
+    # A shortened or extended spelling ("warn", "fsync-always") is close as well.
+    related = [c for c in by_lower if min(len(c), len(lower)) >= 3]
+    related = [c for c in related if c.startswith(lower) or lower.startswith(c)]
+    return by_lower[max(related, key=len)] if related else None
+
+
+def _one_of(values: Iterable[str]) -> str:
+    return ", ".join(values)
+
+
+class _Problems:
+    """Collects problems for one document and remembers which elements are at fault.
+
+    Later phases skip elements that already have a problem, so one mistake is reported
+    once (an undefined ${PORT} is not also reported as a bad port).
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.items: list[ConfigProblem] = []
+        self._faulty: set[etree._Element] = set()
+
+    def add(
+        self,
+        el: etree._Element | None,
+        message: str,
+        fix: str,
+        *,
+        line: int | None = None,
+        element: str | None = None,
+    ) -> None:
+        if el is not None:
+            self._faulty.add(el)
+            line = line if line is not None else _line(el)
+            element = element if element is not None else _element_path(el)
+        self.items.append(ConfigProblem(self.source, line, element or "", message, fix))
+
+    def faulty(self, el: etree._Element | None) -> bool:
+        return el is not None and el in self._faulty
+
+    def covered_lines(self) -> set[int]:
+        """Lines of faulty elements and their ancestors (for de-duplicating XSD errors)."""
+        lines: set[int] = set()
+        for el in self._faulty:
+            for node in (el, *el.iterancestors()):
+                node_line = _line(node)
+                if node_line is not None:
+                    lines.add(node_line)
+        return lines
+
+    def error(self) -> ConfigError:
+        ordered = sorted(self.items, key=lambda p: p.line or 0)
+        return ConfigError(ordered)
+
+
+class _BadValue(Exception):
+    """A value that could not be converted: what is wrong, and how to fix it."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+# -------------------------------------------------------------------- 1. parsing XML
+
+_SYNTAX_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"Opening and ending tag mismatch: (\S+) line (\d+) and (\S+)"),
+        "close <{0}> (opened on line {1}) with </{0}> before </{2}>, "
+        "or correct the misspelt closing tag",
+    ),
+    (
+        re.compile(r"Premature end of data|EndTag: '</' not found|end of data"),
+        "the document ends before every element is closed; add the missing closing tags",
+    ),
+    (
+        re.compile(r"EntityRef|xmlParseEntityRef|entity"),
+        "write & as &amp; and < as &lt; inside values",
+    ),
+    (
+        re.compile(r"[Dd]ouble hyphen within comment|Comment not terminated"),
+        "XML comments cannot contain -- and must end with -->; reword the comment",
+    ),
+    (
+        re.compile(r"Extra content at the end of the document"),
+        "a config has exactly one root element, <AMPSConfig>; put everything inside it",
+    ),
+    (
+        re.compile(r"AttValue|attributes construct error|Couldn't find end of Start Tag"),
+        "check the start tag on this line: quote attribute values and close it with >",
+    ),
+)
+
+
+def _parse_xml(data: bytes, problems: _Problems) -> etree._Element | None:
+    parser = etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        remove_comments=True,
+        remove_pis=True,
+        huge_tree=False,
+    )
+    try:
+        return etree.fromstring(data, parser)
+    except etree.XMLSyntaxError as exc:
+        entries = [e for e in _log_entries(parser.error_log) if e.level >= _LIBXML_ERROR]
+        line: int | None = exc.lineno
+        text = str(exc.msg)
+        if entries:
+            line, text = entries[0].line, entries[0].message.strip()
+        fix = "correct the XML syntax on this line"
+        for pattern, template in _SYNTAX_FIXES:
+            match = pattern.search(text)
+            if match:
+                fix = template.format(*match.groups())
+                break
+        problems.add(None, f"not well-formed XML: {text}", fix, line=line or None, element="")
+        return None
+
+
+# ---------------------------------------------------------- 2. environment variables
+
+_VAR_REF = re.compile(r"\$\{([^}]*)\}")
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _substitute_all(root: etree._Element, values: Mapping[str, str], problems: _Problems) -> None:
+    for el in root.iter():
+        if not isinstance(el.tag, str) or not el.text or "${" not in el.text:
+            continue
+        el.text = _substitute(el, el.text, values, problems)
+
+
+def _substitute(
+    el: etree._Element, text: str, values: Mapping[str, str], problems: _Problems
+) -> str:
+    base_line = _line(el) or 1
+    out: list[str] = []
+    pos = 0
+
+    def report(offset: int, message: str, fix: str) -> None:
+        problems.add(el, message, fix, line=base_line + text.count("\n", 0, offset))
+
+    for match in _VAR_REF.finditer(text):
+        out.append(text[pos : match.start()])
+        pos = match.end()
+        name = match.group(1)
+        if not _VAR_NAME.fullmatch(name):
+            report(
+                match.start(),
+                f"'{match.group(0)}' is not a valid variable reference",
+                "write ${NAME} where NAME uses letters, digits and _ (e.g. ${HOME})",
+            )
+            out.append(match.group(0))
+        elif name not in values:
+            report(
+                match.start(),
+                f"environment variable {name} is not defined (used as ${{{name}}})",
+                f"set {name} in the environment before starting amps-py, "
+                f"or replace ${{{name}}} with a value",
+            )
+            out.append(match.group(0))
+        else:
+            out.append(values[name])
+    rest = text[pos:]
+    unterminated = rest.find("${")
+    if unterminated >= 0:
+        report(
+            pos + unterminated,
+            "'${' starts a variable reference that is never closed",
+            "close the reference with } (e.g. ${HOME})",
+        )
+    out.append(rest)
+    return "".join(out)
+
+
+# ------------------------------------- 3. entities, namespaces and the structural walk
+
+
+def _drop_entity_references(root: etree._Element, problems: _Problems) -> None:
+    """Report and remove references to DTD entities (``&name;``).
+
+    Entities are never expanded: an external one could read any file on the host.
+    The five predefined ones (``&amp;``, ``&lt;``...) and character references are
+    ordinary text and unaffected.
+    """
+    for entity in list(root.iter(etree.Entity)):
+        parent = entity.getparent()
+        if parent is None:  # pragma: no cover - an entity is never the root
+            continue
+        problems.add(
+            parent,
+            f"the entity reference {entity.text} is not supported",
+            f"replace {entity.text} with the value itself, or with ${{VAR}} to take it "
+            "from the environment",
+        )
+        tail = entity.tail or ""
+        previous = entity.getprevious()
+        if previous is None:
+            parent.text = (parent.text or "") + tail
+        else:
+            previous.tail = (previous.tail or "") + tail
+        parent.remove(entity)
+
+
+def _strip_namespaces(root: etree._Element, problems: _Problems) -> None:
+    """Report elements in an XML namespace once, then carry on without namespaces.
+
+    AMPS config elements have no namespace; a stray ``xmlns="..."`` would otherwise
+    make every element unknown.
+    """
+    reported = False
+    for el in root.iter():
+        if not isinstance(el.tag, str) or not el.tag.startswith("{"):
+            continue
+        namespace, _, local = el.tag[1:].partition("}")
+        if not reported:
+            problems.add(
+                el,
+                f"<{local}> is in the XML namespace {namespace!r}, "
+                "but amps-py config elements have no namespace",
+                f"remove the xmlns declaration that puts elements in {namespace!r}",
+                element=local,
+            )
+            reported = True
+        el.tag = local
+
+
+def _check_structure(
+    el: etree._Element, decl: _Decl, problems: _Problems, index: Mapping[str, list[_Decl]]
+) -> None:
+    tag = str(el.tag)
+    for raw_attribute in el.attrib:
+        attribute = str(raw_attribute)
+        problems.add(
+            el,
+            f"attribute {attribute}= is not supported on <{tag}>",
+            f"remove the attribute; settings are written as child elements, e.g. "
+            f"<{tag}><Name>...</Name></{tag}>"
+            if decl.children is not None
+            else "remove the attribute",
+        )
+    kids = _child_elements(el)
+    if decl.children is None:
+        _check_value(el, decl, kids, problems)
+        return
+
+    stray = " ".join(t.strip() for t in [el.text or "", *(k.tail or "" for k in kids)] if t.strip())
+    if stray:
+        problems.add(
+            el,
+            f"<{tag}> contains the text {_snippet(stray)!r}, but it only holds elements",
+            "remove the text, or put it inside the child element it belongs to",
+        )
+
+    seen: dict[str, list[etree._Element]] = {}
+    suggested: set[str] = set()
+    for kid in kids:
+        child_decl = decl.children.get(str(kid.tag))
+        if child_decl is None:
+            suggestion = _unknown_element(kid, decl, problems, index)
+            if suggestion:
+                suggested.add(suggestion)
+            continue
+        seen.setdefault(child_decl.name, []).append(kid)
+        _check_structure(kid, child_decl, problems, index)
+
+    for name, found in seen.items():
+        limit = decl.children[name].max_occurs
+        if limit is not None and len(found) > limit:
+            for extra in found[limit:]:
+                problems.add(
+                    extra,
+                    f"<{name}> is given more than once in <{tag}>",
+                    f"keep one <{name}> (the first is on line {_line(found[0])}) "
+                    "and remove the others",
+                )
+    for name, child_decl in decl.children.items():
+        if len(seen.get(name, ())) < child_decl.min_occurs and name not in suggested:
+            hint = f": {child_decl.doc}" if child_decl.doc else ""
+            problems.add(
+                el,
+                f"<{tag}> is missing the required element <{name}>",
+                f"add <{name}> inside <{tag}>{hint}",
+            )
+
+
+def _snippet(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_value(
+    el: etree._Element, decl: _Decl, kids: list[etree._Element], problems: _Problems
+) -> None:
+    tag = str(el.tag)
+    if kids:
+        problems.add(
+            kids[0],
+            f"<{tag}> holds a value and cannot contain <{kids[0].tag}>",
+            f"remove <{kids[0].tag}> from <{tag}>, or move it to where it belongs",
+        )
+        return
+    if problems.faulty(el):  # e.g. an undefined ${VAR}: already reported
+        return
+    value = (el.text or "").strip()
+    hint = f": {decl.doc}" if decl.doc else ""
+    if decl.min_length and len(value) < decl.min_length:
+        problems.add(el, f"<{tag}> is empty", f"give <{tag}> a value{hint}")
+    elif decl.enumeration and value not in decl.enumeration:
+        accepted = f"use one of: {_one_of(decl.enumeration)}"
+        if value in UNSUPPORTED_AMPS_VALUES.get(decl.path, frozenset()):
+            problems.add(
+                el,
+                f"{tag} {value!r} is recognised by AMPS but not supported by amps-py yet",
+                accepted,
+            )
+            return
+        close = _closest(value, decl.enumeration)
+        suggestion = f"; did you mean {close!r}?" if close else ""
+        problems.add(el, f"{value!r} is not a valid {tag}{suggestion}", accepted)
+
+
+def _unknown_element(
+    kid: etree._Element,
+    parent: _Decl,
+    problems: _Problems,
+    index: Mapping[str, list[_Decl]],
+) -> str | None:
+    """Report a child that the schema does not allow here; return the name suggested."""
+    name = str(kid.tag)
+    parent_tag = parent.name
+    assert parent.children is not None
+    allowed = list(parent.children)
+    unsupported = UNSUPPORTED_AMPS_ELEMENTS.get(parent.path, frozenset())
+    allowed_text = f"elements allowed in <{parent_tag}> are: {_one_of(allowed)}"
+
+    if name in unsupported:
+        problems.add(
+            kid,
+            f"<{name}> is a recognised AMPS element, not supported by amps-py yet; remove it",
+            f"delete <{name}> and its contents; {allowed_text}",
+        )
+        return None
+    same_but_case = {a.lower(): a for a in allowed}.get(name.lower())
+    if same_but_case:
+        problems.add(
+            kid,
+            f"unknown element <{name}>: element names are case-sensitive; "
+            f"did you mean {same_but_case}?",
+            f"rename <{name}> to <{same_but_case}>",
+        )
+        return same_but_case
+    homes = [d for d in index.get(name, []) if d.path != f"{parent.path}/{name}"]
+    if homes:
+        places = " or ".join(f"<{d.path.rpartition('/')[0]}>" for d in homes)
+        problems.add(
+            kid,
+            f"<{name}> is not allowed inside <{parent_tag}>; it belongs inside {places}",
+            f"move <{name}> into {places}",
+        )
+        return None
+    close = _closest(name, allowed)
+    if close:
+        problems.add(
+            kid,
+            f"unknown element <{name}>; did you mean {close}?",
+            f"rename <{name}> to <{close}>",
+        )
+        return close
+    close_unsupported = _closest(name, unsupported)
+    if close_unsupported:
+        problems.add(
+            kid,
+            f"unknown element <{name}>; did you mean {close_unsupported}? That is a "
+            "recognised AMPS element, not supported by amps-py yet",
+            f"remove <{name}>; {allowed_text}",
+        )
+        return None
+    problems.add(
+        kid,
+        f"unknown element <{name}> inside <{parent_tag}>",
+        f"remove it; {allowed_text}",
+    )
+    return None
+
+
+# --------------------------------------------------------------- 4. values and checks
+
+
+def _text(el: etree._Element | None, problems: _Problems) -> str | None:
+    """The stripped text of ``el``; None when absent or already reported as faulty."""
+    if el is None or problems.faulty(el):
+        return None
+    return (el.text or "").strip()
+
+
+def _unit_error(el: etree._Element, exc: UnitError, problems: _Problems) -> None:
+    problems.add(el, f"{exc.text!r} is not a valid {exc.kind} for {el.tag}", exc.accepted)
+
+
+def _duration_value(el: etree._Element, problems: _Problems) -> float | None:
+    """Seconds from a duration element; None (and a problem) when malformed."""
+    text = _text(el, problems)
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except UnitError as exc:
+        _unit_error(el, exc, problems)
+        return None
+
+
+def _bytes_value(el: etree._Element, problems: _Problems) -> int | None:
+    """Bytes from a size element, which must be above 0; None (and a problem) otherwise."""
+    text = _text(el, problems)
+    if text is None:
+        return None
+    try:
+        value = parse_bytes(text)
+    except UnitError as exc:
+        _unit_error(el, exc, problems)
+        return None
+    if value <= 0:
+        problems.add(el, f"{el.tag} must be more than 0 bytes", f"give {el.tag} a size, e.g. 16MB")
+        return None
+    return value
+
+
+def _check_name(el: etree._Element | None, problems: _Problems) -> str | None:
+    """Instance Name/Group rules: no path separators, at most MAX_NAME_LENGTH chars."""
+    text = _text(el, problems)
+    if el is None or not text:
+        return None
+    if "/" in text or "\\" in text:
+        problems.add(
+            el,
+            f"{el.tag} {text!r} contains a path separator; it is used to name files",
+            "use letters, digits, '-', '_' or '.', e.g. "
+            + text.replace("/", "-").replace("\\", "-"),
+        )
+        return None
+    if len(text) > MAX_NAME_LENGTH:
+        problems.add(
+            el,
+            f"{el.tag} is {len(text)} characters long; the limit is {MAX_NAME_LENGTH}",
+            f"shorten {el.tag} to at most {MAX_NAME_LENGTH} characters",
+        )
+        return None
+    return text
+
+
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+_INET_FORMS = "write a port (9007), host:port (127.0.0.1:9007) or [ipv6]:port ([::1]:9007)"
+
+
+def _parse_inet_addr(text: str) -> tuple[str, int]:
+    """Split InetAddr into (host, port); raise _BadValue with a fix when malformed."""
+    if text.startswith("["):
+        match = re.fullmatch(r"\[([^\]]*)\]:(.*)", text)
+        if match is None:
+            raise _BadValue(f"InetAddr {text!r} has an IPv6 address but no :port", _INET_FORMS)
+        host, port_text = match.group(1), match.group(2)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise _BadValue(f"{host!r} is not an IPv6 address", _INET_FORMS) from None
+    elif ":" in text:
+        if text.count(":") > 1:
+            raise _BadValue(
+                f"InetAddr {text!r} looks like an IPv6 address without brackets",
+                "put the address in brackets, e.g. [::1]:9007",
+            )
+        host, _, port_text = text.partition(":")
+        _check_host(host, text)
+    else:
+        host, port_text = "0.0.0.0", text
+    if not port_text.isdigit() or not port_text.isascii():
+        raise _BadValue(f"InetAddr {text!r} has no valid port number", _INET_FORMS)
+    port = int(port_text)
+    if port > 65535:
+        raise _BadValue(
+            f"port {port} is out of range; ports are 0 to 65535",
+            "use a port from 1 to 65535 (or 0 to let the OS pick a free one)",
+        )
+    return host, port
+
+
+def _check_host(host: str, text: str) -> None:
+    if not host:
+        raise _BadValue(f"InetAddr {text!r} has an empty host", _INET_FORMS)
+    labels = host.rstrip(".").split(".")
+    if all(label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise _BadValue(f"{host!r} is not a valid IPv4 address", _INET_FORMS) from None
+    elif len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise _BadValue(f"{host!r} is not a valid host name or address", _INET_FORMS)
+
+
+def _ports_clash(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Whether two listeners cannot both bind (same port, same or wildcard host)."""
+    (host_a, port_a), (host_b, port_b) = a, b
+    if port_a == 0 or port_a != port_b:
+        return False
+    if host_a == host_b:
+        return True
+    v6_a, v6_b = ":" in host_a, ":" in host_b
+    if v6_a != v6_b:
+        return False
+    wildcard = "::" if v6_a else "0.0.0.0"
+    return wildcard in (host_a, host_b)
+
+
+def _build_transports(root: etree._Element, problems: _Problems) -> tuple[TransportConfig, ...]:
+    transports: list[TransportConfig] = []
+    names: dict[str, etree._Element] = {}
+    addresses: list[tuple[tuple[str, int], str, etree._Element]] = []
+    for transport in _children(_first(root, "Transports"), "Transport"):
+        name_el = _first(transport, "Name")
+        name = _text(name_el, problems)
+        if name_el is not None and name:
+            if name in names:
+                problems.add(
+                    name_el,
+                    f"transport name {name!r} is already used by the transport on line "
+                    f"{_line(names[name])}",
+                    "give each Transport a unique Name",
+                )
+                name = None
+            else:
+                names[name] = name_el
+        kind = _text(_first(transport, "Type"), problems)
+
+        inet_el = _first(transport, "InetAddr")
+        inet_text = _text(inet_el, problems)
+        address: tuple[str, int] | None = None
+        if inet_el is not None and inet_text:
+            try:
+                address = _parse_inet_addr(inet_text)
+            except _BadValue as bad:
+                problems.add(inet_el, bad.message, bad.fix)
+        if inet_el is not None and address is not None:
+            for other, other_name, other_el in addresses:
+                if _ports_clash(address, other):
+                    problems.add(
+                        inet_el,
+                        f"InetAddr {inet_text} clashes with transport {other_name!r} on "
+                        f"line {_line(other_el)}, which listens on the same port",
+                        "give each Transport its own port (or port 0 for a free one)",
+                    )
+                    address = None
+                    break
+            else:
+                addresses.append((address, name or "?", inet_el))
+
+        protocol_el = _first(transport, "Protocol")
+        protocol = _text(protocol_el, problems) if protocol_el is not None else "amps"
+        if protocol == "json":  # AMPS accepts json as another name for the amps protocol
+            protocol = "amps"
+        message_type_el = _first(transport, "MessageType")
+        message_type = _text(message_type_el, problems)
+        size_el = _first(transport, "MaxMessageSize")
+        size = _bytes_value(size_el, problems) if size_el is not None else DEFAULT_MAX_MESSAGE_SIZE
+        state_el = _first(transport, "InitialState")
+        state = _text(state_el, problems) if state_el is not None else "enabled"
+
+        if (
+            name is None
+            or kind is None
+            or address is None
+            or protocol is None
+            or (message_type_el is not None and message_type is None)
+            or size is None
+            or state is None
+        ):
+            continue
+        transports.append(
+            TransportConfig(
+                name=name,
+                type=kind,
+                host=address[0],
+                port=address[1],
+                protocol=protocol,
+                message_type=message_type,
+                max_message_size=size,
+                enabled=state == "enabled",
+            )
+        )
+    return tuple(transports)
+
+
+def _build_journal_topic(topic: etree._Element, problems: _Problems) -> JournalTopic | None:
+    name_el = _first(topic, "Name")
+    name = _text(name_el, problems)
+    message_type = _text(_first(topic, "MessageType"), problems)
+    if name_el is None or not name or not message_type:
+        return None
+    try:
+        return JournalTopic(name, message_type)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        problems.add(
+            name_el,
+            f"Topic Name {name!r} is not a valid regular expression: {exc.msg}{where}",
+            "correct the expression, or escape regex characters with a backslash to "
+            "match them literally (e.g. orders\\.new)",
+        )
+        return None
+
+
+def _build_transaction_log(
+    root: etree._Element, problems: _Problems
+) -> TransactionLogConfig | None:
+    log = _first(root, "TransactionLog")
+    if log is None:
+        return None
+    ok = True
+
+    directory = _text(_first(log, "JournalDirectory"), problems)
+    ok &= bool(directory)
+
+    topics: list[JournalTopic] = []
+    for topic_el in _children(log, "Topic"):
+        topic = _build_journal_topic(topic_el, problems)
+        if topic is None:
+            ok = False
+        else:
+            topics.append(topic)
+
+    flush_interval = DEFAULT_FLUSH_INTERVAL
+    flush_el = _first(log, "FlushInterval")
+    if flush_el is not None:
+        value = _duration_value(flush_el, problems)
+        if value is None:
+            ok = False
+        elif not MIN_FLUSH_INTERVAL <= value <= MAX_FLUSH_INTERVAL:
+            problems.add(
+                flush_el,
+                f"FlushInterval {_text(flush_el, problems)} is out of range",
+                "use a value from 1us to 1s, e.g. 100ms (the default)",
+            )
+            ok = False
+        else:
+            flush_interval = float(value)
+
+    journal_size = DEFAULT_JOURNAL_SIZE
+    size_els = _children(log, "JournalSize") + _children(log, "MinJournalSize")
+    if len(size_els) > 1 and {str(e.tag) for e in size_els} == {"JournalSize", "MinJournalSize"}:
+        later = max(size_els, key=lambda e: _line(e) or 0)
+        problems.add(
+            later,
+            "JournalSize and MinJournalSize are the same setting and both are given",
+            "keep only one of <JournalSize> and <MinJournalSize>",
+        )
+        ok = False
+    elif size_els:
+        size = _bytes_value(size_els[0], problems)
+        ok &= size is not None
+        journal_size = size or journal_size
+
+    preallocated = DEFAULT_PREALLOCATED_JOURNAL_FILES
+    prealloc_el = _first(log, "PreallocatedJournalFiles")
+    prealloc_text = _text(prealloc_el, problems)
+    if prealloc_el is not None and prealloc_text is not None:
+        if prealloc_text.isascii() and prealloc_text.isdigit() and int(prealloc_text) >= 1:
+            preallocated = int(prealloc_text)
+        else:
+            problems.add(
+                prealloc_el,
+                f"PreallocatedJournalFiles {prealloc_text!r} is not a whole number of at least 1",
+                "use a whole number such as 2 (the default)",
+            )
+            ok = False
+
+    durability = _optional_choice(log, "Durability", "fsync", problems)
+    compression = _optional_choice(log, "Compression", "none", problems)
+
+    map_size = DEFAULT_MAP_SIZE
+    map_el = _first(log, "MapSize")
+    if map_el is not None:
+        value_bytes = _bytes_value(map_el, problems)
+        if value_bytes is None:
+            ok = False
+        elif value_bytes < MIN_MAP_SIZE:
+            problems.add(
+                map_el,
+                f"MapSize {_text(map_el, problems)} is too small; the minimum is 1MB",
+                "use a size of at least 1MB; the default is 64GB",
+            )
+            ok = False
+        else:
+            map_size = value_bytes
+    if ok and journal_size > map_size and size_els:
+        problems.add(
+            size_els[0],
+            f"{size_els[0].tag} ({journal_size} bytes) is larger than MapSize "
+            f"({map_size} bytes), so one journal segment could never fit",
+            f"lower {size_els[0].tag} or raise MapSize",
+        )
+        ok = False
+
+    if not ok or directory is None or durability is None or compression is None:
+        return None
+    return TransactionLogConfig(
+        journal_directory=Path(directory),
+        topics=tuple(topics),
+        flush_interval=flush_interval,
+        journal_size=journal_size,
+        durability=durability,
+        compression=compression,
+        map_size=map_size,
+        preallocated_journal_files=preallocated,
+    )
+
+
+def _optional_choice(
+    parent: etree._Element, name: str, default: str, problems: _Problems
+) -> str | None:
+    """An enumerated child's value (already checked by the walk), or the default."""
+    el = _first(parent, name)
+    return default if el is None else _text(el, problems)
+
+
+def _split_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _check_code_patterns(el: etree._Element | None, problems: _Problems) -> str | None:
+    text = _text(el, problems)
+    if el is None or text is None:
+        return None
+    for item in _split_list(text):
+        try:
+            re.compile(item)
+        except re.error as exc:
+            problems.add(
+                el,
+                f"{el.tag} entry {item!r} is not a valid regular expression: {exc.msg}",
+                "list event codes separated by commas (e.g. 00-0001,12-1.*); "
+                "each entry is a code or a regular expression",
+            )
+            return None
+    return text
+
+
+def _build_logging(root: etree._Element, problems: _Problems) -> tuple[LogTarget, ...]:
+    targets: list[LogTarget] = []
+    for target in _children(_first(root, "Logging"), "Target"):
+        ok = True
+        protocol = _text(_first(target, "Protocol"), problems)
+        level_el = _first(target, "Level")
+        levels_el = _first(target, "Levels")
+        level = _text(level_el, problems) if level_el is not None else None
+        ok &= level_el is None or level is not None
+        if level is None and level_el is None:
+            level = "none" if levels_el is not None else "info"
+
+        levels: tuple[str, ...] = ()
+        levels_text = _text(levels_el, problems)
+        if levels_el is not None and levels_text:
+            named = _split_list(levels_text)
+            valid = [lvl for lvl in LOG_LEVELS if lvl != "none"]
+            bad = [lvl for lvl in named if lvl not in valid]
+            if bad:
+                close = _closest(bad[0], valid)
+                suggestion = f"; did you mean {close!r}?" if close else ""
+                problems.add(
+                    levels_el,
+                    f"{bad[0]!r} in Levels is not a log level{suggestion}",
+                    f"list levels separated by commas, from: {_one_of(valid)}",
+                )
+                ok = False
+            levels = tuple(dict.fromkeys(named))
+
+        file_el = _first(target, "FileName")
+        file_name = _text(file_el, problems)
+        rotation_el = _first(target, "RotationThreshold")
+        rotation = _bytes_value(rotation_el, problems) if rotation_el is not None else None
+        ok &= rotation_el is None or rotation is not None
+        include = _check_code_patterns(_first(target, "IncludeErrors"), problems)
+        exclude = _check_code_patterns(_first(target, "ExcludeErrors"), problems)
+        ok &= include is not None or _first(target, "IncludeErrors") is None
+        ok &= exclude is not None or _first(target, "ExcludeErrors") is None
+
+        if protocol == "file" and file_el is None:
+            problems.add(
+                target,
+                "a log target with Protocol file needs a <FileName>",
+                "add e.g. <FileName>./logs/amps-%Y%m%d-%n.log</FileName> inside this <Target>",
+            )
+            ok = False
+        if protocol in ("stdout", "stderr"):
+            for el in (file_el, rotation_el):
+                if el is not None:
+                    problems.add(
+                        el,
+                        f"<{el.tag}> only applies to targets with Protocol file, "
+                        f"and this target writes to {protocol}",
+                        f"remove <{el.tag}>, or set <Protocol>file</Protocol>",
+                    )
+                    ok = False
+        if protocol == "file" and rotation_el is not None and file_name and "%n" not in file_name:
+            problems.add(
+                rotation_el,
+                "RotationThreshold is set but FileName has no %n rotation counter, "
+                "so a rotated file would overwrite the previous one",
+                "add %n to FileName, e.g. ./logs/amps-%n.log",
+            )
+            ok = False
+
+        if not ok or protocol is None or level is None:
+            continue
+        targets.append(
+            LogTarget(
+                protocol=protocol,
+                level=level,
+                levels=levels,
+                file_name=file_name if protocol == "file" else None,
+                rotation_threshold=rotation,
+                include_errors=include,
+                exclude_errors=exclude,
+            )
+        )
+    return tuple(targets)
+
+
+def _build_instance(root: etree._Element, source: str, problems: _Problems) -> InstanceConfig:
+    name = _check_name(_first(root, "Name"), problems)
+    group_el = _first(root, "Group")
+    group = _check_name(group_el, problems) if group_el is not None else name
+    description = _text(_first(root, "Description"), problems) or ""
+    process_name = _text(_first(root, "ProcessName"), problems)
+    transports = _build_transports(root, problems)
+    transaction_log = _build_transaction_log(root, problems)
+    logging_targets = _build_logging(root, problems)
+    return InstanceConfig(
+        name=name or "",
+        group=group or "",
+        description=description,
+        transports=transports,
+        transaction_log=transaction_log,
+        logging=logging_targets,
+        source=source,
+        process_name=process_name,
+    )
+
+
+# ------------------------------------------------------------------ 5. XSD backstop
+
+_SCHEMA_MESSAGES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (
+        re.compile(r"This element is not expected\. Expected is one of \( (.*) \)"),
+        "<{element}> is not allowed here",
+        "use one of the elements allowed at this position: {0}",
+    ),
+    (
+        re.compile(r"This element is not expected\. Expected is \( (.*) \)"),
+        "<{element}> is not allowed here",
+        "the element expected at this position is {0}",
+    ),
+    (
+        re.compile(r"This element is not expected"),
+        "<{element}> is not allowed here",
+        "remove it; see config/amps.xsd for the elements allowed here",
+    ),
+    (
+        re.compile(r"Missing child element\(s\)\. Expected is(?: one of)? \( (.*) \)"),
+        "<{element}> is missing a required element",
+        "add one of: {0}",
+    ),
+    (
+        re.compile(
+            r"\[facet 'enumeration'\] The value '(.*)' is not an element of the set \{(.*)\}"
+        ),
+        "{0!r} is not a valid {element}",
+        "use one of: {1}",
+    ),
+    (
+        re.compile(r"\[facet '(?:minLength|length)'\]"),
+        "<{element}> is empty or too short",
+        "give <{element}> a value",
+    ),
+    (
+        re.compile(r"\[facet 'pattern'\] The value '(.*)' is not accepted"),
+        "{0!r} is not in the form <{element}> requires",
+        "see the documentation of <{element}> in config/amps.xsd",
+    ),
+    (
+        re.compile(
+            r"'(.*)' is not a valid value of the (?:atomic|local atomic) type '(?:xs:)?(\w+)'"
+        ),
+        "{0!r} is not a valid {element} (it must be a {1})",
+        "write a {1} value",
+    ),
+    (
+        re.compile(r"attribute '(.*)': The attribute '.*' is not allowed"),
+        "attribute {0}= is not supported on <{element}>",
+        "remove the attribute",
+    ),
+    (
+        re.compile(r"No matching global declaration available for the validation root"),
+        "the root element must be <AMPSConfig>, not <{element}>",
+        "wrap the configuration in <AMPSConfig>...</AMPSConfig>",
+    ),
+    (
+        re.compile(r"Character content other than whitespace is not allowed"),
+        "<{element}> contains text, but it only holds elements",
+        "remove the text, or put it inside the child element it belongs to",
+    ),
+    (
+        re.compile(r"Element content is not allowed, because the content type is a simple"),
+        "<{element}> holds a value and cannot contain elements",
+        "remove the child elements of <{element}>",
+    ),
+)
+
+
+def _translate_schema_error(message: str) -> tuple[str, str]:
+    """Turn one libxml2 schema message into (plain message, fix)."""
+    match = re.match(r"Element '([^']*)'(?:, (attribute '[^']*'))?: ", message)
+    element = match.group(1) if match else "element"
+    if element.startswith("{"):
+        element = element.partition("}")[2]
+    detail = message[match.end() :] if match else message
+    if match and match.group(2):
+        detail = f"{match.group(2)}: {detail}"
+    for pattern, text, fix in _SCHEMA_MESSAGES:
+        found = pattern.search(detail)
+        if found:
+            groups = [g.replace("'", "") if i else g for i, g in enumerate(found.groups())]
+            return (
+                text.format(*groups, element=element),
+                fix.format(*groups, element=element),
+            )
+    return (
+        f"<{element}> does not match the amps-py schema ({detail.rstrip('.')})",
+        "compare with config/amps.xsd or the output of `amps-py config show-default`",
+    )
+
+
+def _schema_path_to_element(path: str | None) -> str:
+    if not path:
+        return ""
+    parts = [re.sub(r"\[\d+\]$", "", p) for p in path.strip("/").split("/")]
+    return "/".join(p.partition("}")[2] if p.startswith("{") else p for p in parts)
+
+
+def _check_schema(root: etree._Element, schema: etree.XMLSchema, problems: _Problems) -> None:
+    try:
+        if schema.validate(root):
+            return
+    except etree.XMLSchemaValidateError as exc:  # pragma: no cover - libxml2 internal error
+        problems.add(
+            None,
+            f"the document could not be checked against config/amps.xsd ({exc})",
+            "simplify the document (no DTD, no entities) and try again",
+            line=None,
+            element="",
+        )
+        return
+    covered = problems.covered_lines()
+    for entry in _log_entries(schema.error_log):
+        if entry.line in covered:
+            continue
+        message, fix = _translate_schema_error(entry.message)
+        problems.add(
+            None,
+            message,
+            fix,
+            line=entry.line or None,
+            element=_schema_path_to_element(entry.path),
+        )
+
+
+# -------------------------------------------------------------------------- entry points
+
+
+def _parse(
+    data: bytes,
+    source: str,
+    environ: Mapping[str, str] | None,
+    config_path: Path | None,
+) -> InstanceConfig:
+    problems = _Problems(source)
+    if not data.strip():
+        problems.add(
+            None,
+            "the configuration is empty",
+            "write an <AMPSConfig> document; `amps-py config show-default` prints one "
+            "to start from",
+            line=1,
+            element="",
+        )
+        raise problems.error()
+    root = _parse_xml(data, problems)
+    if root is None:
+        raise problems.error()
+
+    values = dict(os.environ if environ is None else environ)
+    values["AMPS_CONFIG_DIRECTORY"] = str(config_path.parent if config_path else Path.cwd())
+    values["AMPS_CONFIG_PATH"] = str(config_path) if config_path else source
+    values["AMPS_VERSION"] = __version__
+    _drop_entity_references(root, problems)
+    _strip_namespaces(root, problems)
+    _substitute_all(root, values, problems)
+
+    schema = _schema()
+    if root.tag != _ROOT:
+        tag = str(root.tag)
+        hint = " (element names are case-sensitive)" if tag.lower() == _ROOT.lower() else ""
+        problems.add(
+            root,
+            f"the root element must be <{_ROOT}>, not <{tag}>{hint}",
+            f"rename the root element to <{_ROOT}>",
+        )
+    _check_structure(root, schema.model, problems, schema.index)
+    config = _build_instance(root, source, problems)
+    _check_schema(root, schema.xsd, problems)
+    if problems.items:
+        raise problems.error()
+    return config
+
+
+def parse_config(
+    text: str | bytes,
+    source: str = "<string>",
+    environ: Mapping[str, str] | None = None,
+) -> InstanceConfig:
+    """Parse and validate configuration XML held in memory.
+
+    Args:
+        text: the XML document. ``str`` is parsed as Unicode whatever its encoding
+            declaration says; ``bytes`` honour the declaration (UTF-8 by default).
+        source: the name used in problems (``file:line``) and as ``InstanceConfig.source``.
+        environ: variables for ``${VAR}`` substitution instead of ``os.environ``.
+            ``AMPS_CONFIG_DIRECTORY`` (the working directory here), ``AMPS_CONFIG_PATH``
+            (``source``) and ``AMPS_VERSION`` are always defined and take precedence.
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: with every problem found, each with file, line, element and fix.
+    """
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if isinstance(text, str):
+        # A str has already been decoded: drop any encoding declaration so that lxml
+        # reads the bytes we hand it as the UTF-8 they are.
+        data = re.sub(rb"^(\s*<\?xml[^>]*?)\s+encoding=(['\"])[^'\"]*\2", rb"\1", data)
+    return _parse(data, source, environ, None)
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> InstanceConfig:
+    """Read, parse and validate an AMPS-style configuration file.
+
+    Args:
+        path: the config file. Problems name it as given.
+        environ: variables for ``${VAR}`` substitution instead of ``os.environ``.
+            ``AMPS_CONFIG_DIRECTORY`` (the file's absolute directory),
+            ``AMPS_CONFIG_PATH`` (its absolute path) and ``AMPS_VERSION`` are always
+            defined and take precedence.
+
+    Returns:
+        The validated configuration, with ``source`` set to ``str(path)``.
+
+    Raises:
+        ConfigError: the file cannot be read, or has problems (all of them are listed).
+    """
+    source = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    source,
+                    None,
+                    "",
+                    f"cannot read the configuration file: {reason}",
+                    "check the path and its permissions; `amps-py config show-default` "
+                    "prints a configuration to start from",
+                )
+            ]
+        ) from exc
+    return _parse(data, source, environ, Path(path).resolve())
+
+
+# ------------------------------------------------------------------------------ defaults
+
+_DEFAULT_NAME = "amps-py"
+_DEFAULT_TRANSPORT = "json-tcp"
+_DEFAULT_HOST = "127.0.0.1"
+_DEFAULT_PORT = 9007
+
+
+def default_config(data_dir: Path = Path("amps-data")) -> InstanceConfig:
+    """The configuration used when none is given.
+
+    A standalone instance ``amps-py`` with one transport ``json-tcp`` (tcp, amps
+    protocol, json messages) on 127.0.0.1:9007, a transaction log journaling every json
+    topic into ``data_dir``, and info-level logging to stdout. It is the same
+    configuration as :func:`default_config_xml` describes.
+    """
+    return InstanceConfig(
+        name=_DEFAULT_NAME,
+        group=_DEFAULT_NAME,
+        description="",
+        transports=(
+            TransportConfig(
+                name=_DEFAULT_TRANSPORT,
+                type="tcp",
+                host=_DEFAULT_HOST,
+                port=_DEFAULT_PORT,
+                protocol="amps",
+                message_type="json",
+            ),
+        ),
+        transaction_log=TransactionLogConfig(
+            journal_directory=data_dir,
+            topics=(JournalTopic(".*", "json"),),
+        ),
+        logging=(LogTarget(protocol="stdout", level="info"),),
+        source="<embedded default>",
+    )
+
+
+def default_config_xml(data_dir: str = "./amps-data") -> str:
+    """The default configuration (see :func:`default_config`) as commented XML text.
+
+    ``amps-py config show-default`` prints it; parsing it gives back
+    ``default_config(Path(data_dir))`` (apart from ``source``).
+    """
+    directory = _xml_escape(data_dir)
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!-- amps-py default configuration: one standalone instance.
+     Save this, edit it, and start the server with it. Element names are AMPS's and are
+     case-sensitive; ${{VAR}} is replaced from the environment. -->
+<AMPSConfig>
+  <!-- Unique name of this instance; it prefixes the files the instance creates. -->
+  <Name>{_DEFAULT_NAME}</Name>
+
+  <Transports>
+    <!-- Clients connect here, e.g. tcp://127.0.0.1:{_DEFAULT_PORT}/amps/json -->
+    <Transport>
+      <Name>{_DEFAULT_TRANSPORT}</Name>
+      <Type>tcp</Type>
+      <InetAddr>{_DEFAULT_HOST}:{_DEFAULT_PORT}</InetAddr>
+      <Protocol>amps</Protocol>
+      <MessageType>json</MessageType>
+    </Transport>
+  </Transports>
+
+  <TransactionLog>
+    <!-- The journal (LMDB) lives here. -->
+    <JournalDirectory>{directory}</JournalDirectory>
+    <!-- Record every topic with json messages. -->
+    <Topic>
+      <Name>.*</Name>
+      <MessageType>json</MessageType>
+    </Topic>
+    <!-- Durability defaults to fsync: a persisted ack means the message is on disk. -->
+  </TransactionLog>
+
+  <Logging>
+    <Target>
+      <Protocol>stdout</Protocol>
+      <Level>info</Level>
+    </Target>
+  </Logging>
+</AMPSConfig>
+"""

@@ -1,0 +1,434 @@
+"""AMPS-style logging for the ``amps_py`` logger tree.
+
+:func:`configure_logging` turns the ``Logging/Target`` elements of a configuration
+(:class:`amps_py.config.LogTarget`) into handlers on the ``amps_py`` logger, so that every
+module logs with the standard library (``logging.getLogger(__name__)``) and the operator's
+config decides what goes where. Lines look like AMPS's::
+
+    2024-05-01T14:49:38.344251+02:00 [MainThread] info: 00-0015 instance started
+
+that is ``<local ISO-8601 time, microseconds, UTC offset> [<thread name>] <level>:
+<event code> <text>``. The event code (``CC-NNNN``) is passed as
+``extra={"code": "CC-NNNN"}`` or through :func:`log_event`; records without one show
+``00-0000``.
+
+AMPS levels map onto Python levels so that ``logger.info`` and friends keep working:
+
+=========  ============  =========  ==============
+AMPS       Python        AMPS       Python
+=========  ============  =========  ==============
+developer  5             warning    30 (WARNING)
+trace      10 (DEBUG)    error      40 (ERROR)
+stats      15            critical   50 (CRITICAL)
+info       20 (INFO)     emergency  60
+=========  ============  =========  ==============
+
+Per target, a record is written when its code matches ``ExcludeErrors``: never;
+otherwise when its code matches ``IncludeErrors``, or its level is at or above
+``Level``, or its level is listed in ``Levels``. Nothing is logged unless a target is
+configured (the ``amps_py`` logger does not propagate to the root logger once
+configured).
+
+File targets expand strftime tokens in ``FileName`` when a file is opened and replace
+``%n`` with a rotation counter that starts at ``00000``. With a ``RotationThreshold`` a
+line that would take the current file past the threshold starts the next ``%n`` file
+instead: every line is written whole to exactly one file and none is lost. Files are
+opened for appending, so a restart never truncates an earlier log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from amps_py.config import LogTarget
+
+__all__ = [
+    "DEFAULT_CODE",
+    "LEVELS",
+    "configure_logging",
+    "expand_file_name",
+    "level_name",
+    "level_number",
+    "log_event",
+    "reset_logging",
+]
+
+#: The logger whose tree configure_logging controls.
+ROOT_LOGGER: Final = "amps_py"
+#: The event code shown for records that do not carry one.
+DEFAULT_CODE: Final = "00-0000"
+
+#: AMPS level name -> Python logging level number (``none`` is not a level).
+LEVELS: Final[Mapping[str, int]] = {
+    "developer": 5,
+    "trace": logging.DEBUG,
+    "stats": 15,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "emergency": 60,
+}
+#: A threshold above every level: the target logs nothing by level.
+_NOTHING = 1_000
+
+_CODE = re.compile(r"[0-9A-Za-z]{2}-[0-9A-Za-z]{4}")
+_REGEX_METACHARACTERS = frozenset(".^$*+?{}[]\\|()")
+_FILE_TOKEN = re.compile(r"%([-_0^#]?[A-Za-z%])")
+#: How many earlier %n files a file target steps over when it opens.
+_MAX_SKIPPED_FILES = 100_000
+
+for _name in ("developer", "stats", "emergency"):
+    logging.addLevelName(LEVELS[_name], _name.upper())
+
+_BY_NUMBER: Final = sorted((number, name) for name, number in LEVELS.items())
+
+
+def level_number(name: str) -> int:
+    """The Python level number for an AMPS level name.
+
+    Raises:
+        ValueError: ``name`` is not an AMPS level; the message lists the valid names.
+    """
+    try:
+        return LEVELS[name]
+    except KeyError:
+        raise ValueError(
+            f"{name!r} is not an AMPS log level; use one of: {', '.join(LEVELS)}"
+        ) from None
+
+
+def level_name(number: int) -> str:
+    """The AMPS name for a Python level: the most severe AMPS level at or below it."""
+    name = _BY_NUMBER[0][1]
+    for level, candidate in _BY_NUMBER:
+        if level > number:
+            break
+        name = candidate
+    return name
+
+
+# ---------------------------------------------------------------------------- formatting
+
+
+class AmpsFormatter(logging.Formatter):
+    """Formats records as AMPS log lines (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.fromtimestamp(record.created).astimezone()
+        text = record.getMessage()
+        if record.exc_info:
+            text = f"{text}\n{self.formatException(record.exc_info)}"
+        if record.stack_info:
+            text = f"{text}\n{self.formatStack(record.stack_info)}"
+        code = getattr(record, "code", DEFAULT_CODE)
+        return (
+            f"{stamp.isoformat(timespec='microseconds')} [{record.threadName}] "
+            f"{level_name(record.levelno)}: {code} {text}"
+        )
+
+
+# ------------------------------------------------------------------------------- filters
+
+
+class _CodeMatcher:
+    """IncludeErrors/ExcludeErrors: comma-separated codes or regular expressions.
+
+    An entry without regex metacharacters matches that code exactly; any other entry
+    must match the whole code. Matching ignores case (codes are hexadecimal-ish).
+    """
+
+    def __init__(self, spec: str) -> None:
+        entries = [e.strip() for e in spec.split(",") if e.strip()]
+        self._exact = {e.upper() for e in entries if not (_REGEX_METACHARACTERS & set(e))}
+        self._patterns = [
+            re.compile(e, re.IGNORECASE) for e in entries if _REGEX_METACHARACTERS & set(e)
+        ]
+
+    def __call__(self, code: str) -> bool:
+        return code.upper() in self._exact or any(p.fullmatch(code) for p in self._patterns)
+
+
+class _TargetFilter(logging.Filter):
+    """Decides, per record, whether one target writes it."""
+
+    def __init__(self, target: LogTarget, instance_name: str) -> None:
+        super().__init__()
+        self.threshold = _NOTHING if target.level == "none" else level_number(target.level)
+        self.levels = frozenset(target.levels)
+        self.include = _CodeMatcher(target.include_errors) if target.include_errors else None
+        self.exclude = _CodeMatcher(target.exclude_errors) if target.exclude_errors else None
+        self.instance_name = instance_name
+
+    def lowest_level(self) -> int:
+        """The least severe Python level this target can ever write."""
+        if self.include is not None:
+            return 1
+        candidates = [self.threshold, *(LEVELS[name] for name in self.levels if name in LEVELS)]
+        return min(candidates)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        code = getattr(record, "code", DEFAULT_CODE)
+        if self.exclude is not None and self.exclude(code):
+            return False
+        record.instance = self.instance_name
+        if self.include is not None and self.include(code):
+            return True
+        return record.levelno >= self.threshold or level_name(record.levelno) in self.levels
+
+
+# ------------------------------------------------------------------------------ handlers
+
+
+class _ConsoleHandler(logging.Handler):
+    """Writes to ``sys.stdout`` or ``sys.stderr`` as they are at emit time."""
+
+    def __init__(self, stream_name: str) -> None:
+        super().__init__()
+        self.stream_name = stream_name
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            stream = sys.stdout if self.stream_name == "stdout" else sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+def expand_file_name(mask: str, counter: int, now: float | None = None) -> str:
+    """Expand a log FileName mask.
+
+    Args:
+        mask: the FileName; strftime tokens (``%Y``, ``%m``, ``%d``, ``%H``...) take the
+            local time ``now``; ``%n`` becomes ``counter`` as five digits (``00000``);
+            ``%%`` is a literal ``%``.
+        counter: the rotation counter.
+        now: seconds since the epoch; the current time when ``None``.
+    """
+    local = time.localtime(now)
+
+    def token(match: re.Match[str]) -> str:
+        spec = match.group(1)
+        if spec == "n":
+            return f"{counter:05d}"
+        if spec == "%":
+            return "%"
+        return time.strftime(f"%{spec}", local)
+
+    return _FILE_TOKEN.sub(token, mask)
+
+
+class _RotatingFileHandler(logging.Handler):
+    """A file target: strftime + ``%n`` file names, size-based rotation, whole lines.
+
+    Resource handling: the file is opened when the handler is built (so a bad path fails
+    at configuration time) and closed by :meth:`close`; rotation closes one file before
+    opening the next. Every line is flushed as it is written.
+    """
+
+    def __init__(self, mask: str, threshold: int | None) -> None:
+        super().__init__()
+        self.mask = mask
+        self.threshold = threshold
+        self.counter = 0
+        self.path: Path | None = None
+        self._file: BinaryIO | None = None
+        self._size = 0
+        self._open(resume=True)
+
+    def _open(self, *, resume: bool) -> None:
+        """Open the file for the current counter; on start, resume after earlier runs.
+
+        Resuming moves the counter to the last existing ``%n`` file (and past it when it
+        is already full), so a restart appends after the previous run's lines instead
+        of interleaving with them or truncating them.
+        """
+        if resume and "%n" in self.mask:
+            for _ in range(_MAX_SKIPPED_FILES):
+                if not Path(expand_file_name(self.mask, self.counter + 1)).exists():
+                    break
+                self.counter += 1
+            current = Path(expand_file_name(self.mask, self.counter))
+            if (
+                self.threshold is not None
+                and current.exists()
+                and current.stat().st_size >= self.threshold
+            ):
+                self.counter += 1
+        path = Path(expand_file_name(self.mask, self.counter))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "ab")  # noqa: SIM115 - owned by the handler, closed in close()
+        self._file = handle
+        self._size = os.fstat(handle.fileno()).st_size
+        self.path = path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            data = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+            if (
+                self.threshold is not None
+                and self._size > 0
+                and self._size + len(data) > self.threshold
+            ):
+                self._rotate()
+            if self._file is None:
+                self._open(resume=False)
+            assert self._file is not None
+            self._file.write(data)
+            self._file.flush()
+            self._size += len(data)
+        except Exception:
+            self.handleError(record)
+
+    def _rotate(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.counter += 1
+        self._open(resume=False)
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+        finally:
+            self.release()
+            super().close()
+
+
+# --------------------------------------------------------------------------- configuring
+
+_lock = threading.Lock()
+_installed: list[logging.Handler] = []
+
+
+def _build_handler(target: LogTarget, instance_name: str) -> tuple[logging.Handler, int]:
+    target_filter = _TargetFilter(target, instance_name)
+    handler: logging.Handler
+    if target.protocol == "file":
+        if not target.file_name:
+            raise ValueError("a file log target needs a FileName")
+        handler = _RotatingFileHandler(target.file_name, target.rotation_threshold)
+    elif target.protocol in ("stdout", "stderr"):
+        handler = _ConsoleHandler(target.protocol)
+    else:
+        raise ValueError(
+            f"log target protocol {target.protocol!r} is not supported; use stdout, stderr or file"
+        )
+    handler.set_name(f"{ROOT_LOGGER}:{instance_name}:{target.protocol}")
+    handler.setLevel(logging.NOTSET)
+    handler.addFilter(target_filter)
+    handler.setFormatter(AmpsFormatter())
+    return handler, target_filter.lowest_level()
+
+
+def configure_logging(targets: Sequence[LogTarget], instance_name: str) -> None:
+    """Send the ``amps_py`` logger tree to ``targets``, replacing earlier targets.
+
+    Args:
+        targets: the configured log targets; an empty sequence logs nothing.
+        instance_name: the instance's Name; it names the handlers and is set as
+            ``record.instance`` on every record a target writes.
+
+    Resource handling: handlers installed by an earlier call are removed and closed
+    (their files too). The new files are opened before anything is replaced, so if one
+    cannot be opened the earlier configuration stays in place.
+
+    Raises:
+        OSError: a log file (or its directory) cannot be created or opened; the
+            message names the path.
+        ValueError: a target is inconsistent (a file target without a file name, an
+            unknown protocol or level); targets from ``load_config`` never are.
+    """
+    built: list[tuple[logging.Handler, int]] = []
+    try:
+        for target in targets:
+            built.append(_build_handler(target, instance_name))
+    except BaseException:
+        for handler, _ in built:
+            handler.close()
+        raise
+    logger = logging.getLogger(ROOT_LOGGER)
+    with _lock:
+        _remove_installed(logger)
+        handlers = [handler for handler, _ in built] or [logging.NullHandler()]
+        for handler in handlers:
+            logger.addHandler(handler)
+        _installed.extend(handlers)
+        logger.setLevel(min((lowest for _, lowest in built), default=_NOTHING))
+        logger.propagate = False
+
+
+def reset_logging() -> None:
+    """Undo :func:`configure_logging`: remove and close its handlers, propagate again.
+
+    Meant for tests and for embedding amps-py in a program that logs its own way.
+    """
+    logger = logging.getLogger(ROOT_LOGGER)
+    with _lock:
+        _remove_installed(logger)
+        logger.setLevel(logging.NOTSET)
+        logger.propagate = True
+
+
+def _remove_installed(logger: logging.Logger) -> None:
+    for handler in _installed:
+        logger.removeHandler(handler)
+        handler.close()
+    _installed.clear()
+
+
+# ------------------------------------------------------------------------------- events
+
+
+def _field_text(value: object) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if text and not re.search(r"[\s=\"'\\]", text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def log_event(
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    level: str,
+    code: str,
+    message: str,
+    **fields: object,
+) -> None:
+    """Log one event with an AMPS level and event code.
+
+    ``fields`` are appended as ``key=value`` (values with spaces or quotes are quoted
+    as JSON strings) and also attached to the record as ``record.fields``.
+
+    Example::
+
+        log_event(log, "info", "11-0001", "listening", transport="json-tcp", port=9007)
+        # ... info: 11-0001 listening transport=json-tcp port=9007
+
+    Raises:
+        ValueError: ``level`` is not an AMPS level name, or ``code`` is not of the
+            form ``CC-NNNN``.
+    """
+    number = level_number(level)
+    if not _CODE.fullmatch(code):
+        raise ValueError(f"event code {code!r} must have the form CC-NNNN, e.g. 00-0001")
+    if not logger.isEnabledFor(number):
+        return
+    text = message
+    if fields:
+        text += " " + " ".join(f"{key}={_field_text(value)}" for key, value in fields.items())
+    logger.log(number, "%s", text, extra={"code": code, "fields": fields}, stacklevel=2)

@@ -1,0 +1,159 @@
+"""Layout guard: the sans-IO packages import no trio and no socket.
+
+``amps_py.protocol`` (and ``amps_py.filters`` and the top-level ``txlog`` journal
+library) must stay usable without an event loop or a network: bytes in, objects
+out. Two checks keep it that way:
+
+* a static one that reads every module's source with :mod:`ast` and looks at its
+  ``import`` statements (so it works on packages that do not import cleanly yet,
+  and skips packages that do not exist yet);
+* a dynamic one that imports ``amps_py.protocol`` in a fresh interpreter and
+  looks at ``sys.modules``, which also catches imports made indirectly.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: package directory -> dotted package name, for every package that must stay sans-IO.
+SANS_IO_PACKAGES = {
+    ROOT / "amps_py" / "protocol": "amps_py.protocol",
+    ROOT / "amps_py" / "filters": "amps_py.filters",
+    ROOT / "txlog": "txlog",
+}
+
+#: top-level modules a sans-IO package must not import, with why.
+FORBIDDEN = {
+    "trio": "I/O and scheduling belong in amps_py.server / amps_py.client",
+    "socket": "the codec gets bytes from its caller; it never owns a connection",
+}
+
+
+def _module_name(package: str, package_dir: Path, path: Path) -> str:
+    parts = list(path.relative_to(package_dir).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([package, *parts])
+
+
+def _imported_modules(path: Path, module: str) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, as (line, absolute dotted name).
+
+    Relative imports are resolved against ``module``; string arguments of
+    ``__import__(...)`` and ``importlib.import_module(...)`` count too.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+            else:
+                anchor = module.split(".")
+                drop = node.level - 1 if is_package else node.level
+                anchor = anchor[: len(anchor) - drop] if drop else anchor
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            found.append((node.lineno, base))
+            # "from x import y" may import the submodule x.y.
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            )
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def _existing_packages() -> list[tuple[Path, str]]:
+    return [
+        (path, name)
+        for path, name in SANS_IO_PACKAGES.items()
+        if path.is_dir() and any(path.rglob("*.py"))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("package_dir", "package"),
+    [pytest.param(path, name, id=name) for path, name in SANS_IO_PACKAGES.items()],
+)
+def test_sans_io_sources_import_no_trio_or_socket(package_dir: Path, package: str) -> None:
+    if not package_dir.is_dir() or not any(package_dir.rglob("*.py")):
+        pytest.skip(f"{package} does not exist yet")
+    problems = []
+    for path in sorted(package_dir.rglob("*.py")):
+        module = _module_name(package, package_dir, path)
+        for line, imported in _imported_modules(path, module):
+            top = imported.split(".", 1)[0]
+            if top in FORBIDDEN:
+                rel = path.relative_to(ROOT)
+                problems.append(f"{rel}:{line} imports {imported}: {FORBIDDEN[top]}")
+    assert not problems, "sans-IO package imports I/O modules:\n" + "\n".join(problems)
+
+
+def test_import_scanner_sees_every_import_form(tmp_path: Path) -> None:
+    """The static check is only as good as its parser; pin down what it catches."""
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "import os, trio.lowlevel\n"
+        "from socket import socketpair\n"
+        "from . import sibling\n"
+        "from ..server import session\n"
+        "import importlib\n"
+        "def f():\n"
+        "    import socket as s\n"
+        "    return __import__('trio'), importlib.import_module('ssl')\n"
+    )
+    found = {name for _, name in _imported_modules(source, "amps_py.protocol.mod")}
+    assert {
+        "os",
+        "trio.lowlevel",
+        "socket",
+        "socket.socketpair",
+        "amps_py.protocol",
+        "amps_py.protocol.sibling",
+        "amps_py.server.session",
+        "trio",
+        "ssl",
+    } <= found
+
+
+def test_sans_io_packages_known() -> None:
+    """The protocol package exists; the others are checked once they appear."""
+    names = [name for _, name in _existing_packages()]
+    assert "amps_py.protocol" in names
+
+
+def test_importing_protocol_loads_no_trio_or_socket() -> None:
+    """Import in a fresh interpreter so modules other tests loaded do not count."""
+    code = (
+        "import sys, amps_py.protocol\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(FORBIDDEN)!r})\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.strip()
+    assert loaded == "", f"importing amps_py.protocol loaded {loaded}"
