@@ -1,11 +1,11 @@
 """The ``amps-py`` command. Thin: every subcommand calls a library API.
 
-    amps-py serve [--config FILE]          run an instance (embedded default without FILE)
-    amps-py config check FILE              validate a config without starting
-    amps-py config show-default            print the embedded default config
-    amps-py txlog info|dump|verify PATH    inspect a journal directory
-    amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
-    amps-py subscribe URI TOPIC            print messages as JSON lines
+amps-py serve [--config FILE]          run an instance (embedded default without FILE)
+amps-py config check FILE              validate a config without starting
+amps-py config show-default            print the embedded default config
+amps-py txlog info|dump|verify PATH    inspect a journal directory
+amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
+amps-py subscribe URI TOPIC            print messages as JSON lines
 """
 
 from __future__ import annotations
@@ -37,12 +37,25 @@ def main() -> None:
 
 # ---------------------------------------------------------------------------- serve
 @main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="AMPS-style XML config; without it the embedded default runs.")
-@click.option("--data-dir", default="amps-data", show_default=True,
-              help="Journal directory of the embedded default (ignored with --config).")
-@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
-              help="Write {name, pid, transports: {name: port}} as JSON here once listening.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="AMPS-style XML config; without it the embedded default runs.",
+)
+@click.option(
+    "--data-dir",
+    default="amps-data",
+    show_default=True,
+    help="Journal directory of the embedded default (ignored with --config).",
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write {name, pid, transports: {name: port}} as JSON here once listening.",
+)
 def serve(config_path: str | None, data_dir: str, ready_file: str | None) -> None:
     """Run an instance until SIGTERM or Ctrl-C.
 
@@ -116,7 +129,10 @@ def config_check(path: str) -> None:
         _fail(f"cannot read {path}: {exc.strerror or exc}", 2)
     transports = ", ".join(f"{t.name}={t.host}:{t.port}" for t in cfg.transports)
     journal = cfg.transaction_log.journal_directory if cfg.transaction_log else "none"
-    click.echo(f"{path}: OK — instance {cfg.name} (group {cfg.group}); transports {transports}; journal {journal}")
+    click.echo(
+        f"{path}: OK — instance {cfg.name} (group {cfg.group}); "
+        f"transports {transports}; journal {journal}"
+    )
 
 
 @config.command("show-default")
@@ -202,16 +218,22 @@ def _client_name(name: str | None, role: str) -> str:
 @click.argument("uri")
 @click.argument("topic")
 @click.argument("data", required=False)
-@click.option("--file", "file_", type=click.File("rb"), help="Publish each line of FILE ('-' = stdin).")
+@click.option(
+    "--file", "file_", type=click.File("rb"), help="Publish each line of FILE ('-' = stdin)."
+)
 @click.option("--name", default=None, help="Client name (identifies the publisher).")
 @click.option("--timeout", type=float, default=30, show_default=True)
-def publish(uri: str, topic: str, data: str | None, file_: Any, name: str | None, timeout: float) -> None:
+def publish(
+    uri: str, topic: str, data: str | None, file_: Any, name: str | None, timeout: float
+) -> None:
     """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted."""
     from amps_py.client import AMPSError, BadURI, open_client
 
     if data is None and file_ is None:
         _fail("give DATA or --file FILE")
-    payloads = [data.encode()] if data is not None else [ln.rstrip(b"\r\n") for ln in file_ if ln.strip()]
+    payloads = (
+        [data.encode()] if data is not None else [ln.rstrip(b"\r\n") for ln in file_ if ln.strip()]
+    )
 
     async def run() -> tuple[int, int]:
         async with open_client(uri, _client_name(name, "publish"), timeout=timeout) as client:
@@ -231,16 +253,31 @@ def publish(uri: str, topic: str, data: str | None, file_: Any, name: str | None
 @main.command()
 @click.argument("uri")
 @click.argument("topic")
-@click.option("--filter", "filter_", default=None, help="Content filter, e.g. \"/qty > 10\".")
-@click.option("--bookmark", default=None,
-              help="Replay from a bookmark: 0 (EPOCH), 0|1| (NOW), <hash>|<seq>|, YYYYMMDDTHHMMSS, or a range.")
+@click.option("--filter", "filter_", default=None, help='Content filter, e.g. "/qty > 10".')
+@click.option(
+    "--bookmark",
+    default=None,
+    help="Replay from a bookmark: 0 (EPOCH), 0|1| (NOW), <hash>|<seq>|, "
+    "YYYYMMDDTHHMMSS, or a range.",
+)
 @click.option("--options", default=None, help="Subscription options, e.g. timestamp,bookmark.")
 @click.option("--count", type=int, default=0, help="Exit after this many messages.")
-@click.option("--timeout", type=float, default=0, help="Exit after this many idle seconds (0 = never).")
+@click.option(
+    "--timeout", type=float, default=0, help="Exit after this many idle seconds (0 = never)."
+)
 @click.option("--raw", is_flag=True, help="Print payloads only, not the JSON envelope.")
 @click.option("--name", default=None, help="Client name.")
-def subscribe(uri: str, topic: str, filter_: str | None, bookmark: str | None, options: str | None,
-              count: int, timeout: float, raw: bool, name: str | None) -> None:
+def subscribe(
+    uri: str,
+    topic: str,
+    filter_: str | None,
+    bookmark: str | None,
+    options: str | None,
+    count: int,
+    timeout: float,
+    raw: bool,
+    name: str | None,
+) -> None:
     """Print messages on TOPIC as one JSON object per line: {topic, bookmark, data}.
 
     A progress line (messages, rate) goes to stderr every few seconds on long runs.
@@ -252,9 +289,10 @@ def subscribe(uri: str, topic: str, filter_: str | None, bookmark: str | None, o
     async def run() -> int:
         n = 0
         started = last_report = time.monotonic()
-        async with open_client(uri, _client_name(name, "subscribe")) as client, client.subscribe(
-            topic, filter=filter_, bookmark=bookmark, options=options
-        ) as sub:
+        async with (
+            open_client(uri, _client_name(name, "subscribe")) as client,
+            client.subscribe(topic, filter=filter_, bookmark=bookmark, options=options) as sub,
+        ):
             while not count or n < count:
                 try:
                     msg = await sub.get(timeout) if timeout else await sub.__anext__()

@@ -269,7 +269,7 @@ class _RotatingFileHandler(logging.Handler):
                 self.counter += 1
         path = Path(expand_file_name(self.mask, self.counter))
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "ab")  # noqa: SIM115 - owned by the handler, closed in close()
+        handle = open(path, "ab")
         self._file = handle
         self._size = os.fstat(handle.fileno()).st_size
         self.path = path

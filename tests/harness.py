@@ -69,7 +69,10 @@ def write_config(
   </Transports>
   {txlog}
   <Logging>
-    <Target><Protocol>file</Protocol><FileName>{directory / (name + ".log")}</FileName><Level>info</Level></Target>
+    <Target>
+      <Protocol>file</Protocol><FileName>{directory / (name + ".log")}</FileName>
+      <Level>info</Level>
+    </Target>
   </Logging>
   {extra}
 </AMPSConfig>

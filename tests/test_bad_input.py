@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import trio
+from harness import start_instance
 
 from amps_py.client import open_client
 from amps_py.protocol import encode_frame
-from harness import start_instance
 
 SEED = 7
 
@@ -75,7 +75,9 @@ async def test_garbage_does_not_disturb_publishers(tmp_path: Path) -> None:
             # an oversized but well-formed frame after a good logon
             async with open_client(server.uri, "big") as big:
                 try:
-                    await big.send_raw(encode_frame({"c": "p", "t": "orders", "s": 1}, b"x" * 100_000))
+                    await big.send_raw(
+                        encode_frame({"c": "p", "t": "orders", "s": 1}, b"x" * 100_000)
+                    )
                 except trio.BrokenResourceError:
                     pass  # the server closed as soon as it read the length prefix
                 with trio.fail_after(10):

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from harness import wait_until_sync
 
 CLI = shutil.which("amps-py") or ""

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import trio
+from harness import ServerProcess, start_instance, wait_until
 
 from amps_py.client import AMPSError, open_client
-from harness import ServerProcess, start_instance, wait_until
 
 SEED = 20261122
 PUBLISHERS = 3
@@ -27,7 +27,7 @@ async def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
             threshold = sum(acked.values()) + rng.randint(300, 1500)
             stop = trio.Event()
 
-            async def publisher(name: str) -> None:
+            async def publisher(name: str, stop: trio.Event = stop) -> None:
                 pub = None
                 try:
                     async with open_client(server.uri, name) as pub:
@@ -53,7 +53,7 @@ async def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
                 for name in acked:
                     nursery.start_soon(publisher, name)
 
-                def enough() -> str | None:
+                def enough(threshold: int = threshold) -> str | None:
                     total = sum(acked.values())
                     return None if total >= threshold else f"only {total}/{threshold} acked"
 

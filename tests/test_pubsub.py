@@ -6,9 +6,9 @@ from __future__ import annotations
 import orjson
 import pytest
 import trio
+from harness import ServerProcess
 
 from amps_py.client import CommandError, open_client
-from harness import ServerProcess
 
 
 async def drain(sub, n: int, timeout: float = 10) -> list:  # type: ignore[no-untyped-def]

@@ -7,9 +7,9 @@ import time
 
 import pytest
 import trio
+from harness import ServerProcess
 
 from amps_py.client import Client, CommandError, open_client
-from harness import ServerProcess
 
 
 async def publish_n(pub: Client, n: int, topic: str = "orders") -> list[int]:

@@ -143,7 +143,9 @@ class Record:
             "seq": self.seq,
             "topic": self.topic,
             "message_type": self.message_type,
-            "kind": Kind(self.kind).name.lower() if self.kind in Kind._value2member_map_ else self.kind,
+            "kind": Kind(self.kind).name.lower()
+            if self.kind in Kind._value2member_map_
+            else self.kind,
             "origin": self.origin,
             "origin_txid": self.origin_txid,
             "path": [list(hop) for hop in self.path],

@@ -17,6 +17,7 @@ waiter.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import AsyncIterator
@@ -166,7 +167,9 @@ class Client:
             if ack.get("status") == "failure":
                 raise CommandError(header["c"], ack)
         if self.closed is not None and len(acks) < wait:
-            raise ConnectionLost(f"connection closed while waiting for {header['c']}: {self.closed}")
+            raise ConnectionLost(
+                f"connection closed while waiting for {header['c']}: {self.closed}"
+            )
         return acks
 
     async def _reader(self) -> None:
@@ -180,7 +183,12 @@ class Client:
                 decoder.receive_data(data)
                 for frame in decoder.frames():
                     self._dispatch(frame)
-        except (ConnectionLost, ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        except (
+            ConnectionLost,
+            ProtocolError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+        ) as exc:
             self._shutdown(exc)
 
     def _shutdown(self, exc: BaseException) -> None:
@@ -220,10 +228,8 @@ class Client:
                 self._nursery.start_soon(self._beat)
 
     async def _beat(self) -> None:
-        try:
+        with contextlib.suppress(AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
             await self._send({"c": "heartbeat", "o": "beat"})
-        except (AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
 
     def _on_ack(self, header: dict[str, Any]) -> None:
         cid = header.get("cid")
@@ -303,7 +309,8 @@ class Client:
                 await self._persisted_changed.wait()
             return
         raise TimeoutError(
-            f"no persisted ack for seq {seq} within {timeout} s (last persisted {self.persisted_seq})"
+            f"no persisted ack for seq {seq} within {timeout} s "
+            f"(last persisted {self.persisted_seq})"
         )
 
     @asynccontextmanager
@@ -344,15 +351,16 @@ class Client:
         finally:
             self._subs.pop(sid, None)
             if self.closed is None:
-                with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    try:
-                        await self._send({"c": "unsubscribe", "sub_id": sid})
-                    except (AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(5),
+                    contextlib.suppress(
+                        AMPSError, trio.BrokenResourceError, trio.ClosedResourceError
+                    ),
+                ):
+                    await self._send({"c": "unsubscribe", "sub_id": sid})
 
-    def bookmark_subscribe(
-        self, topic: str, bookmark: str = "0", **kwargs: Any
-    ) -> Any:
+    def bookmark_subscribe(self, topic: str, bookmark: str = "0", **kwargs: Any) -> Any:
         """Shorthand for ``subscribe(topic, bookmark=...)`` (EPOCH by default)."""
         return self.subscribe(topic, bookmark=bookmark, **kwargs)
 
@@ -402,7 +410,9 @@ async def open_client(
         with trio.fail_after(timeout):
             stream = await trio.open_tcp_stream(target.host, target.port)
     except OSError as exc:
-        raise OSError(f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}") from exc
+        raise OSError(
+            f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}"
+        ) from exc
     client = Client(name, stream)
     try:
         async with _unwrapping(), trio.open_nursery() as nursery:

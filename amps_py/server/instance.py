@@ -131,8 +131,7 @@ class Instance:
                     "unique per publisher"
                 )
             log.warning(
-                "client name %r logged on again from %s; disconnecting the older "
-                "connection %d",
+                "client name %r logged on again from %s; disconnecting the older connection %d",
                 name,
                 session.peer,
                 current.conn_id,
@@ -222,7 +221,9 @@ class Instance:
             durable[rec.pub_hash] = rec.seq
             subs = registry.match(rec.topic)
             if subs:
-                self._fan_out(rec.topic, rec.payload, rec.bookmark, rec.txid, subs, rec.correlation_id)
+                self._fan_out(
+                    rec.topic, rec.payload, rec.bookmark, rec.txid, subs, rec.correlation_id
+                )
         self.last_durable_bookmark = records[-1].bookmark
         pub_durable = self._pub_durable
         for ph, seq in durable.items():
@@ -335,11 +336,17 @@ class Instance:
         self.stats_delivered += n
 
     # ---------------------------------------------------------------- serving
-    async def serve(self, *, task_status: trio.TaskStatus[dict[str, tuple[str, int]]] = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, *, task_status: trio.TaskStatus[dict[str, tuple[str, int]]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Open the journal, start the writer and the listeners; run until cancelled."""
         config = self.config
-        log.info("instance %s starting (config %s)", self.name, config.source,
-                 extra=events.extra(events.INSTANCE_STARTING))
+        log.info(
+            "instance %s starting (config %s)",
+            self.name,
+            config.source,
+            extra=events.extra(events.INSTANCE_STARTING),
+        )
         tl = config.transaction_log
         try:
             async with trio.open_nursery() as nursery:
@@ -375,9 +382,12 @@ class Instance:
                 for transport in config.transports:
                     if transport.enabled:
                         await nursery.start(self._serve_transport, transport, nursery)
-                log.info("instance %s ready: %s", self.name,
-                         ", ".join(f"{n}={h}:{p}" for n, (h, p) in self.listeners.items()),
-                         extra=events.extra(events.INSTANCE_READY))
+                log.info(
+                    "instance %s ready: %s",
+                    self.name,
+                    ", ".join(f"{n}={h}:{p}" for n, (h, p) in self.listeners.items()),
+                    extra=events.extra(events.INSTANCE_READY),
+                )
                 task_status.started(dict(self.listeners))
         finally:
             if self.journal is not None:
@@ -421,7 +431,8 @@ class Instance:
 
         async def handle(stream: trio.SocketStream) -> None:
             try:
-                peer = "%s:%d" % stream.socket.getpeername()[:2]
+                host, port = stream.socket.getpeername()[:2]
+                peer = f"{host}:{port}"
             except OSError:
                 peer = "?"
             session = Session(self, stream, transport.name, peer)

@@ -67,7 +67,9 @@ def _resolve_end(journal: Journal, point: Point, inclusive: bool, last_txid: int
     return end if inclusive else end - 1
 
 
-def _plan(journal: Journal, spec: BookmarkSpec, last_txid: int, not_found: str) -> tuple[int, int | None]:
+def _plan(
+    journal: Journal, spec: BookmarkSpec, last_txid: int, not_found: str
+) -> tuple[int, int | None]:
     start = _resolve_point(journal, spec.start, last_txid, not_found)
     if spec.start_inclusive and spec.start.kind == "bookmarks" and start > 0:
         start -= 1

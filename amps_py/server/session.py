@@ -92,7 +92,9 @@ def _options(header: dict[str, Any]) -> dict[str, str]:
 class Session:
     """State and tasks of one client connection. Created and run by the instance."""
 
-    def __init__(self, instance: Instance, stream: trio.abc.Stream, transport: str, peer: str) -> None:
+    def __init__(
+        self, instance: Instance, stream: trio.abc.Stream, transport: str, peer: str
+    ) -> None:
         self.instance = instance
         self.stream = stream
         self.transport = transport
@@ -284,7 +286,9 @@ class Session:
             await self._wait_drained(high_water // 2)
 
     # ---------------------------------------------------------------- acks
-    def _ack(self, header: dict[str, Any], ack_type: str, status: str = "success", **fields: Any) -> None:
+    def _ack(
+        self, header: dict[str, Any], ack_type: str, status: str = "success", **fields: Any
+    ) -> None:
         ack: dict[str, Any] = {"c": "ack", "a": ack_type}
         cid = header.get("cid")
         if cid is not None:
@@ -413,7 +417,9 @@ class Session:
         self.messages_in += 1
         seq = header.get("s")
         if seq is None:
-            self._auto_seq = max(self._auto_seq, self.done_seq, self.inflight[-1] if self.inflight else 0) + 1
+            self._auto_seq = (
+                max(self._auto_seq, self.done_seq, self.inflight[-1] if self.inflight else 0) + 1
+            )
             seq = self._auto_seq
         elif seq < 0:
             raise CommandFailed("invalid seq", f"seq must be a positive integer, got {seq}")
@@ -439,7 +445,9 @@ class Session:
             raise CommandFailed("no topic", "subscribe needs a topic (t)")
         opts = _options(header)
         acks = _ack_types(header)
-        sub_id = str(header.get("sub_id") or header.get("cid") or f"sub-{self.instance.next_connection_id()}")
+        sub_id = str(
+            header.get("sub_id") or header.get("cid") or f"sub-{self.instance.next_connection_id()}"
+        )
         if sub_id in self.subscriptions and "replace" not in opts:
             raise CommandFailed(
                 "subid in use",
@@ -499,12 +507,12 @@ class Session:
             raise CommandFailed(exc.reason, str(exc)) from None
         not_found = dict(_options(header)).get("bookmark_not_found", "now")
         if not_found not in ("now", "epoch", "fail"):
-            raise CommandFailed(
-                "invalid options", "bookmark_not_found must be epoch, now or fail"
-            )
+            raise CommandFailed("invalid options", "bookmark_not_found must be epoch, now or fail")
         assert instance.writer is not None and instance.journal is not None
         try:
-            start, end = plan_replay(instance.journal, spec, instance.writer.committed_txid, not_found)
+            start, end = plan_replay(
+                instance.journal, spec, instance.writer.committed_txid, not_found
+            )
         except BookmarkNotFound:
             raise CommandFailed(
                 "bookmark not found",
@@ -529,15 +537,27 @@ class Session:
             if sub.live and bm and bm != last:
                 last = bm
                 self.send_frame(
-                    {"c": "ack", "a": "persisted", "status": "success", "sub_id": sub.sub_id, "bm": bm}
+                    {
+                        "c": "ack",
+                        "a": "persisted",
+                        "status": "success",
+                        "sub_id": sub.sub_id,
+                        "bm": bm,
+                    }
                 )
 
     def subscription_failed(self, sub: Subscription, cid: Any, reason: str, detail: str) -> None:
         """A replay could not run: drop the subscription and tell the client."""
         self._drop_subscription(sub)
         header: dict[str, Any] = {"cid": cid} if cid is not None else {}
-        self._ack(header, "completed" if "completed" in sub.acks else "processed", "failure",
-                  sub_id=sub.sub_id, reason=reason, detail=detail)
+        self._ack(
+            header,
+            "completed" if "completed" in sub.acks else "processed",
+            "failure",
+            sub_id=sub.sub_id,
+            reason=reason,
+            detail=detail,
+        )
 
     def _drop_subscription(self, sub: Subscription) -> None:
         if self.subscriptions.get(sub.sub_id) is sub:
@@ -553,7 +573,11 @@ class Session:
         if ids.strip() == "all":
             targets = list(self.subscriptions.values())
         else:
-            targets = [self.subscriptions[i.strip()] for i in ids.split(",") if i.strip() in self.subscriptions]
+            targets = [
+                self.subscriptions[i.strip()]
+                for i in ids.split(",")
+                if i.strip() in self.subscriptions
+            ]
         for sub in targets:
             self._drop_subscription(sub)
         if "processed" in acks:
@@ -566,7 +590,9 @@ class Session:
             try:
                 interval = float(opts[1]) if len(opts) > 1 else 30.0
             except ValueError:
-                raise CommandFailed("invalid options", "heartbeat start needs 'start,<seconds>'") from None
+                raise CommandFailed(
+                    "invalid options", "heartbeat start needs 'start,<seconds>'"
+                ) from None
             if interval <= 0:
                 raise CommandFailed("invalid options", "heartbeat interval must be positive")
             first = self.heartbeat_interval == 0

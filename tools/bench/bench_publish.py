@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RawClient, emit, env_info, percentile, running_instance  # noqa: E402
+from common import RawClient, emit, env_info, percentile, running_instance
 
 
 def publisher(port: int, name: str, size: int, secs: float, window: int, q: Any) -> None:
@@ -51,9 +51,7 @@ def publisher(port: int, name: str, size: int, secs: float, window: int, q: Any)
                 sent_at[seq] = now
             if parts:
                 sock.sendall(b"".join(parts))
-        elif acked >= seq:
-            break
-        elif now > deadline + 30:
+        elif acked >= seq or now > deadline + 30:
             break
         data = sock.recv(1 << 20)
         if not data:
@@ -74,7 +72,9 @@ def publisher(port: int, name: str, size: int, secs: float, window: int, q: Any)
     q.put({"acked": acked - first + 1, "elapsed": elapsed, "lat": lat})
 
 
-def run_case(port: int, publishers: int, size: int, secs: float, window: int, tag: str) -> dict[str, Any]:
+def run_case(
+    port: int, publishers: int, size: int, secs: float, window: int, tag: str
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [
@@ -103,7 +103,9 @@ def run_case(port: int, publishers: int, size: int, secs: float, window: int, ta
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--publishers", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--sizes", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--secs", type=float, default=5)

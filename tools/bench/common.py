@@ -32,8 +32,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def config_xml(name: str, port: int, journal: Path, durability: str = "fsync",
-               compression: str = "none") -> str:
+def config_xml(
+    name: str, port: int, journal: Path, durability: str = "fsync", compression: str = "none"
+) -> str:
     return f"""<AMPSConfig>
   <Name>{name}</Name>
   <Transports><Transport><Name>json-tcp</Name><Type>tcp</Type>
@@ -43,13 +44,17 @@ def config_xml(name: str, port: int, journal: Path, durability: str = "fsync",
     <Topic><Name>.*</Name><MessageType>json</MessageType></Topic>
     <Durability>{durability}</Durability><Compression>{compression}</Compression>
   </TransactionLog>
-  <Logging><Target><Protocol>file</Protocol><FileName>{journal.parent / (name + '.log')}</FileName><Level>warning</Level></Target></Logging>
+  <Logging><Target><Protocol>file</Protocol>
+    <FileName>{journal.parent / (name + ".log")}</FileName><Level>warning</Level>
+  </Target></Logging>
 </AMPSConfig>
 """
 
 
 @contextmanager
-def running_instance(workdir: Path | None = None, name: str = "bench", **kwargs: Any) -> Iterator[dict[str, Any]]:
+def running_instance(
+    workdir: Path | None = None, name: str = "bench", **kwargs: Any
+) -> Iterator[dict[str, Any]]:
     """Start an instance process; yield {port, journal, workdir, start_seconds}."""
     tmp = Path(workdir or tempfile.mkdtemp(prefix="amps-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -61,8 +66,19 @@ def running_instance(workdir: Path | None = None, name: str = "bench", **kwargs:
     ready.unlink(missing_ok=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "amps_py", "serve", "--config", str(cfg), "--ready-file", str(ready)],
-        cwd=tmp, stdout=open(tmp / f"{name}.out", "ab"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "amps_py",
+            "serve",
+            "--config",
+            str(cfg),
+            "--ready-file",
+            str(ready),
+        ],
+        cwd=tmp,
+        stdout=open(tmp / f"{name}.out", "ab"),
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 60
     while not ready.exists():
@@ -71,7 +87,13 @@ def running_instance(workdir: Path | None = None, name: str = "bench", **kwargs:
         time.sleep(0.002)
     started = time.perf_counter() - t0
     try:
-        yield {"port": port, "journal": journal, "workdir": tmp, "start_seconds": started, "pid": proc.pid}
+        yield {
+            "port": port,
+            "journal": journal,
+            "workdir": tmp,
+            "start_seconds": started,
+            "pid": proc.pid,
+        }
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -84,7 +106,9 @@ class RawClient:
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = FrameDecoder(max_frame_size=1 << 30)
-        self.sock.sendall(encode_frame({"c": "logon", "cid": "1", "client_name": name, "a": "processed"}))
+        self.sock.sendall(
+            encode_frame({"c": "logon", "cid": "1", "client_name": name, "a": "processed"})
+        )
         ack = self.next_frames(1)[0]
         self.logon_seq = int(ack.header.get("s", 0))
 
