@@ -47,6 +47,11 @@ class Flags(IntFlag):
     ZSTD = 1
 
 
+# plain ints on the hot path (IntFlag arithmetic is slow)
+_ZSTD: Final = int(Flags.ZSTD)
+_NOT_ZSTD: Final = 0xFFFF & ~_ZSTD
+
+
 class CorruptRecord(Exception):
     """A stored record failed its CRC or could not be decoded.
 
@@ -95,7 +100,7 @@ class Record:
         seq: int,
         client_name: str = "",
         message_type: str = "json",
-        kind: int = Kind.PUBLISH,
+        kind: int = 1,  # Kind.PUBLISH
         origin: str = "",
         origin_txid: int = 0,
         origin_ts: int = 0,
@@ -193,12 +198,12 @@ class RecordCodec:
 
     def encode(self, rec: Record) -> bytes:
         payload = rec.payload
-        flags = rec.flags & ~Flags.ZSTD
+        flags = rec.flags & _NOT_ZSTD
         if self._compressor is not None and len(payload) >= self.MIN_COMPRESS_SIZE:
             packed = self._compressor.compress(payload)
             if len(packed) < len(payload):
                 payload = packed
-                flags |= Flags.ZSTD
+                flags |= _ZSTD
         client = rec.client_name.encode()
         origin = rec.origin.encode()
         topic = rec.topic.encode()
@@ -295,7 +300,7 @@ class RecordCodec:
         except UnicodeDecodeError as exc:
             raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
         payload = value[end:]
-        if flags & Flags.ZSTD:
+        if flags & _ZSTD:
             try:
                 payload = self._decompressor.decompress(payload)
             except zstandard.ZstdError as exc:
@@ -315,7 +320,7 @@ class RecordCodec:
         rec.local_ts = local_ts
         rec.sow_key = sow_key
         rec.correlation_id = cid
-        rec.flags = flags & ~Flags.ZSTD
+        rec.flags = flags & _NOT_ZSTD
         rec.payload = payload
         return rec
 

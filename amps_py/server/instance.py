@@ -202,7 +202,7 @@ class Instance:
                     client_name=session.client_name,
                     message_type=self._message_type,
                     origin=self.name,
-                    correlation_id=str(header.get("x", "")),
+                    correlation_id=str(header.get("x") or ""),
                 )
             )
             return "queued"

@@ -61,10 +61,17 @@ class CommandFailed(Exception):
         self.detail = detail or reason
 
 
+_ACK_TYPES_CACHE: dict[str, frozenset[str]] = {}
+_NO_ACKS: frozenset[str] = frozenset()
+
+
 def _ack_types(header: dict[str, Any]) -> frozenset[str]:
     raw = header.get("a")
     if not raw:
-        return frozenset()
+        return _NO_ACKS
+    cached = _ACK_TYPES_CACHE.get(raw)
+    if cached is not None:
+        return cached
     types = frozenset(part.strip() for part in str(raw).split(",") if part.strip())
     unknown = types - ACK_TYPES
     if unknown:
@@ -73,6 +80,8 @@ def _ack_types(header: dict[str, Any]) -> frozenset[str]:
             f"unknown ack type(s) {', '.join(sorted(unknown))}; use "
             "received, processed, persisted, completed or stats",
         )
+    if len(_ACK_TYPES_CACHE) < 1024:
+        _ACK_TYPES_CACHE[str(raw)] = types
     return types
 
 
@@ -413,7 +422,7 @@ class Session:
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
             raise CommandFailed("no topic", "publish needs a topic (t)")
-        acks = _ack_types(header) if "a" in header else frozenset()
+        acks = _ack_types(header)
         self.messages_in += 1
         seq = header.get("s")
         if seq is None:
@@ -427,7 +436,11 @@ class Session:
             self.wants_persisted = True
         outcome = self.instance.publish(self, topic, seq, frame.payload, header)
         if outcome != "done":
-            bisect.insort(self.inflight, seq)
+            inflight = self.inflight
+            if not inflight or seq > inflight[-1]:
+                inflight.append(seq)
+            else:
+                bisect.insort(inflight, seq)
         elif seq > self.done_seq:
             self.done_seq = seq
         if "received" in acks:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -69,11 +70,17 @@ def publisher(port: int, name: str, size: int, secs: float, window: int, q: Any)
                 acked = max(acked, s)
     elapsed = pc() - t_start
     client.close()
-    q.put({"acked": acked - first + 1, "elapsed": elapsed, "lat": lat})
+    q.put({"acked": acked - first + 1, "elapsed": elapsed, "lat": lat, "cpu": time.process_time()})
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_case(
-    port: int, publishers: int, size: int, secs: float, window: int, tag: str
+    port: int, publishers: int, size: int, secs: float, window: int, tag: str, server_pid: int = 0
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -83,7 +90,9 @@ def run_case(
     ]
     for p in procs:
         p.start()
+    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
     results = [q.get(timeout=secs + 120) for _ in procs]
+    server_cpu = cpu_seconds(server_pid) - cpu0 if server_pid else 0.0
     for p in procs:
         p.join()
     total = sum(r["acked"] for r in results)
@@ -99,6 +108,8 @@ def run_case(
         "msgs_per_s": round(total / elapsed),
         "p50_us": round(percentile(lat, 50) * 1e6),
         "p99_us": round(percentile(lat, 99) * 1e6),
+        "server_cpu_pct": round(100 * server_cpu / elapsed),
+        "clients_cpu_pct": round(100 * sum(r["cpu"] for r in results) / elapsed),
     }
 
 
@@ -120,12 +131,12 @@ def main() -> None:
         for size in a.sizes:
             for pubs in a.publishers:
                 case += 1
-                r = run_case(inst["port"], pubs, size, a.secs, a.window, f"c{case}")
+                r = run_case(inst["port"], pubs, size, a.secs, a.window, f"c{case}", inst["pid"])
                 r["durability"] = a.durability
                 emit(r, a.out)
             if a.sequential:
                 case += 1
-                r = run_case(inst["port"], 1, size, a.secs, 1, f"c{case}")
+                r = run_case(inst["port"], 1, size, a.secs, 1, f"c{case}", inst["pid"])
                 r["durability"] = a.durability
                 emit(r, a.out)
 
