@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 import zlib
 from enum import IntEnum, IntFlag
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import zstandard
 
@@ -245,6 +245,22 @@ class RecordCodec:
         crc = zlib.crc32(memoryview(body)[4:])
         return crc.to_bytes(4, "big") + body[4:]
 
+    def view(self, value: bytes, expected_txid: int) -> DeliveryView:
+        """Decode only what a delivery needs (CRC still checked). Raises CorruptRecord."""
+        return _decode_view(self, value, expected_txid)
+
+    def view_slow(self, value: bytes, expected_txid: int) -> DeliveryView:
+        rec = self.decode(value, expected_txid)
+        return DeliveryView(
+            rec.txid,
+            rec.pub_hash,
+            rec.seq,
+            rec.topic,
+            rec.correlation_id,
+            rec.local_ts,
+            rec.payload,
+        )
+
     def decode(self, value: bytes, expected_txid: int | None = None) -> Record:
         """Decode one stored value, checking its CRC first.
 
@@ -323,6 +339,65 @@ class RecordCodec:
         rec.flags = flags & _NOT_ZSTD
         rec.payload = payload
         return rec
+
+
+class DeliveryView(NamedTuple):
+    """The fields a subscriber delivery needs, decoded without building a Record."""
+
+    txid: int
+    pub_hash: int
+    seq: int
+    topic: str
+    correlation_id: str
+    local_ts: int
+    payload: bytes
+
+
+def _decode_view(codec: RecordCodec, value: bytes, expected_txid: int) -> DeliveryView:
+    if len(value) < _FIXED_SIZE:
+        raise CorruptRecord(expected_txid, f"value of {len(value)} bytes is truncated")
+    (
+        crc,
+        version,
+        _kind,
+        flags,
+        txid,
+        pub_hash,
+        seq,
+        _otx,
+        _ots,
+        local_ts,
+        n_client,
+        n_origin,
+        n_topic,
+        n_mtype,
+        n_sow,
+        n_cid,
+        n_path,
+    ) = _FIXED.unpack_from(value)
+    if zlib.crc32(memoryview(value)[4:]) != crc:
+        raise CorruptRecord(expected_txid, "CRC mismatch (the stored bytes were altered)")
+    if version != FORMAT_VERSION or txid != expected_txid:
+        return codec.view_slow(value, expected_txid)
+    pos = _FIXED_SIZE + n_client + n_origin
+    end = pos + n_topic + n_mtype + n_sow + n_cid + n_path
+    if end > len(value):
+        raise CorruptRecord(expected_txid, "string lengths run past the end of the record")
+    try:
+        topic = value[pos : pos + n_topic].decode()
+        cid = ""
+        if n_cid:
+            start = pos + n_topic + n_mtype + n_sow
+            cid = value[start : start + n_cid].decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
+    payload = value[end:]
+    if flags & _ZSTD:
+        try:
+            payload = codec._decompressor.decompress(payload)
+        except zstandard.ZstdError as exc:
+            raise CorruptRecord(expected_txid, f"payload does not decompress ({exc})") from None
+    return DeliveryView(txid, pub_hash, seq, topic, cid, local_ts, payload)
 
 
 def check_u64(name: str, value: int) -> None:

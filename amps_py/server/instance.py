@@ -30,6 +30,7 @@ import trio
 from amps_py import events
 from amps_py.config import InstanceConfig, TransportConfig
 from txlog import Journal, Record, publisher_hash
+from txlog.record import DeliveryView
 
 from .session import CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
@@ -308,30 +309,43 @@ class Instance:
                 sess.messages_out += 1
         self.stats_delivered += len(single)
 
-    def deliver_replay(self, sub: Subscription, records: list[Record]) -> None:
-        """Send replayed records (already read from the journal) to one subscription."""
+    def deliver_replay(self, sub: Subscription, views: list[DeliveryView]) -> None:
+        """Send replayed records (already read from the journal) to one subscription.
+
+        Builds the whole batch into one buffer: one ``send`` per batch, not per message.
+        """
         session = sub.session
         flt = sub.filter
-        suffix = sub.head_suffix
+        suffix = sub.head_suffix + b',"bm":"'
         want_ts = sub.want_timestamp
-        send = session.send
+        exact = sub.regex is None
+        wanted_topic = sub.topic
+        topic_head = self._topic_head
+        parts: list[bytes] = []
+        append = parts.append
         n = 0
-        for rec in records:
-            topic = rec.topic
-            if not sub.topic_matches(topic):
+        for view in views:
+            topic = view.topic
+            if exact:
+                if topic != wanted_topic:
+                    continue
+            elif not sub.topic_matches(topic):
                 continue
-            payload = rec.payload
+            payload = view.payload
             if flt is not None and not flt.matches(_parse(payload)):
                 continue
-            h = self._topic_head(topic) + suffix + b',"bm":"' + rec.bookmark.encode() + b'"'
-            if rec.correlation_id:
-                h += b',"x":' + orjson.dumps(rec.correlation_id)
+            h = topic_head(topic) + suffix + b'%d|%d|"' % (view.pub_hash, view.seq)
+            if view.correlation_id:
+                h += b',"x":' + orjson.dumps(view.correlation_id)
             if want_ts:
-                h += b',"ts":"' + _iso_us(rec.local_ts).encode() + b'"'
+                h += b',"ts":"' + _iso_us(view.local_ts).encode() + b'"'
             h += b"}"
-            send((len(h) + len(payload)).to_bytes(4, "big") + h)
-            send(payload)
+            append((len(h) + len(payload)).to_bytes(4, "big"))
+            append(h)
+            append(payload)
             n += 1
+        if n:
+            session.send(b"".join(parts))
         session.messages_out += n
         self.stats_delivered += n
 

@@ -11,10 +11,12 @@ weaker durability.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import outcome
 import trio
 
 from txlog import Journal, Record
@@ -73,7 +75,6 @@ class JournalWriter:
 
     async def run(self) -> None:
         """Commit queued records forever (until cancelled)."""
-        journal = self.journal
         while True:
             if not self._queue:
                 self._wake = trio.Event()
@@ -81,9 +82,7 @@ class JournalWriter:
             batch = self._queue[:MAX_BATCH]
             del self._queue[:MAX_BATCH]
             now_us = time.time_ns() // 1000
-            txids = await trio.to_thread.run_sync(
-                journal.append, batch, now_us, limiter=self._limiter, abandon_on_cancel=False
-            )
+            txids = await self._append(batch, now_us)
             stored = [rec for rec, txid in zip(batch, txids, strict=True) if txid]
             self._commits += 1
             self._records += len(stored)
@@ -93,6 +92,35 @@ class JournalWriter:
             if stored:
                 self.committed_txid = stored[-1].txid
             self._on_commit(stored)
+
+    async def _append(self, batch: list[Record], now_us: int) -> list[int]:
+        """Run ``journal.append`` on a worker thread; block this thread during the puts.
+
+        py-lmdb releases the GIL around every put. If the event loop kept running
+        Python code meanwhile, every put would wait for a GIL hand-over (measured: 267k
+        records/s alone, 3.5k/s beside a busy thread). So the trio thread waits,
+        without holding the GIL, until the puts are staged, and runs on only while
+        the commit's fsync (which needs no GIL) is in progress.
+        """
+        journal = self.journal
+        token = trio.lowlevel.current_trio_token()
+        staged = threading.Event()
+        done = trio.Event()
+        result: list[outcome.Outcome[list[int]]] = []
+
+        def work() -> list[int]:
+            return journal.append(batch, now_us, staged.set)
+
+        def deliver(out: outcome.Outcome[list[int]]) -> None:
+            result.append(out)
+            staged.set()
+            token.run_sync_soon(done.set)
+
+        async with self._limiter:
+            trio.lowlevel.start_thread_soon(work, deliver)
+            staged.wait()  # short: the puts of one batch; the GIL is free meanwhile
+            await done.wait()
+        return result[0].unwrap()
 
     def statistics(self) -> WriterStatistics:
         return WriterStatistics(
