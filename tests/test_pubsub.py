@@ -138,3 +138,52 @@ async def test_flush_waits_for_persistence(instance: ServerProcess) -> None:
     ):
         msgs = [await sub.get(10) for _ in range(100)]
         assert len({m.bookmark for m in msgs}) == 100
+
+
+async def test_same_name_different_user_is_refused(instance: ServerProcess) -> None:
+    async with open_client(instance.uri, "shared-name", user_id="alice") as first:
+        with pytest.raises(CommandError) as info:
+            async with open_client(instance.uri, "shared-name", user_id="bob"):
+                pass
+        assert info.value.reason == "name in use"
+        # the first connection is untouched
+        await first.publish_persisted("orders", b"{}")
+
+
+async def test_silent_client_is_disconnected_after_two_heartbeat_intervals(
+    instance: ServerProcess,
+) -> None:
+    from amps_py.protocol import FrameDecoder, encode_frame
+
+    stream = await trio.open_tcp_stream("127.0.0.1", instance.port)
+    decoder = FrameDecoder()
+    await stream.send_all(encode_frame({"c": "logon", "client_name": "sleepy", "a": "processed"}))
+    await stream.send_all(encode_frame({"c": "heartbeat", "o": "start,1", "a": "processed"}))
+    started = trio.current_time()
+    beats = 0
+    with trio.fail_after(15):
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                break
+            decoder.receive_data(data)
+            beats += sum(1 for f in decoder.frames() if f.command == "heartbeat")
+    silent_for = trio.current_time() - started
+    assert beats >= 1, "the server never sent a heartbeat"
+    assert 2 <= silent_for < 10, f"disconnected after {silent_for:.1f} s"
+    await stream.aclose()
+    assert "07-0042" in instance.log_file.read_text()
+
+
+async def test_heartbeating_client_stays_connected(instance: ServerProcess) -> None:
+    async with open_client(instance.uri, "awake") as client:
+        await client.heartbeat(0.5)
+
+        def beats() -> str | None:
+            return None if client.heartbeats >= 5 else f"{client.heartbeats} heartbeats so far"
+
+        from harness import wait_until
+
+        await wait_until(beats, 15)
+        assert client.closed is None
+        await client.publish_persisted("orders", b"{}")

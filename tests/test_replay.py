@@ -174,3 +174,27 @@ async def test_no_gap_no_duplicate_at_the_seam_while_publishing(
             dups = len(got) - len(set(got))
             missing = sorted(set(expected) - set(got))[:10]
             pytest.fail(f"seam broken: {dups} duplicates, first missing {missing}")
+
+
+async def test_persisted_acks_and_timestamps_on_bookmark_subscriptions(
+    instance: ServerProcess,
+) -> None:
+    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+        await publish_n(pub, 3)
+        async with sub.subscribe(
+            "orders", bookmark="0", options="timestamp", acks="processed,completed,persisted"
+        ) as s:
+            msgs = [await s.get(10) for _ in range(3)]
+            assert all(len(m.header["ts"]) == len("20260101T000000.000000Z") for m in msgs)
+            await publish_n(pub, 1)
+            live = await s.get(10)
+            assert live.header["ts"].endswith("Z") and live.bookmark
+
+            from harness import wait_until
+
+            def acked() -> str | None:
+                if s.persisted_bookmark == live.bookmark:
+                    return None
+                return f"persisted bookmark is {s.persisted_bookmark!r}, want {live.bookmark!r}"
+
+            await wait_until(acked, 10)

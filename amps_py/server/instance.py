@@ -209,7 +209,7 @@ class Instance:
             return "queued"
         subs = self.registry.match(topic)
         if subs:
-            self._fan_out(topic, payload, "", 0, subs, header.get("x"))
+            self._fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
         return "done"
 
     def _on_commit(self, records: list[Record]) -> None:
@@ -223,7 +223,13 @@ class Instance:
             subs = registry.match(rec.topic)
             if subs:
                 self._fan_out(
-                    rec.topic, rec.payload, rec.bookmark, rec.txid, subs, rec.correlation_id
+                    rec.topic,
+                    rec.payload,
+                    rec.bookmark,
+                    rec.txid,
+                    subs,
+                    rec.correlation_id,
+                    rec.local_ts,
                 )
         self.last_durable_bookmark = records[-1].bookmark
         pub_durable = self._pub_durable
@@ -256,8 +262,13 @@ class Instance:
         txid: int,
         subs: Sequence[Subscription],
         correlation_id: Any,
+        local_ts: int,
     ) -> None:
-        """Deliver one message to the matching live subscriptions."""
+        """Deliver one message to the matching live subscriptions.
+
+        ``local_ts`` (µs) is the journal time, or 0 for a topic that is not journaled
+        (then "now" is used for the ``timestamp`` option).
+        """
         doc: Any = _UNPARSED
         head = self._topic_head(topic)
         extra = b""
@@ -291,6 +302,8 @@ class Instance:
                 h = head + sub.head_suffix
                 if sub.want_bookmark:
                     h += bm_part
+                if sub.want_timestamp:
+                    h += _ts_part(local_ts)
                 h += extra + b"}"
                 sess.send((len(h) + size4).to_bytes(4, "big") + h)
                 sess.send(payload)
@@ -303,6 +316,8 @@ class Instance:
                     h += b',"sids":' + orjson.dumps(",".join(s.sub_id for s in group))
                 if any(s.want_bookmark for s in group):
                     h += bm_part
+                if any(s.want_timestamp for s in group):
+                    h += _ts_part(local_ts)
                 h += extra + b"}"
                 sess.send((len(h) + size4).to_bytes(4, "big") + h)
                 sess.send(payload)
@@ -338,7 +353,7 @@ class Instance:
             if view.correlation_id:
                 h += b',"x":' + orjson.dumps(view.correlation_id)
             if want_ts:
-                h += b',"ts":"' + _iso_us(view.local_ts).encode() + b'"'
+                h += _ts_part(view.local_ts)
             h += b"}"
             append((len(h) + len(payload)).to_bytes(4, "big"))
             append(h)
@@ -484,6 +499,11 @@ def _parse(payload: bytes) -> Any:
         return orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
+
+
+def _ts_part(ts_us: int) -> bytes:
+    """The ``,"ts":"..."`` header part for the ``timestamp`` option (µs; 0 = now)."""
+    return b',"ts":"' + _iso_us(ts_us or time.time_ns() // 1000).encode() + b'"'
 
 
 def _iso_us(ts_us: int) -> str:
