@@ -42,6 +42,8 @@ REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
 #: how often bookmark subscriptions that asked for persisted acks get one
 PERSISTED_ACK_INTERVAL: Final = 1.0
 SERVER_VERSION: Final = "amps-py-0.1.0"
+#: bytes a client may leave unread before it is disconnected as a slow client
+MAX_CLIENT_BACKLOG: Final = 512 * 1024 * 1024
 
 
 class Disconnect(Exception):
@@ -263,10 +265,24 @@ class Session:
 
     # ---------------------------------------------------------------- output
     def send(self, data: bytes) -> None:
-        """Queue bytes for the client (never blocks)."""
+        """Queue bytes for the client (never blocks).
+
+        A client that lets more than :data:`MAX_CLIENT_BACKLOG` bytes pile up is
+        disconnected (reason ``slow client``) rather than allowed to exhaust memory; it
+        can resume by bookmark. (Offlining to disk is a later feature.)
+        """
         self._out.append(data)
         self.out_bytes += len(data)
         self._wake.set()
+        if self.out_bytes > MAX_CLIENT_BACKLOG and not self.close_reason:
+            log.warning(
+                "client %r has %d bytes queued (limit %d); disconnecting as a slow client",
+                self.client_name,
+                self.out_bytes,
+                MAX_CLIENT_BACKLOG,
+                extra=events.extra(events.CLIENT_DISCONNECTED),
+            )
+            self.close("slow client")
 
     def send_frame(self, header: dict[str, Any], payload: bytes = b"") -> None:
         self.send(encode_frame(header, payload))
