@@ -32,6 +32,14 @@ CLIENT_HEARTBEAT_MISSED: Final = "07-0042"
 
 SUBSCRIPTION_REPLAY_FAILED: Final = "08-0001"
 
+REPLICATION_CONNECTED: Final = "15-0001"
+REPLICATION_DISCONNECTED: Final = "15-0002"
+REPLICATION_REFUSED: Final = "15-0003"
+REPLICATION_LINK_ERROR: Final = "15-0004"
+REPLICATION_RESYNC_FULL: Final = "15-0005"
+REPLICATION_HOLE: Final = "15-0006"
+REPLICATION_WAITING: Final = "15-0007"
+
 
 def extra(code: str) -> dict[str, str]:
     """The ``extra=`` mapping that tags a log record with an event code."""

@@ -10,6 +10,7 @@ name            key                         value
 ``publishers``  pub_hash u64                last seq u64 + client name (logon ack)
 ``origins``     origin instance name        highest origin txid stored (resync)
 ``times``       local ts µs (u64 BE)        first txid at or after it (sparse)
+``upstreams``   upstream instance name      upstream txid u64 + its bookmark (resync)
 ``meta``        text key                    text value (format, instance name)
 ==============  ==========================  =====================================
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -141,6 +142,7 @@ class Journal:
         self._origins = self._env.open_db(b"origins", create=create)
         self._times = self._env.open_db(b"times", create=create)
         self._meta = self._env.open_db(b"meta", create=create)
+        self._upstreams = self._env.open_db(b"upstreams", create=create)
         self._codec = RecordCodec(compress=compression == "zstd")
         self._check_meta(instance_name, readonly)
         with self._env.begin(db=self._records) as txn:
@@ -204,13 +206,25 @@ class Journal:
         records: Sequence[Record],
         now_us: int,
         on_staged: Callable[[], None] | None = None,
+        cursors: Mapping[str, tuple[int, str]] | None = None,
     ) -> list[int]:
         """Store ``records`` in one transaction (one fsync) and return their txids.
 
         Each record gets the next txid and ``local_ts = now_us``; a record with no
-        ``origin`` becomes its own origin (``origin_txid = txid``). A duplicate (seq at
-        or below its publisher's high-water mark, including earlier records of this
-        same batch) gets txid ``0`` and is not stored.
+        ``origin_txid`` becomes its own origin (``origin_txid = txid``).
+
+        Duplicates get txid ``0`` and are not stored:
+
+        - a record published here (empty ``path``) whose seq is at or below its
+          publisher's high-water mark (the AMPS publisher-sequence rule);
+        - a replicated record (non-empty ``path``) whose bookmark is already stored.
+          Exact matching, because copies may arrive over several paths in any order
+          and a later-arriving lower seq is not a duplicate.
+
+        ``cursors`` maps upstream instance names to ``(upstream txid, bookmark of that
+        upstream record)``: how far this journal holds each upstream's replication
+        stream. They are written in the same transaction as the records, so a journal
+        restored from a backup carries the cursors that match its contents.
 
         ``on_staged`` is called once every put is done, just before the commit (the
         fsync). The server uses it to keep its event loop off the GIL while the puts
@@ -227,47 +241,63 @@ class Journal:
         pub_updates: dict[int, tuple[int, str]] = {}
         origin_updates: dict[str, int] = {}
         cache = self._pub_cache
-        with self._env.begin(write=True) as txn:
-            for rec in records:
-                ph = rec.pub_hash
-                last = cache.get(ph)
-                if last is None:
-                    last = self._last_seq(txn, ph)
-                if rec.seq <= last:
-                    txids.append(0)
-                    continue
-                cache[ph] = rec.seq
-                pub_updates[ph] = (rec.seq, rec.client_name)
-                txid += 1
-                rec.txid = txid
-                rec.local_ts = now_us
-                if not rec.origin_ts:
-                    rec.origin_ts = now_us
-                if rec.origin_txid == 0:
-                    rec.origin_txid = txid
-                elif rec.origin:
-                    prev = origin_updates.get(rec.origin, 0)
-                    if rec.origin_txid > prev:
-                        origin_updates[rec.origin] = rec.origin_txid
-                key = _U64.pack(txid)
-                rec_items.append((key, encode(rec)))
-                bm_items.append((_U64x2.pack(ph, rec.seq), key))
-                txids.append(txid)
-            if rec_items:
-                txn.cursor(db=self._records).putmulti(rec_items, append=True)
-                txn.cursor(db=self._bookmarks).putmulti(bm_items)
-                for ph, (seq, name) in pub_updates.items():
-                    txn.put(_U64.pack(ph), _U64.pack(seq) + name.encode(), db=self._publishers)
-                for origin, otx in origin_updates.items():
-                    key_o = origin.encode()
-                    raw = txn.get(key_o, db=self._origins)
-                    if raw is None or _U64.unpack(raw)[0] < otx:
-                        txn.put(key_o, _U64.pack(otx), db=self._origins)
-                if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
-                    txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
-            if on_staged is not None:
-                on_staged()
-        # commit succeeded (an exception above aborts the txn and leaves state as it was)
+        batch_marks: set[bytes] = set()
+        try:
+            with self._env.begin(write=True) as txn:
+                bookmarks = self._bookmarks
+                for rec in records:
+                    ph = rec.pub_hash
+                    last = cache.get(ph)
+                    if last is None:
+                        last = self._last_seq(txn, ph)
+                    bm_key = _U64x2.pack(ph, rec.seq)
+                    if rec.path:
+                        if bm_key in batch_marks or txn.get(bm_key, db=bookmarks) is not None:
+                            txids.append(0)
+                            continue
+                        batch_marks.add(bm_key)
+                    elif rec.seq <= last:
+                        txids.append(0)
+                        continue
+                    if rec.seq > last:
+                        cache[ph] = rec.seq
+                        pub_updates[ph] = (rec.seq, rec.client_name)
+                    txid += 1
+                    rec.txid = txid
+                    rec.local_ts = now_us
+                    if not rec.origin_ts:
+                        rec.origin_ts = now_us
+                    if rec.origin_txid == 0:
+                        rec.origin_txid = txid
+                    elif rec.origin:
+                        prev = origin_updates.get(rec.origin, 0)
+                        if rec.origin_txid > prev:
+                            origin_updates[rec.origin] = rec.origin_txid
+                    key = _U64.pack(txid)
+                    rec_items.append((key, encode(rec)))
+                    bm_items.append((bm_key, key))
+                    txids.append(txid)
+                if rec_items:
+                    txn.cursor(db=self._records).putmulti(rec_items, append=True)
+                    txn.cursor(db=bookmarks).putmulti(bm_items)
+                    for ph, (seq, name) in pub_updates.items():
+                        txn.put(_U64.pack(ph), _U64.pack(seq) + name.encode(), db=self._publishers)
+                    for origin, otx in origin_updates.items():
+                        key_o = origin.encode()
+                        raw = txn.get(key_o, db=self._origins)
+                        if raw is None or _U64.unpack(raw)[0] < otx:
+                            txn.put(key_o, _U64.pack(otx), db=self._origins)
+                    if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                        txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
+                if cursors:
+                    for name, (up_txid, up_bm) in cursors.items():
+                        txn.put(name.encode(), _U64.pack(up_txid) + up_bm.encode(), db=self._upstreams)
+                if on_staged is not None:
+                    on_staged()
+        except BaseException:
+            # nothing of this batch was stored: the cached high-water marks may be ahead
+            self._pub_cache.clear()
+            raise
         if rec_items:
             if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
                 self._last_time_entry = now_us
@@ -276,6 +306,19 @@ class Journal:
             self._appended += len(rec_items)
         self._duplicates += len(records) - len(rec_items)
         return txids
+
+    def upstream_cursor(self, upstream: str) -> tuple[int, str]:
+        """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
+        held here, or ``(0, "")`` when nothing was ever received from it."""
+        with self._env.begin(db=self._upstreams) as txn:
+            raw = txn.get(upstream.encode())
+        if raw is None:
+            return 0, ""
+        return _U64.unpack_from(raw)[0], raw[8:].decode()
+
+    def upstream_cursors(self) -> dict[str, tuple[int, str]]:
+        with self._env.begin(db=self._upstreams) as txn:
+            return {k.decode(): (_U64.unpack_from(v)[0], v[8:].decode()) for k, v in txn.cursor()}
 
     def forget_cache(self) -> None:
         """Drop the in-memory publisher high-water cache (after a failed commit)."""
@@ -303,6 +346,31 @@ class Journal:
                 if len(out) >= limit:
                     break
         return out
+
+    def read_raw(
+        self, after_txid: int, limit: int, max_txid: int | None = None
+    ) -> tuple[list[tuple[Record, bytes]], CorruptRecord | None]:
+        """Records with their stored bytes (replication sends the bytes as stored, CRC
+        included). Same damage rule as :meth:`read_views`."""
+        out: list[tuple[Record, bytes]] = []
+        decode = self._codec.decode
+        unpack = _U64.unpack
+        stop = max_txid if max_txid is not None else (1 << 64) - 1
+        with self._env.begin(db=self._records, buffers=False) as txn:
+            cur = txn.cursor()
+            if not cur.set_range(_U64.pack(after_txid + 1)):
+                return out, None
+            for key, value in cur:
+                txid = unpack(key)[0]
+                if txid > stop:
+                    break
+                try:
+                    out.append((decode(value, txid), value))
+                except CorruptRecord as exc:
+                    return out, exc
+                if len(out) >= limit:
+                    break
+        return out, None
 
     def read_views(
         self, after_txid: int, limit: int, max_txid: int | None = None

@@ -14,6 +14,7 @@ sleep).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import logging
@@ -31,6 +32,8 @@ from amps_py import events
 from amps_py.config import InstanceConfig, TransportConfig
 from txlog import Journal, Record, publisher_hash
 from txlog.record import DeliveryView
+
+from amps_py.replication import ReplicationManager
 
 from .session import CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
@@ -53,6 +56,12 @@ class InstanceStatistics:
     journal: dict[str, Any] | None = None
     writer: dict[str, Any] | None = None
     listeners: dict[str, int] = field(default_factory=dict)
+    replication: dict[str, Any] | None = None
+    durable_txid: int = 0
+
+
+class ConfigurationError(Exception):
+    """The config cannot run as given; the message says what to change."""
 
 
 class Instance:
@@ -74,6 +83,10 @@ class Instance:
         self._journaled: dict[str, bool] = {}
         self._filters: dict[str, Any] = {}
         self._commit_event = trio.Event()
+        self._undurable: collections.deque[Record] = collections.deque()
+        self.durable_txid = 0
+        self.replication: ReplicationManager | None = None
+        self.group = config.group
         self.last_durable_bookmark = ""
         self.started_at = time.time()
         self.listeners: dict[str, tuple[str, int]] = {}
@@ -217,9 +230,7 @@ class Instance:
         if not records:
             return
         registry = self.registry
-        durable: dict[int, int] = {}
         for rec in records:
-            durable[rec.pub_hash] = rec.seq
             subs = registry.match(rec.topic)
             if subs:
                 self._fan_out(
@@ -231,19 +242,68 @@ class Instance:
                     rec.correlation_id,
                     rec.local_ts,
                 )
-        self.last_durable_bookmark = records[-1].bookmark
-        pub_durable = self._pub_durable
-        for ph, seq in durable.items():
-            if seq > pub_durable.get(ph, 0):
-                pub_durable[ph] = seq
-        by_pub = self._pub_sessions
-        for ph, seq in durable.items():
-            session = by_pub.get(ph)
-            if session is not None:
-                session.durable_upto(seq)
+        replication = self.replication
+        if replication is not None and replication.has_sync:
+            self._undurable.extend(records)
+            self._advance_durable()
+        elif self._undurable:
+            # sync destinations went away (downgrade): release what waited on them
+            self._undurable.extend(records)
+            self._advance_durable(records[-1].txid)
+        else:
+            durable: dict[int, int] = {}
+            get = durable.get
+            for rec in records:
+                if rec.seq > get(rec.pub_hash, 0):
+                    durable[rec.pub_hash] = rec.seq
+            self._records_durable(durable, records[-1])
         event = self._commit_event
         self._commit_event = trio.Event()
         event.set()
+
+    @property
+    def committed_txid(self) -> int:
+        """The newest txid committed to the local journal (0 without a journal)."""
+        return self.writer.committed_txid if self.writer is not None else 0
+
+    def _advance_durable(self, upto: int | None = None) -> None:
+        """Persisted acks for every record now durable: committed here and acknowledged
+        by every currently-sync destination (``upto`` skips the computation)."""
+        if upto is None:
+            assert self.replication is not None
+            upto = self.replication.durable_txid(self.committed_txid)
+        pending = self._undurable
+        if not pending or pending[0].txid > upto:
+            return
+        durable: dict[int, int] = {}
+        last = pending[0]
+        while pending and pending[0].txid <= upto:
+            last = pending.popleft()
+            durable[last.pub_hash] = max(durable.get(last.pub_hash, 0), last.seq)
+        self._records_durable(durable, last)
+
+    def _records_durable(self, durable: dict[int, int], last: Record) -> None:
+        """Record ``durable`` (publisher -> highest durable seq) and send persisted acks."""
+        self.durable_txid = last.txid
+        self.last_durable_bookmark = last.bookmark
+        pub_durable = self._pub_durable
+        by_pub = self._pub_sessions
+        for ph, seq in durable.items():
+            if seq > pub_durable.get(ph, 0):
+                pub_durable[ph] = seq
+            session = by_pub.get(ph)
+            if session is not None:
+                session.durable_upto(seq)
+
+    def replication_acked(self) -> None:
+        """A destination acknowledged more: persisted acks may advance."""
+        if self._undurable:
+            self._advance_durable()
+
+    def replication_changed(self) -> None:
+        """A destination connected, disconnected or changed sync/async."""
+        if self._undurable:
+            self._advance_durable()
 
     def _topic_head(self, topic: str) -> bytes:
         head = self._topic_json.get(topic)
@@ -408,9 +468,19 @@ class Instance:
                     if self.journal.last_txid:
                         self.last_durable_bookmark = self.bookmark_of(self.journal.last_txid)
                     nursery.start_soon(self._run_writer)
+                    self.durable_txid = self.journal.last_txid
+                    if config.replication or config.replication_transport is not None:
+                        self.replication = ReplicationManager(self)
+                elif config.replication or config.replication_transport is not None:
+                    raise ConfigurationError(
+                        "replication needs a TransactionLog: only journaled messages "
+                        "replicate; add a TransactionLog with the replicated topics"
+                    )
                 for transport in config.transports:
                     if transport.enabled:
                         await nursery.start(self._serve_transport, transport, nursery)
+                if self.replication is not None:
+                    nursery.start_soon(self.replication.run)
                 log.info(
                     "instance %s ready: %s",
                     self.name,
@@ -458,6 +528,13 @@ class Instance:
         )
         task_status.started()
 
+        if transport.type == "amps-replication":
+            assert self.replication is not None
+            await trio.serve_listeners(
+                self.replication.serve_incoming, listeners, handler_nursery=nursery
+            )
+            return
+
         async def handle(stream: trio.SocketStream) -> None:
             try:
                 host, port = stream.socket.getpeername()[:2]
@@ -484,6 +561,8 @@ class Instance:
             journal=self.journal.statistics().__dict__ if self.journal else None,
             writer=self.writer.statistics().__dict__ if self.writer else None,
             listeners={n: p for n, (_, p) in self.listeners.items()},
+            replication=self.replication.statistics() if self.replication else None,
+            durable_txid=self.durable_txid,
         )
 
 

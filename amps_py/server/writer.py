@@ -28,6 +28,14 @@ MAX_BATCH = 8192
 
 
 @dataclass(frozen=True)
+class _Marker:
+    position: int  # the marker is committed with the batch holding record #position
+    upstream: str
+    cursor: tuple[int, str]
+    on_durable: Callable[[], None]
+
+
+@dataclass(frozen=True)
 class WriterStatistics:
     commits: int
     records: int
@@ -55,6 +63,9 @@ class JournalWriter:
         self.journal = journal
         self._on_commit = on_commit
         self._queue: list[Record] = []
+        self._submitted = 0  # records ever queued; markers refer to positions in it
+        self._taken = 0  # records ever taken into a batch
+        self._markers: list[_Marker] = []
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
         self.committed_txid = journal.last_txid
@@ -67,6 +78,22 @@ class JournalWriter:
     def submit(self, record: Record) -> None:
         """Queue one record for the next commit."""
         self._queue.append(record)
+        self._submitted += 1
+        self._wake.set()
+
+    def submit_replicated(
+        self,
+        records: list[Record],
+        upstream: str,
+        cursor: tuple[int, str],
+        on_durable: Callable[[], None],
+    ) -> None:
+        """Queue records received from ``upstream`` with the stream position they
+        bring this journal to; ``on_durable`` runs (in the trio thread) after the
+        commit that stores both."""
+        self._queue.extend(records)
+        self._submitted += len(records)
+        self._markers.append(_Marker(self._submitted, upstream, cursor, on_durable))
         self._wake.set()
 
     @property
@@ -76,13 +103,18 @@ class JournalWriter:
     async def run(self) -> None:
         """Commit queued records forever (until cancelled)."""
         while True:
-            if not self._queue:
+            if not self._queue and not self._markers:
                 self._wake = trio.Event()
                 await self._wake.wait()
             batch = self._queue[:MAX_BATCH]
             del self._queue[:MAX_BATCH]
+            self._taken += len(batch)
+            markers: list[_Marker] = []
+            while self._markers and self._markers[0].position <= self._taken:
+                markers.append(self._markers.pop(0))
+            cursors = {m.upstream: m.cursor for m in markers}
             now_us = time.time_ns() // 1000
-            txids = await self._append(batch, now_us)
+            txids = await self._append(batch, now_us, cursors)
             stored = [rec for rec, txid in zip(batch, txids, strict=True) if txid]
             self._commits += 1
             self._records += len(stored)
@@ -92,8 +124,12 @@ class JournalWriter:
             if stored:
                 self.committed_txid = stored[-1].txid
             self._on_commit(stored)
+            for marker in markers:
+                marker.on_durable()
 
-    async def _append(self, batch: list[Record], now_us: int) -> list[int]:
+    async def _append(
+        self, batch: list[Record], now_us: int, cursors: dict[str, tuple[int, str]]
+    ) -> list[int]:
         """Run ``journal.append`` on a worker thread; block this thread during the puts.
 
         py-lmdb releases the GIL around every put. If the event loop kept running
@@ -109,7 +145,7 @@ class JournalWriter:
         result: list[outcome.Outcome[list[int]]] = []
 
         def work() -> list[int]:
-            return journal.append(batch, now_us, staged.set)
+            return journal.append(batch, now_us, staged.set, cursors or None)
 
         def deliver(out: outcome.Outcome[list[int]]) -> None:
             result.append(out)

@@ -1,0 +1,224 @@
+"""Incoming replication: accept an upstream on the amps-replication transport, tell it
+how far this journal holds its stream, store what it sends, acknowledge after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from amps_py import events
+from txlog import CorruptRecord, Record, RecordCodec
+
+from .link import PROTOCOL_VERSION, Data, DownstreamLink, Hello, LinkError, Refused
+
+if TYPE_CHECKING:
+    from amps_py.server.instance import Instance
+
+log = logging.getLogger("amps_py.replication.incoming")
+
+HELLO_TIMEOUT: Final = 10.0
+#: heartbeat interval of the receiving end
+HEARTBEAT_INTERVAL: Final = 1.0
+
+
+@dataclass(frozen=True)
+class UpstreamStatistics:
+    name: str
+    group: str
+    address: str
+    connected: bool
+    messages_in: int
+    duplicates: int
+    bytes_in: int
+    cursor_txid: int
+
+
+class UpstreamConnection:
+    """One accepted connection from an upstream instance."""
+
+    def __init__(self, instance: Instance, stream: trio.SocketStream, peer: str) -> None:
+        self.instance = instance
+        self.stream = stream
+        self.peer = peer
+        self.name = ""
+        self.group = ""
+        self.messages_in = 0
+        self.duplicates = 0
+        self.cursor_txid = 0
+        self._codec = RecordCodec()
+        self._acked = 0
+        self._pending_ack = 0
+        self._ack_wanted = trio.Event()
+        self._cancel: trio.CancelScope | None = None
+        self._send_lock = trio.Lock()
+
+    async def _send(self, data: bytes) -> None:
+        async with self._send_lock:
+            await self.stream.send_all(data)
+
+    def close(self) -> None:
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    async def run(self) -> None:
+        now = trio.current_time
+        link = DownstreamLink(now(), HEARTBEAT_INTERVAL)
+        try:
+            hello = await self._await_hello(link)
+            refusal = self._check_hello(hello)
+            if refusal is not None:
+                reason, detail = refusal
+                log.error(
+                    "refused replication from %s (%s): %s — %s",
+                    hello.name,
+                    self.peer,
+                    reason,
+                    detail,
+                    extra=events.extra(events.REPLICATION_REFUSED),
+                )
+                await self.stream.send_all(link.refuse(reason, detail, now()))
+                return
+            self.name, self.group = hello.name, hello.group
+            journal = self.instance.journal
+            assert journal is not None
+            cursor = journal.upstream_cursor(hello.name)
+            self.cursor_txid = cursor[0]
+            self._acked = cursor[0]
+            self.instance.replication.upstream_connected(self)
+            await self.stream.send_all(
+                link.welcome(
+                    name=self.instance.name, group=self.instance.group, cursor=cursor, now=now()
+                )
+            )
+            log.info(
+                "replication from %s (group %s, %s, %s) accepted; holding its stream up to "
+                "txid %d",
+                hello.name,
+                hello.group,
+                self.peer,
+                hello.sync,
+                cursor[0],
+                extra=events.extra(events.REPLICATION_CONNECTED),
+            )
+            async with trio.open_nursery() as nursery:
+                self._cancel = nursery.cancel_scope
+                nursery.start_soon(self._ack_loop, link)
+                nursery.start_soon(self._heartbeat_loop, link)
+                await self._receive_loop(link)
+                nursery.cancel_scope.cancel()
+        except LinkError as exc:
+            log.warning(
+                "replication from %s (%s) ended: %s",
+                self.name or "?",
+                self.peer,
+                exc,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
+            if exc.reason in ("not a replication peer", "protocol violation", "bad data"):
+                with trio.move_on_after(1):
+                    await self.stream.send_all(link.refuse(exc.reason, exc.detail, now()))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            if self.name:
+                self.instance.replication.upstream_disconnected(self)
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _await_hello(self, link: DownstreamLink) -> Hello:
+        with trio.move_on_after(HELLO_TIMEOUT):
+            while True:
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    raise LinkError("closed", "the peer closed the connection before its hello")
+                for event in link.receive_data(data, trio.current_time()):
+                    if isinstance(event, Hello):
+                        return event
+                    if isinstance(event, Refused):
+                        raise LinkError(event.reason, event.detail)
+        raise LinkError("no hello", f"nothing valid received within {HELLO_TIMEOUT:g} s")
+
+    def _check_hello(self, hello: Hello) -> tuple[str, str] | None:
+        if hello.version != PROTOCOL_VERSION:
+            return (
+                "protocol version",
+                f"peer speaks replication protocol version {hello.version}, this instance "
+                f"speaks {PROTOCOL_VERSION}; run the same amps-py version on both",
+            )
+        if hello.name == self.instance.name:
+            return (
+                "replicates to itself",
+                f"an instance named {hello.name!r} connected to itself; fix its "
+                "Destination/Transport/InetAddr",
+            )
+        return None
+
+    async def _receive_loop(self, link: DownstreamLink) -> None:
+        decode = self._codec.decode
+        writer = self.instance.writer
+        assert writer is not None
+        own = self.instance.name
+        hop = (self.name, self.group)
+        while True:
+            data = await self.stream.receive_some(256 * 1024)
+            if not data:
+                raise LinkError("closed", "the upstream closed the connection")
+            for event in link.receive_data(data, trio.current_time()):
+                if isinstance(event, Refused):
+                    raise LinkError(event.reason, event.detail)
+                if not isinstance(event, Data):
+                    continue
+                records: list[Record] = []
+                for raw in event.records:
+                    try:
+                        rec = decode(raw)
+                    except CorruptRecord as exc:
+                        raise LinkError("bad data", f"a record failed its CRC in transit: {exc}") from None
+                    if rec.origin == own or any(name == own for name, _ in rec.path):
+                        self.duplicates += 1  # came back around a loop: never store twice
+                        continue
+                    rec.path = (*rec.path, hop)
+                    rec.txid = 0
+                    records.append(rec)
+                self.messages_in += len(records)
+                upto = event.upto
+                writer.submit_replicated(
+                    records, self.name, (upto, event.upto_bm), lambda u=upto: self._durable(u)
+                )
+
+    def _durable(self, upto: int) -> None:
+        if upto > self._pending_ack:
+            self._pending_ack = upto
+            self.cursor_txid = upto
+            self._ack_wanted.set()
+
+    async def _ack_loop(self, link: DownstreamLink) -> None:
+        while True:
+            await self._ack_wanted.wait()
+            self._ack_wanted = trio.Event()
+            if self._pending_ack > self._acked:
+                self._acked = self._pending_ack
+                await self._send(link.ack(self._acked, trio.current_time()))
+
+    async def _heartbeat_loop(self, link: DownstreamLink) -> None:
+        while True:
+            await trio.sleep_until(link.next_deadline())
+            data = link.handle_timer(trio.current_time())
+            if data:
+                await self._send(data)
+
+    def statistics(self) -> UpstreamStatistics:
+        return UpstreamStatistics(
+            name=self.name,
+            group=self.group,
+            address=self.peer,
+            connected=True,
+            messages_in=self.messages_in,
+            duplicates=self.duplicates,
+            bytes_in=0,
+            cursor_txid=self.cursor_txid,
+        )

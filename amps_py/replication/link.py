@@ -1,0 +1,382 @@
+"""The replication link protocol, sans-IO: bytes and time in, events and bytes out.
+
+AMPS does not publish its replication wire format; this one is ours. It reuses the
+client protocol's framing (4-byte big-endian length, flat JSON header, payload).
+
+Handshake (the upstream, the instance that sends, opens the TCP connection)::
+
+    upstream   -> repl_hello    payload: {"name","group","destination","sync",
+                                          "compression","topics":[...]}
+    downstream -> repl_welcome  payload: {"name","group","cursor_txid","cursor_bm"}
+            or -> repl_refuse   payload: {"reason","detail"}   (either side, then close)
+
+Streaming::
+
+    upstream   -> repl_data  {"upto": T, "upto_bm": B, "n": k, "z": 0|1}
+                 payload: k x (u32 length + stored record bytes, CRC included),
+                 zstd stream-compressed when "z" is 1 (the receiver detects it)
+    downstream -> repl_ack   {"upto": T}   every record <= T routed to it is durable
+    either     -> repl_hb    heartbeat; a link silent for ``silence_limit`` closes
+
+``upto`` covers records the upstream read but did not route to this destination, so
+acknowledged positions advance even when nothing matches. Each class below is a
+state machine that never touches a socket or a clock: callers pass ``now``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final
+
+import orjson
+import zstandard
+
+from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+
+PROTOCOL_VERSION: Final = 1
+#: replication frames carry batches of records: allow larger frames than clients
+MAX_REPLICATION_FRAME: Final = 256 * 1024 * 1024
+_LEN = struct.Struct(">I")
+
+
+class LinkError(Exception):
+    """The link cannot continue; ``reason`` is short and stable, the text says why."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class LinkState(Enum):
+    HANDSHAKE = "handshake"
+    STREAMING = "streaming"
+    CLOSED = "closed"
+
+
+# ----------------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class Hello:
+    """The upstream introduces itself (received by the downstream)."""
+
+    version: int
+    name: str
+    group: str
+    destination: str
+    sync: str
+    compression: str
+    topics: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The downstream accepts (received by the upstream); the cursor says how far it
+    holds this upstream's stream."""
+
+    name: str
+    group: str
+    cursor_txid: int
+    cursor_bm: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The peer refused the link; it will close the connection."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Data:
+    """A batch of stored records (bytes as the upstream stored them)."""
+
+    records: list[bytes]
+    upto: int
+    upto_bm: str
+
+
+@dataclass(frozen=True)
+class Ack:
+    upto: int
+
+
+Event = Hello | Welcome | Refused | Data | Ack
+
+
+@dataclass
+class _Liveness:
+    heartbeat_interval: float
+    silence_limit: float
+    last_received: float = 0.0
+    last_sent: float = 0.0
+
+
+def split_records(payload: bytes) -> list[bytes]:
+    """Split a data frame payload into record byte strings.
+
+    Raises:
+        LinkError: the lengths do not add up (a truncated or garbled frame).
+    """
+    out = []
+    pos = 0
+    end = len(payload)
+    while pos < end:
+        if end - pos < 4:
+            raise LinkError("bad data", "record length prefix is truncated")
+        (size,) = _LEN.unpack_from(payload, pos)
+        pos += 4
+        if size > end - pos:
+            raise LinkError("bad data", f"record of {size} bytes runs past the frame end")
+        out.append(payload[pos : pos + size])
+        pos += size
+    return out
+
+
+class _Link:
+    """What both ends share: framing, heartbeats, silence detection, refusals."""
+
+    def __init__(self, now: float, heartbeat_interval: float) -> None:
+        self.state = LinkState.HANDSHAKE
+        self._decoder = FrameDecoder(MAX_REPLICATION_FRAME)
+        self._live = _Liveness(heartbeat_interval, 5 * heartbeat_interval, now, now)
+        self._decompressor: Any = None
+
+    # -- time
+    def next_deadline(self) -> float:
+        """When :meth:`handle_timer` must next be called."""
+        live = self._live
+        return min(live.last_sent + live.heartbeat_interval, live.last_received + live.silence_limit)
+
+    def handle_timer(self, now: float) -> bytes:
+        """Bytes to send now (a heartbeat, or nothing).
+
+        Raises:
+            LinkError: the peer has been silent longer than the silence limit.
+        """
+        live = self._live
+        if now - live.last_received > live.silence_limit:
+            self.state = LinkState.CLOSED
+            raise LinkError(
+                "peer silent",
+                f"nothing received for {now - live.last_received:.1f} s "
+                f"(heartbeat {live.heartbeat_interval:g} s)",
+            )
+        if now - live.last_sent >= live.heartbeat_interval:
+            return self._sent(encode_frame({"c": "repl_hb"}), now)
+        return b""
+
+    def _sent(self, data: bytes, now: float) -> bytes:
+        self._live.last_sent = now
+        return data
+
+    # -- input
+    def receive_data(self, data: bytes, now: float) -> list[Event]:
+        """Feed bytes from the peer; return the events they complete.
+
+        Raises:
+            LinkError: malformed frames, a frame not allowed in this state, or a
+                protocol violation. The caller must close the connection.
+        """
+        self._live.last_received = now
+        try:
+            self._decoder.receive_data(data)
+            frames = list(self._decoder.frames())
+        except ProtocolError as exc:
+            self.state = LinkState.CLOSED
+            raise LinkError(
+                "not a replication peer",
+                f"{exc}; is an AMPS client or another program connected to the "
+                "replication port?",
+            ) from None
+        events: list[Event] = []
+        for frame in frames:
+            event = self._frame(frame)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _frame(self, frame: Frame) -> Event | None:
+        command = frame.command
+        if command == "repl_hb":
+            return None
+        if command == "repl_refuse":
+            self.state = LinkState.CLOSED
+            body = _json(frame.payload, "repl_refuse")
+            return Refused(str(body.get("reason", "refused")), str(body.get("detail", "")))
+        return self._command(frame)
+
+    def _command(self, frame: Frame) -> Event | None:
+        raise NotImplementedError
+
+    def refuse(self, reason: str, detail: str, now: float) -> bytes:
+        """The frame that tells the peer why the link is refused (then close)."""
+        self.state = LinkState.CLOSED
+        return self._sent(
+            encode_frame({"c": "repl_refuse"}, orjson.dumps({"reason": reason, "detail": detail})),
+            now,
+        )
+
+    def _unexpected(self, command: str) -> LinkError:
+        self.state = LinkState.CLOSED
+        return LinkError(
+            "protocol violation", f"unexpected {command!r} in state {self.state.value}"
+        )
+
+
+def _json(payload: bytes, what: str) -> dict[str, Any]:
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise LinkError("protocol violation", f"{what} payload is not JSON") from None
+    if not isinstance(body, dict):
+        raise LinkError("protocol violation", f"{what} payload is not a JSON object")
+    return body
+
+
+class UpstreamLink(_Link):
+    """The sending end. Create, send :meth:`hello`, then feed :meth:`receive_data`."""
+
+    def __init__(self, now: float, heartbeat_interval: float, compression: str = "none") -> None:
+        super().__init__(now, heartbeat_interval)
+        self.compression = compression
+        self._compressor: Any = None
+        self.bytes_out = 0
+        self.raw_bytes_out = 0
+
+    def hello(
+        self, *, name: str, group: str, destination: str, sync: str,
+        topics: list[dict[str, Any]], now: float,
+    ) -> bytes:
+        body = {
+            "version": PROTOCOL_VERSION,
+            "name": name,
+            "group": group,
+            "destination": destination,
+            "sync": sync,
+            "compression": self.compression,
+            "topics": topics,
+        }
+        return self._sent(
+            encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body)), now
+        )
+
+    def _command(self, frame: Frame) -> Event | None:
+        command = frame.command
+        if command == "repl_welcome":
+            if self.state is not LinkState.HANDSHAKE:
+                raise self._unexpected(command)
+            body = _json(frame.payload, "repl_welcome")
+            self.state = LinkState.STREAMING
+            if self.compression == "zstd":
+                self._compressor = zstandard.ZstdCompressor(level=3).compressobj()
+            try:
+                return Welcome(
+                    name=str(body["name"]),
+                    group=str(body.get("group", body["name"])),
+                    cursor_txid=int(body.get("cursor_txid", 0)),
+                    cursor_bm=str(body.get("cursor_bm", "")),
+                )
+            except (KeyError, TypeError, ValueError):
+                raise LinkError("protocol violation", "repl_welcome lacks name or cursor") from None
+        if command == "repl_ack":
+            if self.state is not LinkState.STREAMING:
+                raise self._unexpected(command)
+            upto = frame.header.get("upto")
+            if not isinstance(upto, int) or upto < 0:
+                raise LinkError("protocol violation", f"repl_ack with bad upto {upto!r}")
+            return Ack(upto)
+        raise self._unexpected(command)
+
+    def data(self, records: list[bytes], upto: int, upto_bm: str, now: float) -> bytes:
+        """One data frame carrying ``records`` and the position ``upto``."""
+        if self.state is not LinkState.STREAMING:
+            raise RuntimeError("data() before the handshake completed")
+        payload = b"".join(_LEN.pack(len(r)) + r for r in records)
+        self.raw_bytes_out += len(payload)
+        header: dict[str, Any] = {"c": "repl_data", "upto": upto, "upto_bm": upto_bm, "n": len(records)}
+        if self._compressor is not None and payload:
+            payload = self._compressor.compress(payload) + self._compressor.flush(
+                zstandard.COMPRESSOBJ_FLUSH_BLOCK
+            )
+            header["z"] = 1
+        frame = encode_frame(header, payload)
+        self.bytes_out += len(frame)
+        return self._sent(frame, now)
+
+
+class DownstreamLink(_Link):
+    """The receiving end. Feed bytes; answer the Hello with :meth:`welcome` or
+    :meth:`refuse`; acknowledge durable positions with :meth:`ack`."""
+
+    def __init__(self, now: float, heartbeat_interval: float) -> None:
+        super().__init__(now, heartbeat_interval)
+        self.hello_info: Hello | None = None
+        self.bytes_in = 0
+
+    def receive_data(self, data: bytes, now: float) -> list[Event]:
+        self.bytes_in += len(data)
+        return super().receive_data(data, now)
+
+    def _command(self, frame: Frame) -> Event | None:
+        command = frame.command
+        if command == "repl_hello":
+            if self.hello_info is not None:
+                raise self._unexpected(command)
+            body = _json(frame.payload, "repl_hello")
+            try:
+                hello = Hello(
+                    version=int(body.get("version", frame.header.get("v", 0))),
+                    name=str(body["name"]),
+                    group=str(body.get("group") or body["name"]),
+                    destination=str(body.get("destination", "")),
+                    sync=str(body.get("sync", "async")),
+                    compression=str(body.get("compression", "none")),
+                    topics=tuple(t for t in body.get("topics", []) if isinstance(t, dict)),
+                )
+            except (KeyError, TypeError, ValueError):
+                raise LinkError("protocol violation", "repl_hello lacks the instance name") from None
+            self.hello_info = hello
+            return hello
+        if command == "repl_data":
+            if self.state is not LinkState.STREAMING:
+                raise self._unexpected(command)
+            header = frame.header
+            upto = header.get("upto")
+            if not isinstance(upto, int) or upto < 0:
+                raise LinkError("protocol violation", f"repl_data with bad upto {upto!r}")
+            payload = frame.payload
+            if header.get("z"):
+                if self._decompressor is None:
+                    self._decompressor = zstandard.ZstdDecompressor().decompressobj()
+                try:
+                    payload = self._decompressor.decompress(payload)
+                except zstandard.ZstdError as exc:
+                    raise LinkError("bad data", f"compressed data does not decode ({exc})") from None
+            records = split_records(payload)
+            if len(records) != header.get("n", len(records)):
+                raise LinkError("bad data", "record count does not match the frame header")
+            return Data(records, upto, str(header.get("upto_bm", "")))
+        raise self._unexpected(command)
+
+    def welcome(self, *, name: str, group: str, cursor: tuple[int, str], now: float) -> bytes:
+        if self.hello_info is None:
+            raise RuntimeError("welcome() before a hello was received")
+        self.state = LinkState.STREAMING
+        body = {"name": name, "group": group, "cursor_txid": cursor[0], "cursor_bm": cursor[1]}
+        return self._sent(encode_frame({"c": "repl_welcome"}, orjson.dumps(body)), now)
+
+    def ack(self, upto: int, now: float) -> bytes:
+        return self._sent(encode_frame({"c": "repl_ack", "upto": upto}), now)
+
+
+@dataclass
+class LinkCounters:
+    """Plain counters a driver keeps for statistics."""
+
+    messages: int = 0
+    bytes: int = 0
+    frames: int = 0
+    extra: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,146 @@
+"""Replication routing: does a journaled message go to a destination? (pure)
+
+The four rules of AMPS "Understanding Replication Message Routing", in the order
+they are cheapest to check:
+
+1. the message is journaled here (the caller only asks about journal records);
+2. it has not already passed through the destination's instance (loop prevention:
+   the remote instance is not the origin and not on the message's path);
+3. it was published directly to this instance, or it was received by replication
+   from an instance whose Group matches one of the destination's ``PassThrough``
+   regexes;
+4. its topic and message type match one of the destination's ``Topic`` entries, and
+   that entry's ``Filter`` (if any) matches the payload.
+
+The server's links, the fabric topology check and the Spark audit all call
+:meth:`Route.accepts`, so they can never disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from amps_py.config import DestinationConfig
+from amps_py.filters import Filter, compile_filter
+
+
+@dataclass(frozen=True)
+class _TopicRule:
+    name: str | None
+    regex: re.Pattern[str] | None
+    message_type: str
+    filter: Filter | None
+
+    def matches_topic(self, topic: str, message_type: str) -> bool:
+        if message_type != self.message_type:
+            return False
+        if self.name is None:
+            return True
+        if self.regex is None:
+            return topic == self.name
+        return self.regex.fullmatch(topic) is not None
+
+
+_REGEX_CHARS = frozenset(".*+?[](){}|^$\\")
+
+
+def _topic_rule(name: str | None, message_type: str, filter_text: str | None) -> _TopicRule:
+    regex = None
+    if name is not None and any(ch in _REGEX_CHARS for ch in name):
+        regex = re.compile(name)
+    flt = compile_filter(filter_text) if filter_text else None
+    return _TopicRule(name, regex, message_type, flt)
+
+
+class Route:
+    """A destination's routing rules, compiled once from its config."""
+
+    def __init__(self, destination: DestinationConfig) -> None:
+        self.destination = destination
+        self._topics = tuple(
+            _topic_rule(t.name, t.message_type, t.filter) for t in destination.topics
+        )
+        self._passthrough = tuple(re.compile(p) for p in destination.passthrough)
+        self._passes_group: dict[str, bool] = {}
+        self._topic_cache: dict[tuple[str, str], tuple[_TopicRule, ...]] = {}
+
+    def passes_through(self, group: str) -> bool:
+        """Rule 3 for a message received from an instance of ``group``."""
+        known = self._passes_group.get(group)
+        if known is None:
+            known = any(p.search(group) for p in self._passthrough)
+            self._passes_group[group] = known
+        return known
+
+    def _rules_for(self, topic: str, message_type: str) -> tuple[_TopicRule, ...]:
+        key = (topic, message_type)
+        rules = self._topic_cache.get(key)
+        if rules is None:
+            rules = tuple(r for r in self._topics if r.matches_topic(topic, message_type))
+            if len(self._topic_cache) > 100_000:
+                self._topic_cache.clear()
+            self._topic_cache[key] = rules
+        return rules
+
+    def accepts(
+        self,
+        *,
+        topic: str,
+        message_type: str,
+        origin: str,
+        path: Sequence[tuple[str, str]],
+        payload: bytes,
+        remote_name: str,
+    ) -> bool:
+        """True when the message goes to this destination, whose instance is
+        ``remote_name``. ``path`` lists (instance, group) hops before this instance,
+        origin first; it is empty for a message published here."""
+        # rule 2: never back to an instance the message already went through
+        if remote_name == origin:
+            return False
+        for hop_name, _ in path:
+            if hop_name == remote_name:
+                return False
+        # rule 3: published here, or received from a group we pass through
+        if path and not self.passes_through(path[-1][1]):
+            return False
+        # rule 4: topic, message type, filter
+        rules = self._rules_for(topic, message_type)
+        if not rules:
+            return False
+        doc: Any = _UNPARSED
+        for rule in rules:
+            if rule.filter is None:
+                return True
+            if doc is _UNPARSED:
+                try:
+                    doc = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    doc = None
+            if rule.filter.matches(doc):
+                return True
+        return False
+
+    def describe_topics(self) -> list[dict[str, Any]]:
+        """The topic descriptors sent in the handshake (for validation on connect)."""
+        return [
+            {
+                "name": t.name,
+                "message_type": t.message_type,
+                "filter": t.filter,
+                "exclude_validation": list(t.exclude_validation),
+            }
+            for t in self.destination.topics
+        ]
+
+
+class _Unparsed:
+    pass
+
+
+_UNPARSED: Any = _Unparsed()
