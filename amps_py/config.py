@@ -25,7 +25,7 @@ nats-server's ``processConfigFile`` does, so an operator fixes a file in one rou
 Every problem is a :class:`ConfigProblem` carrying the file, line, element path, what is
 wrong and how to fix it; they are raised together as one :class:`ConfigError`.
 
-Adding support for an AMPS element (Replication, Admin, Actions, ...):
+Adding support for an AMPS element (Admin, Actions, SOW, ...):
 
 * describe it in ``config/amps.xsd`` (the structural checks follow automatically);
 * remove it from :data:`UNSUPPORTED_AMPS_ELEMENTS` (and its values from
@@ -52,21 +52,30 @@ from xml.sax.saxutils import escape as _xml_escape
 from lxml import etree
 
 from amps_py import __version__
+from amps_py.filters import FilterError, compile_filter
 from amps_py.units import UnitError, parse_bytes, parse_duration
 
 __all__ = [
+    "DEFAULT_ACK_CONFLATION_INTERVAL",
     "DEFAULT_FLUSH_INTERVAL",
+    "DEFAULT_HEARTBEAT_INTERVAL",
     "DEFAULT_JOURNAL_SIZE",
     "DEFAULT_MAP_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_RECONNECT_TIMEOUTS",
     "LOG_LEVELS",
+    "NON_EXCLUDABLE_VALIDATION_CHECKS",
+    "REPLICATION_TRANSPORT_TYPE",
+    "REPLICATION_VALIDATION_CHECKS",
     "UNSUPPORTED_AMPS_ELEMENTS",
     "UNSUPPORTED_AMPS_VALUES",
     "ConfigError",
     "ConfigProblem",
+    "DestinationConfig",
     "InstanceConfig",
     "JournalTopic",
     "LogTarget",
+    "ReplicationTopic",
     "TransactionLogConfig",
     "TransportConfig",
     "default_config",
@@ -96,6 +105,32 @@ DEFAULT_MAP_SIZE: Final = 64 * 1024**3
 MIN_MAP_SIZE: Final = 1024**2
 #: Instance names prefix files and travel in replication paths; keep them short.
 MAX_NAME_LENGTH: Final = 64
+
+#: The transport Type of the one listener that accepts replication from upstream instances.
+REPLICATION_TRANSPORT_TYPE: Final = "amps-replication"
+#: How long a replication destination may hold back its acks to batch them (seconds).
+DEFAULT_ACK_CONFLATION_INTERVAL: Final = 0.01
+#: Back-off between rounds of failed connection attempts to a destination (seconds);
+#: the last value repeats.
+DEFAULT_RECONNECT_TIMEOUTS: Final[tuple[float, ...]] = (1.0, 2.0, 4.0, 8.0)
+#: How often an idle replication link sends a heartbeat (seconds); a link silent for 5
+#: intervals is dropped and reconnected.
+DEFAULT_HEARTBEAT_INTERVAL: Final = 1.0
+#: The checks a replication link runs when it connects (AMPS's names), in AMPS's order.
+REPLICATION_VALIDATION_CHECKS: Final[tuple[str, ...]] = (
+    "txlog",
+    "replicate",
+    "sow",
+    "cascade",
+    "queue",
+    "keys",
+    "replicate_filter",
+    "queue_passthrough",
+    "queue_underlying",
+)
+#: Checks that ExcludeValidation may not name: without them a replicated queue could
+#: lose or duplicate messages.
+NON_EXCLUDABLE_VALIDATION_CHECKS: Final = frozenset({"queue", "queue_underlying"})
 
 #: AMPS log levels, least severe first. ``none`` disables a target.
 LOG_LEVELS: Final[tuple[str, ...]] = (
@@ -134,7 +169,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "MiniDumpDirectory",
             "Modules",
             "Protocols",
-            "Replication",
             "RequiredMinimumVersion",
             "SOW",
             "SuggestedMinimumVersion",
@@ -156,6 +190,15 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "MessageMemoryLimit",
             "PrivateKey",
             "TransportFilter",
+        }
+    ),
+    "AMPSConfig/Replication/Destination/Transport": frozenset(
+        {
+            "Authenticator",
+            "Certificate",
+            "Ciphers",
+            "IpProtocolPrefer",
+            "PrivateKey",
         }
     ),
     "AMPSConfig/TransactionLog": frozenset(
@@ -187,13 +230,15 @@ _AMPS_ONLY_MESSAGE_TYPES = frozenset(
 #: Values AMPS accepts for an element that amps-py does not support yet, by element path.
 UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/Transports/Transport/Type": frozenset(
-        {"tcps", "amps-replication", "amps-replication-secure", "amps-unix"}
+        {"tcps", "amps-replication-secure", "amps-unix"}
     ),
+    "AMPSConfig/Replication/Destination/Transport/Type": frozenset({"amps-replication-secure"}),
     "AMPSConfig/Transports/Transport/Protocol": frozenset(
         {"websocket", "fix", "nvfix", "xml", "soap", "fix-session"}
     ),
     "AMPSConfig/Transports/Transport/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/TransactionLog/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
+    "AMPSConfig/Replication/Destination/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/Logging/Target/Protocol": frozenset({"gzip", "syslog"}),
 }
 
@@ -264,17 +309,19 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class TransportConfig:
-    """A client listener (``AMPSConfig/Transports/Transport``).
+    """A listener (``AMPSConfig/Transports/Transport``).
 
     Attributes:
         name: unique within the instance.
-        type: ``tcp`` (the only type amps-py supports so far).
+        type: ``tcp`` for clients, or ``amps-replication`` for the (at most one)
+            listener that accepts replication from upstream instances.
         host: address to bind; ``0.0.0.0`` when InetAddr is a bare port, an IPv6
             address without brackets (``::1``) when given as ``[::1]:port``.
         port: 0 to 65535; 0 asks the OS for a free port, which the server reports.
-        protocol: ``amps`` (``json`` in the XML is accepted as another name for it).
+        protocol: ``amps`` (``json`` in the XML is accepted as another name for it);
+            ``amps-replication`` for the replication listener, whatever the XML says.
         message_type: the only message type allowed on this transport, or ``None``
-            for any.
+            for any (always ``None`` for the replication listener).
         max_message_size: the largest frame a client may send, in bytes.
         enabled: whether the transport listens at start (``InitialState``).
     """
@@ -400,6 +447,116 @@ class LogTarget:
 
 
 @dataclass(frozen=True)
+class ReplicationTopic:
+    """A ``Replication/Destination/Topic``: which messages go to a destination.
+
+    ``name`` follows the :class:`JournalTopic` rule (a literal topic unless it contains a
+    regular-expression metacharacter, then a regular expression that must match the
+    whole topic); ``None`` (no Name in the XML) covers every topic of ``message_type``.
+
+    Attributes:
+        name: the topic or topic regex, or ``None`` for every topic.
+        message_type: ``json`` or ``binary``.
+        filter: a content filter (checked to compile when loaded); only messages that
+            match it are replicated. ``None`` replicates every message of the topic.
+        exclude_validation: validation checks (from
+            :data:`REPLICATION_VALIDATION_CHECKS`) skipped for these topics when the
+            link connects, in the order written, without duplicates.
+
+    Raises:
+        re.error: ``name`` has metacharacters but is not a valid regular expression
+            (the loader reports this as a ConfigProblem before constructing one).
+    """
+
+    name: str | None
+    message_type: str
+    filter: str | None = None
+    exclude_validation: tuple[str, ...] = ()
+    _pattern: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        name = self.name
+        regex = name is not None and bool(_REGEX_METACHARACTERS & set(name))
+        object.__setattr__(self, "_pattern", re.compile(name) if name and regex else None)
+
+    def matches(self, topic: str, message_type: str) -> bool:
+        """Whether ``topic`` with ``message_type`` is covered (the Filter is not applied)."""
+        if message_type != self.message_type:
+            return False
+        if self.name is None:
+            return True
+        if self._pattern is None:
+            return topic == self.name
+        return self._pattern.fullmatch(topic) is not None
+
+
+@dataclass(frozen=True)
+class DestinationConfig:
+    """One ``Replication/Destination``: an outgoing replication link.
+
+    Attributes:
+        name: the destination's label, unique in the instance (usually the remote
+            instance's Name); used in logs and in the link's client name.
+        group: the Group the remote instance must have, or ``None`` to accept any.
+        sync_type: ``sync`` (persisted acks to publishers wait for this destination)
+            or ``async``.
+        topics: what is replicated; a message goes out when any entry matches it.
+        passthrough: regular expressions searched for (``re.search``, as AMPS's
+            ``^NYC`` example implies) in the Group of the instance a replicated message
+            was received from; a match forwards that message here as well. Messages
+            published directly to this instance ignore them.
+        inet_addrs: the remote instance's replication listener as (host, port) pairs,
+            failover equivalents in priority order; a bare port in the XML means
+            ``127.0.0.1``. Empty: wait for the remote instance to connect.
+        reconnect_timeouts: seconds to wait after a round in which every address
+            failed; round n waits ``reconnect_timeouts[n]``, the last value repeating.
+        ack_conflation_interval: seconds the destination may hold back its acks.
+        compression: ``none`` or ``zstd`` (the stream to this destination is
+            compressed; the receiver detects it).
+        heartbeat_interval: seconds between heartbeats on an idle link; a link silent
+            for 5 intervals is dropped and reconnected.
+        line: the line of the ``<Destination>`` element, for messages; not compared.
+    """
+
+    name: str
+    group: str | None
+    sync_type: str
+    topics: tuple[ReplicationTopic, ...]
+    passthrough: tuple[str, ...] = ()
+    inet_addrs: tuple[tuple[str, int], ...] = ()
+    reconnect_timeouts: tuple[float, ...] = DEFAULT_RECONNECT_TIMEOUTS
+    ack_conflation_interval: float = DEFAULT_ACK_CONFLATION_INTERVAL
+    compression: str = "none"
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    line: int | None = field(default=None, compare=False)
+    _passthrough_patterns: tuple[re.Pattern[str], ...] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        patterns = tuple(re.compile(p) for p in self.passthrough)
+        object.__setattr__(self, "_passthrough_patterns", patterns)
+
+    @property
+    def sync(self) -> bool:
+        """Whether persisted acks wait for this destination (``SyncType`` sync)."""
+        return self.sync_type == "sync"
+
+    def replicates(self, topic: str, message_type: str) -> bool:
+        """Whether any Topic entry covers ``topic`` (Filters are not applied here)."""
+        return any(t.matches(topic, message_type) for t in self.topics)
+
+    def passes_through(self, group: str) -> bool:
+        """Whether a message received from an instance in ``group`` is forwarded here."""
+        return any(p.search(group) is not None for p in self._passthrough_patterns)
+
+    def reconnect_delay(self, round_number: int) -> float:
+        """Seconds to wait after failed round ``round_number`` (0-based) of attempts."""
+        timeouts = self.reconnect_timeouts or DEFAULT_RECONNECT_TIMEOUTS
+        return timeouts[min(max(round_number, 0), len(timeouts) - 1)]
+
+
+@dataclass(frozen=True)
 class InstanceConfig:
     """A whole instance configuration (``AMPSConfig``).
 
@@ -407,11 +564,14 @@ class InstanceConfig:
         name: the instance name (no path separators, at most 64 characters).
         group: the replication group; equals ``name`` unless the XML sets Group.
         description: free text, empty by default.
-        transports: the client listeners, in file order.
+        transports: every listener in file order: the client ones and at most one
+            ``amps-replication`` one (see :attr:`client_transports` and
+            :attr:`replication_transport`).
         transaction_log: the journal settings, or ``None`` when not configured.
         logging: the log targets; empty means nothing is logged.
         source: the file the config came from, or ``"<embedded default>"``/``"<string>"``.
         process_name: ``ProcessName`` when given.
+        replication: the outgoing replication links, in file order.
     """
 
     name: str
@@ -422,6 +582,20 @@ class InstanceConfig:
     logging: tuple[LogTarget, ...]
     source: str
     process_name: str | None = None
+    replication: tuple[DestinationConfig, ...] = ()
+
+    @property
+    def replication_transport(self) -> TransportConfig | None:
+        """The ``amps-replication`` listener upstream instances connect to, if any."""
+        for transport in self.transports:
+            if transport.type == REPLICATION_TRANSPORT_TYPE:
+                return transport
+        return None
+
+    @property
+    def client_transports(self) -> tuple[TransportConfig, ...]:
+        """The listeners for clients: every transport but the replication one (tcp)."""
+        return tuple(t for t in self.transports if t.type != REPLICATION_TRANSPORT_TYPE)
 
 
 # ------------------------------------------------------------------------ schema model
@@ -1131,6 +1305,7 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
     transports: list[TransportConfig] = []
     names: dict[str, etree._Element] = {}
     addresses: list[tuple[tuple[str, int], str, etree._Element]] = []
+    replication_el: etree._Element | None = None  # the first amps-replication transport
     for transport in _children(_first(root, "Transports"), "Transport"):
         name_el = _first(transport, "Name")
         name = _text(name_el, problems)
@@ -1145,7 +1320,21 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                 name = None
             else:
                 names[name] = name_el
-        kind = _text(_first(transport, "Type"), problems)
+        type_el = _first(transport, "Type")
+        kind = _text(type_el, problems)
+        if type_el is not None and kind == REPLICATION_TRANSPORT_TYPE:
+            if replication_el is None:
+                replication_el = transport
+            else:
+                first_name = _text(_first(replication_el, "Name"), problems) or "?"
+                problems.add(
+                    type_el,
+                    "an instance has at most one amps-replication transport, and transport "
+                    f"{first_name!r} on line {_line(replication_el)} already is one",
+                    "remove this transport (one amps-replication listener accepts every "
+                    "upstream instance), or change its Type to tcp",
+                )
+                kind = None
 
         inet_el = _first(transport, "InetAddr")
         inet_text = _text(inet_el, problems)
@@ -1175,6 +1364,10 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
             protocol = "amps"
         message_type_el = _first(transport, "MessageType")
         message_type = _text(message_type_el, problems)
+        message_type_ok = message_type_el is None or message_type is not None
+        if kind == REPLICATION_TRANSPORT_TYPE and protocol is not None:
+            # Replication has its own framing and carries every message type.
+            protocol, message_type = REPLICATION_TRANSPORT_TYPE, None
         size_el = _first(transport, "MaxMessageSize")
         size = _bytes_value(size_el, problems) if size_el is not None else DEFAULT_MAX_MESSAGE_SIZE
         state_el = _first(transport, "InitialState")
@@ -1185,7 +1378,7 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
             or kind is None
             or address is None
             or protocol is None
-            or (message_type_el is not None and message_type is None)
+            or not message_type_ok
             or size is None
             or state is None
         ):
@@ -1440,6 +1633,474 @@ def _build_logging(root: etree._Element, problems: _Problems) -> tuple[LogTarget
     return tuple(targets)
 
 
+# ------------------------------------------------------------------------ replication
+
+_FILTER_FIX = "correct the filter (see the content filter syntax), e.g. /region = 'EU'"
+_LOCAL_HOSTS = frozenset({"0.0.0.0", "::", "localhost"})
+_NON_EXCLUDABLE_REASONS: Final[Mapping[str, str]] = {
+    "queue": "a topic that is a queue here must be a queue on the destination too",
+    "queue_underlying": "a replicated queue must have the same underlying topic and "
+    "filter on both sides",
+}
+
+
+def _is_local_host(host: str) -> bool:
+    if host in _LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _same_endpoint(listener: tuple[str, int], target: tuple[str, int]) -> bool:
+    """Whether connecting to ``target`` reaches ``listener`` of this instance.
+
+    Same port and same host, where a wildcard or loopback listener is also reached
+    through any loopback name (``0.0.0.0:9104`` is reached by ``localhost:9104``).
+    """
+    (listen_host, listen_port), (host, port) = listener, target
+    if listen_port != port or listen_port == 0:
+        return False
+    if listen_host == host:
+        return True
+    return _is_local_host(listen_host) and _is_local_host(host)
+
+
+def _check_label(el: etree._Element | None, problems: _Problems) -> str | None:
+    """A Destination Name: it is part of the link's client name (``a!b!sync!...``)."""
+    text = _text(el, problems)
+    if el is None or not text:
+        return None
+    bad = sorted(set("!/\\") & set(text))
+    if bad:
+        problems.add(
+            el,
+            f"Destination Name {text!r} contains {' and '.join(repr(c) for c in bad)}; "
+            "it becomes part of the link's client name",
+            "use letters, digits, '-', '_' or '.', e.g. the remote instance's Name",
+        )
+        return None
+    if len(text) > MAX_NAME_LENGTH:
+        problems.add(
+            el,
+            f"Destination Name is {len(text)} characters long; the limit is {MAX_NAME_LENGTH}",
+            f"shorten it to at most {MAX_NAME_LENGTH} characters",
+        )
+        return None
+    return text
+
+
+def _compile_regex(el: etree._Element, what: str, fix: str, problems: _Problems) -> bool:
+    text = _text(el, problems)
+    if text is None:
+        return False
+    try:
+        re.compile(text)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        problems.add(
+            el, f"{what} {text!r} is not a valid regular expression: {exc.msg}{where}", fix
+        )
+        return False
+    return True
+
+
+def _check_filter(el: etree._Element | None, problems: _Problems) -> tuple[bool, str | None]:
+    """(ok, filter text); a filter that does not compile is reported on its own line."""
+    text = _text(el, problems)
+    if el is None or text is None:
+        return el is None, None
+    try:
+        compile_filter(text)
+    except FilterError as exc:
+        raw = el.text or ""
+        lead = len(raw) - len(raw.lstrip())
+        line = (_line(el) or 1) + raw.count("\n", 0, lead + exc.position)
+        problems.add(
+            el,
+            f"Filter {_snippet(text)!r} is not a valid content filter: {exc.problem} "
+            f"(column {exc.column})",
+            exc.hint or _FILTER_FIX,
+            line=line,
+        )
+        return False, None
+    return True, text
+
+
+def _check_exclusions(el: etree._Element | None, problems: _Problems) -> tuple[str, ...] | None:
+    """The ExcludeValidation names, or None (and a problem) when one is not allowed."""
+    text = _text(el, problems)
+    if el is None or text is None:
+        return () if el is None else None
+    excludable = [
+        c for c in REPLICATION_VALIDATION_CHECKS if c not in NON_EXCLUDABLE_VALIDATION_CHECKS
+    ]
+    names = _split_list(text)
+    if not names:
+        problems.add(
+            el,
+            "ExcludeValidation names no check",
+            f"list checks separated by commas, from: {_one_of(excludable)}; or remove it",
+        )
+        return None
+    ok = True
+    for name in names:
+        if name in NON_EXCLUDABLE_VALIDATION_CHECKS:
+            problems.add(
+                el,
+                f"the {name} validation check cannot be excluded: {_NON_EXCLUDABLE_REASONS[name]}",
+                f"remove {name} from ExcludeValidation; checks that can be excluded are: "
+                f"{_one_of(excludable)}",
+            )
+            ok = False
+        elif name not in REPLICATION_VALIDATION_CHECKS:
+            close = _closest(name, REPLICATION_VALIDATION_CHECKS)
+            suggestion = f"; did you mean {close!r}?" if close else ""
+            problems.add(
+                el,
+                f"{name!r} in ExcludeValidation is not a validation check{suggestion}",
+                f"list checks separated by commas, from: {_one_of(excludable)}",
+            )
+            ok = False
+    return tuple(dict.fromkeys(names)) if ok else None
+
+
+def _build_replication_topic(topic: etree._Element, problems: _Problems) -> ReplicationTopic | None:
+    name_el = _first(topic, "Name")
+    name = _text(name_el, problems)
+    message_type = _text(_first(topic, "MessageType"), problems)
+    filter_ok, filter_text = _check_filter(_first(topic, "Filter"), problems)
+    exclusions = _check_exclusions(_first(topic, "ExcludeValidation"), problems)
+    if (name_el is not None and not name) or not message_type:
+        return None
+    if name_el is not None and not _compile_regex(
+        name_el,
+        "Topic Name",
+        "correct the expression, or escape regex characters with a backslash to "
+        "match them literally (e.g. orders\\.new); omit Name to replicate every topic",
+        problems,
+    ):
+        return None
+    if not filter_ok or exclusions is None:
+        return None
+    return ReplicationTopic(name, message_type, filter_text, exclusions)
+
+
+def _destination_addr(el: etree._Element, problems: _Problems) -> tuple[str, int] | None:
+    """A Destination InetAddr: where to connect (a bare port means this host)."""
+    text = _text(el, problems)
+    if not text:
+        return None
+    try:
+        host, port = _parse_inet_addr(text)
+    except _BadValue as bad:
+        problems.add(el, bad.message, bad.fix)
+        return None
+    if port == 0:
+        problems.add(
+            el,
+            f"InetAddr {text} has port 0, which cannot be connected to",
+            "give the port of the remote instance's amps-replication transport, e.g. host:9004",
+        )
+        return None
+    if not text.startswith("[") and ":" not in text:
+        host = "127.0.0.1"
+    return host, port
+
+
+def _reconnect_timeouts(el: etree._Element | None, problems: _Problems) -> tuple[float, ...] | None:
+    text = _text(el, problems)
+    if el is None or text is None:
+        return DEFAULT_RECONNECT_TIMEOUTS if el is None else None
+    items = _split_list(text)
+    timeouts: list[float] = []
+    for item in items:
+        try:
+            value = parse_duration(item)
+        except UnitError as exc:
+            problems.add(
+                el,
+                f"{exc.text!r} is not a valid duration for ReconnectTimeout",
+                f"{exc.accepted}; give one duration or a comma-separated back-off "
+                "sequence such as 1s,2s,4s,8s",
+            )
+            return None
+        if value <= 0:
+            problems.add(
+                el,
+                f"ReconnectTimeout {item!r} is not more than 0",
+                "use durations above 0, e.g. 1s,2s,4s,8s (the default)",
+            )
+            return None
+        timeouts.append(value)
+    if not timeouts:
+        problems.add(
+            el,
+            "ReconnectTimeout names no duration",
+            "give one duration or a comma-separated back-off sequence such as 1s,2s,4s,8s",
+        )
+        return None
+    return tuple(timeouts)
+
+
+def _positive_duration(
+    parent: etree._Element, name: str, default: float, problems: _Problems, *, zero_ok: bool
+) -> float | None:
+    el = _first(parent, name)
+    if el is None:
+        return default
+    value = _duration_value(el, problems)
+    if value is None:
+        return None
+    if value < 0 or (value == 0 and not zero_ok):
+        problems.add(
+            el,
+            f"{name} {_text(el, problems)} must be more than 0",
+            f"use a duration above 0, e.g. {default:g}s (the default)",
+        )
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class _Self:
+    """What a Destination is checked against: this instance's own identity."""
+
+    name: str | None
+    group: str | None
+    replication: TransportConfig | None
+    clients: tuple[TransportConfig, ...]
+    has_replication_listener: bool  # an amps-replication Transport, even a faulty one
+
+
+def _build_destination(
+    dest: etree._Element,
+    own: _Self,
+    names: dict[str, etree._Element],
+    targets: dict[tuple[str, int], tuple[str, etree._Element]],
+    problems: _Problems,
+) -> DestinationConfig | None:
+    ok = True
+    name_el = _first(dest, "Name")
+    name = _check_label(name_el, problems)
+    if name_el is not None and name is not None:
+        if name in names:
+            problems.add(
+                name_el,
+                f"destination name {name!r} is already used by the destination on line "
+                f"{_line(names[name])}",
+                "give each Destination a unique Name (usually the remote instance's Name)",
+            )
+            name = None
+        else:
+            names[name] = dest
+
+    group_el = _first(dest, "Group")
+    group = _check_name(group_el, problems) if group_el is not None else None
+    ok &= group_el is None or group is not None
+    if name_el is not None and name and group and (name, group) == (own.name, own.group):
+        problems.add(
+            name_el,
+            f"Destination {name!r} in Group {group!r} is this instance itself: it "
+            "replicates to itself",
+            "set Name and Group to those of the remote instance",
+        )
+        ok = False
+
+    sync_type = _text(_first(dest, "SyncType"), problems)
+
+    topics: list[ReplicationTopic] = []
+    for topic_el in _children(dest, "Topic"):
+        topic = _build_replication_topic(topic_el, problems)
+        if topic is None:
+            ok = False
+        else:
+            topics.append(topic)
+
+    passthrough: list[str] = []
+    for pass_el in _children(dest, "PassThrough"):
+        if _compile_regex(
+            pass_el,
+            "PassThrough",
+            "correct the expression; it is searched for in the Group of the instance a "
+            "message came from, e.g. ^NewYork$, or .* for every group",
+            problems,
+        ):
+            passthrough.append(_text(pass_el, problems) or "")
+        else:
+            ok = False
+
+    inet_addrs: list[tuple[str, int]] = []
+    transport_el = _first(dest, "Transport")
+    reconnect = _reconnect_timeouts(_first(transport_el, "ReconnectTimeout"), problems)
+    ok &= reconnect is not None
+    for inet_el in _children(transport_el, "InetAddr"):
+        address = _destination_addr(inet_el, problems)
+        if address is None:
+            ok = False
+            continue
+        shown = _inet_text(address)
+        listener = own.replication
+        client = next((t for t in own.clients if _same_endpoint((t.host, t.port), address)), None)
+        if listener is not None and _same_endpoint((listener.host, listener.port), address):
+            problems.add(
+                inet_el,
+                f"Destination {name or '?'!r} replicates to itself: InetAddr {shown} is this "
+                f"instance's own amps-replication transport {listener.name!r}",
+                "point InetAddr at the remote instance's amps-replication transport",
+            )
+        elif client is not None:
+            problems.add(
+                inet_el,
+                f"InetAddr {shown} is this instance's client transport {client.name!r}; "
+                "replication connects to an amps-replication transport",
+                "point InetAddr at the remote instance's amps-replication transport",
+            )
+        elif address in inet_addrs:
+            problems.add(
+                inet_el,
+                f"InetAddr {shown} is listed twice in this Destination",
+                "list each failover address once, in priority order",
+            )
+        elif address in targets:
+            other, other_el = targets[address]
+            problems.add(
+                inet_el,
+                f"InetAddr {shown} is already used by destination {other!r} on line "
+                f"{_line(other_el)}; one instance replicates to another over one link",
+                "merge the two Destinations (several Topic entries can share one), "
+                "or correct the address",
+            )
+        else:
+            inet_addrs.append(address)
+            targets[address] = (name or "?", inet_el)
+            continue
+        ok = False
+
+    if transport_el is None and not own.has_replication_listener and not problems.faulty(dest):
+        problems.add(
+            dest,
+            f"Destination {name or '?'!r} has no Transport, so it waits for the remote "
+            "instance to connect, but this instance has no amps-replication transport "
+            "to accept that connection",
+            "add <Transport><Type>amps-replication</Type><InetAddr>host:port</InetAddr>"
+            "</Transport> to the Destination, or an amps-replication Transport to "
+            "<Transports>",
+        )
+        ok = False
+
+    ack = _positive_duration(
+        dest, "AckConflationInterval", DEFAULT_ACK_CONFLATION_INTERVAL, problems, zero_ok=True
+    )
+    heartbeat = _positive_duration(
+        dest, "HeartbeatInterval", DEFAULT_HEARTBEAT_INTERVAL, problems, zero_ok=False
+    )
+    compression = _optional_choice(dest, "Compression", "none", problems)
+
+    if (
+        not ok
+        or name is None
+        or sync_type is None
+        or reconnect is None
+        or ack is None
+        or heartbeat is None
+        or compression is None
+    ):
+        return None
+    return DestinationConfig(
+        name=name,
+        group=group,
+        sync_type=sync_type,
+        topics=tuple(topics),
+        passthrough=tuple(passthrough),
+        inet_addrs=tuple(inet_addrs),
+        reconnect_timeouts=reconnect,
+        ack_conflation_interval=ack,
+        compression=compression,
+        heartbeat_interval=heartbeat,
+        line=_line(dest),
+    )
+
+
+def _inet_text(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_journaled(
+    dest: etree._Element, log: TransactionLogConfig | None, problems: _Problems
+) -> None:
+    """Report Destination Topics that the transaction log certainly does not record."""
+    if log is None:
+        return
+    for topic_el in _children(dest, "Topic"):
+        name_el = _first(topic_el, "Name")
+        type_el = _first(topic_el, "MessageType")
+        name = _text(name_el, problems) if name_el is not None else None
+        message_type = _text(type_el, problems)
+        if type_el is None or not message_type or problems.faulty(topic_el):
+            continue
+        if not any(t.message_type == message_type for t in log.topics):
+            problems.add(
+                type_el,
+                f"no {message_type} topic is recorded in the transaction log, so none "
+                "can be replicated",
+                f"add a <TransactionLog><Topic> with MessageType {message_type} "
+                "for the topics to replicate",
+            )
+        elif (
+            name_el is not None
+            and name
+            and not (_REGEX_METACHARACTERS & set(name))
+            and not log.journals(name, message_type)
+        ):
+            problems.add(
+                name_el,
+                f"topic {name!r} ({message_type}) is not recorded in the transaction log, "
+                "so it cannot be replicated",
+                "add a <TransactionLog><Topic> that records it, or correct the Name",
+            )
+
+
+def _build_replication(
+    root: etree._Element,
+    own: _Self,
+    log: TransactionLogConfig | None,
+    problems: _Problems,
+) -> tuple[DestinationConfig, ...]:
+    replication = _first(root, "Replication")
+    destination_els = _children(replication, "Destination")
+    if replication is not None and destination_els and _first(root, "TransactionLog") is None:
+        problems.add(
+            replication,
+            "replication sends messages from the transaction log, but this instance has "
+            "no <TransactionLog>",
+            "add a <TransactionLog> that records the topics to replicate",
+        )
+    if _first(root, "TransactionLog") is None:
+        for transport in _children(_first(root, "Transports"), "Transport"):
+            kinds = [(t.text or "").strip() for t in _children(transport, "Type")]
+            if REPLICATION_TRANSPORT_TYPE in kinds:
+                problems.add(
+                    transport,
+                    "the amps-replication transport stores what upstream instances send "
+                    "in the transaction log, but this instance has no <TransactionLog>",
+                    "add a <TransactionLog> that records the replicated topics, or remove "
+                    "this transport",
+                )
+                break
+    names: dict[str, etree._Element] = {}
+    targets: dict[tuple[str, int], tuple[str, etree._Element]] = {}
+    destinations: list[DestinationConfig] = []
+    for dest in destination_els:
+        built = _build_destination(dest, own, names, targets, problems)
+        _check_journaled(dest, log, problems)
+        if built is not None:
+            destinations.append(built)
+    return tuple(destinations)
+
+
 def _build_instance(root: etree._Element, source: str, problems: _Problems) -> InstanceConfig:
     name = _check_name(_first(root, "Name"), problems)
     group_el = _first(root, "Group")
@@ -1449,6 +2110,18 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     transports = _build_transports(root, problems)
     transaction_log = _build_transaction_log(root, problems)
     logging_targets = _build_logging(root, problems)
+    own = _Self(
+        name=name,
+        group=group,
+        replication=next((t for t in transports if t.type == REPLICATION_TRANSPORT_TYPE), None),
+        clients=tuple(t for t in transports if t.type != REPLICATION_TRANSPORT_TYPE),
+        has_replication_listener=any(
+            (el.text or "").strip() == REPLICATION_TRANSPORT_TYPE
+            for t in _children(_first(root, "Transports"), "Transport")
+            for el in _children(t, "Type")
+        ),
+    )
+    replication = _build_replication(root, own, transaction_log, problems)
     return InstanceConfig(
         name=name or "",
         group=group or "",
@@ -1458,6 +2131,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         logging=logging_targets,
         source=source,
         process_name=process_name,
+        replication=replication,
     )
 
 

@@ -233,9 +233,9 @@ CASES = [
         3,
     ),
     Case(
-        "unsupported element Replication",
-        doc("  <Replication>", "    <Destination/>", "  </Replication>"),
-        "<Replication> is a recognised AMPS element, not supported by amps-py yet; remove it",
+        "unsupported element Modules",
+        doc("  <Modules>", "    <Module/>", "  </Modules>"),
+        "<Modules> is a recognised AMPS element, not supported by amps-py yet; remove it",
         3,
     ),
     Case(
@@ -257,12 +257,12 @@ CASES = [
             "  <Transports>",
             "    <Transport>",
             "      <Name>repl</Name>",
-            "      <Type>amps-replication</Type>",
+            "      <Type>amps-replication-secure</Type>",
             "      <InetAddr>10004</InetAddr>",
             "    </Transport>",
             "  </Transports>",
         ),
-        "Type 'amps-replication' is recognised by AMPS but not supported by amps-py yet",
+        "Type 'amps-replication-secure' is recognised by AMPS but not supported by amps-py yet",
         6,
     ),
     Case(

@@ -291,7 +291,8 @@ class Journal:
                         txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
                 if cursors:
                     for name, (up_txid, up_bm) in cursors.items():
-                        txn.put(name.encode(), _U64.pack(up_txid) + up_bm.encode(), db=self._upstreams)
+                        value = _U64.pack(up_txid) + up_bm.encode()
+                        txn.put(name.encode(), value, db=self._upstreams)
                 if on_staged is not None:
                     on_staged()
         except BaseException:

@@ -28,6 +28,7 @@ import orjson
 import trio
 
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.trio_util import unwrapping_groups
 
 from .uri import parse_uri
 
@@ -384,18 +385,6 @@ class Client:
 
 
 @asynccontextmanager
-async def _unwrapping() -> AsyncIterator[None]:
-    """Re-raise a lone exception out of a nursery's ExceptionGroup, so callers of
-    :func:`open_client` see ``CommandError`` rather than a group holding it."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
-
-
-@asynccontextmanager
 async def open_client(
     uri: str, name: str, *, logon: bool = True, timeout: float = 10, **logon_fields: Any
 ) -> AsyncIterator[Client]:
@@ -415,7 +404,7 @@ async def open_client(
         ) from exc
     client = Client(name, stream)
     try:
-        async with _unwrapping(), trio.open_nursery() as nursery:
+        async with unwrapping_groups(), trio.open_nursery() as nursery:
             client._nursery = nursery
             nursery.start_soon(client._reader)
             if logon:

@@ -4,6 +4,7 @@ how far this journal holds its stream, store what it sends, acknowledge after co
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from amps_py import events
+from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, RecordCodec
 
 from .link import PROTOCOL_VERSION, Data, DownstreamLink, Hello, LinkError, Refused
@@ -88,15 +90,16 @@ class UpstreamConnection:
             cursor = journal.upstream_cursor(hello.name)
             self.cursor_txid = cursor[0]
             self._acked = cursor[0]
-            self.instance.replication.upstream_connected(self)
+            manager = self.instance.replication
+            assert manager is not None
+            manager.upstream_connected(self)
             await self.stream.send_all(
                 link.welcome(
                     name=self.instance.name, group=self.instance.group, cursor=cursor, now=now()
                 )
             )
             log.info(
-                "replication from %s (group %s, %s, %s) accepted; holding its stream up to "
-                "txid %d",
+                "replication from %s (group %s, %s, %s) accepted; holding its stream up to txid %d",
                 hello.name,
                 hello.group,
                 self.peer,
@@ -104,7 +107,7 @@ class UpstreamConnection:
                 cursor[0],
                 extra=events.extra(events.REPLICATION_CONNECTED),
             )
-            async with trio.open_nursery() as nursery:
+            async with unwrapping_groups(), trio.open_nursery() as nursery:
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._ack_loop, link)
                 nursery.start_soon(self._heartbeat_loop, link)
@@ -124,7 +127,7 @@ class UpstreamConnection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
-            if self.name:
+            if self.name and self.instance.replication is not None:
                 self.instance.replication.upstream_disconnected(self)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
@@ -177,7 +180,9 @@ class UpstreamConnection:
                     try:
                         rec = decode(raw)
                     except CorruptRecord as exc:
-                        raise LinkError("bad data", f"a record failed its CRC in transit: {exc}") from None
+                        raise LinkError(
+                            "bad data", f"a record failed its CRC in transit: {exc}"
+                        ) from None
                     if rec.origin == own or any(name == own for name, _ in rec.path):
                         self.duplicates += 1  # came back around a loop: never store twice
                         continue
@@ -187,7 +192,10 @@ class UpstreamConnection:
                 self.messages_in += len(records)
                 upto = event.upto
                 writer.submit_replicated(
-                    records, self.name, (upto, event.upto_bm), lambda u=upto: self._durable(u)
+                    records,
+                    self.name,
+                    (upto, event.upto_bm),
+                    functools.partial(self._durable, upto),
                 )
 
     def _durable(self, upto: int) -> None:

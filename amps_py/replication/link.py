@@ -148,7 +148,9 @@ class _Link:
     def next_deadline(self) -> float:
         """When :meth:`handle_timer` must next be called."""
         live = self._live
-        return min(live.last_sent + live.heartbeat_interval, live.last_received + live.silence_limit)
+        return min(
+            live.last_sent + live.heartbeat_interval, live.last_received + live.silence_limit
+        )
 
     def handle_timer(self, now: float) -> bytes:
         """Bytes to send now (a heartbeat, or nothing).
@@ -188,8 +190,7 @@ class _Link:
             self.state = LinkState.CLOSED
             raise LinkError(
                 "not a replication peer",
-                f"{exc}; is an AMPS client or another program connected to the "
-                "replication port?",
+                f"{exc}; is an AMPS client or another program connected to the replication port?",
             ) from None
         events: list[Event] = []
         for frame in frames:
@@ -247,8 +248,14 @@ class UpstreamLink(_Link):
         self.raw_bytes_out = 0
 
     def hello(
-        self, *, name: str, group: str, destination: str, sync: str,
-        topics: list[dict[str, Any]], now: float,
+        self,
+        *,
+        name: str,
+        group: str,
+        destination: str,
+        sync: str,
+        topics: list[dict[str, Any]],
+        now: float,
     ) -> bytes:
         body = {
             "version": PROTOCOL_VERSION,
@@ -296,7 +303,12 @@ class UpstreamLink(_Link):
             raise RuntimeError("data() before the handshake completed")
         payload = b"".join(_LEN.pack(len(r)) + r for r in records)
         self.raw_bytes_out += len(payload)
-        header: dict[str, Any] = {"c": "repl_data", "upto": upto, "upto_bm": upto_bm, "n": len(records)}
+        header: dict[str, Any] = {
+            "c": "repl_data",
+            "upto": upto,
+            "upto_bm": upto_bm,
+            "n": len(records),
+        }
         if self._compressor is not None and payload:
             payload = self._compressor.compress(payload) + self._compressor.flush(
                 zstandard.COMPRESSOBJ_FLUSH_BLOCK
@@ -337,7 +349,9 @@ class DownstreamLink(_Link):
                     topics=tuple(t for t in body.get("topics", []) if isinstance(t, dict)),
                 )
             except (KeyError, TypeError, ValueError):
-                raise LinkError("protocol violation", "repl_hello lacks the instance name") from None
+                raise LinkError(
+                    "protocol violation", "repl_hello lacks the instance name"
+                ) from None
             self.hello_info = hello
             return hello
         if command == "repl_data":
@@ -354,7 +368,9 @@ class DownstreamLink(_Link):
                 try:
                     payload = self._decompressor.decompress(payload)
                 except zstandard.ZstdError as exc:
-                    raise LinkError("bad data", f"compressed data does not decode ({exc})") from None
+                    raise LinkError(
+                        "bad data", f"compressed data does not decode ({exc})"
+                    ) from None
             records = split_records(payload)
             if len(records) != header.get("n", len(records)):
                 raise LinkError("bad data", "record count does not match the frame header")

@@ -54,7 +54,15 @@ class ReplicationManager:
             peer = f"{host}:{port}"
         except OSError:
             peer = "?"
-        await UpstreamConnection(self.instance, stream, peer).run()
+        try:
+            await UpstreamConnection(self.instance, stream, peer).run()
+        except Exception:
+            # one bad peer must not take the instance down
+            log.exception(
+                "replication connection from %s failed",
+                peer,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
 
     def upstream_connected(self, conn: UpstreamConnection) -> None:
         old = self.upstreams.get(conn.name)

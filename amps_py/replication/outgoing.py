@@ -16,6 +16,7 @@ import trio
 
 from amps_py import events
 from amps_py.config import DestinationConfig
+from amps_py.trio_util import unwrapping_groups
 
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
 from .routing import Route
@@ -121,7 +122,12 @@ class Destination:
                         exc,
                         extra=events.extra(events.REPLICATION_LINK_ERROR),
                     )
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                except (
+                    trio.BrokenResourceError,
+                    trio.ClosedResourceError,
+                    OSError,
+                    trio.TooSlowError,
+                ) as exc:
                     self.last_error = f"connection lost: {exc}"
                     log.info(
                         "replication to %s (%s): connection lost (%s)",
@@ -192,7 +198,7 @@ class Destination:
             extra=events.extra(events.REPLICATION_CONNECTED),
         )
         instance.replication_changed()
-        async with trio.open_nursery() as nursery:
+        async with unwrapping_groups(), trio.open_nursery() as nursery:
             nursery.start_soon(self._receive_loop, stream, link, nursery.cancel_scope)
             nursery.start_soon(self._heartbeat_loop, stream, link)
             await self._send_loop(stream, link, resync_end)
@@ -237,7 +243,9 @@ class Destination:
             return 0
         return welcome.cursor_txid
 
-    async def _send_loop(self, stream: trio.SocketStream, link: UpstreamLink, resync_end: int) -> None:
+    async def _send_loop(
+        self, stream: trio.SocketStream, link: UpstreamLink, resync_end: int
+    ) -> None:
         instance = self.instance
         journal = instance.journal
         assert journal is not None

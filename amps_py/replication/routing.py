@@ -18,43 +18,20 @@ The server's links, the fabric topology check and the Spark audit all call
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from amps_py.config import DestinationConfig
+from amps_py.config import DestinationConfig, ReplicationTopic
 from amps_py.filters import Filter, compile_filter
 
 
 @dataclass(frozen=True)
 class _TopicRule:
-    name: str | None
-    regex: re.Pattern[str] | None
-    message_type: str
+    topic: ReplicationTopic
     filter: Filter | None
-
-    def matches_topic(self, topic: str, message_type: str) -> bool:
-        if message_type != self.message_type:
-            return False
-        if self.name is None:
-            return True
-        if self.regex is None:
-            return topic == self.name
-        return self.regex.fullmatch(topic) is not None
-
-
-_REGEX_CHARS = frozenset(".*+?[](){}|^$\\")
-
-
-def _topic_rule(name: str | None, message_type: str, filter_text: str | None) -> _TopicRule:
-    regex = None
-    if name is not None and any(ch in _REGEX_CHARS for ch in name):
-        regex = re.compile(name)
-    flt = compile_filter(filter_text) if filter_text else None
-    return _TopicRule(name, regex, message_type, flt)
 
 
 class Route:
@@ -63,9 +40,9 @@ class Route:
     def __init__(self, destination: DestinationConfig) -> None:
         self.destination = destination
         self._topics = tuple(
-            _topic_rule(t.name, t.message_type, t.filter) for t in destination.topics
+            _TopicRule(t, compile_filter(t.filter) if t.filter else None)
+            for t in destination.topics
         )
-        self._passthrough = tuple(re.compile(p) for p in destination.passthrough)
         self._passes_group: dict[str, bool] = {}
         self._topic_cache: dict[tuple[str, str], tuple[_TopicRule, ...]] = {}
 
@@ -73,7 +50,7 @@ class Route:
         """Rule 3 for a message received from an instance of ``group``."""
         known = self._passes_group.get(group)
         if known is None:
-            known = any(p.search(group) for p in self._passthrough)
+            known = self.destination.passes_through(group)
             self._passes_group[group] = known
         return known
 
@@ -81,7 +58,7 @@ class Route:
         key = (topic, message_type)
         rules = self._topic_cache.get(key)
         if rules is None:
-            rules = tuple(r for r in self._topics if r.matches_topic(topic, message_type))
+            rules = tuple(r for r in self._topics if r.topic.matches(topic, message_type))
             if len(self._topic_cache) > 100_000:
                 self._topic_cache.clear()
             self._topic_cache[key] = rules

@@ -30,10 +30,9 @@ import trio
 
 from amps_py import events
 from amps_py.config import InstanceConfig, TransportConfig
+from amps_py.replication import ReplicationManager
 from txlog import Journal, Record, publisher_hash
 from txlog.record import DeliveryView
-
-from amps_py.replication import ReplicationManager
 
 from .session import CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
@@ -543,7 +542,16 @@ class Instance:
                 peer = "?"
             session = Session(self, stream, transport.name, peer)
             self.sessions.add(session)
-            await session.run()
+            try:
+                await session.run()
+            except Exception:
+                # a bug in one session must not take the instance down
+                log.exception(
+                    "session of client %r (%s) failed",
+                    session.client_name,
+                    peer,
+                    extra=events.extra(events.CLIENT_DISCONNECTED),
+                )
 
         await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
 

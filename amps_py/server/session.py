@@ -25,6 +25,7 @@ import trio
 
 from amps_py import events
 from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, publisher_hash
 
 from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
@@ -149,7 +150,7 @@ class Session:
             extra=events.extra(events.CLIENT_CONNECTED),
         )
         try:
-            async with trio.open_nursery() as nursery:
+            async with unwrapping_groups(), trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._send_loop)
