@@ -56,7 +56,15 @@ def main() -> None:
     default=None,
     help="Write {name, pid, transports: {name: port}} as JSON here once listening.",
 )
-def serve(config_path: str | None, data_dir: str, ready_file: str | None) -> None:
+@click.option(
+    "--stats-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Rewrite the instance's statistics (JSON) here four times a second.",
+)
+def serve(
+    config_path: str | None, data_dir: str, ready_file: str | None, stats_file: str | None
+) -> None:
     """Run an instance until SIGTERM or Ctrl-C.
 
     With no --config: a standalone instance journaling every topic under ./amps-data,
@@ -87,7 +95,7 @@ def serve(config_path: str | None, data_dir: str, ready_file: str | None) -> Non
     ) -> None:
         task_status.started()
         try:
-            await serve_instance(config, ready_file=ready_file)
+            await serve_instance(config, ready_file=ready_file, stats_file=stats_file)
         except BaseException:
             nursery.cancel_scope.cancel()
             raise

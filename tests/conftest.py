@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster import Cluster
 from harness import ServerProcess, start_instance
 
 
@@ -18,3 +19,14 @@ def instance(tmp_path: Path) -> Iterator[ServerProcess]:
     finally:
         if server.alive:
             server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A :class:`cluster.Cluster` rooted in ``tmp_path``; every instance and fault proxy
+    it started is stopped (or killed) at teardown."""
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()

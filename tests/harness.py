@@ -118,12 +118,30 @@ class ServerProcess:
         self.name = name
         self.ready_file = workdir / f"{name}.ready.json"
         self.output = workdir / f"{name}.out"
+        self.stats_file = workdir / f"{name}.stats.json"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     @property
     def uri(self) -> str:
         return f"tcp://127.0.0.1:{self.port}/amps/json"
+
+    def statistics(self) -> dict[str, Any]:
+        """The instance's latest statistics (rewritten by the server 4 times a second)."""
+        for _ in range(50):
+            try:
+                return dict(json.loads(self.stats_file.read_text()))
+            except (FileNotFoundError, json.JSONDecodeError):
+                time.sleep(0.01)  # the file is replaced atomically; retry a missed read
+        raise AssertionError(f"instance {self.name} writes no statistics to {self.stats_file}")
+
+    def destination(self, name: str) -> dict[str, Any]:
+        """Statistics of one outgoing replication destination."""
+        repl = self.statistics().get("replication") or {}
+        for d in repl.get("destinations", []):
+            if d["name"] == name:
+                return dict(d)
+        raise AssertionError(f"instance {self.name} has no destination {name!r}")
 
     @property
     def journal_dir(self) -> Path:
@@ -146,6 +164,8 @@ class ServerProcess:
                 str(self.config),
                 "--ready-file",
                 str(self.ready_file),
+                "--stats-file",
+                str(self.stats_file),
             ],
             cwd=self.workdir,
             stdout=out,

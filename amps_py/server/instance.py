@@ -15,6 +15,7 @@ sleep).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import json
 import logging
@@ -598,10 +599,23 @@ def _iso_us(ts_us: int) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{micros:06d}Z"
 
 
+async def _write_statistics(instance: Instance, path: Path, interval: float) -> None:
+    """Write ``instance.statistics()`` as JSON to ``path`` every ``interval`` seconds
+    (atomically), until cancelled. Until the admin API exists this is how tests and
+    operators read counters."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    while True:
+        tmp.write_text(json.dumps(dataclasses.asdict(instance.statistics()), default=str))
+        tmp.replace(path)
+        await trio.sleep(interval)
+
+
 async def serve_instance(
     config: InstanceConfig,
     *,
     ready_file: str | os.PathLike[str] | None = None,
+    stats_file: str | os.PathLike[str] | None = None,
+    stats_interval: float = 0.25,
     task_status: trio.TaskStatus[Instance] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run an instance until cancelled; write ``ready_file`` (JSON) once listening.
@@ -625,4 +639,6 @@ async def serve_instance(
                 )
             )
             tmp.replace(path)
+        if stats_file is not None:
+            nursery.start_soon(_write_statistics, instance, Path(stats_file), stats_interval)
         task_status.started(instance)

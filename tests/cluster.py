@@ -1,0 +1,458 @@
+"""A cluster of real amps-py instances in real processes, for multi-instance tests.
+
+Ports are allocated when an instance is added (a client port and a replication port
+each), so configs can name each other before anything starts. The config of an instance
+is generated each time it starts, from :func:`harness.write_config` plus what the
+caller's ``xml_body_fn`` returns, which is usually a ``<Replication>`` element built with
+:func:`destination_xml`::
+
+    def body(view: InstanceView) -> str:
+        return replication_xml(destination_xml("B", "groupB", True, view.addr("B")))
+
+    cluster.add_instance("A", "groupA", body)
+    cluster.add_instance("B", "groupB", lambda v: replication_xml(
+        destination_xml("A", "groupA", True, v.addr("A"))))
+    link = cluster.proxy("A", "B")   # A's destination B now points at a FaultProxy
+    cluster.start_all()
+    link.blackhole(True); ...; link.heal()
+
+:meth:`Cluster.proxy` runs ``tools/faultproxy.py`` as a subprocess (so it outlives any
+one trio run) in front of the destination's replication port; :meth:`InstanceView.addr`
+returns the proxy's address for that pair once the proxy exists. Create proxies before
+starting the source instance (or restart it): configs are written at start.
+
+Every method is synchronous (it may be called from sync or trio tests). The ``cluster``
+fixture in conftest.py calls :meth:`Cluster.stop_all` at teardown, which stops every
+instance and proxy and kills whatever does not stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from harness import REPO, ServerProcess, free_port, wait_until, wait_until_sync, write_config
+
+sys.path.insert(0, str(REPO / "tools"))
+
+from faultproxy import ProxyControl
+
+__all__ = [
+    "Cluster",
+    "InstancePorts",
+    "InstanceView",
+    "ProxyHandle",
+    "destination_xml",
+    "replication_transport_xml",
+    "replication_xml",
+    "wait_until",
+    "wait_until_sync",
+]
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class InstancePorts:
+    """The ports reserved for one instance: clients connect to ``client``, peers
+    replicate to ``replication``."""
+
+    client: int
+    replication: int
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    """What an ``xml_body_fn`` sees when the config of instance ``name`` is written."""
+
+    name: str
+    group: str
+    ports: Mapping[str, InstancePorts]
+    groups: Mapping[str, str]
+    proxies: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    def addr(self, to: str) -> str:
+        """``host:port`` this instance should replicate to for instance ``to``: the
+        proxy's listen port when :meth:`Cluster.proxy` put one on that link, else
+        ``to``'s replication port."""
+        if to not in self.ports:
+            raise KeyError(f"no instance {to!r}; add it before starting {self.name!r}")
+        port = self.proxies.get((self.name, to), self.ports[to].replication)
+        return f"{HOST}:{port}"
+
+
+# ---------------------------------------------------------------------- XML helpers
+
+
+def destination_xml(
+    name: str,
+    group: str,
+    sync: bool | str,
+    addrs: str | Sequence[str],
+    topics: Iterable[str | tuple[str, str]] = (".*",),
+    passthrough: Iterable[str] = (),
+    extra: str = "",
+) -> str:
+    """One ``<Destination>`` of a ``<Replication>`` element.
+
+    Args:
+        name: the destination instance's name.
+        group: its group.
+        sync: True/"sync" or False/"async" (the SyncType).
+        addrs: ``host:port`` of its replication transport, or several (failover).
+        topics: topic regexes to replicate (message type json), or (regex, type) pairs.
+        passthrough: PassThrough group regexes (none by default).
+        extra: XML appended inside the Destination as it is.
+    """
+    sync_type = ("sync" if sync else "async") if isinstance(sync, bool) else sync
+    if sync_type not in ("sync", "async"):
+        raise ValueError(f"`sync` must be True/False or 'sync'/'async', got {sync!r}")
+    addr_list = [addrs] if isinstance(addrs, str) else list(addrs)
+    if not addr_list:
+        raise ValueError(f"destination {name!r} needs at least one address in `addrs`")
+    topic_xml = "".join(
+        f"<Topic><Name>{escape(t)}</Name><MessageType>json</MessageType></Topic>"
+        if isinstance(t, str)
+        else f"<Topic><Name>{escape(t[0])}</Name><MessageType>{escape(t[1])}</MessageType></Topic>"
+        for t in topics
+    )
+    pass_xml = "".join(f"<PassThrough>{escape(p)}</PassThrough>" for p in passthrough)
+    inet = "".join(f"<InetAddr>{escape(a)}</InetAddr>" for a in addr_list)
+    return (
+        f"<Destination><Name>{escape(name)}</Name><Group>{escape(group)}</Group>"
+        f"<SyncType>{sync_type}</SyncType>{topic_xml}{pass_xml}"
+        f"<Transport><Type>amps-replication</Type>{inet}</Transport>{extra}</Destination>"
+    )
+
+
+def replication_xml(*destinations: str) -> str:
+    """A ``<Replication>`` element holding the given destinations."""
+    return "<Replication>" + "".join(destinations) + "</Replication>"
+
+
+def replication_transport_xml(port: int, name: str = "repl") -> str:
+    """The incoming replication transport (goes inside ``<Transports>``)."""
+    return (
+        f"<Transport><Name>{escape(name)}</Name><Type>amps-replication</Type>"
+        f"<InetAddr>{HOST}:{port}</InetAddr></Transport>"
+    )
+
+
+# ---------------------------------------------------------------------- proxies
+
+
+class ProxyHandle(ProxyControl):
+    """A fault proxy subprocess on one replication link; the fault methods
+    (``cut``, ``blackhole``, ``delay``, ``bandwidth``, ``refuse``, ``random_drops``,
+    ``heal``, ``stats``) go through its control port."""
+
+    def __init__(
+        self,
+        source: str,
+        destination: str,
+        proc: subprocess.Popen[bytes],
+        listen_port: int,
+        control_port: int,
+    ) -> None:
+        super().__init__(HOST, control_port)
+        self.source = source
+        self.destination = destination
+        self.proc = proc
+        self.listen_port = listen_port
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __repr__(self) -> str:
+        return f"<ProxyHandle {self.source}->{self.destination} on {HOST}:{self.listen_port}>"
+
+
+# ---------------------------------------------------------------------- the cluster
+
+
+@dataclass
+class _Member:
+    name: str
+    group: str
+    ports: InstancePorts
+    xml_body_fn: Callable[[InstanceView], str] | None
+    replication_transport: bool
+    server: ServerProcess
+
+
+class Cluster:
+    """Instances under ``tmp_path/<name>/`` with reserved ports (see the module doc)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.root = tmp_path
+        self._members: dict[str, _Member] = {}
+        self._proxies: dict[tuple[str, str], ProxyHandle] = {}
+        self._ports: set[int] = set()
+
+    wait_until = staticmethod(wait_until)
+    wait_until_sync = staticmethod(wait_until_sync)
+
+    # ------------------------------------------------------------------ building
+    def _reserve_port(self) -> int:
+        while True:
+            port = free_port()
+            if port not in self._ports:
+                self._ports.add(port)
+                return port
+
+    def add_instance(
+        self,
+        name: str,
+        group: str | None = None,
+        xml_body_fn: Callable[[InstanceView], str] | None = None,
+        *,
+        replication_transport: bool | None = None,
+    ) -> InstancePorts:
+        """Add an instance (not started) and reserve its client and replication ports.
+
+        Args:
+            name: the instance name (also its directory under the cluster root).
+            group: its replication group; defaults to ``name``.
+            xml_body_fn: returns XML placed inside ``<AMPSConfig>`` (usually the
+                ``<Replication>`` element), given an :class:`InstanceView` of every
+                instance's ports. Called at each start, so every instance added by then
+                can be referred to. None: a standalone instance.
+            replication_transport: whether the config has the incoming
+                ``amps-replication`` transport; defaults to ``xml_body_fn is not None``.
+        """
+        if name in self._members:
+            raise ValueError(f"instance {name!r} was already added")
+        ports = InstancePorts(self._reserve_port(), self._reserve_port())
+        workdir = self.root / name
+        workdir.mkdir(parents=True, exist_ok=True)
+        server = ServerProcess(workdir / f"{name}.xml", workdir, ports.client, name)
+        self._members[name] = _Member(
+            name,
+            group or name,
+            ports,
+            xml_body_fn,
+            xml_body_fn is not None if replication_transport is None else replication_transport,
+            server,
+        )
+        return ports
+
+    def _member(self, name: str) -> _Member:
+        try:
+            return self._members[name]
+        except KeyError:
+            known = ", ".join(self._members) or "none yet"
+            raise KeyError(f"no instance {name!r} in the cluster (instances: {known})") from None
+
+    def view(self, name: str) -> InstanceView:
+        """The :class:`InstanceView` passed to ``name``'s ``xml_body_fn``."""
+        member = self._member(name)
+        return InstanceView(
+            name=name,
+            group=member.group,
+            ports={n: m.ports for n, m in self._members.items()},
+            groups={n: m.group for n, m in self._members.items()},
+            proxies={pair: p.listen_port for pair, p in self._proxies.items()},
+        )
+
+    def write_config(self, name: str) -> Path:
+        """(Re)write ``name``'s config file from the current cluster state."""
+        member = self._member(name)
+        body = member.xml_body_fn(self.view(name)) if member.xml_body_fn else ""
+        return write_config(
+            member.server.workdir,
+            name,
+            member.ports.client,
+            extra_transport=(
+                replication_transport_xml(member.ports.replication)
+                if member.replication_transport
+                else ""
+            ),
+            extra=f"<Group>{escape(member.group)}</Group>{body}",
+        )
+
+    def config_text(self, name: str) -> str:
+        return self.write_config(name).read_text()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, name: str, timeout: float = 30) -> ServerProcess:
+        """Write the config and start ``name``; returns once it reports ready."""
+        member = self._member(name)
+        if member.server.alive:
+            raise RuntimeError(f"instance {name!r} is already running; stop or kill it first")
+        self.write_config(name)
+        return member.server.start(timeout)
+
+    def stop(self, name: str, timeout: float = 30) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        return self._member(name).server.stop(timeout)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL (no shutdown code runs)."""
+        self._member(name).server.kill()
+
+    def restart(self, name: str, timeout: float = 30) -> ServerProcess:
+        """Stop (if running) and start again with a freshly written config."""
+        self.stop(name)
+        return self.start(name, timeout)
+
+    def start_all(self, timeout: float = 30) -> None:
+        """Start every instance that is not running, in the order they were added."""
+        for name, member in self._members.items():
+            if not member.server.alive:
+                self.start(name, timeout)
+
+    def stop_all(self, timeout: float = 30) -> None:
+        """Stop every instance and proxy; whatever does not stop is killed.
+
+        Raises:
+            AssertionError: an instance ignored SIGTERM or exited uncleanly (after
+                everything has been stopped), with its output.
+        """
+        problems: list[str] = []
+        for name, member in self._members.items():
+            server = member.server
+            if not server.alive:
+                continue
+            try:
+                code = server.stop(timeout)
+            except AssertionError as exc:  # ignored SIGTERM; it has been killed
+                problems.append(str(exc))
+                continue
+            if code != 0:
+                problems.append(f"instance {name} exited with {code}; output:\n{server.tail()}")
+        for handle in self._proxies.values():
+            handle.close()
+        if problems:
+            raise AssertionError("\n".join(problems))
+
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """Every process the cluster started and still holds (instances, proxies)."""
+        procs = [m.server.proc for m in self._members.values() if m.server.proc is not None]
+        return procs + [p.proc for p in self._proxies.values()]
+
+    # ------------------------------------------------------------------ faults
+    def proxy(self, source: str, destination: str | None = None, seed: int = 0) -> ProxyHandle:
+        """The fault proxy on the replication link ``source`` -> ``destination``.
+
+        Also accepts ``proxy("A->B")``. Created on first use (a ``tools/faultproxy.py``
+        subprocess forwarding to ``destination``'s replication port); from then on
+        ``source``'s config points its destination at the proxy. Create it before
+        starting ``source``, or restart ``source`` afterwards.
+        """
+        if destination is None:
+            source, sep, destination = source.partition("->")
+            if not sep:
+                raise ValueError(
+                    f"name the link as proxy('A', 'B') or proxy('A->B'), not {source!r}"
+                )
+        self._member(source)
+        target = self._member(destination)
+        pair = (source, destination)
+        if pair in self._proxies:
+            return self._proxies[pair]
+        ready = self.root / f"proxy-{source}-{destination}.json"
+        out = open(self.root / f"proxy-{source}-{destination}.out", "ab")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "tools" / "faultproxy.py"),
+                "--listen",
+                f"{HOST}:0",
+                "--target",
+                f"{HOST}:{target.ports.replication}",
+                "--control",
+                f"{HOST}:0",
+                "--seed",
+                str(seed),
+                "--ready-file",
+                str(ready),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        out.close()
+
+        def started() -> str | None:
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"fault proxy {source}->{destination} exited with {proc.returncode}; "
+                    f"see {out.name}"
+                )
+            return None if ready.exists() else f"proxy {source}->{destination} is not ready"
+
+        try:
+            wait_until_sync(started, 30)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        info = json.loads(ready.read_text())
+        handle = ProxyHandle(
+            source,
+            destination,
+            proc,
+            int(info["listen"].rpartition(":")[2]),
+            int(info["control"].rpartition(":")[2]),
+        )
+        self._proxies[pair] = handle
+        return handle
+
+    def proxies(self) -> dict[tuple[str, str], ProxyHandle]:
+        return dict(self._proxies)
+
+    def partition(self, a: str, b: str) -> None:
+        """Blackhole the proxied links between ``a`` and ``b`` (both directions).
+
+        Raises:
+            KeyError: no proxy on either link; create them with :meth:`proxy` first.
+        """
+        links = [self._proxies[p] for p in ((a, b), (b, a)) if p in self._proxies]
+        if not links:
+            raise KeyError(
+                f"no proxy between {a!r} and {b!r}; call cluster.proxy({a!r}, {b!r}) "
+                "(and the reverse) before starting the instances"
+            )
+        for link in links:
+            link.blackhole(True)
+
+    def heal(self) -> None:
+        """Clear every fault on every proxy."""
+        for link in self._proxies.values():
+            link.heal()
+
+    # ------------------------------------------------------------------ inspection
+    def ports(self, name: str) -> InstancePorts:
+        return self._member(name).ports
+
+    def server(self, name: str) -> ServerProcess:
+        return self._member(name).server
+
+    def names(self) -> list[str]:
+        return list(self._members)
+
+    def uri(self, name: str) -> str:
+        return self._member(name).server.uri
+
+    def journal_dir(self, name: str) -> Path:
+        return self._member(name).server.journal_dir
+
+    def log(self, name: str) -> str:
+        """The instance's log file, or "" before it has written one."""
+        path = self._member(name).server.log_file
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def alive(self, name: str) -> bool:
+        return self._member(name).server.alive
