@@ -371,3 +371,32 @@ async def test_wrong_version_and_garbage_are_refused(cluster: Cluster) -> None:
     log = cluster.log("B")
     assert "protocol version" in log and "not a replication peer" in log
     await publish(cluster.uri("B"), "pb", 5)  # still serving
+
+
+async def test_fully_durable_subscribers_wait_for_the_sync_destination(cluster: Cluster) -> None:
+    cluster.add_instance("A", "g", body(("B", True, ())))
+    cluster.add_instance("B", "g", body())
+    link = cluster.proxy("A", "B")
+    cluster.start_all()
+    await publish(cluster.uri("A"), "pa", 3)
+    async with (
+        open_client(cluster.uri("A"), "subs") as subs,
+        subs.subscribe("orders", bookmark="0", options="fully_durable") as durable,
+        subs.subscribe("orders") as live,
+    ):
+        assert [(await durable.get(10)).json()["i"] for _ in range(3)] == [0, 1, 2]
+        with trio.fail_after(10):
+            await durable.completed.wait()
+        link.blackhole(True)
+        async with open_client(cluster.uri("A"), "pa") as pub:
+            for i in range(3, 6):
+                await pub.publish("orders", b'{"p":"pa","i":%d}' % i)
+            # the plain subscription sees them once the local journal has them ...
+            assert [(await live.get(10)).json()["i"] for _ in range(3)] == [3, 4, 5]
+            # ... the fully_durable one only after B acknowledged them
+            with trio.move_on_after(1):
+                early = await durable.get(5)
+                pytest.fail(f"fully_durable delivered {early} before the sync ack")
+            link.heal()
+            link.cut()
+            assert [(await durable.get(30)).json()["i"] for _ in range(3)] == [3, 4, 5]

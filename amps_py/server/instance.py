@@ -187,10 +187,19 @@ class Instance:
         rec = self.journal.get(txid)
         return rec.bookmark if rec is not None else ""
 
-    async def wait_for_commit(self, after_txid: int) -> None:
+    async def wait_for_commit(self, after_txid: int, *, durable: bool = False) -> None:
+        """Wait until a txid after ``after_txid`` is committed (or, with ``durable``,
+        acknowledged by every sync destination too)."""
         assert self.writer is not None
-        while self.writer.committed_txid <= after_txid:
+        while self.visible_txid(durable) <= after_txid:
             await self._commit_event.wait()
+
+    def visible_txid(self, durable: bool) -> int:
+        """The newest txid a subscription may see: committed, or for ``fully_durable``
+        subscriptions, committed and acknowledged by every sync destination."""
+        if durable and self._undurable:
+            return self.durable_txid
+        return self.committed_txid
 
     # ---------------------------------------------------------------- publish path
     def publish(
@@ -230,8 +239,14 @@ class Instance:
         if not records:
             return
         registry = self.registry
+        replication = self.replication
+        holding = replication is not None and replication.has_sync
+        split = holding and registry.fully_durable > 0
         for rec in records:
             subs = registry.match(rec.topic)
+            if split:
+                # fully_durable subscriptions get it once the sync destinations ack
+                subs = tuple(s for s in subs if not s.fully_durable)
             if subs:
                 self._fan_out(
                     rec.topic,
@@ -242,8 +257,7 @@ class Instance:
                     rec.correlation_id,
                     rec.local_ts,
                 )
-        replication = self.replication
-        if replication is not None and replication.has_sync:
+        if holding:
             self._undurable.extend(records)
             self._advance_durable()
         elif self._undurable:
@@ -277,10 +291,27 @@ class Instance:
             return
         durable: dict[int, int] = {}
         last = pending[0]
+        registry = self.registry
+        waiting_subs = registry.fully_durable > 0
         while pending and pending[0].txid <= upto:
             last = pending.popleft()
             durable[last.pub_hash] = max(durable.get(last.pub_hash, 0), last.seq)
+            if waiting_subs:
+                subs = tuple(s for s in registry.match(last.topic) if s.fully_durable)
+                if subs:
+                    self._fan_out(
+                        last.topic,
+                        last.payload,
+                        last.bookmark,
+                        last.txid,
+                        subs,
+                        last.correlation_id,
+                        last.local_ts,
+                    )
         self._records_durable(durable, last)
+        event = self._commit_event
+        self._commit_event = trio.Event()
+        event.set()
 
     def _records_durable(self, durable: dict[int, int], last: Record) -> None:
         """Record ``durable`` (publisher -> highest durable seq) and send persisted acks."""

@@ -1,7 +1,8 @@
 """Bookmark replay: journal first, then live, with no gap and no duplicate at the seam.
 
-The replay task reads the journal in batches on a worker thread, never past the txid
-the writer has already fanned out (``JournalWriter.committed_txid``). When its cursor
+The replay task reads the journal in batches, never past the txid already fanned out
+to live subscriptions (``Instance.visible_txid``: committed, or for ``fully_durable``
+also acknowledged by every sync destination). When its cursor
 reaches that txid it flips the subscription to live in the same synchronous step, so
 every later commit is fanned out to it and every earlier one was replayed: the seam
 has no gap and no duplicate. ``Subscription.delivered_upto`` guards the same rule.
@@ -104,14 +105,13 @@ async def run_replay(
     instance = session.instance
     journal = instance.journal
     assert journal is not None
-    writer = instance.writer
-    assert writer is not None
     completed_header: dict[str, Any] = {"cid": cid} if cid is not None else {}
     try:
         while True:
             if session.subscriptions.get(sub.sub_id) is not sub:
                 return  # unsubscribed meanwhile
-            limit = writer.committed_txid if end is None else min(end, writer.committed_txid)
+            visible = instance.visible_txid(sub.fully_durable)
+            limit = visible if end is None else min(end, visible)
             if cursor >= limit:
                 if end is not None and cursor >= end:
                     _finish_range(session, sub, completed_header, cursor)
@@ -125,7 +125,7 @@ async def run_replay(
                         _completed_ack(session, sub, completed_header, cursor)
                     return
                 # a range whose end lies in the future: wait for new commits
-                await instance.wait_for_commit(cursor)
+                await instance.wait_for_commit(cursor, durable=sub.fully_durable)
                 continue
             # Read on this thread: py-lmdb releases the GIL per cursor step, so a worker
             # thread would crawl beside the busy event loop (see JournalWriter._append).

@@ -59,6 +59,7 @@ class Subscription:
         "bookmark",
         "delivered_upto",
         "filter",
+        "fully_durable",
         "head_suffix",
         "journaled_only",
         "live",
@@ -95,6 +96,7 @@ class Subscription:
         self.delivered_upto = 0
         self.want_bookmark = bookmark or "bookmark" in options
         self.want_timestamp = "timestamp" in options
+        self.fully_durable = "fully_durable" in options
         self.head_suffix = b',"sub_id":' + orjson.dumps(sub_id)
 
     def topic_matches(self, topic: str) -> bool:
@@ -117,6 +119,8 @@ class SubscriptionRegistry:
         self._regex: list[Subscription] = []
         self._cache: dict[str, tuple[Subscription, ...]] = {}
         self.count = 0
+        #: live subscriptions with option fully_durable (they wait for sync destinations)
+        self.fully_durable = 0
 
     def add(self, sub: Subscription) -> None:
         if sub.regex is None:
@@ -124,6 +128,7 @@ class SubscriptionRegistry:
         else:
             self._regex.append(sub)
         self.count += 1
+        self.fully_durable += sub.fully_durable
         self._cache.clear()
 
     def remove(self, sub: Subscription) -> None:
@@ -138,6 +143,7 @@ class SubscriptionRegistry:
         except (KeyError, ValueError):
             return
         self.count -= 1
+        self.fully_durable -= sub.fully_durable
         self._cache.clear()
 
     def changed(self) -> None:
