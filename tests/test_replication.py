@@ -400,3 +400,27 @@ async def test_fully_durable_subscribers_wait_for_the_sync_destination(cluster: 
             link.heal()
             link.cut()
             assert [(await durable.get(30)).json()["i"] for _ in range(3)] == [3, 4, 5]
+
+
+async def test_compressed_link_is_smaller_on_the_wire(cluster: Cluster) -> None:
+    def a_body(view) -> str:  # type: ignore[no-untyped-def]
+        return replication_xml(
+            destination_xml(
+                "B", "g", False, view.addr("B"), extra="<Compression>zstd</Compression>"
+            )
+        )
+
+    cluster.add_instance("A", "g", a_body)
+    cluster.add_instance("B", "g", body())
+    cluster.start_all()
+    await publish(cluster.uri("A"), "pa", 500)
+    await wait_stored(cluster, {"B": 500})
+    assert [i for _, i, _ in await replay(cluster.uri("B"))] == list(range(500))
+
+    def counted() -> str | None:
+        d = cluster.server("A").destination("B")
+        return None if d["messages_out"] == 500 else f"messages_out {d['messages_out']}"
+
+    await wait_until(counted, 10)
+    d = cluster.server("A").destination("B")
+    assert d["bytes_out"] < d["raw_bytes_out"] / 2, d
