@@ -234,6 +234,17 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
+def assert_journal_sound(journal_dir: Path) -> None:
+    """``amps-py txlog verify`` (a real subprocess) finds no damaged record."""
+    verify = subprocess.run(
+        [sys.executable, "-m", "amps_py", "txlog", "verify", str(journal_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 def start_instance(tmp_path: Path, name: str = "inst", **config_kwargs: Any) -> ServerProcess:
     port = free_port()
     cfg = write_config(tmp_path, name, port, **config_kwargs)

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import random
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import trio
-from harness import start_instance
+from harness import assert_journal_sound, start_instance
 
 from amps_py.client import open_client
 from amps_py.protocol import encode_frame
@@ -102,10 +100,4 @@ async def test_garbage_does_not_disturb_publishers(tmp_path: Path) -> None:
                 raise AssertionError(f"unexpected stored message {extra}")
     finally:
         server.stop()
-    verify = subprocess.run(
-        [sys.executable, "-m", "amps_py", "txlog", "verify", str(server.journal_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert_journal_sound(server.journal_dir)

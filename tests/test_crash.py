@@ -4,12 +4,10 @@ the journal exactly once after restart and replays in publisher order."""
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import trio
-from harness import ServerProcess, start_instance, wait_until
+from harness import ServerProcess, assert_journal_sound, start_instance, wait_until
 
 from amps_py.client import AMPSError, open_client
 
@@ -89,10 +87,4 @@ async def test_kill_9_loses_no_acknowledged_message(tmp_path: Path) -> None:
         print("acked", acked, "stored", {n: len(s) for n, s in seen.items()})
     finally:
         server.stop()
-    verify = subprocess.run(
-        [sys.executable, "-m", "amps_py", "txlog", "verify", str(server.journal_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert_journal_sound(server.journal_dir)

@@ -33,12 +33,13 @@ import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import lmdb
 
 from .record import CorruptRecord, DeliveryView, Record, RecordCodec
 
+_T = TypeVar("_T")
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
 JOURNAL_FORMAT: Final = "amps-py-journal-1"
@@ -326,35 +327,17 @@ class Journal:
         self._pub_cache.clear()
 
     # ------------------------------------------------------------------ reading
-    def read(self, after_txid: int, limit: int, max_txid: int | None = None) -> list[Record]:
-        """Return up to ``limit`` records with txid > ``after_txid`` (and <= ``max_txid``).
-
-        Raises:
-            CorruptRecord: a record in the range failed its CRC.
-        """
-        out: list[Record] = []
-        decode = self._codec.decode
-        stop = max_txid if max_txid is not None else (1 << 64) - 1
-        with self._env.begin(db=self._records, buffers=False) as txn:
-            cur = txn.cursor()
-            if not cur.set_range(_U64.pack(after_txid + 1)):
-                return out
-            for key, value in cur:
-                txid = _U64.unpack(key)[0]
-                if txid > stop:
-                    break
-                out.append(decode(value, txid))
-                if len(out) >= limit:
-                    break
-        return out
-
-    def read_raw(
-        self, after_txid: int, limit: int, max_txid: int | None = None
-    ) -> tuple[list[tuple[Record, bytes]], CorruptRecord | None]:
-        """Records with their stored bytes (replication sends the bytes as stored, CRC
-        included). Same damage rule as :meth:`read_views`."""
-        out: list[tuple[Record, bytes]] = []
-        decode = self._codec.decode
+    def _scan(
+        self,
+        after_txid: int,
+        limit: int,
+        max_txid: int | None,
+        convert: Callable[[bytes, int], _T],
+    ) -> tuple[list[_T], CorruptRecord | None]:
+        """``convert(value, txid)`` for up to ``limit`` records after ``after_txid``
+        (and <= ``max_txid``), in one short read transaction. A damaged record ends the
+        scan: the results before it are returned with the error."""
+        out: list[_T] = []
         unpack = _U64.unpack
         stop = max_txid if max_txid is not None else (1 << 64) - 1
         with self._env.begin(db=self._records, buffers=False) as txn:
@@ -366,12 +349,31 @@ class Journal:
                 if txid > stop:
                     break
                 try:
-                    out.append((decode(value, txid), value))
+                    out.append(convert(value, txid))
                 except CorruptRecord as exc:
                     return out, exc
                 if len(out) >= limit:
                     break
         return out, None
+
+    def read(self, after_txid: int, limit: int, max_txid: int | None = None) -> list[Record]:
+        """Return up to ``limit`` records with txid > ``after_txid`` (and <= ``max_txid``).
+
+        Raises:
+            CorruptRecord: a record in the range failed its CRC.
+        """
+        out, damage = self._scan(after_txid, limit, max_txid, self._codec.decode)
+        if damage is not None:
+            raise damage
+        return out
+
+    def read_raw(
+        self, after_txid: int, limit: int, max_txid: int | None = None
+    ) -> tuple[list[tuple[Record, bytes]], CorruptRecord | None]:
+        """Records with their stored bytes (replication sends the bytes as stored, CRC
+        included). Same damage rule as :meth:`read_views`."""
+        decode = self._codec.decode
+        return self._scan(after_txid, limit, max_txid, lambda v, t: (decode(v, t), v))
 
     def read_views(
         self, after_txid: int, limit: int, max_txid: int | None = None
@@ -382,25 +384,7 @@ class Journal:
         ends the batch: the sound views before it are returned with the error, so
         nothing before the damage is withheld and nothing damaged is served.
         """
-        out: list[DeliveryView] = []
-        view = self._codec.view
-        unpack = _U64.unpack
-        stop = max_txid if max_txid is not None else (1 << 64) - 1
-        with self._env.begin(db=self._records, buffers=False) as txn:
-            cur = txn.cursor()
-            if not cur.set_range(_U64.pack(after_txid + 1)):
-                return out, None
-            for key, value in cur:
-                txid = unpack(key)[0]
-                if txid > stop:
-                    break
-                try:
-                    out.append(view(value, txid))
-                except CorruptRecord as exc:
-                    return out, exc
-                if len(out) >= limit:
-                    break
-        return out, None
+        return self._scan(after_txid, limit, max_txid, self._codec.view)
 
     def iter_records(self, after_txid: int = 0, chunk: int = 4096) -> Iterator[Record]:
         """Every record after ``after_txid`` in txid order, read in short transactions."""

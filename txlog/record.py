@@ -247,19 +247,28 @@ class RecordCodec:
 
     def view(self, value: bytes, expected_txid: int) -> DeliveryView:
         """Decode only what a delivery needs (CRC still checked). Raises CorruptRecord."""
-        return _decode_view(self, value, expected_txid)
+        fields, end = _checked_header(value, expected_txid)
+        n_client, n_origin, n_topic, n_mtype, n_sow, n_cid = fields[10:16]
+        pos = _FIXED_SIZE + n_client + n_origin
+        try:
+            topic = value[pos : pos + n_topic].decode()
+            cid = ""
+            if n_cid:
+                start = pos + n_topic + n_mtype + n_sow
+                cid = value[start : start + n_cid].decode()
+        except UnicodeDecodeError as exc:
+            raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
+        payload = self._payload(value, end, fields[3], expected_txid)
+        return DeliveryView(fields[4], fields[5], fields[6], topic, cid, fields[9], payload)
 
-    def view_slow(self, value: bytes, expected_txid: int) -> DeliveryView:
-        rec = self.decode(value, expected_txid)
-        return DeliveryView(
-            rec.txid,
-            rec.pub_hash,
-            rec.seq,
-            rec.topic,
-            rec.correlation_id,
-            rec.local_ts,
-            rec.payload,
-        )
+    def _payload(self, value: bytes, end: int, flags: int, expected_txid: int | None) -> bytes:
+        payload = value[end:]
+        if flags & _ZSTD:
+            try:
+                payload = self._decompressor.decompress(payload)
+            except zstandard.ZstdError as exc:
+                raise CorruptRecord(expected_txid, f"payload does not decompress ({exc})") from None
+        return payload
 
     def decode(self, value: bytes, expected_txid: int | None = None) -> Record:
         """Decode one stored value, checking its CRC first.
@@ -267,38 +276,29 @@ class RecordCodec:
         Raises:
             CorruptRecord: CRC mismatch, truncation, unknown version or bad text.
         """
-        if len(value) < _FIXED_SIZE:
-            raise CorruptRecord(expected_txid, f"value of {len(value)} bytes is truncated")
-        mv = memoryview(value)
         (
-            crc,
-            version,
-            kind,
-            flags,
-            txid,
-            pub_hash,
-            seq,
-            origin_txid,
-            origin_ts,
-            local_ts,
-            n_client,
-            n_origin,
-            n_topic,
-            n_mtype,
-            n_sow,
-            n_cid,
-            n_path,
-        ) = _FIXED.unpack_from(value)
-        if zlib.crc32(mv[4:]) != crc:
-            raise CorruptRecord(expected_txid, "CRC mismatch (the stored bytes were altered)")
-        if version != FORMAT_VERSION:
-            raise CorruptRecord(expected_txid, f"unknown record format version {version}")
-        if expected_txid is not None and txid != expected_txid:
-            raise CorruptRecord(expected_txid, f"record claims txid {txid}")
+            (
+                _crc,
+                _version,
+                kind,
+                flags,
+                txid,
+                pub_hash,
+                seq,
+                origin_txid,
+                origin_ts,
+                local_ts,
+                n_client,
+                n_origin,
+                n_topic,
+                n_mtype,
+                n_sow,
+                n_cid,
+                n_path,
+            ),
+            end,
+        ) = _checked_header(value, expected_txid)
         pos = _FIXED_SIZE
-        end = pos + n_client + n_origin + n_topic + n_mtype + n_sow + n_cid + n_path
-        if end > len(value):
-            raise CorruptRecord(expected_txid, "string lengths run past the end of the record")
         try:
             client = value[pos : pos + n_client].decode()
             pos += n_client
@@ -315,12 +315,7 @@ class RecordCodec:
             path = _decode_path(value[pos : pos + n_path]) if n_path else ()
         except UnicodeDecodeError as exc:
             raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
-        payload = value[end:]
-        if flags & _ZSTD:
-            try:
-                payload = self._decompressor.decompress(payload)
-            except zstandard.ZstdError as exc:
-                raise CorruptRecord(expected_txid, f"payload does not decompress ({exc})") from None
+        payload = self._payload(value, end, flags, expected_txid)
         rec = Record.__new__(Record)
         rec.txid = txid
         rec.pub_hash = pub_hash
@@ -353,51 +348,26 @@ class DeliveryView(NamedTuple):
     payload: bytes
 
 
-def _decode_view(codec: RecordCodec, value: bytes, expected_txid: int) -> DeliveryView:
+def _checked_header(value: bytes, expected_txid: int | None) -> tuple[tuple[int, ...], int]:
+    """The fixed fields of a stored record and where its payload starts, after checking
+    length, CRC, format version and txid.
+
+    Raises:
+        CorruptRecord: naming what is wrong.
+    """
     if len(value) < _FIXED_SIZE:
         raise CorruptRecord(expected_txid, f"value of {len(value)} bytes is truncated")
-    (
-        crc,
-        version,
-        _kind,
-        flags,
-        txid,
-        pub_hash,
-        seq,
-        _otx,
-        _ots,
-        local_ts,
-        n_client,
-        n_origin,
-        n_topic,
-        n_mtype,
-        n_sow,
-        n_cid,
-        n_path,
-    ) = _FIXED.unpack_from(value)
-    if zlib.crc32(memoryview(value)[4:]) != crc:
+    fields = _FIXED.unpack_from(value)
+    if zlib.crc32(memoryview(value)[4:]) != fields[0]:
         raise CorruptRecord(expected_txid, "CRC mismatch (the stored bytes were altered)")
-    if version != FORMAT_VERSION or txid != expected_txid:
-        return codec.view_slow(value, expected_txid)
-    pos = _FIXED_SIZE + n_client + n_origin
-    end = pos + n_topic + n_mtype + n_sow + n_cid + n_path
+    if fields[1] != FORMAT_VERSION:
+        raise CorruptRecord(expected_txid, f"unknown record format version {fields[1]}")
+    if expected_txid is not None and fields[4] != expected_txid:
+        raise CorruptRecord(expected_txid, f"record claims txid {fields[4]}")
+    end = _FIXED_SIZE + sum(fields[10:17])
     if end > len(value):
         raise CorruptRecord(expected_txid, "string lengths run past the end of the record")
-    try:
-        topic = value[pos : pos + n_topic].decode()
-        cid = ""
-        if n_cid:
-            start = pos + n_topic + n_mtype + n_sow
-            cid = value[start : start + n_cid].decode()
-    except UnicodeDecodeError as exc:
-        raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
-    payload = value[end:]
-    if flags & _ZSTD:
-        try:
-            payload = codec._decompressor.decompress(payload)
-        except zstandard.ZstdError as exc:
-            raise CorruptRecord(expected_txid, f"payload does not decompress ({exc})") from None
-    return DeliveryView(txid, pub_hash, seq, topic, cid, local_ts, payload)
+    return fields, end
 
 
 def check_u64(name: str, value: int) -> None:
