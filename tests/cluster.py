@@ -98,6 +98,7 @@ def destination_xml(
     topics: Iterable[str | tuple[str, str]] = (".*",),
     passthrough: Iterable[str] = (),
     extra: str = "",
+    exclude: Iterable[str] = (),
 ) -> str:
     """One ``<Destination>`` of a ``<Replication>`` element.
 
@@ -109,6 +110,8 @@ def destination_xml(
         topics: topic regexes to replicate (message type json), or (regex, type) pairs.
         passthrough: PassThrough group regexes (none by default).
         extra: XML appended inside the Destination as it is.
+        exclude: validation checks excluded on every Topic (``ExcludeValidation``),
+            e.g. ``("replicate",)`` for a one-way link.
     """
     sync_type = ("sync" if sync else "async") if isinstance(sync, bool) else sync
     if sync_type not in ("sync", "async"):
@@ -116,10 +119,13 @@ def destination_xml(
     addr_list = [addrs] if isinstance(addrs, str) else list(addrs)
     if not addr_list:
         raise ValueError(f"destination {name!r} needs at least one address in `addrs`")
+    excluded = ",".join(exclude)
+    exclude_xml = f"<ExcludeValidation>{escape(excluded)}</ExcludeValidation>" if excluded else ""
     topic_xml = "".join(
-        f"<Topic><Name>{escape(t)}</Name><MessageType>json</MessageType></Topic>"
+        f"<Topic><Name>{escape(t)}</Name><MessageType>json</MessageType>{exclude_xml}</Topic>"
         if isinstance(t, str)
-        else f"<Topic><Name>{escape(t[0])}</Name><MessageType>{escape(t[1])}</MessageType></Topic>"
+        else f"<Topic><Name>{escape(t[0])}</Name><MessageType>{escape(t[1])}</MessageType>"
+        f"{exclude_xml}</Topic>"
         for t in topics
     )
     pass_xml = "".join(f"<PassThrough>{escape(p)}</PassThrough>" for p in passthrough)
@@ -190,6 +196,7 @@ class _Member:
     xml_body_fn: Callable[[InstanceView], str] | None
     replication_transport: bool
     server: ServerProcess
+    journal_topics: tuple[str, ...] = (".*",)
 
 
 class Cluster:
@@ -219,6 +226,7 @@ class Cluster:
         xml_body_fn: Callable[[InstanceView], str] | None = None,
         *,
         replication_transport: bool | None = None,
+        journal_topics: tuple[str, ...] = (".*",),
     ) -> InstancePorts:
         """Add an instance (not started) and reserve its client and replication ports.
 
@@ -231,6 +239,7 @@ class Cluster:
                 can be referred to. None: a standalone instance.
             replication_transport: whether the config has the incoming
                 ``amps-replication`` transport; defaults to ``xml_body_fn is not None``.
+            journal_topics: TransactionLog Topic names (message type json).
         """
         if name in self._members:
             raise ValueError(f"instance {name!r} was already added")
@@ -245,6 +254,7 @@ class Cluster:
             xml_body_fn,
             xml_body_fn is not None if replication_transport is None else replication_transport,
             server,
+            journal_topics,
         )
         return ports
 
@@ -274,6 +284,7 @@ class Cluster:
             member.server.workdir,
             name,
             member.ports.client,
+            topics=tuple((t, "json") for t in member.journal_topics),
             extra_transport=(
                 replication_transport_xml(member.ports.replication)
                 if member.replication_transport

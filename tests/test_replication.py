@@ -12,6 +12,8 @@ from amps_py.client import Client, open_client
 
 
 def dest(cluster_view, to: str, sync: bool = True, passthrough=(), topics=(".*",)):  # type: ignore[no-untyped-def]
+    """A destination; one-way links (the target does not replicate back) exclude the
+    ``replicate`` validation check, as an AMPS operator would."""
     return destination_xml(
         to,
         cluster_view.groups[to],
@@ -19,6 +21,7 @@ def dest(cluster_view, to: str, sync: bool = True, passthrough=(), topics=(".*",
         cluster_view.addr(to),
         topics=topics,
         passthrough=passthrough,
+        exclude=("replicate",),
     )
 
 
@@ -290,7 +293,13 @@ async def test_resync_after_upstream_restart(cluster: Cluster) -> None:
 async def test_failover_to_the_other_member_of_a_group(cluster: Cluster) -> None:
     def a_body(view) -> str:  # type: ignore[no-untyped-def]
         return replication_xml(
-            destination_xml("site-b", "site-b", False, [view.addr("B1"), view.addr("B2")])
+            destination_xml(
+                "site-b",
+                "site-b",
+                False,
+                [view.addr("B1"), view.addr("B2")],
+                exclude=("replicate",),
+            )
         )
 
     cluster.add_instance("A", "site-a", a_body)
@@ -328,7 +337,8 @@ async def test_wrong_group_is_refused_and_logged_on_both_sides(cluster: Cluster)
         return "group mismatch not yet in both logs"
 
     await wait_until(logged, 20)
-    assert "expects Group 'not-b-group'" in cluster.log("A")
+    assert "expects Group 'not-b-group'" in cluster.log("B")  # the detecting side
+    assert "refused by the peer: group mismatch" in cluster.log("A")
     # A still serves clients (a sync destination that never connects blocks persisted
     # acks, so publish to a topic A does not replicate... A replicates .*: use processed)
     async with open_client(cluster.uri("B"), "pb") as pb:
@@ -406,7 +416,12 @@ async def test_compressed_link_is_smaller_on_the_wire(cluster: Cluster) -> None:
     def a_body(view) -> str:  # type: ignore[no-untyped-def]
         return replication_xml(
             destination_xml(
-                "B", "g", False, view.addr("B"), extra="<Compression>zstd</Compression>"
+                "B",
+                "g",
+                False,
+                view.addr("B"),
+                extra="<Compression>zstd</Compression>",
+                exclude=("replicate",),
             )
         )
 

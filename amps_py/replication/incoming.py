@@ -16,6 +16,7 @@ from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, RecordCodec
 
 from .link import PROTOCOL_VERSION, Data, DownstreamLink, Hello, LinkError, Refused
+from .validation import TopicDescriptor, describe, validate
 
 if TYPE_CHECKING:
     from amps_py.server.instance import Instance
@@ -158,6 +159,29 @@ class UpstreamConnection:
                 f"an instance named {hello.name!r} connected to itself; fix its "
                 "Destination/Transport/InetAddr",
             )
+        own_group = self.instance.group
+        if hello.expected_group and hello.expected_group != own_group:
+            return (
+                "group mismatch",
+                f"{hello.name}'s destination {hello.destination} expects Group "
+                f"{hello.expected_group!r} but this instance ({self.instance.name}) is in Group "
+                f"{own_group!r}; fix Destination/Group in {hello.name}'s config or the Group here",
+            )
+        failures = validate(
+            [TopicDescriptor.from_wire(t) for t in hello.topics],
+            self.instance.config,
+            hello.name,
+            hello.group,
+        )
+        for failure in failures:
+            log.error(
+                "replication from %s fails validation: %s",
+                hello.name,
+                failure,
+                extra=events.extra(events.REPLICATION_VALIDATION_FAILED),
+            )
+        if failures:
+            return ("validation failed", describe(failures))
         return None
 
     async def _receive_loop(self, link: DownstreamLink) -> None:

@@ -68,6 +68,8 @@ class Hello:
     sync: str
     compression: str
     topics: tuple[dict[str, Any], ...]
+    #: the Group the upstream's Destination requires of this instance ("" = any)
+    expected_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,7 @@ class UpstreamLink(_Link):
         sync: str,
         topics: list[dict[str, Any]],
         now: float,
+        expected_group: str = "",
     ) -> bytes:
         body = {
             "version": PROTOCOL_VERSION,
@@ -265,6 +268,7 @@ class UpstreamLink(_Link):
             "sync": sync,
             "compression": self.compression,
             "topics": topics,
+            "expected_group": expected_group,
         }
         return self._sent(
             encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body)), now
@@ -347,6 +351,7 @@ class DownstreamLink(_Link):
                     sync=str(body.get("sync", "async")),
                     compression=str(body.get("compression", "none")),
                     topics=tuple(t for t in body.get("topics", []) if isinstance(t, dict)),
+                    expected_group=str(body.get("expected_group") or ""),
                 )
             except (KeyError, TypeError, ValueError):
                 raise LinkError(

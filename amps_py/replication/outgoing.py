@@ -165,6 +165,7 @@ class Destination:
                 sync=cfg.sync_type,
                 topics=self.route.describe_topics(),
                 now=now(),
+                expected_group=cfg.group or "",
             )
         )
         welcome = await self._await_welcome(stream, link)
@@ -214,9 +215,15 @@ class Destination:
                     if isinstance(event, Welcome):
                         return event
                     if isinstance(event, Refused):
+                        what = (
+                            "the peer refused validation (its log names each check)"
+                            if event.reason == "validation failed"
+                            else "refused by the peer"
+                        )
                         log.error(
-                            "replication to %s refused by the peer: %s (%s)",
+                            "replication to %s: %s: %s (%s)",
                             self.name,
+                            what,
                             event.reason,
                             event.detail,
                             extra=events.extra(events.REPLICATION_REFUSED),
