@@ -439,3 +439,30 @@ async def test_compressed_link_is_smaller_on_the_wire(cluster: Cluster) -> None:
     await wait_until(counted, 10)
     d = cluster.server("A").destination("B")
     assert d["bytes_out"] < d["raw_bytes_out"] / 2, d
+
+
+async def test_content_filtered_destination_and_its_resync(cluster: Cluster) -> None:
+    def a_body(view) -> str:  # type: ignore[no-untyped-def]
+        topic = (
+            "<Topic><Name>orders</Name><MessageType>json</MessageType>"
+            "<Filter>/i % 2 = 0</Filter><ExcludeValidation>replicate</ExcludeValidation></Topic>"
+        )
+        return replication_xml(
+            "<Destination><Name>B</Name><Group>g</Group><SyncType>async</SyncType>"
+            f"{topic}<Transport><Type>amps-replication</Type><InetAddr>{view.addr('B')}"
+            "</InetAddr></Transport></Destination>"
+        )
+
+    cluster.add_instance("A", "g", a_body)
+    cluster.add_instance("B", "g", body())
+    link = cluster.proxy("A", "B")
+    cluster.start_all()
+    await publish(cluster.uri("A"), "pa", 20)
+    await wait_stored(cluster, {"A": 20, "B": 10})
+    # cut the link while more is published: the resync must apply the filter too
+    link.blackhole(True)
+    await publish(cluster.uri("A"), "pa", 20, start=20)
+    link.heal()
+    link.cut()
+    await wait_stored(cluster, {"A": 40, "B": 20})
+    assert [i for _, i, _ in await replay(cluster.uri("B"))] == list(range(0, 40, 2))
