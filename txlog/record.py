@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 import zlib
 from enum import IntEnum, IntFlag
+from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 import zstandard
@@ -166,11 +167,15 @@ class Record:
         return f"Record(txid={self.txid}, bm={self.bookmark}, topic={self.topic!r})"
 
 
+# A fabric has few distinct paths; caching their encodings saves work per replicated record.
+@lru_cache(maxsize=4096)
 def _encode_path(path: tuple[tuple[str, str], ...]) -> bytes:
     return _RECORD_SEP.join(f"{name}{_UNIT_SEP}{group}" for name, group in path).encode()
 
 
+@lru_cache(maxsize=4096)
 def _decode_path(raw: bytes) -> tuple[tuple[str, str], ...]:
+    """Raises UnicodeDecodeError for bytes that are not UTF-8 (the caller reports it)."""
     if not raw:
         return ()
     hops = []

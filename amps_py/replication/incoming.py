@@ -40,6 +40,17 @@ class UpstreamStatistics:
     cursor_txid: int
 
 
+@functools.lru_cache(maxsize=4096)
+def _passes(path: tuple[tuple[str, str], ...], name: str) -> bool:
+    """Whether instance ``name`` is on ``path`` (cached: paths repeat)."""
+    return any(hop == name for hop, _ in path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _extend(path: tuple[tuple[str, str], ...], hop: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    return (*path, hop)
+
+
 class UpstreamConnection:
     """One accepted connection from an upstream instance."""
 
@@ -207,10 +218,11 @@ class UpstreamConnection:
                         raise LinkError(
                             "bad data", f"a record failed its CRC in transit: {exc}"
                         ) from None
-                    if rec.origin == own or any(name == own for name, _ in rec.path):
+                    path = rec.path
+                    if rec.origin == own or (path and _passes(path, own)):
                         self.duplicates += 1  # came back around a loop: never store twice
                         continue
-                    rec.path = (*rec.path, hop)
+                    rec.path = _extend(path, hop)
                     rec.txid = 0
                     records.append(rec)
                 self.messages_in += len(records)
