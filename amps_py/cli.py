@@ -3,6 +3,7 @@
 amps-py serve [--config FILE]          run an instance (embedded default without FILE)
 amps-py config check FILE              validate a config without starting
 amps-py config show-default            print the embedded default config
+amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routing
 amps-py txlog info|dump|verify PATH    inspect a journal directory
 amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
@@ -149,6 +150,42 @@ def config_show_default() -> None:
     from amps_py.config import default_config_xml
 
     click.echo(default_config_xml())
+
+
+@config.command("fabric")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="NAME[:TYPE]",
+    help="Simulate this topic (message type json unless given) instead of a sample of "
+    "each replicated topic pattern; repeatable.",
+)
+def config_fabric(paths: tuple[str, ...], topics: tuple[str, ...]) -> None:
+    """Load the configs of a whole fabric (files, or directories of *.xml) and print,
+    for each instance and replicated topic, where a message published there goes and
+    by which path, then the problems found.
+
+    Exit status: 0 no problems, 1 warnings, 2 errors or a config that does not load.
+    """
+    from amps_py.config import ConfigError
+    from amps_py.fabric import load_fabric
+
+    try:
+        fabric = load_fabric(paths)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    cases = []
+    for spec in topics:
+        name, _, message_type = spec.partition(":")
+        cases.append((name, message_type or "json"))
+    click.echo(fabric.report(cases), nl=False)
+    findings = fabric.findings(fabric.cases_for(cases))
+    if any(f.level == "error" for f in findings):
+        sys.exit(2)
+    if findings:
+        sys.exit(1)
 
 
 # ---------------------------------------------------------------------------- txlog

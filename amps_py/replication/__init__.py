@@ -1,10 +1,19 @@
 """Peer-to-peer replication: the sans-IO link protocol (:mod:`.link`), routing rules
-(:mod:`.routing`), and the trio drivers for outgoing destinations and incoming upstreams,
-tied together by :class:`ReplicationManager`."""
+(:mod:`.routing`), validation on connect (:mod:`.validation`), and the trio drivers for
+outgoing destinations and incoming upstreams, tied together by
+:class:`ReplicationManager`.
+
+The pure parts import no trio; :class:`ReplicationManager` (which does) is loaded on
+first use, so tools such as ``amps-py config fabric`` stay trio-free.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from .link import PROTOCOL_VERSION, DownstreamLink, LinkError, UpstreamLink
-from .manager import ReplicationManager
 from .routing import Route
+
+if TYPE_CHECKING:
+    from .manager import ReplicationManager
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -14,3 +23,11 @@ __all__ = [
     "Route",
     "UpstreamLink",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ReplicationManager":
+        from .manager import ReplicationManager
+
+        return ReplicationManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
