@@ -17,9 +17,13 @@ Destination to B (B not running yet), then starts B on an empty journal and meas
 from B's process start until B's statistics file shows all records. Run once without
 and once with ``<Compression>zstd</Compression>`` on the destination; reports records/s
 and A's destination ``bytes_out`` (on the wire) against ``raw_bytes_out``.
-``--payload random`` replaces the filler's constant padding with random base64, which
-zstd cannot shrink much (the default padding is a worst case for the wire figures'
-honesty: it compresses extremely well).
+``--payload random`` replaces the filler's constant padding (which zstd shrinks far
+more than real data) with fresh random base64 per record. B's first and last commit
+times (``local_ts`` of its first and last record) give a second, exact rate.
+
+``--full-window`` (pair) uses :func:`publisher_full` instead of bench_publish's
+publisher. A case whose publishers get stuck waiting for persisted acks is reported
+as an ``"error"`` line with A's destination and B's upstream counters.
 
     python tools/bench/bench_replication.py --case all
     python tools/bench/bench_replication.py --case pair --secs 5 --baseline
@@ -107,7 +111,7 @@ class Node:
     <Durability>{self.durability}</Durability>
   </TransactionLog>
   <Logging><Target><Protocol>file</Protocol>
-    <FileName>{self.work / (self.name + ".log")}</FileName><Level>warning</Level>
+    <FileName>{self.work / (self.name + ".log")}</FileName><Level>info</Level>
   </Target></Logging>
   {repl}
 </AMPSConfig>
@@ -440,16 +444,18 @@ def fill_random(journal_dir: Path, name: str, n: int, size: int) -> float:
     t0 = time.perf_counter()
     pubs = [(publisher_hash(f"filler-{i}"), f"filler-{i}") for i in range(4)]
     pad_len = size - 30
-    rnd = base64.b64encode(os.urandom(pad_len * 4096))  # a pool to slice from
     with Journal(journal_dir, instance_name=name) as j:
         seq = 0
         ts = time.time_ns() // 1000 - n
         while seq < n:
             recs = []
-            for k in range(seq, min(n, seq + 20_000)):
+            count = min(n, seq + 20_000) - seq
+            # fresh random bytes for every record: nothing repeats within zstd's window
+            rnd = base64.b64encode(os.urandom(count * pad_len))
+            for i, k in enumerate(range(seq, seq + count)):
                 ph, cname = pubs[k % 4]
-                off = (k * 7919) % (len(rnd) - pad_len)
-                body = b'{"id":%010d,"pad":"' % k + rnd[off : off + pad_len] + b'"}'
+                pad = rnd[i * pad_len : (i + 1) * pad_len]
+                body = b'{"id":%010d,"pad":"' % k + pad + b'"}'
                 recs.append(
                     Record(
                         topic="bench",
@@ -506,7 +512,12 @@ def bench_resync(a: argparse.Namespace) -> None:
                     if n >= a.records:
                         break
                     if now > deadline:
-                        raise RuntimeError(f"B holds {n} of {a.records} after {a.timeout} s")
+                        a.keep = True  # leave the logs for a post-mortem
+                        raise RuntimeError(
+                            f"B holds {n} of {a.records} after {a.timeout} s; A's destination: "
+                            f"{A.destination(B.name)}; B's replication: "
+                            f"{(s or {}).get('replication')}; files in {work}"
+                        )
                     B.check_alive()
                     time.sleep(0.01)
                 elapsed = time.perf_counter() - t0
