@@ -65,7 +65,9 @@ class JournalWriter:
         self._queue: list[Record] = []
         self._submitted = 0  # records ever queued; markers refer to positions in it
         self._taken = 0  # records ever taken into a batch
+        self._done = 0  # records whose commit finished
         self._markers: list[_Marker] = []
+        self._riders: list[Callable[[], None]] = []
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
         self.committed_txid = journal.last_txid
@@ -91,6 +93,14 @@ class JournalWriter:
         """Queue records received from ``upstream`` with the stream position they
         bring this journal to; ``on_durable`` runs (in the trio thread) after the
         commit that stores both."""
+        if not records:
+            # A position-only frame: no commit of its own (it would cost two fsyncs).
+            if self._submitted <= self._done:
+                on_durable()  # everything before it is already durable
+                return
+            if self._submitted <= self._taken:
+                self._riders.append(on_durable)  # durable with the commit in progress
+                return
         self._queue.extend(records)
         self._submitted += len(records)
         self._markers.append(_Marker(self._submitted, upstream, cursor, on_durable))
@@ -123,9 +133,13 @@ class JournalWriter:
             self._max_batch = max(self._max_batch, len(batch))
             if stored:
                 self.committed_txid = stored[-1].txid
+            self._done = self._taken
             self._on_commit(stored)
             for marker in markers:
                 marker.on_durable()
+            riders, self._riders = self._riders, []
+            for rider in riders:
+                rider()
 
     async def _append(
         self, batch: list[Record], now_us: int, cursors: dict[str, tuple[int, str]]
