@@ -7,6 +7,9 @@ amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routin
 amps-py txlog info|dump|verify PATH    inspect a journal directory
 amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
+
+URIs are tcp://host:port/amps/json, or tcps://... for a TLS transport (--ca-file names
+the CA to trust when the server's certificate is not signed by a system CA).
 """
 
 from __future__ import annotations
@@ -259,6 +262,15 @@ def _client_name(name: str | None, role: str) -> str:
     return name or f"amps-py-{role}-{socket.gethostname()}-{os.getpid()}"
 
 
+_ca_file_option = click.option(
+    "--ca-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="For tcps:// URIs: PEM file of the CA that issued the server's certificate "
+    "(the certificate itself if self-signed); default: the system's CAs.",
+)
+
+
 @main.command()
 @click.argument("uri")
 @click.argument("topic")
@@ -268,8 +280,15 @@ def _client_name(name: str | None, role: str) -> str:
 )
 @click.option("--name", default=None, help="Client name (identifies the publisher).")
 @click.option("--timeout", type=float, default=30, show_default=True)
+@_ca_file_option
 def publish(
-    uri: str, topic: str, data: str | None, file_: Any, name: str | None, timeout: float
+    uri: str,
+    topic: str,
+    data: str | None,
+    file_: Any,
+    name: str | None,
+    timeout: float,
+    ca_file: str | None,
 ) -> None:
     """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted."""
     from amps_py.client import AMPSError, BadURI, open_client
@@ -281,7 +300,9 @@ def publish(
     )
 
     async def run() -> tuple[int, int]:
-        async with open_client(uri, _client_name(name, "publish"), timeout=timeout) as client:
+        async with open_client(
+            uri, _client_name(name, "publish"), timeout=timeout, ca_file=ca_file
+        ) as client:
             last = 0
             for p in payloads:
                 last = await client.publish(topic, p)
@@ -312,6 +333,7 @@ def publish(
 )
 @click.option("--raw", is_flag=True, help="Print payloads only, not the JSON envelope.")
 @click.option("--name", default=None, help="Client name.")
+@_ca_file_option
 def subscribe(
     uri: str,
     topic: str,
@@ -322,6 +344,7 @@ def subscribe(
     timeout: float,
     raw: bool,
     name: str | None,
+    ca_file: str | None,
 ) -> None:
     """Print messages on TOPIC as one JSON object per line: {topic, bookmark, data}.
 
@@ -335,7 +358,7 @@ def subscribe(
         n = 0
         started = last_report = time.monotonic()
         async with (
-            open_client(uri, _client_name(name, "subscribe")) as client,
+            open_client(uri, _client_name(name, "subscribe"), ca_file=ca_file) as client,
             client.subscribe(topic, filter=filter_, bookmark=bookmark, options=options) as sub,
         ):
             while not count or n < count:

@@ -42,6 +42,7 @@ import importlib.resources.abc
 import ipaddress
 import os
 import re
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -64,9 +65,13 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_RECONNECT_TIMEOUTS",
     "LOG_LEVELS",
+    "MIN_TLS_VERSION",
     "NON_EXCLUDABLE_VALIDATION_CHECKS",
+    "REPLICATION_SECURE_TRANSPORT_TYPE",
     "REPLICATION_TRANSPORT_TYPE",
+    "REPLICATION_TRANSPORT_TYPES",
     "REPLICATION_VALIDATION_CHECKS",
+    "SECURE_TRANSPORT_TYPES",
     "UNSUPPORTED_AMPS_ELEMENTS",
     "UNSUPPORTED_AMPS_VALUES",
     "ConfigError",
@@ -83,6 +88,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "schema_path",
+    "server_ssl_context",
 ]
 
 # ----------------------------------------------------------------------------- constants
@@ -108,6 +114,17 @@ MAX_NAME_LENGTH: Final = 64
 
 #: The transport Type of the one listener that accepts replication from upstream instances.
 REPLICATION_TRANSPORT_TYPE: Final = "amps-replication"
+#: The same listener over TLS (an instance has at most one of either kind).
+REPLICATION_SECURE_TRANSPORT_TYPE: Final = "amps-replication-secure"
+#: Transport Types that accept replication from upstream instances.
+REPLICATION_TRANSPORT_TYPES: Final = frozenset(
+    {REPLICATION_TRANSPORT_TYPE, REPLICATION_SECURE_TRANSPORT_TYPE}
+)
+#: Transport Types that speak TLS and so need a Certificate and a PrivateKey.
+SECURE_TRANSPORT_TYPES: Final = frozenset({"tcps", REPLICATION_SECURE_TRANSPORT_TYPE})
+#: The oldest TLS version a secure listener or a secure replication link accepts:
+#: TLS 1.0 and 1.1 are deprecated (RFC 8996).
+MIN_TLS_VERSION: Final = ssl.TLSVersion.TLSv1_2
 #: How long a replication destination may hold back its acks to batch them (seconds).
 DEFAULT_ACK_CONFLATION_INTERVAL: Final = 0.01
 #: Back-off between rounds of failed connection attempts to a destination (seconds);
@@ -179,8 +196,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/Transports/Transport": frozenset(
         {
             "Authentication",
-            "Certificate",
-            "Ciphers",
             "ClientMaxCapacity",
             "ClientMessageAgeLimit",
             "Entitlement",
@@ -188,14 +203,12 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "MessageDiskLimit",
             "MessageDiskPath",
             "MessageMemoryLimit",
-            "PrivateKey",
             "TransportFilter",
         }
     ),
     "AMPSConfig/Replication/Destination/Transport": frozenset(
         {
             "Authenticator",
-            "Certificate",
             "Ciphers",
             "IpProtocolPrefer",
             "PrivateKey",
@@ -229,10 +242,7 @@ _AMPS_ONLY_MESSAGE_TYPES = frozenset(
 
 #: Values AMPS accepts for an element that amps-py does not support yet, by element path.
 UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
-    "AMPSConfig/Transports/Transport/Type": frozenset(
-        {"tcps", "amps-replication-secure", "amps-unix"}
-    ),
-    "AMPSConfig/Replication/Destination/Transport/Type": frozenset({"amps-replication-secure"}),
+    "AMPSConfig/Transports/Transport/Type": frozenset({"amps-unix"}),
     "AMPSConfig/Transports/Transport/Protocol": frozenset(
         {"websocket", "fix", "nvfix", "xml", "soap", "fix-session"}
     ),
@@ -313,8 +323,9 @@ class TransportConfig:
 
     Attributes:
         name: unique within the instance.
-        type: ``tcp`` for clients, or ``amps-replication`` for the (at most one)
-            listener that accepts replication from upstream instances.
+        type: ``tcp`` for clients (``tcps`` over TLS), or ``amps-replication``
+            (``amps-replication-secure`` over TLS) for the (at most one) listener that
+            accepts replication from upstream instances.
         host: address to bind; ``0.0.0.0`` when InetAddr is a bare port, an IPv6
             address without brackets (``::1``) when given as ``[::1]:port``.
         port: 0 to 65535; 0 asks the OS for a free port, which the server reports.
@@ -324,6 +335,12 @@ class TransportConfig:
             for any (always ``None`` for the replication listener).
         max_message_size: the largest frame a client may send, in bytes.
         enabled: whether the transport listens at start (``InitialState``).
+        certificate: for ``tcps``/``amps-replication-secure``: the PEM certificate
+            chain file (checked to load with ``private_key`` when the config is
+            loaded); ``None`` for plain transports.
+        private_key: the PEM private key of ``certificate``, or ``None``.
+        ciphers: an OpenSSL cipher string limiting the TLS 1.2 ciphers, or ``None``
+            for OpenSSL's defaults.
     """
 
     name: str
@@ -334,6 +351,30 @@ class TransportConfig:
     message_type: str | None
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     enabled: bool = True
+    certificate: Path | None = None
+    private_key: Path | None = None
+    ciphers: str | None = None
+
+    @property
+    def secure(self) -> bool:
+        """Whether clients (or upstream instances) connect over TLS."""
+        return self.type in SECURE_TRANSPORT_TYPES
+
+    @property
+    def is_replication(self) -> bool:
+        """Whether this is the listener for upstream instances (plain or secure)."""
+        return self.type in REPLICATION_TRANSPORT_TYPES
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A new server-side TLS context for this listener, or ``None`` if it is plain.
+
+        Raises:
+            OSError, ssl.SSLError: the files cannot be loaded (the loader has checked
+                them, so only a file changed since then fails here).
+        """
+        if not self.secure or self.certificate is None or self.private_key is None:
+            return None
+        return server_ssl_context(self.certificate, self.private_key, self.ciphers)
 
     @property
     def address(self) -> str:
@@ -515,6 +556,14 @@ class DestinationConfig:
             compressed; the receiver detects it).
         heartbeat_interval: seconds between heartbeats on an idle link; a link silent
             for 5 intervals is dropped and reconnected.
+        secure: connect over TLS (Transport Type ``amps-replication-secure``).
+        ca_file: for ``secure``: the PEM file of CA certificates the peer's certificate
+            must chain to (Transport ``Certificate``); ``None``: the system's default
+            CAs, so a peer with a self-signed certificate needs ``ca_file`` pointing at
+            that certificate.
+        server_name: for ``secure``: the name the peer's certificate must be issued
+            for (Transport ``ServerName``); ``None``: the host of the InetAddr being
+            connected to.
         line: the line of the ``<Destination>`` element, for messages; not compared.
     """
 
@@ -528,6 +577,9 @@ class DestinationConfig:
     ack_conflation_interval: float = DEFAULT_ACK_CONFLATION_INTERVAL
     compression: str = "none"
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    secure: bool = False
+    ca_file: Path | None = None
+    server_name: str | None = None
     line: int | None = field(default=None, compare=False)
     _passthrough_patterns: tuple[re.Pattern[str], ...] = field(
         init=False, repr=False, compare=False
@@ -565,8 +617,8 @@ class InstanceConfig:
         group: the replication group; equals ``name`` unless the XML sets Group.
         description: free text, empty by default.
         transports: every listener in file order: the client ones and at most one
-            ``amps-replication`` one (see :attr:`client_transports` and
-            :attr:`replication_transport`).
+            ``amps-replication`` or ``amps-replication-secure`` one (see
+            :attr:`client_transports` and :attr:`replication_transport`).
         transaction_log: the journal settings, or ``None`` when not configured.
         logging: the log targets; empty means nothing is logged.
         source: the file the config came from, or ``"<embedded default>"``/``"<string>"``.
@@ -586,16 +638,18 @@ class InstanceConfig:
 
     @property
     def replication_transport(self) -> TransportConfig | None:
-        """The ``amps-replication`` listener upstream instances connect to, if any."""
+        """The ``amps-replication`` (or ``-secure``) listener upstream instances connect
+        to, if any."""
         for transport in self.transports:
-            if transport.type == REPLICATION_TRANSPORT_TYPE:
+            if transport.is_replication:
                 return transport
         return None
 
     @property
     def client_transports(self) -> tuple[TransportConfig, ...]:
-        """The listeners for clients: every transport but the replication one (tcp)."""
-        return tuple(t for t in self.transports if t.type != REPLICATION_TRANSPORT_TYPE)
+        """The listeners for clients: every transport but the replication one (tcp,
+        tcps)."""
+        return tuple(t for t in self.transports if not t.is_replication)
 
 
 # ------------------------------------------------------------------------ schema model
@@ -1322,7 +1376,7 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                 names[name] = name_el
         type_el = _first(transport, "Type")
         kind = _text(type_el, problems)
-        if type_el is not None and kind == REPLICATION_TRANSPORT_TYPE:
+        if type_el is not None and kind in REPLICATION_TRANSPORT_TYPES:
             if replication_el is None:
                 replication_el = transport
             else:
@@ -1330,9 +1384,10 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                 problems.add(
                     type_el,
                     "an instance has at most one amps-replication transport, and transport "
-                    f"{first_name!r} on line {_line(replication_el)} already is one",
+                    f"{first_name!r} on line {_line(replication_el)} already is one "
+                    "(amps-replication and amps-replication-secure count together)",
                     "remove this transport (one amps-replication listener accepts every "
-                    "upstream instance), or change its Type to tcp",
+                    "upstream instance), or change its Type to tcp or tcps",
                 )
                 kind = None
 
@@ -1365,13 +1420,14 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
         message_type_el = _first(transport, "MessageType")
         message_type = _text(message_type_el, problems)
         message_type_ok = message_type_el is None or message_type is not None
-        if kind == REPLICATION_TRANSPORT_TYPE and protocol is not None:
+        if kind in REPLICATION_TRANSPORT_TYPES and protocol is not None:
             # Replication has its own framing and carries every message type.
             protocol, message_type = REPLICATION_TRANSPORT_TYPE, None
         size_el = _first(transport, "MaxMessageSize")
         size = _bytes_value(size_el, problems) if size_el is not None else DEFAULT_MAX_MESSAGE_SIZE
         state_el = _first(transport, "InitialState")
         state = _text(state_el, problems) if state_el is not None else "enabled"
+        tls = _transport_tls(transport, type_el, kind, problems)
 
         if (
             name is None
@@ -1381,6 +1437,7 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
             or not message_type_ok
             or size is None
             or state is None
+            or tls is None
         ):
             continue
         transports.append(
@@ -1393,9 +1450,285 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                 message_type=message_type,
                 max_message_size=size,
                 enabled=state == "enabled",
+                certificate=tls[0],
+                private_key=tls[1],
+                ciphers=tls[2],
             )
         )
     return tuple(transports)
+
+
+# ---------------------------------------------------------------------------- TLS
+
+_TLS_FILE_ELEMENTS: Final = ("Certificate", "PrivateKey", "Ciphers")
+_PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+_PEM_PRIVATE_KEY = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+_PEM_ENCRYPTED = re.compile(rb"-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type: *4, *ENCRYPTED")
+_PLAIN_TWIN: Final[Mapping[str, str]] = {
+    "tcps": "tcp",
+    REPLICATION_SECURE_TRANSPORT_TYPE: REPLICATION_TRANSPORT_TYPE,
+}
+_SECURE_TWIN: Final[Mapping[str, str]] = {plain: secure for secure, plain in _PLAIN_TWIN.items()}
+_EXAMPLE_FILE: Final[Mapping[str, str]] = {
+    "Certificate": "server-cert.pem",
+    "PrivateKey": "server-key.pem",
+}
+_PATH_HINT = (
+    "a relative path is relative to the working directory of amps-py; "
+    "${AMPS_CONFIG_DIRECTORY}/NAME.pem names a file NAME.pem beside the config"
+)
+
+
+class _PassphraseRequired(ValueError):
+    """The private key is encrypted; amps-py never prompts for a passphrase."""
+
+
+def _no_passphrase() -> str:
+    raise _PassphraseRequired(
+        "the private key is protected by a passphrase, which amps-py cannot prompt for; "
+        "store it unencrypted (openssl pkey -in key.pem -out key-plain.pem) and protect "
+        "the file with its permissions instead"
+    )
+
+
+def server_ssl_context(
+    certificate: Path, private_key: Path, ciphers: str | None = None
+) -> ssl.SSLContext:
+    """The server-side TLS context of a ``tcps`` or ``amps-replication-secure`` listener.
+
+    TLS 1.2 or later (:data:`MIN_TLS_VERSION`); no client certificate is requested. The
+    loader builds one for every secure transport, so a config that loads has files that
+    load here too (unless they change in between).
+
+    Args:
+        certificate: PEM file: the listener's certificate, then any intermediates.
+        private_key: PEM file: the certificate's private key, unencrypted.
+        ciphers: an OpenSSL cipher string for TLS 1.2 (TLS 1.3 suites are not
+            affected), or ``None`` for OpenSSL's defaults.
+
+    Raises:
+        OSError: a file cannot be read.
+        ssl.SSLError: a file is not PEM, the key does not match the certificate, or
+            ``ciphers`` selects no cipher.
+        ValueError: the private key is passphrase-protected.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = MIN_TLS_VERSION
+    context.load_cert_chain(certificate, private_key, password=_no_passphrase)
+    if ciphers:
+        context.set_ciphers(ciphers)
+    return context
+
+
+def _read_tls_file(el: etree._Element, what: str, problems: _Problems) -> tuple[Path, bytes] | None:
+    """(path, contents) of a Certificate/PrivateKey file; None (and a problem) if unreadable."""
+    text = _text(el, problems)
+    if not text:
+        return None
+    path = Path(text)
+    where = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
+    try:
+        return path, path.read_bytes()
+    except FileNotFoundError:
+        problems.add(
+            el,
+            f"{el.tag} file {text!r} does not exist{where}",
+            f"give the path of the {what}; {_PATH_HINT}",
+        )
+    except IsADirectoryError:
+        problems.add(
+            el,
+            f"{el.tag} {text!r} is a directory, not a file",
+            f"give the path of the {what} file itself, not of its directory",
+        )
+    except PermissionError:
+        problems.add(
+            el,
+            f"{el.tag} file {text!r} cannot be read: permission denied",
+            "make the file readable by the user that runs amps-py "
+            "(e.g. chown it to that user and chmod 600 it)",
+        )
+    except OSError as exc:
+        problems.add(
+            el,
+            f"{el.tag} file {text!r} cannot be read: {exc.strerror or exc}",
+            "check the path and the file's permissions",
+        )
+    return None
+
+
+def _check_certificate_pem(el: etree._Element, data: bytes, problems: _Problems) -> bool:
+    if _PEM_CERTIFICATE in data:
+        return True
+    swapped = (
+        " (it holds a private key: are Certificate and PrivateKey swapped?)"
+        if _PEM_PRIVATE_KEY.search(data)
+        else ""
+    )
+    problems.add(
+        el,
+        f"{el.tag} file {_text(el, problems)!r} holds no PEM certificate{swapped}",
+        "give a PEM file that starts with -----BEGIN CERTIFICATE----- (convert a DER file "
+        "with `openssl x509 -inform der -in cert.der -out cert.pem`)",
+    )
+    return False
+
+
+def _check_private_key_pem(el: etree._Element, data: bytes, problems: _Problems) -> bool:
+    if _PEM_ENCRYPTED.search(data):
+        problems.add(
+            el,
+            f"PrivateKey file {_text(el, problems)!r} is protected by a passphrase, which "
+            "amps-py cannot prompt for",
+            "store the key unencrypted (`openssl pkey -in key.pem -out key-plain.pem`) and "
+            "protect the file with its permissions (chmod 600)",
+        )
+        return False
+    if _PEM_PRIVATE_KEY.search(data):
+        return True
+    swapped = (
+        " (it holds a certificate: are Certificate and PrivateKey swapped?)"
+        if _PEM_CERTIFICATE in data
+        else ""
+    )
+    problems.add(
+        el,
+        f"PrivateKey file {_text(el, problems)!r} holds no PEM private key{swapped}",
+        "give the PEM file of the certificate's private key, which starts with "
+        "-----BEGIN PRIVATE KEY----- (or BEGIN RSA/EC PRIVATE KEY)",
+    )
+    return False
+
+
+def _check_ciphers(el: etree._Element | None, problems: _Problems) -> str | None:
+    """The Ciphers text, or None (and a problem) if OpenSSL selects no cipher from it."""
+    text = _text(el, problems)
+    if el is None or not text:
+        return None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ciphers(text)
+    except ssl.SSLError:
+        problems.add(
+            el,
+            f"Ciphers {text!r} selects no cipher this OpenSSL ({ssl.OPENSSL_VERSION}) supports",
+            "give an OpenSSL cipher string such as ECDHE+AESGCM:ECDHE+CHACHA20 "
+            "(`openssl ciphers -v 'STRING'` lists what a string selects), or remove "
+            "<Ciphers> to use OpenSSL's defaults",
+        )
+        return None
+    return text
+
+
+def _transport_tls(
+    transport: etree._Element,
+    type_el: etree._Element | None,
+    kind: str | None,
+    problems: _Problems,
+) -> tuple[Path | None, Path | None, str | None] | None:
+    """(certificate, private key, ciphers) of a Transport; None when something is wrong.
+
+    A secure Type needs Certificate and PrivateKey, which must load together (the same
+    check the listener makes when it starts); a plain Type must not have them.
+    """
+    els = {name: _first(transport, name) for name in _TLS_FILE_ELEMENTS}
+    given = [el for el in els.values() if el is not None]
+    if kind is None or type_el is None:
+        return None
+    if kind not in SECURE_TRANSPORT_TYPES:
+        for el in given:
+            problems.add(
+                el,
+                f"<{el.tag}> only applies to TLS transports (Type tcps or "
+                f"amps-replication-secure), and this transport's Type is {kind}",
+                f"remove <{el.tag}>, or set <Type>{_SECURE_TWIN.get(kind, 'tcps')}</Type> "
+                "to accept TLS connections",
+            )
+        return None if given else (None, None, None)
+
+    ok = True
+    for name, what in (
+        ("Certificate", "PEM certificate chain file (the listener's certificate first)"),
+        ("PrivateKey", "PEM private key file of that certificate"),
+    ):
+        if els[name] is None:
+            problems.add(
+                type_el,
+                f"Type {kind} needs a <{name}>: the {what}",
+                f"add <{name}>/path/to/{_EXAMPLE_FILE[name]}</{name}> inside this "
+                f"<Transport>, or set <Type>{_PLAIN_TWIN[kind]}</Type> for unencrypted "
+                "connections",
+            )
+            ok = False
+    cert_el, key_el, ciphers_el = els["Certificate"], els["PrivateKey"], els["Ciphers"]
+    ciphers = _check_ciphers(ciphers_el, problems)
+    ok &= ciphers_el is None or ciphers is not None
+    cert = (
+        _read_tls_file(cert_el, "PEM certificate chain file", problems)
+        if cert_el is not None
+        else None
+    )
+    key = _read_tls_file(key_el, "PEM private key file", problems) if key_el is not None else None
+    if cert is not None and cert_el is not None:
+        ok &= _check_certificate_pem(cert_el, cert[1], problems)
+    if key is not None and key_el is not None:
+        ok &= _check_private_key_pem(key_el, key[1], problems)
+    if not ok or cert is None or key is None or cert_el is None or key_el is None:
+        return None
+    try:
+        server_ssl_context(cert[0], key[0])
+    except _PassphraseRequired as exc:
+        problems.add(key_el, f"PrivateKey file {str(key[0])!r}: {exc}", "store it unencrypted")
+        return None
+    except ssl.SSLError as exc:
+        _report_load_failure(cert_el, key_el, cert[0], key[0], exc, problems)
+        return None
+    except OSError as exc:  # pragma: no cover - the files were readable a moment ago
+        problems.add(
+            cert_el,
+            f"the Certificate and PrivateKey files cannot be loaded: {exc.strerror or exc}",
+            "check the paths and the files' permissions",
+        )
+        return None
+    return cert[0], key[0], ciphers
+
+
+def _report_load_failure(
+    cert_el: etree._Element,
+    key_el: etree._Element,
+    cert: Path,
+    key: Path,
+    exc: ssl.SSLError,
+    problems: _Problems,
+) -> None:
+    """Say which of Certificate and PrivateKey OpenSSL refused, and why."""
+    if exc.reason == "KEY_VALUES_MISMATCH":
+        problems.add(
+            key_el,
+            f"PrivateKey {str(key)!r} is not the key of Certificate {str(cert)!r} "
+            f"(line {_line(cert_el)})",
+            "give the private key that belongs to the certificate (when they match, "
+            "`openssl x509 -noout -pubkey -in CERT` and `openssl pkey -pubout -in KEY` "
+            "print the same public key), or the certificate issued for this key",
+        )
+        return
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert)
+    except ssl.SSLError:
+        problems.add(
+            cert_el,
+            f"Certificate file {str(cert)!r} is damaged: OpenSSL cannot load it "
+            f"({exc.reason or exc})",
+            "re-export the certificate chain in PEM form (`openssl x509 -in CERT -text` "
+            "shows whether a certificate is readable)",
+        )
+        return
+    problems.add(
+        key_el,
+        f"PrivateKey file {str(key)!r} is damaged or of an unsupported kind: OpenSSL "
+        f"cannot load it ({exc.reason or exc})",
+        "re-export the key in PEM form (`openssl pkey -in KEY -noout` shows whether it is "
+        "readable)",
+    )
 
 
 def _build_journal_topic(topic: etree._Element, problems: _Problems) -> JournalTopic | None:
@@ -1990,6 +2323,9 @@ def _build_destination(
         )
         ok = False
 
+    tls = _destination_tls(transport_el, problems)
+    ok &= tls is not None
+
     ack = _positive_duration(
         dest, "AckConflationInterval", DEFAULT_ACK_CONFLATION_INTERVAL, problems, zero_ok=True
     )
@@ -2006,6 +2342,7 @@ def _build_destination(
         or ack is None
         or heartbeat is None
         or compression is None
+        or tls is None
     ):
         return None
     return DestinationConfig(
@@ -2019,8 +2356,76 @@ def _build_destination(
         ack_conflation_interval=ack,
         compression=compression,
         heartbeat_interval=heartbeat,
+        secure=tls[0],
+        ca_file=tls[1],
+        server_name=tls[2],
         line=_line(dest),
     )
+
+
+def _destination_tls(
+    transport_el: etree._Element | None, problems: _Problems
+) -> tuple[bool, Path | None, str | None] | None:
+    """(secure, CA file, server name) of a Destination Transport; None on a problem."""
+    if transport_el is None:
+        return False, None, None
+    kind = _text(_first(transport_el, "Type"), problems)
+    secure = kind == REPLICATION_SECURE_TRANSPORT_TYPE
+    ca_el = _first(transport_el, "Certificate")
+    name_el = _first(transport_el, "ServerName")
+    if not secure:
+        given = [el for el in (ca_el, name_el) if el is not None]
+        if kind is not None:
+            for el in given:
+                problems.add(
+                    el,
+                    f"<{el.tag}> only applies to TLS links (Type amps-replication-secure), "
+                    f"and this Transport's Type is {kind}",
+                    f"remove <{el.tag}>, or set <Type>{REPLICATION_SECURE_TRANSPORT_TYPE}"
+                    "</Type> to replicate over TLS",
+                )
+        return None if given else (False, None, None)
+    ok = True
+    ca_file: Path | None = None
+    if ca_el is not None:
+        read = _read_tls_file(ca_el, "PEM file of CA certificates", problems)
+        ok = read is not None and _check_certificate_pem(ca_el, read[1], problems)
+        if ok and read is not None:
+            try:
+                ssl.create_default_context(cafile=read[0])
+            except ssl.SSLError as exc:
+                problems.add(
+                    ca_el,
+                    f"Certificate file {str(read[0])!r} holds no CA certificate OpenSSL "
+                    f"can load ({exc.reason or exc})",
+                    "give a PEM file of the CA certificates that issued the remote "
+                    "instance's certificate (or that certificate itself if it is "
+                    "self-signed)",
+                )
+                ok = False
+            else:
+                ca_file = read[0]
+    server_name = _text(name_el, problems)
+    if name_el is not None and server_name is not None and not _is_host_name(server_name):
+        problems.add(
+            name_el,
+            f"ServerName {server_name!r} is not a host name or IP address",
+            "give the DNS name (or IP address) the remote instance's certificate is "
+            "issued for, e.g. amps-b.example.com; omit ServerName to use the InetAddr host",
+        )
+        ok = False
+    if not ok or (name_el is not None and not server_name):
+        return None
+    return True, ca_file, server_name
+
+
+def _is_host_name(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        labels = text.rstrip(".").split(".")
+        return len(text) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+    return True
 
 
 def _inet_text(address: tuple[str, int]) -> str:
@@ -2081,7 +2486,7 @@ def _build_replication(
     if _first(root, "TransactionLog") is None:
         for transport in _children(_first(root, "Transports"), "Transport"):
             kinds = [(t.text or "").strip() for t in _children(transport, "Type")]
-            if REPLICATION_TRANSPORT_TYPE in kinds:
+            if REPLICATION_TRANSPORT_TYPES & set(kinds):
                 problems.add(
                     transport,
                     "the amps-replication transport stores what upstream instances send "
@@ -2113,10 +2518,10 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     own = _Self(
         name=name,
         group=group,
-        replication=next((t for t in transports if t.type == REPLICATION_TRANSPORT_TYPE), None),
-        clients=tuple(t for t in transports if t.type != REPLICATION_TRANSPORT_TYPE),
+        replication=next((t for t in transports if t.is_replication), None),
+        clients=tuple(t for t in transports if not t.is_replication),
         has_replication_listener=any(
-            (el.text or "").strip() == REPLICATION_TRANSPORT_TYPE
+            (el.text or "").strip() in REPLICATION_TRANSPORT_TYPES
             for t in _children(_first(root, "Transports"), "Transport")
             for el in _children(t, "Type")
         ),

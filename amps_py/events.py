@@ -17,6 +17,10 @@ INSTANCE_FAILED: Final = "00-0005"
 TRANSPORT_LISTENING: Final = "02-0001"
 TRANSPORT_STOPPED: Final = "02-0002"
 NAME_IN_USE: Final = "02-0025"
+#: A connection to a tcps / amps-replication-secure transport failed its TLS handshake
+#: (e.g. a plain-TCP client, or a client that rejects the certificate); only that
+#: connection is closed.
+TRANSPORT_TLS_HANDSHAKE_FAILED: Final = "02-0026"
 
 JOURNAL_OPENED: Final = "05-0001"
 JOURNAL_COMMIT_FAILED: Final = "05-0002"

@@ -16,6 +16,10 @@ caller's ``xml_body_fn`` returns, which is usually a ``<Replication>`` element b
     cluster.start_all()
     link.blackhole(True); ...; link.heal()
 
+For TLS links, give the listening instance ``replication_tls=(certificate, key)`` (its
+transport becomes ``amps-replication-secure``) and build the sender's destination with
+``destination_xml(..., secure=True, ca_file=ca_pem)``.
+
 :meth:`Cluster.proxy` runs ``tools/faultproxy.py`` as a subprocess (so it outlives any
 one trio run) in front of the destination's replication port; :meth:`InstanceView.addr`
 returns the proxy's address for that pair once the proxy exists. Create proxies before
@@ -99,6 +103,10 @@ def destination_xml(
     passthrough: Iterable[str] = (),
     extra: str = "",
     exclude: Iterable[str] = (),
+    *,
+    secure: bool = False,
+    ca_file: str | os.PathLike[str] | None = None,
+    server_name: str | None = None,
 ) -> str:
     """One ``<Destination>`` of a ``<Replication>`` element.
 
@@ -112,7 +120,14 @@ def destination_xml(
         extra: XML appended inside the Destination as it is.
         exclude: validation checks excluded on every Topic (``ExcludeValidation``),
             e.g. ``("replicate",)`` for a one-way link.
+        secure: connect over TLS (Transport Type ``amps-replication-secure``).
+        ca_file: with ``secure``: the PEM file of CAs the peer's certificate must chain
+            to (Transport ``Certificate``); default: the system's CAs.
+        server_name: with ``secure``: the name the peer's certificate must hold
+            (Transport ``ServerName``); default: the InetAddr host.
     """
+    if not secure and (ca_file is not None or server_name is not None):
+        raise ValueError("`ca_file` and `server_name` need `secure=True`")
     sync_type = ("sync" if sync else "async") if isinstance(sync, bool) else sync
     if sync_type not in ("sync", "async"):
         raise ValueError(f"`sync` must be True/False or 'sync'/'async', got {sync!r}")
@@ -130,10 +145,16 @@ def destination_xml(
     )
     pass_xml = "".join(f"<PassThrough>{escape(p)}</PassThrough>" for p in passthrough)
     inet = "".join(f"<InetAddr>{escape(a)}</InetAddr>" for a in addr_list)
+    kind = "amps-replication-secure" if secure else "amps-replication"
+    tls = ""
+    if ca_file is not None:
+        tls += f"<Certificate>{escape(os.fspath(ca_file))}</Certificate>"
+    if server_name is not None:
+        tls += f"<ServerName>{escape(server_name)}</ServerName>"
     return (
         f"<Destination><Name>{escape(name)}</Name><Group>{escape(group)}</Group>"
         f"<SyncType>{sync_type}</SyncType>{topic_xml}{pass_xml}"
-        f"<Transport><Type>amps-replication</Type>{inet}</Transport>{extra}</Destination>"
+        f"<Transport><Type>{kind}</Type>{inet}{tls}</Transport>{extra}</Destination>"
     )
 
 
@@ -142,11 +163,22 @@ def replication_xml(*destinations: str) -> str:
     return "<Replication>" + "".join(destinations) + "</Replication>"
 
 
-def replication_transport_xml(port: int, name: str = "repl") -> str:
-    """The incoming replication transport (goes inside ``<Transports>``)."""
+def replication_transport_xml(
+    port: int, name: str = "repl", tls: tuple[Path, Path] | None = None
+) -> str:
+    """The incoming replication transport (goes inside ``<Transports>``); with ``tls``
+    (certificate chain PEM, private key PEM) it is ``amps-replication-secure``."""
+    if tls is None:
+        kind, files = "amps-replication", ""
+    else:
+        kind = "amps-replication-secure"
+        files = (
+            f"<Certificate>{escape(str(tls[0]))}</Certificate>"
+            f"<PrivateKey>{escape(str(tls[1]))}</PrivateKey>"
+        )
     return (
-        f"<Transport><Name>{escape(name)}</Name><Type>amps-replication</Type>"
-        f"<InetAddr>{HOST}:{port}</InetAddr></Transport>"
+        f"<Transport><Name>{escape(name)}</Name><Type>{kind}</Type>"
+        f"<InetAddr>{HOST}:{port}</InetAddr>{files}</Transport>"
     )
 
 
@@ -197,6 +229,7 @@ class _Member:
     replication_transport: bool
     server: ServerProcess
     journal_topics: tuple[str, ...] = (".*",)
+    replication_tls: tuple[Path, Path] | None = None
 
 
 class Cluster:
@@ -227,6 +260,7 @@ class Cluster:
         *,
         replication_transport: bool | None = None,
         journal_topics: tuple[str, ...] = (".*",),
+        replication_tls: tuple[Path, Path] | None = None,
     ) -> InstancePorts:
         """Add an instance (not started) and reserve its client and replication ports.
 
@@ -240,6 +274,9 @@ class Cluster:
             replication_transport: whether the config has the incoming
                 ``amps-replication`` transport; defaults to ``xml_body_fn is not None``.
             journal_topics: TransactionLog Topic names (message type json).
+            replication_tls: (certificate chain PEM, private key PEM): the incoming
+                replication transport is ``amps-replication-secure`` with these files;
+                None (the default): plain ``amps-replication``.
         """
         if name in self._members:
             raise ValueError(f"instance {name!r} was already added")
@@ -255,6 +292,7 @@ class Cluster:
             xml_body_fn is not None if replication_transport is None else replication_transport,
             server,
             journal_topics,
+            replication_tls,
         )
         return ports
 
@@ -286,7 +324,7 @@ class Cluster:
             member.ports.client,
             topics=tuple((t, "json") for t in member.journal_topics),
             extra_transport=(
-                replication_transport_xml(member.ports.replication)
+                replication_transport_xml(member.ports.replication, tls=member.replication_tls)
                 if member.replication_transport
                 else ""
             ),

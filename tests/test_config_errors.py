@@ -256,13 +256,13 @@ CASES = [
         doc(
             "  <Transports>",
             "    <Transport>",
-            "      <Name>repl</Name>",
-            "      <Type>amps-replication-secure</Type>",
+            "      <Name>unix</Name>",
+            "      <Type>amps-unix</Type>",
             "      <InetAddr>10004</InetAddr>",
             "    </Transport>",
             "  </Transports>",
         ),
-        "Type 'amps-replication-secure' is recognised by AMPS but not supported by amps-py yet",
+        "Type 'amps-unix' is recognised by AMPS but not supported by amps-py yet",
         6,
     ),
     Case(

@@ -652,19 +652,22 @@ CASES = [
         17,
     ),
     Case(
-        "amps-replication-secure destination",
-        dest_doc(Transport=dest_transport("<Type>amps-replication-secure</Type>", inet("h:1"))),
-        "Type 'amps-replication-secure' is recognised by AMPS but not supported by amps-py yet",
+        "CA Certificate on a plain amps-replication destination",
+        dest_doc(
+            Transport=dest_transport(REPL_TYPE, inet("h:1"), "<Certificate>ca.pem</Certificate>")
+        ),
+        "<Certificate> only applies to TLS links (Type amps-replication-secure)",
         17,
     ),
     Case(
-        "amps-replication-secure listener",
+        "amps-replication-secure listener without Certificate and PrivateKey",
         dest_doc().replace(
             "<Type>amps-replication</Type><InetAddr>127.0.0.1:9104",
             "<Type>amps-replication-secure</Type><InetAddr>127.0.0.1:9104",
         ),
-        "Type 'amps-replication-secure' is recognised by AMPS but not supported by amps-py yet",
+        "Type amps-replication-secure needs a <Certificate>",
         10,
+        count=2,
     ),
     Case(
         "Transport without InetAddr",

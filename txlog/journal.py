@@ -37,7 +37,7 @@ from typing import Final, TypeVar
 
 import lmdb
 
-from .record import CorruptRecord, DeliveryView, Record, RecordCodec
+from .record import CorruptRecord, DeliveryView, Record, RecordCodec, RouteView
 
 _T = TypeVar("_T")
 _U64 = struct.Struct(">Q")
@@ -367,13 +367,15 @@ class Journal:
             raise damage
         return out
 
-    def read_raw(
+    def read_route_views(
         self, after_txid: int, limit: int, max_txid: int | None = None
-    ) -> tuple[list[tuple[Record, bytes]], CorruptRecord | None]:
-        """Records with their stored bytes (replication sends the bytes as stored, CRC
-        included). Same damage rule as :meth:`read_views`."""
-        decode = self._codec.decode
-        return self._scan(after_txid, limit, max_txid, lambda v, t: (decode(v, t), v))
+    ) -> tuple[list[RouteView], CorruptRecord | None]:
+        """Routing views (with the stored bytes) for replication; same damage rule as
+        :meth:`read_views`."""
+        return self._scan(after_txid, limit, max_txid, self._codec.route_view)
+
+    def route_payload(self, view: RouteView) -> bytes:
+        return self._codec.route_payload(view)
 
     def read_views(
         self, after_txid: int, limit: int, max_txid: int | None = None

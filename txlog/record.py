@@ -185,6 +185,21 @@ def _decode_path(raw: bytes) -> tuple[tuple[str, str], ...]:
     return tuple(hops)
 
 
+class RouteView(NamedTuple):
+    """What a replication routing decision needs, decoded without building a Record;
+    ``raw`` is the stored value, sent on as it is."""
+
+    txid: int
+    bookmark: str
+    topic: str
+    message_type: str
+    origin: str
+    path: tuple[tuple[str, str], ...]
+    raw: bytes
+    payload_at: int
+    flags: int
+
+
 class RecordCodec:
     """Encodes and decodes record values, with optional zstd payload compression.
 
@@ -265,6 +280,37 @@ class RecordCodec:
             raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
         payload = self._payload(value, end, fields[3], expected_txid)
         return DeliveryView(fields[4], fields[5], fields[6], topic, cid, fields[9], payload)
+
+    def route_view(self, value: bytes, expected_txid: int) -> RouteView:
+        """Decode only the routing fields (CRC still checked). Raises CorruptRecord."""
+        fields, end = _checked_header(value, expected_txid)
+        n_client, n_origin, n_topic, n_mtype, n_sow, n_cid, n_path = fields[10:17]
+        pos = _FIXED_SIZE + n_client
+        try:
+            origin = value[pos : pos + n_origin].decode()
+            pos += n_origin
+            topic = value[pos : pos + n_topic].decode()
+            pos += n_topic
+            mtype = value[pos : pos + n_mtype].decode()
+            pos += n_mtype + n_sow + n_cid
+            path = _decode_path(value[pos : pos + n_path]) if n_path else ()
+        except UnicodeDecodeError as exc:
+            raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
+        return RouteView(
+            fields[4],
+            f"{fields[5]}|{fields[6]}|",
+            topic,
+            mtype,
+            origin,
+            path,
+            value,
+            end,
+            fields[3],
+        )
+
+    def route_payload(self, view: RouteView) -> bytes:
+        """The payload of a :class:`RouteView` (decompressed), for content filters."""
+        return self._payload(view.raw, view.payload_at, view.flags, view.txid)
 
     def _payload(self, value: bytes, end: int, flags: int, expected_txid: int | None) -> bytes:
         payload = value[end:]

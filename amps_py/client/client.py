@@ -9,6 +9,14 @@ Use it through :func:`open_client`, which connects, logs on and owns the reader 
             async for message in sub:
                 ...
 
+A ``tcps://`` URI connects with TLS (1.2 or later), verifying the server's certificate
+against the system's CAs, or against ``ca_file`` (a PEM file; for a self-signed server,
+its certificate), for the URI's host or ``server_hostname``::
+
+    async with open_client("tcps://amps.example.com:9443/amps/json", "my-app",
+                           ca_file="ca.pem") as client:
+        ...
+
 Resource handling: leaving the ``async with`` block closes the connection and ends every
 subscription iterator. Error handling: a failure ack raises :class:`CommandError` with
 the server's ``reason``; a lost connection raises :class:`ConnectionLost` in every
@@ -20,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import os
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,7 +40,10 @@ import trio
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
 from amps_py.trio_util import unwrapping_groups
 
-from .uri import parse_uri
+from .uri import BadURI, ServerURI, parse_uri
+
+#: Oldest TLS version a ``tcps://`` connection accepts (TLS 1.0/1.1 are deprecated).
+MIN_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 
 
 class AMPSError(Exception):
@@ -384,17 +397,103 @@ class Client:
         await self._stream.aclose()
 
 
+def _client_tls_context(ca_file: str | os.PathLike[str] | None) -> ssl.SSLContext:
+    """A TLS client context trusting ``ca_file`` (PEM), or the system's CAs."""
+    try:
+        context = ssl.create_default_context(cafile=os.fspath(ca_file) if ca_file else None)
+    except FileNotFoundError as exc:
+        raise OSError(
+            f"CA file {os.fspath(ca_file or '')!r} does not exist; give the PEM file of the "
+            "CA that issued the server's certificate (or the server's certificate itself "
+            "if it is self-signed)"
+        ) from exc
+    except ssl.SSLError as exc:
+        raise OSError(
+            f"CA file {os.fspath(ca_file or '')!r} holds no PEM certificate "
+            f"({exc.reason or exc}); give a PEM file starting with -----BEGIN CERTIFICATE-----"
+        ) from exc
+    except OSError as exc:
+        raise OSError(
+            f"cannot read CA file {os.fspath(ca_file or '')!r}: {exc.strerror or exc}"
+        ) from exc
+    context.minimum_version = MIN_TLS_VERSION
+    return context
+
+
+async def _start_tls(
+    stream: trio.SocketStream,
+    target: ServerURI,
+    ca_file: str | os.PathLike[str] | None,
+    server_hostname: str | None,
+    timeout: float,
+) -> trio.SSLStream[trio.SocketStream]:
+    """Wrap ``stream`` in TLS and complete the handshake (raises OSError with a fix)."""
+    address = f"{target.host}:{target.port}"
+    hostname = server_hostname or target.host
+    secured = trio.SSLStream(stream, _client_tls_context(ca_file), server_hostname=hostname)
+    try:
+        with trio.fail_after(timeout):
+            await secured.do_handshake()
+    except trio.TooSlowError as exc:
+        raise OSError(
+            f"no TLS handshake with {address} within {timeout:g} s; is it a tcps transport?"
+        ) from exc
+    except trio.BrokenResourceError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            trusted = f"CA file {os.fspath(ca_file)!r}" if ca_file else "the system's CAs"
+            raise OSError(
+                f"TLS handshake with {address} failed: the server's certificate does not "
+                f"verify against {trusted} for {hostname!r} "
+                f"({cause.verify_message or cause.reason}); pass the CA that issued it "
+                "(--ca-file / ca_file=, or the certificate itself if self-signed), or "
+                "server_hostname= with a name the certificate holds"
+            ) from exc
+        why = cause.reason if isinstance(cause, ssl.SSLError) else "connection closed"
+        raise OSError(
+            f"TLS handshake with {address} failed ({why}); is it a tcps transport? "
+            "Use tcp:// for a plain tcp transport"
+        ) from exc
+    return secured
+
+
 @asynccontextmanager
 async def open_client(
-    uri: str, name: str, *, logon: bool = True, timeout: float = 10, **logon_fields: Any
+    uri: str,
+    name: str,
+    *,
+    logon: bool = True,
+    timeout: float = 10,
+    ca_file: str | os.PathLike[str] | None = None,
+    server_hostname: str | None = None,
+    **logon_fields: Any,
 ) -> AsyncIterator[Client]:
     """Connect to ``uri`` (and log on as ``name``); close on exit.
 
+    Args:
+        uri: ``tcp://host:port/amps/json``, or ``tcps://...`` for TLS.
+        name: the client name.
+        logon: send a logon command first (the default).
+        timeout: seconds allowed for connecting, the TLS handshake and the logon.
+        ca_file: ``tcps`` only: PEM file of the CAs the server's certificate must chain
+            to (the server's own certificate if it is self-signed); default: the
+            system's CAs.
+        server_hostname: ``tcps`` only: the name the server's certificate must be
+            issued for; default: the URI's host.
+        logon_fields: further logon header fields.
+
     Raises:
-        BadURI: the URI is malformed.
-        OSError: the server cannot be reached (the message names the address).
+        BadURI: the URI is malformed, or ``ca_file``/``server_hostname`` are given for a
+            ``tcp://`` URI.
+        OSError: the server cannot be reached, or the TLS handshake fails (the message
+            names the address, the cause and the fix).
     """
     target = parse_uri(uri)
+    if not target.secure and (ca_file is not None or server_hostname is not None):
+        raise BadURI(
+            f"{uri!r}: ca_file and server_hostname apply to TLS connections only; "
+            f"use a tcps:// URI, e.g. tcps://{target.host}:{target.port}/amps/json"
+        )
     try:
         with trio.fail_after(timeout):
             stream = await trio.open_tcp_stream(target.host, target.port)
@@ -402,7 +501,14 @@ async def open_client(
         raise OSError(
             f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}"
         ) from exc
-    client = Client(name, stream)
+    connection: trio.abc.Stream = stream
+    if target.secure:
+        try:
+            connection = await _start_tls(stream, target, ca_file, server_hostname, timeout)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+    client = Client(name, connection)
     try:
         async with unwrapping_groups(), trio.open_nursery() as nursery:
             client._nursery = nursery
@@ -419,4 +525,7 @@ async def open_client(
     finally:
         client._shutdown(ConnectionLost("client closed"))
         with trio.CancelScope(shield=True):
+            if connection is not stream:
+                with trio.move_on_after(1):  # close_notify must not hang the close
+                    await connection.aclose()
             await stream.aclose()

@@ -1,4 +1,5 @@
-"""AMPS-style connection URIs: ``tcp://[user[:password]@]host:port/amps/json``."""
+"""AMPS-style connection URIs: ``tcp://[user[:password]@]host:port/amps/json``
+(``tcps://`` for TLS)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ class ServerURI:
 
     def __str__(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}/{self.protocol}/{self.message_type}"
+
+    @property
+    def secure(self) -> bool:
+        """Whether the connection uses TLS (``tcps://``)."""
+        return self.scheme == "tcps"
 
 
 EXAMPLE = "tcp://127.0.0.1:9007/amps/json"

@@ -54,7 +54,7 @@ def _extend(path: tuple[tuple[str, str], ...], hop: tuple[str, str]) -> tuple[tu
 class UpstreamConnection:
     """One accepted connection from an upstream instance."""
 
-    def __init__(self, instance: Instance, stream: trio.SocketStream, peer: str) -> None:
+    def __init__(self, instance: Instance, stream: trio.abc.Stream, peer: str) -> None:
         self.instance = instance
         self.stream = stream
         self.peer = peer

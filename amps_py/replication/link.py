@@ -177,7 +177,7 @@ class _Link:
         return data
 
     # -- input
-    def receive_data(self, data: bytes, now: float) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray, now: float) -> list[Event]:
         """Feed bytes from the peer; return the events they complete.
 
         Raises:
@@ -332,7 +332,7 @@ class DownstreamLink(_Link):
         self.hello_info: Hello | None = None
         self.bytes_in = 0
 
-    def receive_data(self, data: bytes, now: float) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray, now: float) -> list[Event]:
         self.bytes_in += len(data)
         return super().receive_data(data, now)
 

@@ -3,11 +3,20 @@
 Connects to the destination's ``InetAddr`` list in priority order with growing
 back-off (reset after a successful handshake), resyncs from the cursor the downstream
 reports, then streams journal records as they commit and processes acks.
+
+A ``secure`` destination (Transport Type ``amps-replication-secure``) wraps each TCP
+connection in TLS and completes the TLS handshake before the link's hello: the peer's
+certificate must chain to the destination's CA file (``Certificate``), or to the
+system's CAs when none is given, and be issued for ``ServerName`` (default: the
+InetAddr host). A certificate that does not verify ends the attempt with a
+:class:`LinkError` whose reason is ``tls``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -15,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from amps_py import events
-from amps_py.config import DestinationConfig
+from amps_py.config import MIN_TLS_VERSION, DestinationConfig
 from amps_py.trio_util import unwrapping_groups
 
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
@@ -32,6 +41,8 @@ SEND_BATCH: Final = 1024
 MAX_UNACKED_RECORDS: Final = 200_000
 CONNECT_TIMEOUT: Final = 5.0
 HANDSHAKE_TIMEOUT: Final = 10.0
+#: reason of the LinkError raised when the TLS handshake of a secure destination fails
+TLS_FAILURE_REASON: Final = "tls"
 
 
 @dataclass(frozen=True)
@@ -80,9 +91,55 @@ class Destination:
         self.holes = 0
         self.last_error = ""
         self._ack_event = trio.Event()
+        self._sending_upto = 0
         self._send_lock = trio.Lock()
+        self._tls_context: ssl.SSLContext | None = None
 
-    async def _send(self, stream: trio.SocketStream, data: bytes) -> None:
+    def _client_tls_context(self) -> ssl.SSLContext:
+        """The client-side TLS context (built once): CA from ``ca_file`` or the system."""
+        if self._tls_context is None:
+            ca_file = self.config.ca_file
+            context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+            context.minimum_version = MIN_TLS_VERSION
+            self._tls_context = context
+        return self._tls_context
+
+    async def _secure(
+        self, stream: trio.SocketStream, host: str, address: str
+    ) -> trio.SSLStream[trio.SocketStream]:
+        """Wrap ``stream`` in TLS and complete the handshake.
+
+        Raises:
+            LinkError: reason ``tls``: the certificate does not verify, or the peer does
+                not speak TLS; the detail names the cause and the fix.
+        """
+        cfg = self.config
+        server_name = cfg.server_name or host
+        try:
+            context = self._client_tls_context()
+        except OSError as exc:  # the CA file changed since the config was checked
+            raise LinkError(
+                TLS_FAILURE_REASON,
+                f"cannot load the CA file {cfg.ca_file}: {exc}; correct the file or "
+                f"Destination/Transport/Certificate of destination {cfg.name}",
+            ) from exc
+        secured = trio.SSLStream(stream, context, server_hostname=server_name)
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT):
+                await secured.do_handshake()
+        except trio.BrokenResourceError as exc:
+            raise LinkError(
+                TLS_FAILURE_REASON, _tls_failure_detail(cfg, address, server_name, exc.__cause__)
+            ) from exc
+        except trio.TooSlowError as exc:
+            raise LinkError(
+                TLS_FAILURE_REASON,
+                f"no TLS handshake with {address} within {HANDSHAKE_TIMEOUT:g} s; check that "
+                "it is the remote instance's amps-replication-secure transport",
+            ) from exc
+        return secured
+
+    async def _send(self, stream: trio.abc.Stream, data: bytes) -> None:
         async with self._send_lock:
             await stream.send_all(data)
 
@@ -111,8 +168,11 @@ class Destination:
                     continue
                 self.address = address
                 handshook = False
+                link_stream: trio.abc.Stream = stream
                 try:
-                    handshook = await self._session(stream)
+                    if self.config.secure:
+                        link_stream = await self._secure(stream, host, address)
+                    handshook = await self._session(link_stream)
                 except LinkError as exc:
                     self.last_error = str(exc)
                     log.warning(
@@ -141,8 +201,10 @@ class Destination:
                         self.disconnect_count += 1
                     self.connected = False
                     self.instance.replication_changed()
-                    with trio.CancelScope(shield=True):
-                        await stream.aclose()
+                    with trio.CancelScope(shield=True), trio.move_on_after(1):
+                        await link_stream.aclose()
+                    if link_stream is not stream:  # TLS: make sure the socket is closed
+                        await trio.aclose_forcefully(stream)
                 if handshook:
                     failures = 0
                     break  # start again from the first (preferred) address
@@ -151,7 +213,7 @@ class Destination:
                 failures += 1
                 await trio.sleep(delay)
 
-    async def _session(self, stream: trio.SocketStream) -> bool:
+    async def _session(self, stream: trio.abc.Stream) -> bool:
         """One connection: handshake, resync, stream. Returns True once handshook."""
         instance = self.instance
         cfg = self.config
@@ -183,7 +245,7 @@ class Destination:
             raise LinkError("replicates to itself", detail)
         self.remote_name = welcome.name
         start = await self._resync_point(welcome)
-        self.sent_txid = self.acked_txid = start
+        self.sent_txid = self.acked_txid = self._sending_upto = start
         self.connected = True
         self.resyncs += 1
         resync_end = instance.committed_txid
@@ -205,10 +267,10 @@ class Destination:
             await self._send_loop(stream, link, resync_end)
         return True
 
-    async def _await_welcome(self, stream: trio.SocketStream, link: UpstreamLink) -> Welcome:
+    async def _await_welcome(self, stream: trio.abc.Stream, link: UpstreamLink) -> Welcome:
         with trio.fail_after(HANDSHAKE_TIMEOUT):
             while True:
-                data = await stream.receive_some(65536)
+                data = bytes(await stream.receive_some(65536))  # SSLStream may give bytearray
                 if not data:
                     raise LinkError("closed", "the peer closed the connection during the handshake")
                 for event in link.receive_data(data, trio.current_time()):
@@ -251,7 +313,7 @@ class Destination:
         return welcome.cursor_txid
 
     async def _send_loop(
-        self, stream: trio.SocketStream, link: UpstreamLink, resync_end: int
+        self, stream: trio.abc.Stream, link: UpstreamLink, resync_end: int
     ) -> None:
         instance = self.instance
         journal = instance.journal
@@ -266,16 +328,18 @@ class Destination:
             while self.sent_txid - self.acked_txid > MAX_UNACKED_RECORDS:
                 self._ack_event = trio.Event()
                 await self._ack_event.wait()
-            batch, damage = journal.read_raw(self.sent_txid, SEND_BATCH, committed)
+            # routing views decode only what routing needs; the stored bytes go out as
+            # they are, and a payload is decoded only for a content filter
+            batch, damage = journal.read_route_views(self.sent_txid, SEND_BATCH, committed)
             selected = [
-                raw
-                for rec, raw in batch
+                view.raw
+                for view in batch
                 if accepts(
-                    topic=rec.topic,
-                    message_type=rec.message_type,
-                    origin=rec.origin,
-                    path=rec.path,
-                    payload=rec.payload,
+                    topic=view.topic,
+                    message_type=view.message_type,
+                    origin=view.origin,
+                    path=view.path,
+                    payload=functools.partial(journal.route_payload, view),
                     remote_name=remote,
                 )
             ]
@@ -290,14 +354,16 @@ class Destination:
                     extra=events.extra(events.REPLICATION_HOLE),
                 )
                 upto = damage.txid if damage.txid is not None else self.sent_txid + 1
-                upto_bm = batch[-1][0].bookmark if batch else ""
+                upto_bm = batch[-1].bookmark if batch else ""
             elif batch:
-                upto = batch[-1][0].txid
-                upto_bm = batch[-1][0].bookmark
+                upto = batch[-1].txid
+                upto_bm = batch[-1].bookmark
             else:
                 await instance.wait_for_commit(self.sent_txid)
                 continue
             frame = link.data(selected, upto, upto_bm, trio.current_time())
+            # the peer may ack this frame before send_all returns: count it as sent first
+            self._sending_upto = upto
             await self._send(stream, frame)
             if self.sent_txid < resync_end:
                 self.resync_records += len(selected)
@@ -307,22 +373,23 @@ class Destination:
             self.raw_bytes_out = link.raw_bytes_out
 
     async def _receive_loop(
-        self, stream: trio.SocketStream, link: UpstreamLink, scope: trio.CancelScope
+        self, stream: trio.abc.Stream, link: UpstreamLink, scope: trio.CancelScope
     ) -> None:
         while True:
-            data = await stream.receive_some(65536)
+            data = bytes(await stream.receive_some(65536))  # SSLStream: bytearray
             if not data:
                 raise LinkError("closed", "the peer closed the connection")
             for event in link.receive_data(data, trio.current_time()):
                 if isinstance(event, Ack):
                     if event.upto > self.acked_txid:
-                        self.acked_txid = min(event.upto, self.sent_txid)
+                        # never beyond what was sent (a confused peer cannot release acks)
+                        self.acked_txid = min(event.upto, max(self.sent_txid, self._sending_upto))
                         self._ack_event.set()
                         self.instance.replication_acked()
                 elif isinstance(event, Refused):
                     raise LinkError(event.reason, f"the peer closed the link: {event.detail}")
 
-    async def _heartbeat_loop(self, stream: trio.SocketStream, link: UpstreamLink) -> None:
+    async def _heartbeat_loop(self, stream: trio.abc.Stream, link: UpstreamLink) -> None:
         while True:
             await trio.sleep_until(link.next_deadline())
             data = link.handle_timer(trio.current_time())
@@ -362,6 +429,52 @@ class Destination:
             pass_through=self.config.passthrough,
             last_error=self.last_error,
         )
+
+
+def _tls_failure_detail(
+    cfg: DestinationConfig, address: str, server_name: str, cause: BaseException | None
+) -> str:
+    """Why the TLS handshake with a destination failed, and how to fix it."""
+    where = f"the TLS handshake with {address} (destination {cfg.name}) failed"
+    trusted = (
+        f"the CA certificates in {cfg.ca_file}"
+        if cfg.ca_file is not None
+        else "the system's default CAs"
+    )
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        message = cause.verify_message or cause.reason or str(cause)
+        if "hostname" in message.lower() or "ip address mismatch" in message.lower():
+            return (
+                f"{where}: the peer's certificate is not issued for {server_name!r} "
+                f"({message}); set Destination/Transport/ServerName to a name the certificate "
+                "holds, or reissue the certificate for this name"
+            )
+        if cfg.ca_file is None:
+            fix = (
+                "set Destination/Transport/Certificate to the PEM file of the CA that "
+                "issued the peer's certificate (or to the peer's certificate itself if it "
+                "is self-signed)"
+            )
+        else:
+            fix = (
+                f"put the CA that issued the peer's certificate into {cfg.ca_file} (or the "
+                "peer's certificate itself if it is self-signed), or correct the peer's "
+                "Certificate"
+            )
+        return (
+            f"{where}: the peer's certificate does not verify against {trusted} ({message}); {fix}"
+        )
+    if isinstance(cause, ssl.SSLError):
+        return (
+            f"{where}: {cause.reason or cause}; check that {address} is the remote "
+            "instance's amps-replication-secure transport (a plain amps-replication "
+            "transport does not speak TLS)"
+        )
+    return (
+        f"{where}: the peer closed the connection during the handshake; check that "
+        f"{address} is an amps-replication-secure transport and the peer's log for why "
+        "it refused"
+    )
 
 
 def describe(stats: DestinationStatistics) -> dict[str, Any]:

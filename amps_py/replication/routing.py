@@ -18,7 +18,7 @@ The server's links, the fabric topology check and the Spark audit all call
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,12 +71,13 @@ class Route:
         message_type: str,
         origin: str,
         path: Sequence[tuple[str, str]],
-        payload: bytes,
+        payload: bytes | Callable[[], bytes],
         remote_name: str,
     ) -> bool:
         """True when the message goes to this destination, whose instance is
         ``remote_name``. ``path`` lists (instance, group) hops before this instance,
-        origin first; it is empty for a message published here."""
+        origin first; it is empty for a message published here. ``payload`` may be a
+        function returning it, called only when a content filter needs it."""
         # rule 2: never back to an instance the message already went through
         if remote_name == origin:
             return False
@@ -96,7 +97,7 @@ class Route:
                 return True
             if doc is _UNPARSED:
                 try:
-                    doc = orjson.loads(payload)
+                    doc = orjson.loads(payload if isinstance(payload, bytes) else payload())
                 except orjson.JSONDecodeError:
                     doc = None
             if rule.filter.matches(doc):

@@ -20,11 +20,12 @@ import itertools
 import json
 import logging
 import os
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import trio
@@ -32,6 +33,7 @@ import trio
 from amps_py import events
 from amps_py.config import InstanceConfig, TransportConfig
 from amps_py.replication import ReplicationManager
+from amps_py.replication.incoming import UpstreamConnection
 from txlog import Journal, Record, publisher_hash
 from txlog.record import DeliveryView
 
@@ -40,6 +42,10 @@ from .subscriptions import Subscription, SubscriptionRegistry
 from .writer import JournalWriter
 
 log = logging.getLogger("amps_py.server")
+
+#: How long a client of a tcps / amps-replication-secure transport has to complete the
+#: TLS handshake; a connection that stalls longer is closed (it holds a socket).
+TLS_HANDSHAKE_TIMEOUT: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -544,35 +550,70 @@ class Instance:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        # Built once per transport: every accepted connection shares it. The loader has
+        # already checked that the files load, so this fails only if they changed since.
+        try:
+            tls_context = transport.ssl_context()
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(
+                f"transport {transport.name}: cannot load Certificate {transport.certificate} "
+                f"with PrivateKey {transport.private_key}: {exc}; `amps-py config check` "
+                "names the file at fault"
+            ) from exc
         host = None if transport.host in ("", "0.0.0.0") else transport.host
         listeners = await trio.open_tcp_listeners(transport.port, host=host)
         sockname = listeners[0].socket.getsockname()
         self.listeners[transport.name] = (sockname[0], sockname[1])
         log.info(
-            "transport %s (%s/%s) listening on %s:%d",
+            "transport %s (%s/%s) listening on %s:%d%s",
             transport.name,
             transport.type,
             transport.protocol,
             sockname[0],
             sockname[1],
+            f" (TLS, certificate {transport.certificate})" if tls_context is not None else "",
             extra=events.extra(events.TRANSPORT_LISTENING),
         )
         task_status.started()
 
-        if transport.type == "amps-replication":
-            assert self.replication is not None
-            await trio.serve_listeners(
-                self.replication.serve_incoming, listeners, handler_nursery=nursery
-            )
+        if transport.is_replication:
+            replication = self.replication
+            assert replication is not None
+            if tls_context is None:
+                await trio.serve_listeners(
+                    replication.serve_incoming, listeners, handler_nursery=nursery
+                )
+                return
+
+            async def handle_upstream(stream: trio.SocketStream) -> None:
+                peer = _peer_of(stream)
+                secured = await _tls_handshake(stream, tls_context, transport, peer)
+                if secured is None:
+                    return
+                try:
+                    # UpstreamConnection only uses the trio.abc.Stream methods
+                    # (send_all, receive_some, aclose), which SSLStream has too.
+                    await UpstreamConnection(self, secured, peer).run()
+                except Exception:
+                    # one bad peer must not take the instance down
+                    log.exception(
+                        "replication connection from %s failed",
+                        peer,
+                        extra=events.extra(events.REPLICATION_LINK_ERROR),
+                    )
+
+            await trio.serve_listeners(handle_upstream, listeners, handler_nursery=nursery)
             return
 
         async def handle(stream: trio.SocketStream) -> None:
-            try:
-                host, port = stream.socket.getpeername()[:2]
-                peer = f"{host}:{port}"
-            except OSError:
-                peer = "?"
-            session = Session(self, stream, transport.name, peer)
+            peer = _peer_of(stream)
+            client: trio.abc.Stream = stream
+            if tls_context is not None:
+                secured = await _tls_handshake(stream, tls_context, transport, peer)
+                if secured is None:
+                    return
+                client = secured
+            session = Session(self, client, transport.name, peer)
             self.sessions.add(session)
             try:
                 await session.run()
@@ -604,6 +645,76 @@ class Instance:
             replication=self.replication.statistics() if self.replication else None,
             durable_txid=self.durable_txid,
         )
+
+
+def _peer_of(stream: trio.SocketStream) -> str:
+    """``host:port`` of the remote end, or ``?`` when the socket is already gone."""
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+#: OpenSSL reasons of a failed server-side handshake, in words an operator can act on.
+_TLS_FAILURES: Final[dict[str, str]] = {
+    "WRONG_VERSION_NUMBER": "the client does not speak TLS (a plain TCP client?)",
+    "HTTP_REQUEST": "the client sent a plain HTTP request",
+    "UNEXPECTED_EOF_WHILE_READING": "the client closed the connection during the handshake "
+    "(it may not trust this transport's certificate, or it only checked the port)",
+    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust the CA that issued this certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the client rejected this transport's certificate",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the client rejected this transport's certificate",
+    "NO_SHARED_CIPHER": "the client offers none of the ciphers this transport allows",
+    "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions older than 1.2",
+}
+
+
+async def _tls_handshake(
+    stream: trio.SocketStream,
+    context: ssl.SSLContext,
+    transport: TransportConfig,
+    peer: str,
+) -> trio.SSLStream[trio.SocketStream] | None:
+    """Wrap an accepted connection in TLS and complete the handshake.
+
+    Error handling: a failed or stalled handshake (a plain-TCP client, a client that
+    rejects the certificate, a scanner) is logged with the client's address and closes
+    only this connection; returns ``None`` then.
+    """
+    secured = trio.SSLStream(stream, context, server_side=True)
+    try:
+        with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
+            await secured.do_handshake()
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+        cause = exc.__cause__
+        if isinstance(exc, trio.TooSlowError):
+            why = f"no handshake within {TLS_HANDSHAKE_TIMEOUT:g} s"
+        elif isinstance(cause, ssl.SSLError) and cause.reason:
+            why = f"{_TLS_FAILURES.get(cause.reason, 'refused')} ({cause.reason})"
+        else:
+            why = str(cause or exc) or "the client closed the connection"
+        if transport.is_replication:
+            hint = (
+                "upstream instances must connect with a Destination Transport of Type "
+                "amps-replication-secure whose Certificate holds the CA of"
+            )
+        else:
+            hint = "clients must connect with TLS (a tcps:// URI) and trust the CA of"
+        log.warning(
+            "TLS handshake with %s on transport %s (%s) failed: %s; closing the connection "
+            "(%s this transport's certificate %s)",
+            peer,
+            transport.name,
+            transport.type,
+            why,
+            hint,
+            transport.certificate,
+            extra=events.extra(events.TRANSPORT_TLS_HANDSHAKE_FAILED),
+        )
+        await trio.aclose_forcefully(stream)
+        return None
+    return secured
 
 
 class _Unparsed:
