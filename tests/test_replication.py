@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 from cluster import Cluster, destination_xml, replication_xml
-from harness import wait_until
+from harness import assert_journal_sound, wait_until
 
 from amps_py.client import Client, open_client
 
@@ -344,6 +344,10 @@ async def test_wrong_group_is_refused_and_logged_on_both_sides(cluster: Cluster)
     async with open_client(cluster.uri("B"), "pb") as pb:
         await pb.publish_persisted("orders", b'{"p":"pb","i":0}')
     assert stored_count(cluster, "A") == 0
+    cluster.stop("A")
+    cluster.stop("B")
+    for name in "AB":
+        assert_journal_sound(cluster.journal_dir(name))
 
 
 async def test_wrong_version_and_garbage_are_refused(cluster: Cluster) -> None:
@@ -381,6 +385,8 @@ async def test_wrong_version_and_garbage_are_refused(cluster: Cluster) -> None:
     log = cluster.log("B")
     assert "protocol version" in log and "not a replication peer" in log
     await publish(cluster.uri("B"), "pb", 5)  # still serving
+    cluster.stop("B")
+    assert_journal_sound(cluster.journal_dir("B"))
 
 
 async def test_fully_durable_subscribers_wait_for_the_sync_destination(cluster: Cluster) -> None:
