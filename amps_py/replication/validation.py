@@ -24,19 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from amps_py.config import DestinationConfig, InstanceConfig
+from amps_py.config import REPLICATION_VALIDATION_CHECKS, DestinationConfig, InstanceConfig
 
-ALL_CHECKS = (
-    "txlog",
-    "replicate",
-    "sow",
-    "cascade",
-    "queue",
-    "keys",
-    "replicate_filter",
-    "queue_passthrough",
-    "queue_underlying",
-)
+ALL_CHECKS = REPLICATION_VALIDATION_CHECKS
 
 _REGEX_CHARS = frozenset(".*+?[](){}|^$\\")
 

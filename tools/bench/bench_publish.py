@@ -23,7 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RawClient, emit, env_info, percentile, running_instance
 
 
-def publisher(port: int, name: str, size: int, secs: float, window: int, q: Any) -> None:
+def publisher(
+    port: int,
+    name: str,
+    size: int,
+    secs: float,
+    window: int,
+    q: Any,
+    top_up: int = 128,
+) -> None:
+    """One publisher process: keeps up to ``window`` messages without a persisted ack
+    in flight, sending at most ``top_up`` new ones after each receive (``top_up=0``:
+    refill the whole window every time)."""
     client = RawClient(port, name)
     pad = b"x" * max(0, size - 12)
     payload = b'{"d":"' + pad + b'"}'
@@ -45,7 +56,8 @@ def publisher(port: int, name: str, size: int, secs: float, window: int, q: Any)
         now = pc()
         if now < deadline:
             parts = []
-            while seq - acked < window and len(parts) < 128:
+            limit = top_up or window
+            while seq - acked < window and len(parts) < limit:
                 seq += 1
                 h = head + str(seq).encode() + b"}"
                 parts.append((len(h) + n_payload).to_bytes(4, "big") + h + payload)

@@ -50,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_publish import cpu_seconds, publisher
 from bench_replay import fill
-from common import RawClient, emit, env_info, free_port, percentile
+from common import emit, env_info, free_port, percentile
 
 from txlog import Journal, Record, publisher_hash
 
@@ -231,54 +231,10 @@ def connected(node: Node, dest: str) -> bool:
 
 
 def publisher_full(port: int, name: str, size: int, secs: float, window: int, q: Any) -> None:
-    """bench_publish's publisher, except that after every receive it refills the whole
-    window (bench_publish's sends at most 128 messages per receive, so with acks that
-    arrive rarely, as behind a sync peer, fewer than ``window`` messages are in flight).
-    Same payload, framing, latency definition and result."""
-    client = RawClient(port, name)
-    pad = b"x" * max(0, size - 12)
-    payload = b'{"d":"' + pad + b'"}'
-    payload = payload + b" " * (size - len(payload))
-    sock, decoder = client.sock, client.decoder
-    seq = acked = client.logon_seq
-    first = seq + 1
-    sent_at: dict[int, float] = {}
-    lat: list[float] = []
-    pc = time.perf_counter
-    head = b'{"c":"p","t":"bench","a":"persisted","s":'
-    n_payload = len(payload)
-    t_start = pc()
-    deadline = t_start + secs
-    while True:
-        now = pc()
-        if now < deadline:
-            parts = []
-            while seq - acked < window:
-                seq += 1
-                h = head + str(seq).encode() + b"}"
-                parts.append((len(h) + n_payload).to_bytes(4, "big") + h + payload)
-                sent_at[seq] = now
-            if parts:
-                sock.sendall(b"".join(parts))
-        elif acked >= seq or now > deadline + 30:
-            break
-        data = sock.recv(1 << 20)
-        if not data:
-            break
-        decoder.receive_data(data)
-        now = pc()
-        for frame in decoder.frames():
-            h = frame.header
-            if h.get("c") == "ack" and h.get("a") == "persisted":
-                s = int(h["s"])
-                for k in range(acked + 1, s + 1):
-                    t = sent_at.pop(k, None)
-                    if t is not None:
-                        lat.append(now - t)
-                acked = max(acked, s)
-    elapsed = pc() - t_start
-    client.close()
-    q.put({"acked": acked - first + 1, "elapsed": elapsed, "lat": lat, "cpu": time.process_time()})
+    """bench_publish's publisher refilling the whole window after every receive
+    (bench_publish's default sends at most 128 messages per receive, so with acks that
+    arrive rarely, as behind a sync peer, fewer than ``window`` are in flight)."""
+    publisher(port, name, size, secs, window, q, top_up=0)
 
 
 class PublishersStuck(RuntimeError):
