@@ -7,6 +7,7 @@ amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routin
 amps-py txlog info|dump|verify PATH    inspect a journal directory
 amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
+amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
 
 URIs are tcp://host:port/amps/json, or tcps://... for a TLS transport (--ca-file names
 the CA to trust when the server's certificate is not signed by a system CA).
@@ -392,6 +393,71 @@ def subscribe(
         _fail(str(exc))
     except KeyboardInterrupt:
         pass
+
+
+# ---------------------------------------------------------------------------- users
+@main.group()
+def users() -> None:
+    """Maintain an amps-password-file password file (scrypt hashes, one user a line)."""
+
+
+def _load_passwords(path: str, *, create: bool) -> Any:
+    from amps_py.auth import AuthFileError, PasswordFile
+
+    if create and not Path(path).exists():
+        return PasswordFile(path)
+    try:
+        return PasswordFile.load(path)
+    except AuthFileError as exc:
+        _fail(str(exc), 2)
+
+
+@users.command("add")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+@click.argument("user")
+@click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from the first line of stdin instead of prompting.",
+)
+def users_add(path: str, user: str, password_stdin: bool) -> None:
+    """Add USER to FILE (created if missing), or set a new password for USER."""
+    passwords = _load_passwords(path, create=True)
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt(
+            f"Password for {user}", hide_input=True, confirmation_prompt=True, err=True
+        )
+    if not password:
+        _fail("the password is empty; give a non-empty password", 2)
+    try:
+        updated = passwords.with_user(user, password)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    updated.save()
+    verb = "updated" if user in passwords.entries else "added"
+    click.echo(f"{path}: user {user} {verb}")
+
+
+@users.command("remove")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+@click.argument("user")
+def users_remove(path: str, user: str) -> None:
+    """Remove USER from FILE."""
+    passwords = _load_passwords(path, create=False)
+    if user not in passwords.entries:
+        _fail(f"{path}: no user {user!r}; `amps-py users list {path}` shows the users", 1)
+    passwords.without_user(user).save()
+    click.echo(f"{path}: user {user} removed")
+
+
+@users.command("list")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+def users_list(path: str) -> None:
+    """Print the user names in FILE, one a line (never the hashes)."""
+    for user in _load_passwords(path, create=False).users():
+        click.echo(user)
 
 
 if __name__ == "__main__":

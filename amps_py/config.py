@@ -43,7 +43,7 @@ import ipaddress
 import os
 import re
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -52,7 +52,7 @@ from xml.sax.saxutils import escape as _xml_escape
 
 from lxml import etree
 
-from amps_py import __version__
+from amps_py import __version__, auth
 from amps_py.filters import FilterError, compile_filter
 from amps_py.units import UnitError, parse_bytes, parse_duration
 
@@ -74,9 +74,11 @@ __all__ = [
     "SECURE_TRANSPORT_TYPES",
     "UNSUPPORTED_AMPS_ELEMENTS",
     "UNSUPPORTED_AMPS_VALUES",
+    "AuthenticationConfig",
     "ConfigError",
     "ConfigProblem",
     "DestinationConfig",
+    "EntitlementConfig",
     "InstanceConfig",
     "JournalTopic",
     "LogTarget",
@@ -171,12 +173,10 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
         {
             "Actions",
             "Admin",
-            "Authentication",
             "ClientMaxCapacity",
             "ClientMessageAgeLimit",
             "ConfigCycleDetectionThreshold",
             "ConfigIncludeCommentDefault",
-            "Entitlement",
             "Environment",
             "Include",
             "MessageDiskLimit",
@@ -250,6 +250,21 @@ UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/TransactionLog/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/Replication/Destination/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/Logging/Target/Protocol": frozenset({"gzip", "syslog"}),
+    "AMPSConfig/Authentication/Module": frozenset(
+        {
+            "amps-implicit-authentication-module",
+            "amps-default-no-authentication-module",
+            "libamps_multi_authentication",
+            "libamps_oauth_authentication",
+        }
+    ),
+    "AMPSConfig/Entitlement/Module": frozenset(
+        {
+            "amps-default-no-entitlement-module",
+            "libamps_http_entitlement",
+            "libamps_simple_access_entitlement",
+        }
+    ),
 }
 
 _XS = "{http://www.w3.org/2001/XMLSchema}"
@@ -609,6 +624,34 @@ class DestinationConfig:
 
 
 @dataclass(frozen=True)
+class AuthenticationConfig:
+    """``AMPSConfig/Authentication``: who may log on (see :mod:`amps_py.auth`).
+
+    Attributes:
+        module: ``amps-default-authentication-module`` or ``amps-password-file``.
+        password_file: for ``amps-password-file``: the file of users and scrypt hashes,
+            as written in the config (checked to exist and parse when loaded).
+    """
+
+    module: str = auth.DEFAULT_AUTHENTICATION_MODULE
+    password_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class EntitlementConfig:
+    """``AMPSConfig/Entitlement``: what users may do (see :mod:`amps_py.auth`).
+
+    Attributes:
+        module: ``amps-default-entitlement-module`` or ``amps-rule-entitlement``.
+        rules_file: for ``amps-rule-entitlement``: the JSON rules file (checked to
+            exist and parse when loaded).
+    """
+
+    module: str = auth.DEFAULT_ENTITLEMENT_MODULE
+    rules_file: Path | None = None
+
+
+@dataclass(frozen=True)
 class InstanceConfig:
     """A whole instance configuration (``AMPSConfig``).
 
@@ -624,6 +667,8 @@ class InstanceConfig:
         source: the file the config came from, or ``"<embedded default>"``/``"<string>"``.
         process_name: ``ProcessName`` when given.
         replication: the outgoing replication links, in file order.
+        authentication: the logon check; the default module lets everyone on.
+        entitlement: the per-user rights; the default module allows everything.
     """
 
     name: str
@@ -635,6 +680,8 @@ class InstanceConfig:
     source: str
     process_name: str | None = None
     replication: tuple[DestinationConfig, ...] = ()
+    authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
+    entitlement: EntitlementConfig = field(default_factory=EntitlementConfig)
 
     @property
     def replication_transport(self) -> TransportConfig | None:
@@ -2506,6 +2553,89 @@ def _build_replication(
     return tuple(destinations)
 
 
+def _module_file(
+    section: etree._Element,
+    option: str,
+    wants_file: str,
+    what: str,
+    load: Callable[[Path], object],
+    problems: _Problems,
+) -> tuple[str | None, Path | None]:
+    """(Module, path of Options/<option>) of an Authentication/Entitlement element.
+
+    ``wants_file`` is the module that needs the file; any other module must not have
+    it. The file is loaded with ``load`` so that a missing or malformed file is a
+    configuration problem now rather than a failure at start-up.
+    """
+    tag = str(section.tag)
+    module_el = _first(section, "Module")
+    module = _text(module_el, problems)
+    file_el = _first(_first(section, "Options"), option)
+    text = _text(file_el, problems)
+    if module is None:
+        return None, None
+    if module != wants_file:
+        if file_el is not None and text:
+            problems.add(
+                file_el,
+                f"Options/{option} is only used by the {wants_file} module, not by {module}",
+                f"remove <{option}>, or set <Module>{wants_file}</Module>",
+            )
+        return module, None
+    if file_el is None:
+        problems.add(
+            section,
+            f"<{tag}> with Module {wants_file} needs Options/{option}",
+            f"add <Options><{option}>FILE</{option}></Options> naming the {what}",
+        )
+        return module, None
+    if not text:
+        return module, None
+    path = Path(text)
+    try:
+        load(path)
+    except auth.AuthFileError as exc:
+        where = exc.path if exc.line is None else f"{exc.path}:{exc.line}"
+        looked = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
+        problems.add(
+            file_el,
+            f"{option} {where}: {exc.message}{looked if exc.line is None else ''}",
+            f"{exc.fix}; {_PATH_HINT.replace('NAME.pem', 'NAME')}",
+        )
+        return module, None
+    return module, path
+
+
+def _build_authentication(root: etree._Element, problems: _Problems) -> AuthenticationConfig:
+    section = _first(root, "Authentication")
+    if section is None:
+        return AuthenticationConfig()
+    module, path = _module_file(
+        section,
+        "PasswordFile",
+        auth.PASSWORD_FILE_MODULE,
+        "password file (amps-py users add FILE USER creates one)",
+        auth.PasswordFile.load,
+        problems,
+    )
+    return AuthenticationConfig(module or auth.DEFAULT_AUTHENTICATION_MODULE, path)
+
+
+def _build_entitlement(root: etree._Element, problems: _Problems) -> EntitlementConfig:
+    section = _first(root, "Entitlement")
+    if section is None:
+        return EntitlementConfig()
+    module, path = _module_file(
+        section,
+        "RulesFile",
+        auth.RULE_ENTITLEMENT_MODULE,
+        "JSON rules file",
+        auth.EntitlementRules.load,
+        problems,
+    )
+    return EntitlementConfig(module or auth.DEFAULT_ENTITLEMENT_MODULE, path)
+
+
 def _build_instance(root: etree._Element, source: str, problems: _Problems) -> InstanceConfig:
     name = _check_name(_first(root, "Name"), problems)
     group_el = _first(root, "Group")
@@ -2527,6 +2657,8 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         ),
     )
     replication = _build_replication(root, own, transaction_log, problems)
+    authentication = _build_authentication(root, problems)
+    entitlement = _build_entitlement(root, problems)
     return InstanceConfig(
         name=name or "",
         group=group or "",
@@ -2537,6 +2669,8 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         source=source,
         process_name=process_name,
         replication=replication,
+        authentication=authentication,
+        entitlement=entitlement,
     )
 
 

@@ -33,6 +33,12 @@ CLIENT_PROTOCOL_ERROR: Final = "07-0010"
 CLIENT_COMMAND_FAILED: Final = "07-0011"
 CLIENT_DISCONNECTED: Final = "07-0013"
 CLIENT_HEARTBEAT_MISSED: Final = "07-0042"
+#: A logon was refused by the authentication module (wrong password, unknown user);
+#: logged with the user name, never the password. The connection is closed.
+CLIENT_AUTH_FAILED: Final = "07-0050"
+#: A command was refused by the entitlement module (reason ``not entitled``); the
+#: connection stays open.
+CLIENT_NOT_ENTITLED: Final = "07-0051"
 
 SUBSCRIPTION_REPLAY_FAILED: Final = "08-0001"
 

@@ -30,7 +30,7 @@ from typing import Any, Final
 import orjson
 import trio
 
-from amps_py import events
+from amps_py import auth, events
 from amps_py.config import InstanceConfig, TransportConfig
 from amps_py.replication import ReplicationManager
 from amps_py.replication.incoming import UpstreamConnection
@@ -59,6 +59,10 @@ class InstanceStatistics:
     duplicates: int
     protocol_errors: int
     failed_commands: int
+    #: commands refused because the user is not entitled (publish, subscribe, ...)
+    denied_commands: int = 0
+    #: the subset of denied_commands that were publishes (AMPS's denied_writes)
+    denied_writes: int = 0
     journal: dict[str, Any] | None = None
     writer: dict[str, Any] | None = None
     listeners: dict[str, int] = field(default_factory=dict)
@@ -101,6 +105,17 @@ class Instance:
         self.stats_duplicates = 0
         self.stats_protocol_errors = 0
         self.stats_failed_commands = 0
+        self.stats_denied_commands = 0
+        self.stats_denied_writes = 0
+        try:
+            self.authenticator: auth.Authenticator = auth.open_authenticator(
+                config.authentication.module, config.authentication.password_file
+            )
+            self.entitler: auth.Entitler = auth.open_entitler(
+                config.entitlement.module, config.entitlement.rules_file
+            )
+        except (auth.AuthFileError, ValueError) as exc:
+            raise ConfigurationError(str(exc)) from None
         self._transports = {t.name: t for t in config.transports}
         self._message_type = "json"
 
@@ -639,6 +654,8 @@ class Instance:
             duplicates=self.stats_duplicates,
             protocol_errors=self.stats_protocol_errors,
             failed_commands=self.stats_failed_commands,
+            denied_commands=self.stats_denied_commands,
+            denied_writes=self.stats_denied_writes,
             journal=self.journal.statistics().__dict__ if self.journal else None,
             writer=self.writer.statistics().__dict__ if self.writer else None,
             listeners={n: p for n, (_, p) in self.listeners.items()},

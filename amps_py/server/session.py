@@ -118,6 +118,8 @@ class Session:
         self.pub_hash = 0
         self.logged_on = False
         self.subscriptions: dict[str, Subscription] = {}
+        # entitlement answers per topic for this session's user (fixed for its lifetime)
+        self._entitled: dict[tuple[bool, str], bool] = {}
         # outbox
         self._out: list[bytes] = []
         self.out_bytes = 0
@@ -244,12 +246,15 @@ class Session:
             handler(frame)
         except CommandFailed as exc:
             self.instance.stats_failed_commands += 1
+            denied = exc.reason == "not entitled"
             log.info(
                 "command %s from client %r failed: %s",
                 command,
                 self.client_name,
                 exc.detail,
-                extra=events.extra(events.CLIENT_COMMAND_FAILED),
+                extra=events.extra(
+                    events.CLIENT_NOT_ENTITLED if denied else events.CLIENT_COMMAND_FAILED
+                ),
             )
             self._fail(header, exc)
 
@@ -394,6 +399,24 @@ class Session:
             )
             raise Disconnect("auth")
         user = str(header.get("user_id", "")) or name
+        # the password is used for this check only: never stored, logged or echoed
+        verdict = self.instance.authenticator.authenticate(user, str(header.get("pw", "")))
+        if not verdict.ok:
+            log.warning(
+                "logon of client %r as user %r from %s refused by %s: unknown user or "
+                "wrong password",
+                name,
+                user,
+                self.peer,
+                self.instance.authenticator.module,
+                extra=events.extra(events.CLIENT_AUTH_FAILED),
+            )
+            self._fail(
+                header,
+                CommandFailed("auth failure", "unknown user or wrong password"),
+                force=True,
+            )
+            raise Disconnect("auth")
         refusal = self.instance.claim_client_name(self, name, user)
         if refusal:
             log.warning(
@@ -424,21 +447,53 @@ class Session:
         if "ack_conflation" in opts:
             pass  # acks are already conflated per journal commit; see README
         if "processed" in acks or not acks:
+            fields: dict[str, Any] = {"client_name": name}
+            if verdict.reason:
+                fields["reason"] = verdict.reason
             self._ack(
                 header,
                 "processed",
-                client_name=name,
-                reason="authentication disabled",
+                **fields,
                 s=last,
                 bm=f"{self.pub_hash}|{last}|",
                 version=SERVER_VERSION,
             )
+
+    def _require_entitled(self, topic: str, *, write: bool) -> None:
+        """Raise ``not entitled`` unless this session's user may read/write ``topic``.
+
+        A regex subscription is checked with its pattern text. Refusals are counted
+        (``denied_commands``, and ``denied_writes`` for writes); the connection stays
+        open.
+        """
+        key = (write, topic)
+        allowed = self._entitled.get(key)
+        if allowed is None:
+            entitler = self.instance.entitler
+            if write:
+                allowed = entitler.can_write(self.user_id, topic)
+            else:
+                allowed = entitler.can_read(self.user_id, topic)
+            if len(self._entitled) >= 4096:
+                self._entitled.clear()
+            self._entitled[key] = allowed
+        if allowed:
+            return
+        self.instance.stats_denied_commands += 1
+        if write:
+            self.instance.stats_denied_writes += 1
+        raise CommandFailed(
+            "not entitled",
+            f"user {self.user_id!r} may not {'publish to' if write else 'read'} topic "
+            f"{topic!r}; the {self.instance.entitler.module} rules decide",
+        )
 
     def _on_publish(self, frame: Frame) -> None:
         header = frame.header
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
             raise CommandFailed("no topic", "publish needs a topic (t)")
+        self._require_entitled(topic, write=True)
         acks = _ack_types(header)
         self.messages_in += 1
         seq = header.get("s")
@@ -473,6 +528,7 @@ class Session:
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
             raise CommandFailed("no topic", "subscribe needs a topic (t)")
+        self._require_entitled(topic, write=False)
         opts = _options(header)
         acks = _ack_types(header)
         sub_id = str(
@@ -512,6 +568,9 @@ class Session:
     def _on_sow_and_subscribe(self, frame: Frame) -> None:
         # No SOW topics exist yet: the query part is an empty group, then the subscription.
         header = frame.header
+        topic = header.get("t")
+        if topic and isinstance(topic, str):
+            self._require_entitled(topic, write=False)
         query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
         self.send_frame({"c": "group_begin", "query_id": query_id})
         self.send_frame({"c": "group_end", "query_id": query_id})
