@@ -733,6 +733,23 @@ def _check_member(
             )
         )
         return dataclasses.replace(member, refused="group mismatch")
+    listener = target.replication_transport
+    target_secure = listener is not None and listener.secure
+    if dest.secure != target_secure:
+        mine = "TLS (amps-replication-secure)" if dest.secure else "plain TCP (amps-replication)"
+        theirs = "TLS" if target_secure else "plain TCP"
+        problems.append(
+            Finding(
+                "error",
+                source.name,
+                "",
+                f"{where}: the Destination speaks {mine} but {target.name}'s replication "
+                f"transport expects {theirs}: the link cannot connect",
+                f"make Destination {dest.name}'s Transport/Type match {target.name}'s "
+                "replication transport Type",
+            )
+        )
+        return dataclasses.replace(member, refused="transport mismatch")
     descriptors = [TopicDescriptor.from_wire(t) for t in link.route.describe_topics()]
     failures = validate(descriptors, target, source.name, source.group)
     for failure in failures:

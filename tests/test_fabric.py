@@ -331,3 +331,28 @@ def test_cli_exit_code_with_warnings_only(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["config", "fabric", str(directory)])
     assert result.exit_code == 1, result.output
     assert result.output.splitlines()[-1] == "1 warnings, 0 errors"
+
+
+def test_plain_destination_to_a_tls_listener_is_flagged(tmp_path: Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    server = ca.issue_cert("localhost", "127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    for blob in server.cert_chain_pems:
+        blob.write_to_path(str(cert), append=True)
+    server.private_key_pem.write_to_path(str(key))
+    shutil.copy(HOT_HOT / "amps-a.xml", tmp_path / "amps-a.xml")
+    b = (HOT_HOT / "amps-b.xml").read_text()
+    secure = re.sub(
+        r"<Type>amps-replication</Type>(\s*<InetAddr>[^<]*</InetAddr>)",
+        rf"<Type>amps-replication-secure</Type>\1<Certificate>{cert}</Certificate>"
+        rf"<PrivateKey>{key}</PrivateKey>",
+        b,
+        count=1,
+    )
+    assert secure != b, "the hot-hot example changed shape; update this test"
+    (tmp_path / "amps-b.xml").write_text(secure)
+    report = load_fabric([tmp_path]).report()
+    assert "speaks plain TCP (amps-replication)" in report
+    assert "expects TLS: the link cannot connect" in report
