@@ -81,6 +81,8 @@ __all__ = [
     "EntitlementConfig",
     "InstanceConfig",
     "JournalTopic",
+    "LinkAuthenticator",
+    "LinkCredentialsError",
     "LogTarget",
     "ReplicationTopic",
     "TransactionLogConfig",
@@ -208,7 +210,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "AMPSConfig/Replication/Destination/Transport": frozenset(
         {
-            "Authenticator",
             "Ciphers",
             "IpProtocolPrefer",
             "PrivateKey",
@@ -546,6 +547,108 @@ class ReplicationTopic:
         return self._pattern.fullmatch(topic) is not None
 
 
+#: Destination Transport Authenticator modules: send no credentials / a user and password.
+DEFAULT_LINK_AUTHENTICATOR: Final = "amps-default-authenticator"
+PASSWORD_LINK_AUTHENTICATOR: Final = "amps-password-authenticator"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LINK_USER = re.compile(r"[^\s:]+")
+
+
+class LinkCredentialsError(Exception):
+    """The password of a link's Authenticator cannot be read when the link connects
+    (its PasswordFile vanished, its PasswordEnv variable is unset); the text says which
+    and never contains a password."""
+
+
+@dataclass(frozen=True, repr=False)
+class LinkAuthenticator:
+    """A ``Destination/Transport/Authenticator``: what a replication link logs on with.
+
+    The credentials travel in the link's hello, so they are only as private as the
+    link's transport: use ``amps-replication-secure`` (TLS) across untrusted networks.
+    ``repr()`` never shows the password.
+
+    Attributes:
+        module: ``amps-default-authenticator`` (send no credentials) or
+            ``amps-password-authenticator`` (send ``username`` and a password).
+        username: for the password module: the user to log on as.
+        password: the literal password (``Options/Password``), or ``None``.
+        password_file: a file whose first line is the password, read at each connect.
+        password_env: an environment variable holding the password, read at each
+            connect. Exactly one of the three password sources is set for the
+            password module; none for the default module.
+    """
+
+    module: str = DEFAULT_LINK_AUTHENTICATOR
+    username: str | None = None
+    password: str | None = None
+    password_file: Path | None = None
+    password_env: str | None = None
+
+    def __repr__(self) -> str:
+        if self.password is not None:
+            source = "password='***'"
+        elif self.password_file is not None:
+            source = f"password_file={str(self.password_file)!r}"
+        elif self.password_env is not None:
+            source = f"password_env={self.password_env!r}"
+        else:
+            source = ""
+        fields = [f"module={self.module!r}"]
+        if self.username is not None:
+            fields.append(f"username={self.username!r}")
+        if source:
+            fields.append(source)
+        return f"LinkAuthenticator({', '.join(fields)})"
+
+    def credentials(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+        """(user, password) to send, or ``None`` for the default module.
+
+        Raises:
+            LinkCredentialsError: the password file cannot be read or is empty, or the
+                environment variable is unset.
+        """
+        if self.module != PASSWORD_LINK_AUTHENTICATOR or self.username is None:
+            return None
+        if self.password is not None:
+            return self.username, self.password
+        if self.password_file is not None:
+            return self.username, read_password_file(self.password_file)
+        if self.password_env is not None:
+            env = os.environ if environ is None else environ
+            value = env.get(self.password_env)
+            if not value:
+                raise LinkCredentialsError(
+                    f"environment variable {self.password_env} (Authenticator PasswordEnv) "
+                    "is not set or empty; set it in the environment amps-py runs in"
+                )
+            return self.username, value
+        raise LinkCredentialsError("the Authenticator has no password source")
+
+
+def read_password_file(path: Path) -> str:
+    """The first line of ``path`` without its line ending (the password).
+
+    Raises:
+        LinkCredentialsError: unreadable, or the first line is empty.
+    """
+    try:
+        with path.open(encoding="utf-8") as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise LinkCredentialsError(
+            f"Authenticator PasswordFile {str(path)!r} cannot be read: {reason}"
+        ) from None
+    password = first.rstrip("\r\n")
+    if not password:
+        raise LinkCredentialsError(
+            f"the first line of Authenticator PasswordFile {str(path)!r} is empty; "
+            "write the password on the first line"
+        )
+    return password
+
+
 @dataclass(frozen=True)
 class DestinationConfig:
     """One ``Replication/Destination``: an outgoing replication link.
@@ -579,6 +682,8 @@ class DestinationConfig:
         server_name: for ``secure``: the name the peer's certificate must be issued
             for (Transport ``ServerName``); ``None``: the host of the InetAddr being
             connected to.
+        authenticator: the credentials the link logs on with
+            (``Transport/Authenticator``); ``None``: none are sent.
         line: the line of the ``<Destination>`` element, for messages; not compared.
     """
 
@@ -595,6 +700,7 @@ class DestinationConfig:
     secure: bool = False
     ca_file: Path | None = None
     server_name: str | None = None
+    authenticator: LinkAuthenticator | None = None
     line: int | None = field(default=None, compare=False)
     _passthrough_patterns: tuple[re.Pattern[str], ...] = field(
         init=False, repr=False, compare=False
@@ -2372,6 +2478,11 @@ def _build_destination(
 
     tls = _destination_tls(transport_el, problems)
     ok &= tls is not None
+    authenticator_el = _first(transport_el, "Authenticator")
+    authenticator = (
+        _link_authenticator(authenticator_el, problems) if authenticator_el is not None else None
+    )
+    ok &= authenticator_el is None or authenticator is not None
 
     ack = _positive_duration(
         dest, "AckConflationInterval", DEFAULT_ACK_CONFLATION_INTERVAL, problems, zero_ok=True
@@ -2406,8 +2517,100 @@ def _build_destination(
         secure=tls[0],
         ca_file=tls[1],
         server_name=tls[2],
+        authenticator=authenticator,
         line=_line(dest),
     )
+
+
+def _link_authenticator(el: etree._Element, problems: _Problems) -> LinkAuthenticator | None:
+    """The ``Destination/Transport/Authenticator``; None (and problems) when wrong.
+
+    Never puts a password in a problem: messages name the elements only.
+    """
+    module = _text(_first(el, "Module"), problems)
+    options = _first(el, "Options")
+    given = {
+        tag: option
+        for tag in ("Username", "Password", "PasswordFile", "PasswordEnv")
+        if (option := _first(options, tag)) is not None
+    }
+    if module is None or problems.faulty(el):
+        return None
+    if module == DEFAULT_LINK_AUTHENTICATOR:
+        for tag, option in given.items():
+            problems.add(
+                option,
+                f"<{tag}> is only used by the {PASSWORD_LINK_AUTHENTICATOR} module; "
+                f"{DEFAULT_LINK_AUTHENTICATOR} sends no credentials",
+                f"remove <{tag}>, or set <Module>{PASSWORD_LINK_AUTHENTICATOR}</Module> "
+                "to log on with a user and password",
+            )
+        return None if given else LinkAuthenticator(DEFAULT_LINK_AUTHENTICATOR)
+    ok = True
+    example = "<Options><Username>repl</Username><PasswordEnv>REPL_PW</PasswordEnv></Options>"
+    user_el = given.get("Username")
+    username = _text(user_el, problems)
+    if user_el is None:
+        problems.add(
+            options if options is not None else el,
+            f"the {PASSWORD_LINK_AUTHENTICATOR} module needs Options/Username",
+            f"add the user the link logs on as, e.g. {example}",
+        )
+        ok = False
+    elif username is not None and not _LINK_USER.fullmatch(username):
+        problems.add(
+            user_el,
+            f"Username {username!r} contains whitespace or ':', which no user name can",
+            "give the user name as written in the remote instance's password file",
+        )
+        ok = False
+    sources = [given[t] for t in ("Password", "PasswordFile", "PasswordEnv") if t in given]
+    if not sources:
+        problems.add(
+            options if options is not None else el,
+            f"the {PASSWORD_LINK_AUTHENTICATOR} module needs a password: one of "
+            "Options/Password, Options/PasswordFile or Options/PasswordEnv",
+            f"add one, e.g. {example}",
+        )
+        return None
+    for extra in sources[1:]:
+        problems.add(
+            extra,
+            f"<{extra.tag}> is given as well as <{sources[0].tag}> (line {_line(sources[0])}); "
+            "an Authenticator takes exactly one password source",
+            f"keep one of <Password>, <PasswordFile> and <PasswordEnv> and remove <{extra.tag}>",
+        )
+        ok = False
+    source = sources[0]
+    value = _text(source, problems)
+    if value is None or not ok or username is None:
+        return None
+    if source.tag == "Password":
+        return LinkAuthenticator(PASSWORD_LINK_AUTHENTICATOR, username, password=value)
+    if source.tag == "PasswordEnv":
+        if not _ENV_NAME.fullmatch(value):
+            problems.add(
+                source,
+                # the value is not echoed: it may well be the password itself
+                "PasswordEnv is not an environment variable name",
+                "give the variable's name (letters, digits and _, not starting with a "
+                "digit), e.g. REPL_PW, not its value or ${...}",
+            )
+            return None
+        return LinkAuthenticator(PASSWORD_LINK_AUTHENTICATOR, username, password_env=value)
+    path = Path(value)
+    try:
+        read_password_file(path)
+    except LinkCredentialsError as exc:
+        looked = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
+        problems.add(
+            source,
+            f"{exc}{looked}",
+            "give a file readable by the user that runs amps-py whose first line is the "
+            f"password; {_PATH_HINT.replace('NAME.pem', 'NAME')}",
+        )
+        return None
+    return LinkAuthenticator(PASSWORD_LINK_AUTHENTICATOR, username, password_file=path)
 
 
 def _destination_tls(

@@ -676,13 +676,14 @@ CASES = [
         17,
     ),
     Case(
-        "Authenticator is not supported yet",
+        "Authenticator with an unknown Module",
         dest_doc(
             Transport=dest_transport(
                 REPL_TYPE, inet("h:9204"), "<Authenticator><Module>m</Module></Authenticator>"
             )
         ),
-        "<Authenticator> is a recognised AMPS element, not supported by amps-py yet",
+        "'m' is not a valid Module. Fix: use one of: amps-default-authenticator, "
+        "amps-password-authenticator",
         17,
     ),
     Case(

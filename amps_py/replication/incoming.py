@@ -1,5 +1,11 @@
 """Incoming replication: accept an upstream on the amps-replication transport, tell it
 how far this journal holds its stream, store what it sends, acknowledge after commit.
+
+An upstream is authenticated like a client: the ``user_id``/``pw`` of its hello go to
+this instance's Authentication module (the default module accepts anyone, with or
+without credentials), and the Entitlement module must then grant that user
+``replication_logon``. Refusals carry the reasons ``auth failure`` and
+``not entitled``; the password is never logged.
 """
 
 from __future__ import annotations
@@ -164,6 +170,9 @@ class UpstreamConnection:
                 f"peer speaks replication protocol version {hello.version}, this instance "
                 f"speaks {PROTOCOL_VERSION}; run the same amps-py version on both",
             )
+        refusal = self._check_credentials(hello)
+        if refusal is not None:
+            return refusal
         if hello.name == self.instance.name:
             return (
                 "replicates to itself",
@@ -193,6 +202,30 @@ class UpstreamConnection:
             )
         if failures:
             return ("validation failed", describe(failures))
+        return None
+
+    def _check_credentials(self, hello: Hello) -> tuple[str, str] | None:
+        """Authenticate the upstream and check its ``replication_logon`` entitlement."""
+        instance = self.instance
+        user = hello.user_id
+        shown = repr(user) if user else "(no credentials sent)"
+        authenticator = instance.authenticator
+        if not authenticator.authenticate(user, hello.pw).ok:
+            return (
+                "auth failure",
+                f"upstream {hello.name} failed to authenticate as user {shown} with this "
+                f"instance's {authenticator.module} module; fix the Username and password of "
+                f"the Authenticator in {hello.name}'s Destination/Transport, or add the user "
+                "here with `amps-py users add FILE USER`",
+            )
+        entitler = instance.entitler
+        if not entitler.can_replicate(user):
+            return (
+                "not entitled",
+                f"user {shown} of upstream {hello.name} may not replicate to this instance "
+                f"(no replication_logon under the {entitler.module} rules); grant it "
+                '"replication_logon": true in the rules file',
+            )
         return None
 
     async def _receive_loop(self, link: DownstreamLink) -> None:

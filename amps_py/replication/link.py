@@ -6,7 +6,8 @@ client protocol's framing (4-byte big-endian length, flat JSON header, payload).
 Handshake (the upstream, the instance that sends, opens the TCP connection)::
 
     upstream   -> repl_hello    payload: {"name","group","destination","sync",
-                                          "compression","topics":[...]}
+                                          "compression","topics":[...],
+                                          "user_id","pw"}   (credentials: optional)
     downstream -> repl_welcome  payload: {"name","group","cursor_txid","cursor_bm"}
             or -> repl_refuse   payload: {"reason","detail"}   (either side, then close)
 
@@ -17,6 +18,12 @@ Streaming::
                  zstd stream-compressed when "z" is 1 (the receiver detects it)
     downstream -> repl_ack   {"upto": T}   every record <= T routed to it is durable
     either     -> repl_hb    heartbeat; a link silent for ``silence_limit`` closes
+
+``user_id`` and ``pw`` are present when the upstream's Destination has an
+``Authenticator``; the downstream checks them with its Authentication module and then
+asks its Entitlement module for ``replication_logon``. The password travels in the
+clear inside the hello, so the link is only as private as its transport: use
+``amps-replication-secure`` (TLS) wherever the network is not trusted.
 
 ``upto`` covers records the upstream read but did not route to this destination, so
 acknowledged positions advance even when nothing matches. Each class below is a
@@ -70,6 +77,10 @@ class Hello:
     topics: tuple[dict[str, Any], ...]
     #: the Group the upstream's Destination requires of this instance ("" = any)
     expected_group: str = ""
+    #: the user the upstream logs on as ("" = no credentials sent)
+    user_id: str = ""
+    #: its password; never shown by repr()
+    pw: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -259,8 +270,11 @@ class UpstreamLink(_Link):
         topics: list[dict[str, Any]],
         now: float,
         expected_group: str = "",
+        credentials: tuple[str, str] | None = None,
     ) -> bytes:
-        body = {
+        """The hello frame; ``credentials`` (user, password) are sent as ``user_id`` and
+        ``pw`` (in the clear unless the transport is TLS)."""
+        body: dict[str, Any] = {
             "version": PROTOCOL_VERSION,
             "name": name,
             "group": group,
@@ -270,6 +284,8 @@ class UpstreamLink(_Link):
             "topics": topics,
             "expected_group": expected_group,
         }
+        if credentials is not None:
+            body["user_id"], body["pw"] = credentials
         return self._sent(
             encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body)), now
         )
@@ -352,6 +368,8 @@ class DownstreamLink(_Link):
                     compression=str(body.get("compression", "none")),
                     topics=tuple(t for t in body.get("topics", []) if isinstance(t, dict)),
                     expected_group=str(body.get("expected_group") or ""),
+                    user_id=str(body.get("user_id") or ""),
+                    pw=str(body.get("pw") or ""),
                 )
             except (KeyError, TypeError, ValueError):
                 raise LinkError(

@@ -10,6 +10,11 @@ certificate must chain to the destination's CA file (``Certificate``), or to the
 system's CAs when none is given, and be issued for ``ServerName`` (default: the
 InetAddr host). A certificate that does not verify ends the attempt with a
 :class:`LinkError` whose reason is ``tls``.
+
+A destination with a Transport ``Authenticator`` sends its user and password in the
+hello (read at each connect: PasswordFile and PasswordEnv may change between
+attempts). They travel in the clear unless the destination is ``secure``; they are
+never logged.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from amps_py import events
-from amps_py.config import MIN_TLS_VERSION, DestinationConfig
+from amps_py.config import MIN_TLS_VERSION, DestinationConfig, LinkCredentialsError
 from amps_py.trio_util import unwrapping_groups
 
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
@@ -219,6 +224,12 @@ class Destination:
         cfg = self.config
         now = trio.current_time
         link = UpstreamLink(now(), cfg.heartbeat_interval, cfg.compression)
+        credentials = None
+        if cfg.authenticator is not None:
+            try:  # read now, so a rotated PasswordFile or a new PasswordEnv value is used
+                credentials = cfg.authenticator.credentials()
+            except LinkCredentialsError as exc:
+                raise LinkError("credentials unavailable", str(exc)) from None
         await stream.send_all(
             link.hello(
                 name=instance.name,
@@ -228,6 +239,7 @@ class Destination:
                 topics=self.route.describe_topics(),
                 now=now(),
                 expected_group=cfg.group or "",
+                credentials=credentials,
             )
         )
         welcome = await self._await_welcome(stream, link)

@@ -1,0 +1,150 @@
+"""Authenticated replication links between real instance processes: the upstream's
+Destination/Transport/Authenticator credentials are checked by the downstream's
+Authentication module, then its Entitlement module must grant replication_logon."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from cluster import Cluster, InstanceView, destination_xml, replication_xml
+from harness import wait_until
+
+from amps_py import auth
+from amps_py.client import open_client
+
+USER = "repl"
+PASSWORD = "Repl-Link-Secret-42"  # grepped for in the logs: it must never appear
+WRONG = "Wrong-Link-Secret-17"
+
+
+def password_file(tmp_path: Path) -> Path:
+    path = tmp_path / "users.pw"
+    auth.PasswordFile(str(path)).with_user(USER, PASSWORD).save()
+    return path
+
+
+def authentication_xml(users: Path) -> str:
+    return (
+        "<Authentication><Module>amps-password-file</Module>"
+        f"<Options><PasswordFile>{users}</PasswordFile></Options></Authentication>"
+    )
+
+
+def entitlement_xml(rules: Path) -> str:
+    return (
+        "<Entitlement><Module>amps-rule-entitlement</Module>"
+        f"<Options><RulesFile>{rules}</RulesFile></Options></Entitlement>"
+    )
+
+
+def upstream_body(options: str) -> Callable[[InstanceView], str]:
+    """A's config: one async destination B whose Transport logs on with ``options``."""
+    authenticator = (
+        "<Authenticator><Module>amps-password-authenticator</Module>"
+        f"<Options>{options}</Options></Authenticator>"
+    )
+
+    def make(view: InstanceView) -> str:
+        dest = destination_xml("B", "gb", False, view.addr("B"), exclude=("replicate",))
+        return replication_xml(dest.replace("</Transport>", authenticator + "</Transport>"))
+
+    return make
+
+
+def logs(cluster: Cluster, name: str) -> str:
+    server = cluster.server(name)
+    return "".join(
+        f.read_text(errors="replace") for f in (server.log_file, server.output) if f.exists()
+    )
+
+
+def stored(cluster: Cluster, name: str) -> int:
+    return int(cluster.server(name).statistics()["journal"]["records"])
+
+
+async def publish(uri: str, n: int) -> None:
+    async with open_client(uri, "pub") as pub:
+        for i in range(n):
+            await pub.publish("orders", b'{"i":%d}' % i)
+        await pub.wait_persisted(pub.seq, timeout=30)
+
+
+def start_pair(cluster: Cluster, options: str, downstream_xml: str) -> None:
+    cluster.add_instance("A", "ga", upstream_body(options))
+    cluster.add_instance("B", "gb", lambda _view: downstream_xml, replication_transport=True)
+    cluster.start("B")
+    cluster.start("A")
+
+
+async def wait_refused(cluster: Cluster, reason: str) -> None:
+    def refused() -> str | None:
+        a, b = logs(cluster, "A"), logs(cluster, "B")
+        if "refused replication from A" not in b or reason not in b:
+            return f"B has not logged the {reason!r} refusal yet"
+        if "refused by the peer" not in a or reason not in a:
+            return f"A has not logged the {reason!r} refusal yet"
+        return None
+
+    await wait_until(refused, 30)
+
+
+async def test_right_credentials_replicate(cluster: Cluster, tmp_path: Path) -> None:
+    secret = tmp_path / "repl.secret"
+    secret.write_text(PASSWORD + "\n")
+    secret.chmod(0o600)
+    start_pair(
+        cluster,
+        f"<Username>{USER}</Username><PasswordFile>{secret}</PasswordFile>",
+        authentication_xml(password_file(tmp_path)),
+    )
+    await publish(cluster.uri("A"), 10)
+
+    def replicated() -> str | None:
+        n = stored(cluster, "B")
+        return None if n == 10 else f"B stored {n} of 10"
+
+    await wait_until(replicated, 30)
+    assert "replication from A" in logs(cluster, "B")
+    for name in "AB":
+        assert PASSWORD not in logs(cluster, name), f"{name} logged the password"
+        assert PASSWORD not in json.dumps(cluster.server(name).statistics())
+
+
+async def test_wrong_password_is_refused_with_auth_failure(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    start_pair(
+        cluster,
+        f"<Username>{USER}</Username><Password>{WRONG}</Password>",
+        authentication_xml(password_file(tmp_path)),
+    )
+    await publish(cluster.uri("A"), 3)
+    await wait_refused(cluster, "auth failure")
+    b_log = logs(cluster, "B")
+    refusal = next(line for line in b_log.splitlines() if "auth failure" in line)
+    assert "upstream A" in refusal and repr(USER) in refusal, refusal
+    assert stored(cluster, "B") == 0
+    for name in "AB":
+        text = logs(cluster, name)
+        assert WRONG not in text, f"{name} logged the password sent"
+        assert PASSWORD not in text
+
+
+async def test_user_without_replication_logon_is_not_entitled(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({USER: {"read": ".*", "write": ".*"}, "*": {"read": ".*"}}))
+    start_pair(
+        cluster,
+        f"<Username>{USER}</Username><Password>{PASSWORD}</Password>",
+        authentication_xml(password_file(tmp_path)) + entitlement_xml(rules),
+    )
+    await publish(cluster.uri("A"), 3)
+    await wait_refused(cluster, "not entitled")
+    assert "replication_logon" in logs(cluster, "B")
+    assert stored(cluster, "B") == 0
+    for name in "AB":
+        assert PASSWORD not in logs(cluster, name), f"{name} logged the password"
