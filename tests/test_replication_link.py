@@ -130,3 +130,20 @@ def test_heartbeats_and_silence() -> None:
     with pytest.raises(LinkError) as info:
         up.handle_timer(5.3)
     assert info.value.reason == "peer silent"
+
+
+def test_a_lost_frame_is_detected_not_skipped() -> None:
+    up, down = handshake()  # the downstream holds the stream up to txid 7
+    recs = records(3)
+    first = up.data(recs[:1], 10, "1|10|", 1.0, start=7)
+    lost = up.data(recs[1:2], 20, "1|20|", 1.0)  # never reaches the downstream
+    after = up.data(recs[2:], 30, "1|30|", 1.0)
+    assert lost
+    (event,) = down.receive_data(first, 1.0)
+    assert isinstance(event, Data) and event.upto == 10
+    with pytest.raises(LinkError) as info:
+        down.receive_data(after, 1.0)
+    assert info.value.reason == "bad data" and "lost in transit" in info.value.detail
+    # a replay from before what the downstream holds is fine (dedup drops the copies)
+    _, again = handshake()
+    assert isinstance(again.receive_data(up.data(recs, 30, "1|30|", 2.0, start=0), 2.0)[0], Data)

@@ -257,6 +257,7 @@ class UpstreamLink(_Link):
         super().__init__(now, heartbeat_interval)
         self.compression = compression
         self._compressor: Any = None
+        self._last_upto = 0
         self.bytes_out = 0
         self.raw_bytes_out = 0
 
@@ -317,14 +318,22 @@ class UpstreamLink(_Link):
             return Ack(upto)
         raise self._unexpected(command)
 
-    def data(self, records: list[bytes], upto: int, upto_bm: str, now: float) -> bytes:
-        """One data frame carrying ``records`` and the position ``upto``."""
+    def data(
+        self, records: list[bytes], upto: int, upto_bm: str, now: float, start: int = -1
+    ) -> bytes:
+        """One data frame carrying ``records`` read after txid ``start`` (default: the
+        previous frame's ``upto``) up to the position ``upto``. The receiver checks that
+        ``start`` is not past what it already has, so lost frames can never go unseen."""
         if self.state is not LinkState.STREAMING:
             raise RuntimeError("data() before the handshake completed")
+        if start < 0:
+            start = self._last_upto
+        self._last_upto = upto
         payload = b"".join(_LEN.pack(len(r)) + r for r in records)
         self.raw_bytes_out += len(payload)
         header: dict[str, Any] = {
             "c": "repl_data",
+            "from": start,
             "upto": upto,
             "upto_bm": upto_bm,
             "n": len(records),
@@ -347,6 +356,8 @@ class DownstreamLink(_Link):
         super().__init__(now, heartbeat_interval)
         self.hello_info: Hello | None = None
         self.bytes_in = 0
+        #: how far this end holds the upstream's stream (checked against each frame)
+        self.position = 0
 
     def receive_data(self, data: bytes | bytearray, now: float) -> list[Event]:
         self.bytes_in += len(data)
@@ -384,6 +395,16 @@ class DownstreamLink(_Link):
             upto = header.get("upto")
             if not isinstance(upto, int) or upto < 0:
                 raise LinkError("protocol violation", f"repl_data with bad upto {upto!r}")
+            start = header.get("from", 0)
+            if not isinstance(start, int) or start > self.position:
+                self.state = LinkState.CLOSED
+                raise LinkError(
+                    "bad data",
+                    f"a data frame starts after txid {start} but this end holds the stream "
+                    f"only up to {self.position}: frames were lost in transit; reconnecting "
+                    "resynchronises",
+                )
+            self.position = max(self.position, upto)
             payload = frame.payload
             if header.get("z"):
                 if self._decompressor is None:
@@ -404,6 +425,7 @@ class DownstreamLink(_Link):
         if self.hello_info is None:
             raise RuntimeError("welcome() before a hello was received")
         self.state = LinkState.STREAMING
+        self.position = cursor[0]
         body = {"name": name, "group": group, "cursor_txid": cursor[0], "cursor_bm": cursor[1]}
         return self._sent(encode_frame({"c": "repl_welcome"}, orjson.dumps(body)), now)
 

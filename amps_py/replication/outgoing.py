@@ -373,7 +373,7 @@ class Destination:
             else:
                 await instance.wait_for_commit(self.sent_txid)
                 continue
-            frame = link.data(selected, upto, upto_bm, trio.current_time())
+            frame = link.data(selected, upto, upto_bm, trio.current_time(), self.sent_txid)
             # the peer may ack this frame before send_all returns: count it as sent first
             self._sending_upto = upto
             await self._send(stream, frame)
