@@ -322,10 +322,6 @@ class Journal:
         with self._env.begin(db=self._upstreams) as txn:
             return {k.decode(): (_U64.unpack_from(v)[0], v[8:].decode()) for k, v in txn.cursor()}
 
-    def forget_cache(self) -> None:
-        """Drop the in-memory publisher high-water cache (after a failed commit)."""
-        self._pub_cache.clear()
-
     # ------------------------------------------------------------------ reading
     def _scan(
         self,

@@ -440,9 +440,3 @@ def _checked_header(value: bytes, expected_txid: int | None) -> tuple[tuple[int,
     if end > len(value):
         raise CorruptRecord(expected_txid, "string lengths run past the end of the record")
     return fields, end
-
-
-def check_u64(name: str, value: int) -> None:
-    """Raise ValueError unless ``value`` fits an unsigned 64-bit field."""
-    if not 0 <= value <= _U64_MAX:
-        raise ValueError(f"{name} must be between 0 and 2**64-1, got {value}")

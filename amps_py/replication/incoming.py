@@ -70,6 +70,7 @@ class UpstreamConnection:
         self.duplicates = 0
         self.cursor_txid = 0
         self._codec = RecordCodec()
+        self._link: DownstreamLink | None = None
         self._acked = 0
         self._pending_ack = 0
         self._ack_wanted = trio.Event()
@@ -86,7 +87,7 @@ class UpstreamConnection:
 
     async def run(self) -> None:
         now = trio.current_time
-        link = DownstreamLink(now(), HEARTBEAT_INTERVAL)
+        link = self._link = DownstreamLink(now(), HEARTBEAT_INTERVAL)
         try:
             hello = await self._await_hello(link)
             refusal = self._check_hello(hello)
@@ -296,6 +297,6 @@ class UpstreamConnection:
             connected=True,
             messages_in=self.messages_in,
             duplicates=self.duplicates,
-            bytes_in=0,
+            bytes_in=self._link.bytes_in if self._link is not None else 0,
             cursor_txid=self.cursor_txid,
         )

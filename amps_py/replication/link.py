@@ -431,13 +431,3 @@ class DownstreamLink(_Link):
 
     def ack(self, upto: int, now: float) -> bytes:
         return self._sent(encode_frame({"c": "repl_ack", "upto": upto}), now)
-
-
-@dataclass
-class LinkCounters:
-    """Plain counters a driver keeps for statistics."""
-
-    messages: int = 0
-    bytes: int = 0
-    frames: int = 0
-    extra: dict[str, int] = field(default_factory=dict)

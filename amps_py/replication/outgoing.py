@@ -24,7 +24,7 @@ import logging
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -487,7 +487,3 @@ def _tls_failure_detail(
         f"{address} is an amps-replication-secure transport and the peer's log for why "
         "it refused"
     )
-
-
-def describe(stats: DestinationStatistics) -> dict[str, Any]:
-    return dict(stats.__dict__)

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-import orjson
 import trio
 
 from amps_py import events
@@ -750,7 +749,3 @@ class Session:
             "messages_out": self.messages_out,
             "connected_at": self.connected_at,
         }
-
-
-def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)

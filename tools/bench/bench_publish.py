@@ -107,11 +107,20 @@ def run_case(
     server_cpu = cpu_seconds(server_pid) - cpu0 if server_pid else 0.0
     for p in procs:
         p.join()
+    summary = summarize(results, publishers, size, window, secs)
+    summary["server_cpu_pct"] = round(100 * server_cpu / summary.pop("elapsed"))
+    return {"bench": "publish_persisted", **summary}
+
+
+def summarize(
+    results: list[dict[str, Any]], publishers: int, size: int, window: int, secs: float
+) -> dict[str, Any]:
+    """One case's figures from its publishers' results (throughput, latency, client CPU);
+    ``elapsed`` is the longest publisher's run, for the caller's CPU percentages."""
     total = sum(r["acked"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
     lat = sorted(x for r in results for x in r["lat"])
     return {
-        "bench": "publish_persisted",
         "publishers": publishers,
         "size": size,
         "window": window,
@@ -120,8 +129,8 @@ def run_case(
         "msgs_per_s": round(total / elapsed),
         "p50_us": round(percentile(lat, 50) * 1e6),
         "p99_us": round(percentile(lat, 99) * 1e6),
-        "server_cpu_pct": round(100 * server_cpu / elapsed),
         "clients_cpu_pct": round(100 * sum(r["cpu"] for r in results) / elapsed),
+        "elapsed": elapsed,
     }
 
 

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_publish import cpu_seconds, publisher
+from bench_publish import cpu_seconds, publisher, summarize
 from bench_replay import fill
-from common import emit, env_info, free_port, percentile
+from common import emit, env_info, free_port
 
 from txlog import Journal, Record, publisher_hash
 
@@ -279,21 +279,10 @@ def run_publishers(
     cpu = [cpu_seconds(pid) - c for pid, c in zip(pids, cpu0, strict=True)]
     for p in procs:
         p.join()
-    total = sum(r["acked"] for r in results)
-    elapsed = max(r["elapsed"] for r in results)
-    lat = sorted(x for r in results for x in r["lat"])
-    return {
-        "publishers": publishers,
-        "size": size,
-        "window": window,
-        "secs": secs,
-        "messages": total,
-        "msgs_per_s": round(total / elapsed),
-        "p50_us": round(percentile(lat, 50) * 1e6),
-        "p99_us": round(percentile(lat, 99) * 1e6),
-        "server_cpu_pct": [round(100 * c / elapsed) for c in cpu],
-        "clients_cpu_pct": round(100 * sum(r["cpu"] for r in results) / elapsed),
-    }
+    summary = summarize(results, publishers, size, window, secs)
+    elapsed = summary.pop("elapsed")
+    summary["server_cpu_pct"] = [round(100 * c / elapsed) for c in cpu]
+    return summary
 
 
 def pair_cases(a: argparse.Namespace) -> list[tuple[int, int, int]]:
