@@ -152,7 +152,10 @@ class ServerProcess:
         return self.workdir / f"{self.name}.log"
 
     def start(self, timeout: float = 30) -> ServerProcess:
+        # a previous run's files must not pass for this process's (it rewrites both
+        # before it reports ready)
         self.ready_file.unlink(missing_ok=True)
+        self.stats_file.unlink(missing_ok=True)
         out = open(self.output, "ab")
         self.proc = subprocess.Popen(
             [

@@ -14,6 +14,8 @@ from txlog import (
     Journal,
     JournalError,
     Record,
+    RecordCodec,
+    ReplicaReader,
     format_bookmark,
     parse_bookmark,
     publisher_hash,
@@ -66,6 +68,55 @@ def test_append_assigns_txids_and_discards_duplicates(journal: Journal) -> None:
     assert [r.seq for r in journal.read(2, 100)] == [3, 4]
     assert [r.seq for r in journal.read(0, 100, max_txid=2)] == [1, 2]
     assert journal.statistics().duplicates == 3
+
+
+def test_replicated_records_are_stored_restamped_and_deduplicated(tmp_path: Path) -> None:
+    """A record received by replication is stored from its received bytes: new txid,
+    local timestamp and the upstream appended to its path, everything else (payload
+    compression included) as it arrived; copies arriving again or out of order are
+    judged by exact bookmark."""
+    ph = publisher_hash("pub")
+    with Journal(tmp_path / "up", instance_name="a", compression="zstd") as up:
+        recs = [make(ph, s) for s in (1, 2, 3, 4, 5)]
+        for rec in recs:
+            rec.origin = "a"
+        recs[4].correlation_id = "c-5"
+        up.append(recs[:4], 1000)
+        up.append(recs[4:], 1500)
+        sent, damage = up.read_route_views(0, 100)
+    assert damage is None
+    raws = [v.raw for v in sent]
+    reader = ReplicaReader(("a", "ga"))
+    with Journal(tmp_path / "down", instance_name="b") as down:
+        # 3 and 1 arrive first over another path; 1 arrives twice in one batch
+        assert down.append([reader(raws[2]), reader(raws[0]), reader(raws[0])], 2000) == [1, 2, 0]
+        txids = down.append([reader(r) for r in raws], 3000)
+        assert txids == [0, 3, 0, 4, 5]
+        stored = down.read(0, 10)
+        assert down.verify() == []
+        assert down.origin_high_water() == {"a": 5}
+    assert [r.seq for r in stored] == [3, 1, 2, 4, 5]
+    for rec in stored:
+        assert rec.path == (("a", "ga"),)
+        assert rec.origin == "a" and rec.origin_txid == rec.seq
+        assert rec.payload.startswith(b'{"seq":%d,' % rec.seq)
+        assert rec.client_name == "pub" and rec.topic == "orders"
+    assert [r.local_ts for r in stored] == [2000, 2000, 3000, 3000, 3000]
+    assert stored[4].correlation_id == "c-5" and stored[4].origin_ts == 1500
+
+
+def test_replica_reader_refuses_damaged_bytes() -> None:
+    codec = RecordCodec()
+    raw = codec.encode(make(publisher_hash("pub"), 1))
+    reader = ReplicaReader(("a", "ga"))
+    rec = reader(raw)
+    assert rec.payload == make(publisher_hash("pub"), 1).payload
+    flipped = bytearray(raw)
+    flipped[-3] ^= 0xFF
+    with pytest.raises(CorruptRecord, match="CRC mismatch"):
+        reader(bytes(flipped))
+    with pytest.raises(CorruptRecord, match="truncated"):
+        reader(raw[:20])
 
 
 def test_reopen_keeps_state_without_scanning(tmp_path: Path) -> None:

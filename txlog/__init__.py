@@ -12,7 +12,7 @@ from .journal import (
     JournalStatistics,
     VerifyProblem,
 )
-from .record import CorruptRecord, Flags, Kind, Record, RecordCodec
+from .record import CorruptRecord, Flags, Kind, Record, RecordCodec, ReplicaReader, ReplicaRecord
 
 __all__ = [
     "DURABILITY_MODES",
@@ -25,6 +25,8 @@ __all__ = [
     "Kind",
     "Record",
     "RecordCodec",
+    "ReplicaReader",
+    "ReplicaRecord",
     "VerifyProblem",
     "format_bookmark",
     "parse_bookmark",

@@ -37,7 +37,7 @@ from typing import Final, TypeVar
 
 import lmdb
 
-from .record import CorruptRecord, DeliveryView, Record, RecordCodec, RouteView
+from .record import CorruptRecord, DeliveryView, Record, RecordCodec, ReplicaRecord, RouteView
 
 _T = TypeVar("_T")
 _U64 = struct.Struct(">Q")
@@ -253,7 +253,11 @@ class Journal:
                         last = self._last_seq(txn, ph)
                     bm_key = _U64x2.pack(ph, rec.seq)
                     if rec.path:
-                        if bm_key in batch_marks or txn.get(bm_key, db=bookmarks) is not None:
+                        # above the publisher's highest stored seq it cannot be stored yet:
+                        # only out-of-order copies need the exact lookup
+                        if rec.seq <= last and (
+                            bm_key in batch_marks or txn.get(bm_key, db=bookmarks) is not None
+                        ):
                             txids.append(0)
                             continue
                         batch_marks.add(bm_key)
@@ -264,6 +268,15 @@ class Journal:
                         cache[ph] = rec.seq
                         pub_updates[ph] = (rec.seq, rec.client_name)
                     txid += 1
+                    key = _U64.pack(txid)
+                    if type(rec) is ReplicaRecord:
+                        rec_items.append((key, rec.restamp(txid, now_us)))
+                        bm_items.append((bm_key, key))
+                        txids.append(txid)
+                        origin = rec.origin
+                        if origin and rec.origin_txid > origin_updates.get(origin, 0):
+                            origin_updates[origin] = rec.origin_txid
+                        continue
                     rec.txid = txid
                     rec.local_ts = now_us
                     if not rec.origin_ts:
@@ -274,7 +287,6 @@ class Journal:
                         prev = origin_updates.get(rec.origin, 0)
                         if rec.origin_txid > prev:
                             origin_updates[rec.origin] = rec.origin_txid
-                    key = _U64.pack(txid)
                     rec_items.append((key, encode(rec)))
                     bm_items.append((bm_key, key))
                     txids.append(txid)

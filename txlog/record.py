@@ -399,6 +399,153 @@ class RecordCodec:
         return rec
 
 
+class ReplicaRecord(Record):
+    """A record received by replication, kept in its wire encoding.
+
+    The journal stores it by restamping the received bytes (new txid, local timestamp
+    and path, fresh CRC) instead of decoding and re-encoding every field: the payload
+    is never touched, so it keeps the compression it was stored with at its origin.
+    Every other field reads like a :class:`Record`'s; ``payload`` is decoded on first
+    use (only when a local subscriber wants it).
+
+    Built by :class:`ReplicaReader`; only the journal calls :meth:`restamp`.
+    """
+
+    __slots__ = ("_decoded", "_lengths", "_payload_size", "_tail")
+
+    _lengths: tuple[int, ...]  # the seven string lengths in ``_tail``
+    _payload_size: int
+    _tail: bytes  # what follows the fixed fields: strings (new path included), payload
+    _decoded: bytes | None
+
+    @property
+    def payload(self) -> bytes:  # type: ignore[override]
+        decoded = self._decoded
+        if decoded is None:
+            tail = self._tail
+            at = len(tail) - self._payload_size
+            decoded = self._decoded = _CODEC_FOR_PAYLOADS._payload(
+                tail, at, self.flags, self.txid or None
+            )
+        return decoded
+
+    def restamp(self, txid: int, local_ts: int) -> bytes:
+        """The value to store: the received record with ``txid``, ``local_ts`` and the
+        extended path, under a new CRC."""
+        self.txid = txid
+        self.local_ts = local_ts
+        head = _AFTER_CRC.pack(
+            FORMAT_VERSION,
+            self.kind,
+            self.flags,
+            txid,
+            self.pub_hash,
+            self.seq,
+            self.origin_txid,
+            self.origin_ts,
+            local_ts,
+            *self._lengths,
+        )
+        tail = self._tail
+        return b"".join((_CRC.pack(zlib.crc32(tail, zlib.crc32(head))), head, tail))
+
+
+class _Strings(NamedTuple):
+    """The decoded string block of a received record, with its restamped encoding."""
+
+    client_name: str
+    origin: str
+    topic: str
+    message_type: str
+    sow_key: str
+    correlation_id: str
+    path: tuple[tuple[str, str], ...]
+    block: bytes  # the string block with the extended path, as it will be stored
+    lengths: tuple[int, ...]  # the seven string lengths of ``block``
+
+
+class ReplicaReader:
+    """Turns records received by replication from one upstream into
+    :class:`ReplicaRecord`\\ s that extend their path with ``hop`` (name, group).
+
+    Records of one publisher carry the same names, so the string block (client,
+    origin, topic, type, path) repeats; it is decoded once and cached, bounded by
+    ``cache_size`` distinct blocks.
+    """
+
+    def __init__(self, hop: tuple[str, str], cache_size: int = 4096) -> None:
+        self.hop = hop
+        self._cache: dict[bytes, _Strings] = {}
+        self._cache_size = cache_size
+
+    def __call__(self, value: bytes) -> ReplicaRecord:
+        """Raises:
+        CorruptRecord: the received bytes fail their CRC or do not decode."""
+        fields, end = _checked_header(value, None)
+        block = value[_FIXED_SIZE:end]
+        strings = self._cache.get(block)
+        if strings is None:
+            strings = self._strings(block, fields[10:17])
+        rec = ReplicaRecord.__new__(ReplicaRecord)
+        rec.txid = 0
+        rec.kind = fields[2]
+        rec.flags = fields[3]
+        rec.pub_hash = fields[5]
+        rec.seq = fields[6]
+        rec.origin_txid = fields[7]
+        rec.origin_ts = fields[8]
+        rec.local_ts = 0
+        (
+            rec.client_name,
+            rec.origin,
+            rec.topic,
+            rec.message_type,
+            rec.sow_key,
+            rec.correlation_id,
+            rec.path,
+            new_block,
+            rec._lengths,
+        ) = strings
+        rec._payload_size = len(value) - end
+        rec._tail = new_block + value[end:]
+        rec._decoded = None
+        return rec
+
+    def _strings(self, block: bytes, lengths: tuple[int, ...]) -> _Strings:
+        texts: list[str] = []
+        pos = 0
+        try:
+            for n in lengths[:6]:
+                texts.append(block[pos : pos + n].decode())
+                pos += n
+        except UnicodeDecodeError as exc:
+            raise CorruptRecord(None, f"text field is not UTF-8 ({exc})") from None
+        try:
+            path = (*_decode_path(block[pos:]), self.hop)
+        except UnicodeDecodeError as exc:
+            raise CorruptRecord(None, f"path is not UTF-8 ({exc})") from None
+        new_path = _encode_path(path)
+        client, origin, topic, mtype, sow_key, cid = texts
+        strings = _Strings(
+            client,
+            origin,
+            topic,
+            mtype,
+            sow_key,
+            cid,
+            path,
+            block[:pos] + new_path,
+            (*lengths[:6], len(new_path)),
+        )
+        cache = self._cache
+        if len(cache) >= self._cache_size:
+            cache.clear()
+        # a correlation id or SOW key makes each block unique: not worth caching
+        if not (lengths[4] or lengths[5]):
+            cache[block] = strings
+        return strings
+
+
 class DeliveryView(NamedTuple):
     """The fields a subscriber delivery needs, decoded without building a Record."""
 
@@ -440,3 +587,7 @@ def _checked_header(value: bytes, expected_txid: int | None) -> tuple[tuple[int,
     if end > len(value):
         raise CorruptRecord(expected_txid, "string lengths run past the end of the record")
     return fields, end
+
+
+#: decompresses lazily-read replica payloads (ZstdDecompressor is stateless per call)
+_CODEC_FOR_PAYLOADS: Final = RecordCodec()

@@ -19,7 +19,7 @@ import trio
 
 from amps_py import events
 from amps_py.trio_util import unwrapping_groups
-from txlog import CorruptRecord, Record, RecordCodec
+from txlog import CorruptRecord, Record, ReplicaReader
 
 from .link import PROTOCOL_VERSION, Data, DownstreamLink, Hello, LinkError, Refused
 from .validation import TopicDescriptor, describe, validate
@@ -52,11 +52,6 @@ def _passes(path: tuple[tuple[str, str], ...], name: str) -> bool:
     return any(hop == name for hop, _ in path)
 
 
-@functools.lru_cache(maxsize=4096)
-def _extend(path: tuple[tuple[str, str], ...], hop: tuple[str, str]) -> tuple[tuple[str, str], ...]:
-    return (*path, hop)
-
-
 class UpstreamConnection:
     """One accepted connection from an upstream instance."""
 
@@ -69,7 +64,6 @@ class UpstreamConnection:
         self.messages_in = 0
         self.duplicates = 0
         self.cursor_txid = 0
-        self._codec = RecordCodec()
         self._link: DownstreamLink | None = None
         self._acked = 0
         self._pending_ack = 0
@@ -230,11 +224,10 @@ class UpstreamConnection:
         return None
 
     async def _receive_loop(self, link: DownstreamLink) -> None:
-        decode = self._codec.decode
         writer = self.instance.writer
         assert writer is not None
         own = self.instance.name
-        hop = (self.name, self.group)
+        replica = ReplicaReader((self.name, self.group))
         while True:
             data = await self.stream.receive_some(256 * 1024)
             if not data:
@@ -247,17 +240,14 @@ class UpstreamConnection:
                 records: list[Record] = []
                 for raw in event.records:
                     try:
-                        rec = decode(raw)
+                        rec = replica(raw)
                     except CorruptRecord as exc:
                         raise LinkError(
                             "bad data", f"a record failed its CRC in transit: {exc}"
                         ) from None
-                    path = rec.path
-                    if rec.origin == own or (path and _passes(path, own)):
+                    if rec.origin == own or _passes(rec.path, own):
                         self.duplicates += 1  # came back around a loop: never store twice
                         continue
-                    rec.path = _extend(path, hop)
-                    rec.txid = 0
                     records.append(rec)
                 self.messages_in += len(records)
                 upto = event.upto

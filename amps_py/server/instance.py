@@ -758,14 +758,23 @@ def _iso_us(ts_us: int) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{micros:06d}Z"
 
 
-async def _write_statistics(instance: Instance, path: Path, interval: float) -> None:
+async def _write_statistics(
+    instance: Instance,
+    path: Path,
+    interval: float,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Write ``instance.statistics()`` as JSON to ``path`` every ``interval`` seconds
-    (atomically), until cancelled. Until the admin API exists this is how tests and
-    operators read counters."""
+    (atomically), until cancelled; started once the first write is done. Until the
+    admin API exists this is how tests and operators read counters."""
     tmp = path.with_suffix(path.suffix + ".tmp")
+    started = False
     while True:
         tmp.write_text(json.dumps(dataclasses.asdict(instance.statistics()), default=str))
         tmp.replace(path)
+        if not started:
+            task_status.started()
+            started = True
         await trio.sleep(interval)
 
 
@@ -785,6 +794,9 @@ async def serve_instance(
     instance = Instance(config)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(instance.serve)
+        if stats_file is not None:
+            # before the ready file: whoever sees "ready" finds this process's statistics
+            await nursery.start(_write_statistics, instance, Path(stats_file), stats_interval)
         if ready_file is not None:
             path = Path(ready_file)
             tmp = path.with_suffix(path.suffix + ".tmp")
@@ -798,6 +810,4 @@ async def serve_instance(
                 )
             )
             tmp.replace(path)
-        if stats_file is not None:
-            nursery.start_soon(_write_statistics, instance, Path(stats_file), stats_interval)
         task_status.started(instance)
