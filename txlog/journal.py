@@ -208,6 +208,7 @@ class Journal:
         now_us: int,
         on_staged: Callable[[], None] | None = None,
         cursors: Mapping[str, tuple[int, str]] | None = None,
+        encoded: list[bytes] | None = None,
     ) -> list[int]:
         """Store ``records`` in one transaction (one fsync) and return their txids.
 
@@ -226,6 +227,10 @@ class Journal:
         upstream record)``: how far this journal holds each upstream's replication
         stream. They are written in the same transaction as the records, so a journal
         restored from a backup carries the cursors that match its contents.
+
+        ``encoded``, when given, receives the stored value of every stored record, in
+        txid order (after a successful commit only): replication sends fresh records
+        from memory instead of reading them back.
 
         ``on_staged`` is called once every put is done, just before the commit (the
         fsync). The server uses it to keep its event loop off the GIL while the puts
@@ -313,6 +318,8 @@ class Journal:
             self._pub_cache.clear()
             raise
         if rec_items:
+            if encoded is not None:
+                encoded.extend(value for _, value in rec_items)
             if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
                 self._last_time_entry = now_us
             self._last_txid = txid

@@ -331,7 +331,11 @@ class Destination:
         journal = instance.journal
         assert journal is not None
         accepts = self.route.accepts
+        verdict = self.route.verdict
         remote = self.remote_name
+        writer = instance.writer
+        assert writer is not None
+        recent = writer.recent
         while True:
             committed = instance.committed_txid
             if self.sent_txid >= committed:
@@ -340,21 +344,46 @@ class Destination:
             while self.sent_txid - self.acked_txid > MAX_UNACKED_RECORDS:
                 self._ack_event = trio.Event()
                 await self._ack_event.wait()
-            # routing views decode only what routing needs; the stored bytes go out as
-            # they are, and a payload is decoded only for a content filter
+            fresh = recent.after(self.sent_txid, SEND_BATCH, committed)
+            if fresh is not None:
+                # just committed: the records and their stored bytes are in memory
+                records, values = fresh
+                selected = []
+                for rec, value in zip(records, values, strict=True):
+                    ok = verdict(rec.topic, rec.message_type, rec.origin, rec.path, remote)
+                    if ok is None:  # a content filter decides
+                        ok = accepts(
+                            topic=rec.topic,
+                            message_type=rec.message_type,
+                            origin=rec.origin,
+                            path=rec.path,
+                            payload=rec.payload,
+                            remote_name=remote,
+                        )
+                    if ok:
+                        selected.append(value)
+                last = records[-1]
+                upto, upto_bm = last.txid, last.bookmark
+                frame = link.data(selected, upto, upto_bm, trio.current_time(), self.sent_txid)
+                await self._sent(stream, frame, selected, upto, resync_end, link)
+                continue
+            # further behind: routing views decode only what routing needs; the stored
+            # bytes go out as they are, and a payload is decoded only for a content filter
             batch, damage = journal.read_route_views(self.sent_txid, SEND_BATCH, committed)
-            selected = [
-                view.raw
-                for view in batch
-                if accepts(
-                    topic=view.topic,
-                    message_type=view.message_type,
-                    origin=view.origin,
-                    path=view.path,
-                    payload=functools.partial(journal.route_payload, view),
-                    remote_name=remote,
-                )
-            ]
+            selected = []
+            for view in batch:
+                ok = verdict(view.topic, view.message_type, view.origin, view.path, remote)
+                if ok is None:
+                    ok = accepts(
+                        topic=view.topic,
+                        message_type=view.message_type,
+                        origin=view.origin,
+                        path=view.path,
+                        payload=functools.partial(journal.route_payload, view),
+                        remote_name=remote,
+                    )
+                if ok:
+                    selected.append(view.raw)
             if damage is not None:
                 # a damaged record cannot be sent; say so loudly, never skip quietly
                 self.holes += 1
@@ -374,15 +403,27 @@ class Destination:
                 await instance.wait_for_commit(self.sent_txid)
                 continue
             frame = link.data(selected, upto, upto_bm, trio.current_time(), self.sent_txid)
-            # the peer may ack this frame before send_all returns: count it as sent first
-            self._sending_upto = upto
-            await self._send(stream, frame)
-            if self.sent_txid < resync_end:
-                self.resync_records += len(selected)
-            self.sent_txid = upto
-            self.messages_out += len(selected)
-            self.bytes_out = link.bytes_out
-            self.raw_bytes_out = link.raw_bytes_out
+            await self._sent(stream, frame, selected, upto, resync_end, link)
+
+    async def _sent(
+        self,
+        stream: trio.abc.Stream,
+        frame: bytes,
+        selected: list[bytes],
+        upto: int,
+        resync_end: int,
+        link: UpstreamLink,
+    ) -> None:
+        """Send one data frame that brings the destination up to ``upto``; count it."""
+        # the peer may ack this frame before send_all returns: count it as sent first
+        self._sending_upto = upto
+        await self._send(stream, frame)
+        if self.sent_txid < resync_end:
+            self.resync_records += len(selected)
+        self.sent_txid = upto
+        self.messages_out += len(selected)
+        self.bytes_out = link.bytes_out
+        self.raw_bytes_out = link.raw_bytes_out
 
     async def _receive_loop(
         self, stream: trio.abc.Stream, link: UpstreamLink, scope: trio.CancelScope

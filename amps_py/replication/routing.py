@@ -45,6 +45,7 @@ class Route:
         )
         self._passes_group: dict[str, bool] = {}
         self._topic_cache: dict[tuple[str, str], tuple[_TopicRule, ...]] = {}
+        self._verdicts: dict[tuple[str, str, str, tuple[tuple[str, str], ...], str], Any] = {}
 
     def passes_through(self, group: str) -> bool:
         """Rule 3 for a message received from an instance of ``group``."""
@@ -64,6 +65,48 @@ class Route:
             self._topic_cache[key] = rules
         return rules
 
+    def verdict(
+        self,
+        topic: str,
+        message_type: str,
+        origin: str,
+        path: tuple[tuple[str, str], ...],
+        remote_name: str,
+    ) -> bool | None:
+        """:meth:`accepts` decided without the payload, or ``None`` when a content
+        filter must see it. Cached: a fabric has few distinct (topic, type, origin,
+        path) combinations, so the send loop pays one dict lookup per record."""
+        key = (topic, message_type, origin, path, remote_name)
+        known = self._verdicts.get(key, _UNKNOWN)
+        if known is _UNKNOWN:
+            known = self._verdict(topic, message_type, origin, path, remote_name)
+            if len(self._verdicts) > 100_000:
+                self._verdicts.clear()
+            self._verdicts[key] = known
+        return known  # type: ignore[no-any-return]
+
+    def _verdict(
+        self,
+        topic: str,
+        message_type: str,
+        origin: str,
+        path: tuple[tuple[str, str], ...],
+        remote_name: str,
+    ) -> bool | None:
+        if not self.accepts(
+            topic=topic,
+            message_type=message_type,
+            origin=origin,
+            path=path,
+            payload=_no_payload,
+            remote_name=remote_name,
+            filters=False,
+        ):
+            return False
+        if any(rule.filter is None for rule in self._rules_for(topic, message_type)):
+            return True
+        return None
+
     def accepts(
         self,
         *,
@@ -73,11 +116,13 @@ class Route:
         path: Sequence[tuple[str, str]],
         payload: bytes | Callable[[], bytes],
         remote_name: str,
+        filters: bool = True,
     ) -> bool:
         """True when the message goes to this destination, whose instance is
         ``remote_name``. ``path`` lists (instance, group) hops before this instance,
         origin first; it is empty for a message published here. ``payload`` may be a
-        function returning it, called only when a content filter needs it."""
+        function returning it, called only when a content filter needs it.
+        ``filters=False`` treats every content filter as matching."""
         # rule 2: never back to an instance the message already went through
         if remote_name == origin:
             return False
@@ -93,7 +138,7 @@ class Route:
             return False
         doc: Any = _UNPARSED
         for rule in rules:
-            if rule.filter is None:
+            if rule.filter is None or not filters:
                 return True
             if doc is _UNPARSED:
                 try:
@@ -122,3 +167,10 @@ class _Unparsed:
 
 
 _UNPARSED: Any = _Unparsed()
+
+
+_UNKNOWN: Any = object()
+
+
+def _no_payload() -> bytes:
+    raise AssertionError("a routing verdict never reads the payload")

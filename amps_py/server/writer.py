@@ -27,6 +27,58 @@ log = logging.getLogger("amps_py.server.writer")
 MAX_BATCH = 8192
 
 
+class RecentRecords:
+    """The newest committed records and their stored values, by txid: a bounded
+    in-memory tail of the journal.
+
+    Replication destinations that keep up read fresh records here instead of reading
+    them back from LMDB (no CRC check, no decoding: these are the objects and bytes
+    just committed); a destination further behind than the tail reads the journal.
+    Bounded by ``max_records`` and ``max_bytes`` (of stored values), trimmed from the
+    oldest end.
+    """
+
+    def __init__(self, max_records: int = 32_768, max_bytes: int = 64 * 1024**2) -> None:
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._records: list[Record] = []
+        self._values: list[bytes] = []
+        self._first = 0  # txid of _records[0]
+        self._bytes = 0
+
+    def add(self, records: list[Record], values: list[bytes]) -> None:
+        """Append a commit's stored records (consecutive txids) and their values."""
+        if not records:
+            return
+        if not self._records or records[0].txid != self._first + len(self._records):
+            self._records, self._values, self._bytes = [], [], 0
+            self._first = records[0].txid
+        self._records.extend(records)
+        self._values.extend(values)
+        self._bytes += sum(map(len, values))
+        # trim in large steps (amortised): down to the limits once 1.5x over them
+        n = len(self._records)
+        if n > self.max_records * 3 // 2 or self._bytes > self.max_bytes * 3 // 2:
+            drop = max(n - self.max_records, 0)
+            dropped = sum(map(len, self._values[:drop]))
+            while self._bytes - dropped > self.max_bytes and drop < n - 1:
+                dropped += len(self._values[drop])
+                drop += 1
+            del self._records[:drop]
+            del self._values[:drop]
+            self._bytes -= dropped
+            self._first += drop
+
+    def after(self, txid: int, limit: int, upto: int) -> tuple[list[Record], list[bytes]] | None:
+        """Up to ``limit`` records with txids after ``txid`` and at most ``upto``, with
+        their values; ``None`` when the tail does not hold ``txid + 1``."""
+        start = txid + 1 - self._first
+        if start < 0 or start >= len(self._records):
+            return None
+        end = min(start + limit, upto + 1 - self._first)
+        return self._records[start:end], self._values[start:end]
+
+
 @dataclass(frozen=True)
 class _Marker:
     position: int  # the marker is committed with the batch holding record #position
@@ -44,6 +96,10 @@ class WriterStatistics:
     last_batch: int
     max_batch: int
     committed_txid: int
+    #: total seconds spent in commits (staging the puts, then the fsync)
+    commit_seconds: float
+    #: of which waiting for the commit's fsync (after the puts were staged)
+    sync_seconds: float
 
 
 class JournalWriter:
@@ -71,11 +127,15 @@ class JournalWriter:
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
         self.committed_txid = journal.last_txid
+        #: the newest committed records, for replication (see :class:`RecentRecords`)
+        self.recent = RecentRecords()
         self._commits = 0
         self._records = 0
         self._duplicates = 0
         self._last_batch = 0
         self._max_batch = 0
+        self._commit_seconds = 0.0
+        self._sync_seconds = 0.0
 
     def submit(self, record: Record) -> None:
         """Queue one record for the next commit."""
@@ -124,8 +184,10 @@ class JournalWriter:
                 markers.append(self._markers.pop(0))
             cursors = {m.upstream: m.cursor for m in markers}
             now_us = time.time_ns() // 1000
-            txids = await self._append(batch, now_us, cursors)
+            values: list[bytes] = []
+            txids = await self._append(batch, now_us, cursors, values)
             stored = [rec for rec, txid in zip(batch, txids, strict=True) if txid]
+            self.recent.add(stored, values)
             self._commits += 1
             self._records += len(stored)
             self._duplicates += len(batch) - len(stored)
@@ -142,7 +204,11 @@ class JournalWriter:
                 rider()
 
     async def _append(
-        self, batch: list[Record], now_us: int, cursors: dict[str, tuple[int, str]]
+        self,
+        batch: list[Record],
+        now_us: int,
+        cursors: dict[str, tuple[int, str]],
+        values: list[bytes],
     ) -> list[int]:
         """Run ``journal.append`` on a worker thread; block this thread during the puts.
 
@@ -159,7 +225,7 @@ class JournalWriter:
         result: list[outcome.Outcome[list[int]]] = []
 
         def work() -> list[int]:
-            return journal.append(batch, now_us, staged.set, cursors or None)
+            return journal.append(batch, now_us, staged.set, cursors or None, values)
 
         def deliver(out: outcome.Outcome[list[int]]) -> None:
             result.append(out)
@@ -167,9 +233,14 @@ class JournalWriter:
             token.run_sync_soon(done.set)
 
         async with self._limiter:
+            t0 = time.perf_counter()
             trio.lowlevel.start_thread_soon(work, deliver)
             staged.wait()  # short: the puts of one batch; the GIL is free meanwhile
+            t1 = time.perf_counter()
             await done.wait()
+            t2 = time.perf_counter()
+        self._commit_seconds += t2 - t0
+        self._sync_seconds += t2 - t1
         return result[0].unwrap()
 
     def statistics(self) -> WriterStatistics:
@@ -181,4 +252,6 @@ class JournalWriter:
             last_batch=self._last_batch,
             max_batch=self._max_batch,
             committed_txid=self.committed_txid,
+            commit_seconds=round(self._commit_seconds, 6),
+            sync_seconds=round(self._sync_seconds, 6),
         )

@@ -185,6 +185,12 @@ class Node:
         s = self.stats()
         return int(s["journal"]["records"]) if s and s.get("journal") else -1
 
+    def commits(self) -> tuple[int, float, float]:
+        """Group commits so far, seconds in commits, of which waiting for fsync."""
+        s = self.stats()
+        w = (s or {}).get("writer") or {}
+        return int(w.get("commits", 0)), w.get("commit_seconds", 0.0), w.get("sync_seconds", 0.0)
+
     def stop(self) -> None:
         if self.proc is None:
             return
@@ -306,6 +312,18 @@ def stall_report(A: Node, B: Node) -> dict[str, Any]:
     }
 
 
+def commit_figures(
+    tag: str, before: tuple[int, float, float], after: tuple[int, float, float], secs: float
+) -> dict[str, Any]:
+    """Commits per second and the mean commit / fsync time (ms) between two readings."""
+    n = max(after[0] - before[0], 1)
+    return {
+        f"{tag}_commits_per_s": round((after[0] - before[0]) / secs),
+        f"{tag}_commit_ms": round(1000 * (after[1] - before[1]) / n, 2),
+        f"{tag}_fsync_ms": round(1000 * (after[2] - before[2]) / n, 2),
+    }
+
+
 def bench_pair(a: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="amps-bench-pair-"))
     A = Node(work, "A", "pair", a.durability)
@@ -337,6 +355,7 @@ def bench_pair(a: argparse.Namespace) -> None:
                 "durability": a.durability,
                 "publisher": gen,
             }
+            commits0 = (A.commits(), B.commits())
             try:
                 r = run_publishers(
                     A.port, *args, f"c{n}", [A.pid, B.pid], full_window=a.full_window
@@ -369,6 +388,10 @@ def bench_pair(a: argparse.Namespace) -> None:
                     "a_cpu_pct": cpu_a,
                     "b_cpu_pct": cpu_b,
                     "records_a_b": same,
+                    # group commits per second: each is one fsync; their rate shows
+                    # whether the round trip or the CPU bounds the pair
+                    **commit_figures("a", commits0[0], A.commits(), a.secs),
+                    **commit_figures("b", commits0[1], B.commits(), a.secs),
                     "b_to_a_messages_out": (B.destination("A") or {}).get("messages_out"),
                 },
                 a.out,
