@@ -63,3 +63,24 @@ def test_filters_apply_per_topic_entry() -> None:
 def test_any_topic_when_the_name_is_omitted() -> None:
     route = Route(dest(topics=((None, None),)))
     assert accepts(route, topic="anything/at/all")
+
+
+def test_cached_verdicts_agree_with_accepts_and_defer_to_filters() -> None:
+    """The send loop's cached verdict must never disagree with the full rule; where a
+    content filter decides, it says so (None) instead of guessing."""
+    route = Route(dest(topics=(("orders", "/qty > 10"), ("audit", None)), passthrough=("NY",)))
+    cases = [
+        ("audit", "a", ()),
+        ("audit", "b", ()),
+        ("audit", "x", (("x", "NYC"),)),
+        ("audit", "x", (("x", "LDN"),)),
+        ("audit", "x", (("b", "NYC"),)),
+        ("quotes", "a", ()),
+    ]
+    for _ in range(2):  # the second round answers from the cache
+        for topic, origin, path in cases:
+            expected = accepts(route, topic=topic, origin=origin, path=path)
+            assert route.verdict(topic, "json", origin, path, "b") is expected, (topic, path)
+    assert route.verdict("orders", "json", "a", (), "b") is None
+    assert route.verdict("orders", "json", "b", (), "b") is False  # loop rule first
+    assert route.verdict("orders", "binary", "a", (), "b") is False

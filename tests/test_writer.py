@@ -1,0 +1,56 @@
+"""The writer's in-memory tail of committed records (what replication sends from)."""
+
+from __future__ import annotations
+
+from amps_py.server.writer import RecentRecords
+from txlog import Record
+
+
+def committed(first: int, n: int, size: int = 10) -> tuple[list[Record], list[bytes]]:
+    records = []
+    for txid in range(first, first + n):
+        rec = Record(topic="t", payload=b"x", pub_hash=1, seq=txid)
+        rec.txid = txid
+        records.append(rec)
+    return records, [bytes(size)] * n
+
+
+def test_after_returns_consecutive_records_up_to_the_limits() -> None:
+    tail = RecentRecords(max_records=100)
+    assert tail.after(0, 10, 5) is None  # empty: read the journal
+    tail.add(*committed(1, 5))
+    tail.add(*committed(6, 5))
+    got = tail.after(2, 4, 10)
+    assert got is not None
+    assert [r.txid for r in got[0]] == [3, 4, 5, 6] and len(got[1]) == 4
+    got = tail.after(7, 100, 9)  # never beyond what the caller knows is committed
+    assert got is not None and [r.txid for r in got[0]] == [8, 9]
+    assert tail.after(10, 10, 10) is None  # nothing newer held
+
+
+def test_trimmed_records_are_read_from_the_journal_instead() -> None:
+    tail = RecentRecords(max_records=10, max_bytes=1_000_000)
+    for first in range(1, 100, 5):
+        tail.add(*committed(first, 5))
+    assert tail.after(0, 10, 100) is None
+    got = tail.after(99, 10, 100)
+    assert got is not None and [r.txid for r in got[0]] == [100]
+    oldest = min(t for t in range(101) if tail.after(t, 1, 100) is not None)
+    assert 100 - oldest <= 15  # bounded: at most 1.5 x max_records kept
+
+
+def test_bytes_bound_the_tail_too() -> None:
+    tail = RecentRecords(max_records=1000, max_bytes=1000)
+    for first in range(1, 200, 10):
+        tail.add(*committed(first, 10, size=100))
+    oldest = min(t for t in range(201) if tail.after(t, 1, 200) is not None)
+    assert (200 - oldest) * 100 <= 1500
+
+
+def test_a_gap_in_txids_resets_the_tail() -> None:
+    tail = RecentRecords()
+    tail.add(*committed(1, 5))
+    tail.add(*committed(20, 5))  # the journal was written by someone else in between
+    assert tail.after(3, 10, 24) is None
+    got = tail.after(19, 10, 24)
+    assert got is not None and [r.txid for r in got[0]] == [20, 21, 22, 23, 24]
