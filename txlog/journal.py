@@ -241,43 +241,50 @@ class Journal:
         """
         txids: list[int] = []
         encode = self._codec.encode
+        pack_key = _U64.pack
+        pack_mark = _U64x2.pack
         txid = self._last_txid
         rec_items: list[tuple[bytes, bytes]] = []
         bm_items: list[tuple[bytes, bytes]] = []
-        pub_updates: dict[int, tuple[int, str]] = {}
+        pub_updates: dict[int, Record] = {}  # publisher -> its highest-seq record here
         origin_updates: dict[str, int] = {}
         cache = self._pub_cache
-        batch_marks: set[bytes] = set()
+        cached_seq = cache.get
+        # bookmarks stored by this batch; built only when an out-of-order copy shows up
+        marks: set[bytes] | None = None
         try:
             with self._env.begin(write=True) as txn:
                 bookmarks = self._bookmarks
                 for rec in records:
                     ph = rec.pub_hash
-                    last = cache.get(ph)
+                    seq = rec.seq
+                    last = cached_seq(ph)
                     if last is None:
                         last = self._last_seq(txn, ph)
-                    bm_key = _U64x2.pack(ph, rec.seq)
-                    if rec.path:
-                        # above the publisher's highest stored seq it cannot be stored yet:
-                        # only out-of-order copies need the exact lookup
-                        if rec.seq <= last and (
-                            bm_key in batch_marks or txn.get(bm_key, db=bookmarks) is not None
-                        ):
+                    bm_key = pack_mark(ph, seq)
+                    if seq <= last:
+                        if not rec.path:
+                            txids.append(0)  # published here: the publisher-sequence rule
+                            continue
+                        # a replicated copy at or below the high-water mark: exact lookup
+                        # (copies may arrive over several paths in any order)
+                        if marks is None:
+                            marks = {mark for mark, _ in bm_items}
+                        if bm_key in marks or txn.get(bm_key, db=bookmarks) is not None:
                             txids.append(0)
                             continue
-                        batch_marks.add(bm_key)
-                    elif rec.seq <= last:
-                        txids.append(0)
-                        continue
-                    if rec.seq > last:
-                        cache[ph] = rec.seq
-                        pub_updates[ph] = (rec.seq, rec.client_name)
+                        marks.add(bm_key)
+                    else:
+                        cache[ph] = seq
+                        pub_updates[ph] = rec
+                        if marks is not None:
+                            marks.add(bm_key)
                     txid += 1
-                    key = _U64.pack(txid)
+                    key = pack_key(txid)
+                    bm_items.append((bm_key, key))
+                    txids.append(txid)
                     if type(rec) is ReplicaRecord:
                         rec_items.append((key, rec.restamp(txid, now_us)))
-                        bm_items.append((bm_key, key))
-                        txids.append(txid)
                         origin = rec.origin
                         if origin and rec.origin_txid > origin_updates.get(origin, 0):
                             origin_updates[origin] = rec.origin_txid
@@ -288,18 +295,15 @@ class Journal:
                         rec.origin_ts = now_us
                     if rec.origin_txid == 0:
                         rec.origin_txid = txid
-                    elif rec.origin:
-                        prev = origin_updates.get(rec.origin, 0)
-                        if rec.origin_txid > prev:
-                            origin_updates[rec.origin] = rec.origin_txid
+                    elif rec.origin and rec.origin_txid > origin_updates.get(rec.origin, 0):
+                        origin_updates[rec.origin] = rec.origin_txid
                     rec_items.append((key, encode(rec)))
-                    bm_items.append((bm_key, key))
-                    txids.append(txid)
                 if rec_items:
                     txn.cursor(db=self._records).putmulti(rec_items, append=True)
                     txn.cursor(db=bookmarks).putmulti(bm_items)
-                    for ph, (seq, name) in pub_updates.items():
-                        txn.put(_U64.pack(ph), _U64.pack(seq) + name.encode(), db=self._publishers)
+                    for ph, high in pub_updates.items():
+                        value = _U64.pack(high.seq) + high.client_name.encode()
+                        txn.put(_U64.pack(ph), value, db=self._publishers)
                     for origin, otx in origin_updates.items():
                         key_o = origin.encode()
                         raw = txn.get(key_o, db=self._origins)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("amps_py.replication.outgoing")
 
 #: records read from the journal per data frame
-SEND_BATCH: Final = 1024
+SEND_BATCH: Final = 8192
 #: stop sending while this many records are sent but not acknowledged
 MAX_UNACKED_RECORDS: Final = 200_000
 CONNECT_TIMEOUT: Final = 5.0

@@ -202,6 +202,11 @@ class JournalWriter:
             riders, self._riders = self._riders, []
             for rider in riders:
                 rider()
+            # Let the tasks this commit woke (replication sends, acks) run before the
+            # next batch's puts block this thread. Trio may run one scheduling batch in
+            # either order, so two checkpoints guarantee they get their turn.
+            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
 
     async def _append(
         self,
