@@ -15,6 +15,7 @@ the CA to trust when the server's certificate is not signed by a system CA).
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import sys
@@ -41,6 +42,19 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------------- serve
+def tune_garbage_collector() -> None:
+    """Collect the young generation every 50,000 allocations instead of 700.
+
+    The server allocates a few objects per message and keeps tens of thousands alive
+    (the commit tail, records awaiting acks), none in reference cycles of note; with
+    the default threshold the cyclic collector ran every few hundred messages and took
+    a measurable share of a replication stream's CPU. Memory is still reclaimed by
+    reference counting as before; only cycle detection runs less often.
+    """
+    gc.freeze()  # what was imported and configured so far is never collected
+    gc.set_threshold(50_000, 20, 100)
+
+
 @main.command()
 @click.option(
     "--config",
@@ -105,6 +119,7 @@ def serve(
             nursery.cancel_scope.cancel()
             raise
 
+    tune_garbage_collector()
     try:
         trio.run(run)
     except OSError as exc:
