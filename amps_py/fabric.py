@@ -112,9 +112,13 @@ class Member:
     port: int
     instance: str | None
     refused: str | None = None  # why the instance would refuse the link, if it would
+    #: no address: the link runs back over the connection ``instance`` opens here
+    back: bool = False
 
     @property
     def address(self) -> str:
+        if self.back:
+            return f"back over {self.instance}'s connection"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
@@ -611,22 +615,67 @@ def build_fabric(configs: Iterable[InstanceConfig]) -> Fabric:
             )
             link = Link(cfg, dest, members)
             link.members = tuple(_check_member(link, m, instances, problems) for m in members)
-            if not dest.inet_addrs:
-                problems.append(
-                    Finding(
-                        "warning",
-                        cfg.name,
-                        "",
-                        f"Destination {dest.name} has no InetAddr: it waits for the peer "
-                        "to connect, and amps-py does not carry back replication over an "
-                        "inbound connection yet, so nothing is sent on it",
-                        f"give Destination {dest.name} the peer's replication address "
-                        "(Transport/InetAddr)",
-                    )
-                )
             out.append(link)
         links[cfg.name] = tuple(out)
+    for own in links.values():
+        for link in own:
+            if not link.destination.inet_addrs:
+                _resolve_back(link, links, instances, problems)
     return Fabric(instances, links, tuple(problems))
+
+
+def _back_peers(
+    link: Link, links: Mapping[str, tuple[Link, ...]], instances: Mapping[str, InstanceConfig]
+) -> list[str]:
+    """Instances that open a connection to ``link``'s source on which this destination
+    (without InetAddr) would replicate back: the server's rule in
+    ``ReplicationManager.back_destination``."""
+    source, dest = link.source, link.destination
+    peers: list[str] = []
+    for other, their_links in links.items():
+        if other == source.name:
+            continue
+        dials_here = any(source.name in theirs.targets for theirs in their_links)
+        if not dials_here:
+            continue
+        named = [d for d in source.replication if d.name == other]
+        chosen = named[0] if named else None
+        if chosen is None:
+            group = instances[other].group
+            chosen = next(
+                (d for d in source.replication if not d.inet_addrs and d.group == group), None
+            )
+        if chosen is dest:
+            peers.append(other)
+    return peers
+
+
+def _resolve_back(
+    link: Link,
+    links: Mapping[str, tuple[Link, ...]],
+    instances: Mapping[str, InstanceConfig],
+    problems: list[Finding],
+) -> None:
+    """Members of a destination without InetAddr: the peers whose connections it
+    replicates back over (or a warning that nothing ever connects)."""
+    cfg, dest = link.source, link.destination
+    peers = _back_peers(link, links, instances)
+    if not peers:
+        problems.append(
+            Finding(
+                "warning",
+                cfg.name,
+                "",
+                f"Destination {dest.name} has no InetAddr, so it only replicates back over "
+                "a connection its peer opens, and no instance in this fabric with that name "
+                f"(or Group {dest.group!r}) replicates to {cfg.name}: nothing is sent on it",
+                f"give Destination {dest.name} the peer's replication address "
+                f"(Transport/InetAddr), or add a Destination for {cfg.name} to the peer",
+            )
+        )
+        return
+    members = tuple(Member("", 0, peer, back=True) for peer in peers)
+    link.members = tuple(_check_member(link, m, instances, problems) for m in members)
 
 
 def _host_key(host: str) -> str:

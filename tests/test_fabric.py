@@ -356,3 +356,37 @@ def test_plain_destination_to_a_tls_listener_is_flagged(tmp_path: Path) -> None:
     report = load_fabric([tmp_path]).report()
     assert "speaks plain TCP (amps-replication)" in report
     assert "expects TLS: the link cannot connect" in report
+
+
+def _dmz_variant(tmp_path: Path, *, peer_dials: bool) -> Path:
+    """The hot-hot example with amps-b's destination reduced to no Transport (it only
+    replicates back over amps-a's connection); without ``peer_dials`` amps-a has no
+    destination at all."""
+    b = (HOT_HOT / "amps-b.xml").read_text()
+    dmz = re.sub(
+        r"(<Destination>.*?)\s*<Transport>.*?</Transport>", r"\1", b, count=1, flags=re.S
+    )
+    assert dmz != b, "the hot-hot example changed shape; update this test"
+    (tmp_path / "amps-b.xml").write_text(dmz)
+    a = (HOT_HOT / "amps-a.xml").read_text()
+    if not peer_dials:
+        a = re.sub(r"\s*<Replication>.*?</Replication>", "", a, count=1, flags=re.S)
+    (tmp_path / "amps-a.xml").write_text(a)
+    return tmp_path
+
+
+def test_destination_without_inetaddr_replicates_back_over_the_peers_connection(
+    tmp_path: Path,
+) -> None:
+    fabric = load_fabric([_dmz_variant(tmp_path, peer_dials=True)])
+    assert fabric.findings() == []
+    names = set(fabric.instances)
+    for origin in names:
+        assert simulate(fabric, origin, "orders").reached == names, origin
+    assert "back over amps-a's connection" in fabric.report()
+
+
+def test_destination_without_inetaddr_that_nobody_dials_is_flagged(tmp_path: Path) -> None:
+    fabric = load_fabric([_dmz_variant(tmp_path, peer_dials=False)])
+    found = "\n".join(messages(fabric))
+    assert "has no InetAddr, so it only replicates back over a connection its peer" in found

@@ -22,6 +22,7 @@ from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
 
 from .link import PROTOCOL_VERSION, Data, DownstreamLink, Hello, LinkError, Refused
+from .mux import SharedConnection
 from .validation import TopicDescriptor, describe, validate
 
 if TYPE_CHECKING:
@@ -55,10 +56,21 @@ def _passes(path: tuple[tuple[str, str], ...], name: str) -> bool:
 class UpstreamConnection:
     """One accepted connection from an upstream instance."""
 
-    def __init__(self, instance: Instance, stream: trio.abc.Stream, peer: str) -> None:
+    def __init__(
+        self,
+        instance: Instance,
+        stream: trio.abc.Stream,
+        peer: str,
+        shared: SharedConnection | None = None,
+    ) -> None:
         self.instance = instance
         self.stream = stream
         self.peer = peer
+        #: the connection this stream arrives on, when the peer opened it to this
+        #: instance (it may carry a destination's stream back: back replication)
+        self.shared = shared
+        #: the upstream offered to take this instance's stream back over its connection
+        self.back_offered = False
         self.name = ""
         self.group = ""
         self.messages_in = 0
@@ -98,6 +110,7 @@ class UpstreamConnection:
                 await self.stream.send_all(link.refuse(reason, detail, now()))
                 return
             self.name, self.group = hello.name, hello.group
+            self.back_offered = hello.back
             journal = self.instance.journal
             assert journal is not None
             cursor = journal.upstream_cursor(hello.name)
@@ -120,7 +133,10 @@ class UpstreamConnection:
                 cursor[0],
                 extra=events.extra(events.REPLICATION_CONNECTED),
             )
-            async with unwrapping_groups(), trio.open_nursery() as nursery:
+            async with (
+                unwrapping_groups((LinkError, trio.BrokenResourceError, trio.ClosedResourceError)),
+                trio.open_nursery() as nursery,
+            ):
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._ack_loop, link)
                 nursery.start_soon(self._heartbeat_loop, link)

@@ -19,6 +19,12 @@ Streaming::
     downstream -> repl_ack   {"upto": T}   every record <= T routed to it is durable
     either     -> repl_hb    heartbeat; a link silent for ``silence_limit`` closes
 
+``repl_hb`` and ``repl_refuse`` carry ``"r": "u"`` or ``"d"``: whether the upstream or
+the downstream end sent them. Back replication (:mod:`.mux`) needs it: one connection
+then carries two links, one each way. A hello with ``"back": true`` offers that: the
+accepting instance may send its own stream over the same connection (it starts with
+its own ``repl_hello``).
+
 ``user_id`` and ``pw`` are present when the upstream's Destination has an
 ``Authenticator``; the downstream checks them with its Authentication module and then
 asks its Entitlement module for ``replication_logon``. The password travels in the
@@ -81,6 +87,8 @@ class Hello:
     user_id: str = ""
     #: its password; never shown by repr()
     pw: str = field(default="", repr=False)
+    #: the upstream accepts this instance's stream back over the same connection
+    back: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,9 @@ def split_records(payload: bytes) -> list[bytes]:
 class _Link:
     """What both ends share: framing, heartbeats, silence detection, refusals."""
 
+    #: which end sends this link's heartbeats and refusals ("u" or "d")
+    ROLE: str = ""
+
     def __init__(self, now: float, heartbeat_interval: float) -> None:
         self.state = LinkState.HANDSHAKE
         self._decoder = FrameDecoder(MAX_REPLICATION_FRAME)
@@ -180,7 +191,7 @@ class _Link:
                 f"(heartbeat {live.heartbeat_interval:g} s)",
             )
         if now - live.last_sent >= live.heartbeat_interval:
-            return self._sent(encode_frame({"c": "repl_hb"}), now)
+            return self._sent(encode_frame({"c": "repl_hb", "r": self.ROLE}), now)
         return b""
 
     def _sent(self, data: bytes, now: float) -> bytes:
@@ -229,7 +240,10 @@ class _Link:
         """The frame that tells the peer why the link is refused (then close)."""
         self.state = LinkState.CLOSED
         return self._sent(
-            encode_frame({"c": "repl_refuse"}, orjson.dumps({"reason": reason, "detail": detail})),
+            encode_frame(
+                {"c": "repl_refuse", "r": self.ROLE},
+                orjson.dumps({"reason": reason, "detail": detail}),
+            ),
             now,
         )
 
@@ -253,6 +267,8 @@ def _json(payload: bytes, what: str) -> dict[str, Any]:
 class UpstreamLink(_Link):
     """The sending end. Create, send :meth:`hello`, then feed :meth:`receive_data`."""
 
+    ROLE = "u"
+
     def __init__(self, now: float, heartbeat_interval: float, compression: str = "none") -> None:
         super().__init__(now, heartbeat_interval)
         self.compression = compression
@@ -272,9 +288,11 @@ class UpstreamLink(_Link):
         now: float,
         expected_group: str = "",
         credentials: tuple[str, str] | None = None,
+        back: bool = False,
     ) -> bytes:
         """The hello frame; ``credentials`` (user, password) are sent as ``user_id`` and
-        ``pw`` (in the clear unless the transport is TLS)."""
+        ``pw`` (in the clear unless the transport is TLS); ``back`` offers to receive
+        the peer's stream over this connection."""
         body: dict[str, Any] = {
             "version": PROTOCOL_VERSION,
             "name": name,
@@ -285,6 +303,8 @@ class UpstreamLink(_Link):
             "topics": topics,
             "expected_group": expected_group,
         }
+        if back:
+            body["back"] = True
         if credentials is not None:
             body["user_id"], body["pw"] = credentials
         return self._sent(
@@ -352,6 +372,8 @@ class DownstreamLink(_Link):
     """The receiving end. Feed bytes; answer the Hello with :meth:`welcome` or
     :meth:`refuse`; acknowledge durable positions with :meth:`ack`."""
 
+    ROLE = "d"
+
     def __init__(self, now: float, heartbeat_interval: float) -> None:
         super().__init__(now, heartbeat_interval)
         self.hello_info: Hello | None = None
@@ -381,6 +403,7 @@ class DownstreamLink(_Link):
                     expected_group=str(body.get("expected_group") or ""),
                     user_id=str(body.get("user_id") or ""),
                     pw=str(body.get("pw") or ""),
+                    back=body.get("back") is True,
                 )
             except (KeyError, TypeError, ValueError):
                 raise LinkError(

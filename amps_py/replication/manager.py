@@ -16,6 +16,7 @@ import trio
 from amps_py import events
 
 from .incoming import UpstreamConnection
+from .mux import SharedConnection
 from .outgoing import Destination
 
 if TYPE_CHECKING:
@@ -46,7 +47,23 @@ class ReplicationManager:
         """Run every outgoing destination until cancelled."""
         async with trio.open_nursery() as nursery:
             for d in self.destinations:
-                nursery.start_soon(d.run)
+                nursery.start_soon(self._supervise, d)
+
+    async def _supervise(self, destination: Destination) -> None:
+        """Run one destination; an unexpected failure is logged and the destination
+        starts over (it resyncs from the peer's cursor), the instance keeps serving."""
+        while True:
+            try:
+                await destination.run()
+            except Exception:
+                log.exception(
+                    "destination %s failed unexpectedly; restarting it in 1 s",
+                    destination.name,
+                    extra=events.extra(events.REPLICATION_LINK_ERROR),
+                )
+                destination.connected = False
+                self.instance.replication_changed()
+                await trio.sleep(1)
 
     async def serve_incoming(self, stream: trio.SocketStream) -> None:
         try:
@@ -54,8 +71,14 @@ class ReplicationManager:
             peer = f"{host}:{port}"
         except OSError:
             peer = "?"
+        shared = SharedConnection(stream, peer)
         try:
-            await UpstreamConnection(self.instance, stream, peer).run()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(shared.run)
+                # the connection lives as long as the stream of the instance that
+                # opened it; a destination streaming back over it ends with it
+                await UpstreamConnection(self.instance, shared.down, peer, shared).run()
+                nursery.cancel_scope.cancel()
         except Exception:
             # one bad peer must not take the instance down
             log.exception(
@@ -76,6 +99,23 @@ class ReplicationManager:
             )
             old.close()
         self.upstreams[conn.name] = conn
+        if conn.back_offered and conn.shared is not None:
+            destination = self.back_destination(conn.name, conn.group)
+            if destination is not None:
+                destination.attach(conn.shared, conn.name)
+
+    def back_destination(self, name: str, group: str) -> Destination | None:
+        """The destination that may replicate back over a connection from instance
+        ``name`` of ``group``: the one named after it, else a destination without
+        ``InetAddr`` (it only ever replicates over the peer's connections) whose Group
+        is ``group``."""
+        for d in self.destinations:
+            if d.name == name:
+                return d
+        for d in self.destinations:
+            if not d.config.inet_addrs and d.config.group == group:
+                return d
+        return None
 
     def upstream_disconnected(self, conn: UpstreamConnection) -> None:
         if self.upstreams.get(conn.name) is conn:

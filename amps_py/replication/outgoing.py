@@ -32,7 +32,9 @@ from amps_py import events
 from amps_py.config import MIN_TLS_VERSION, DestinationConfig, LinkCredentialsError
 from amps_py.trio_util import unwrapping_groups
 
+from .incoming import UpstreamConnection
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
+from .mux import SharedConnection
 from .routing import Route
 
 if TYPE_CHECKING:
@@ -46,6 +48,14 @@ SEND_BATCH: Final = 8192
 MAX_UNACKED_RECORDS: Final = 200_000
 CONNECT_TIMEOUT: Final = 5.0
 HANDSHAKE_TIMEOUT: Final = 10.0
+#: what a broken link raises, possibly in several of its tasks at once
+CONNECTION_FAILURES: Final = (
+    LinkError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    OSError,
+    trio.TooSlowError,
+)
 #: reason of the LinkError raised when the TLS handshake of a secure destination fails
 TLS_FAILURE_REASON: Final = "tls"
 
@@ -99,6 +109,11 @@ class Destination:
         self._sending_upto = 0
         self._send_lock = trio.Lock()
         self._tls_context: ssl.SSLContext | None = None
+        # back replication: the peer's connection this destination streams over
+        self._attached: SharedConnection | None = None
+        self._attached_scope: trio.CancelScope | None = None
+        self._dial_scope: trio.CancelScope | None = None
+        self._attach_wanted = trio.Event()
 
     def _client_tls_context(self) -> ssl.SSLContext:
         """The client-side TLS context (built once): CA from ``ca_file`` or the system."""
@@ -150,15 +165,94 @@ class Destination:
 
     # ---------------------------------------------------------------- lifecycle
     async def run(self) -> None:
-        """Connect, stream, reconnect: forever (until cancelled)."""
+        """Connect, stream, reconnect: forever (until cancelled).
+
+        While the peer's own connection carries this destination's stream back (see
+        :meth:`attach`), this destination does not dial; when that connection ends it
+        dials again (or, without ``InetAddr``, waits for the peer's next connection).
+        """
         if not self.config.inet_addrs:
             log.info(
-                "destination %s has no InetAddr: waiting for the peer to connect "
-                "(back replication arrives with a later release)",
+                "destination %s has no InetAddr: waiting for the peer to connect; this "
+                "instance replicates back over that connection",
                 self.name,
                 extra=events.extra(events.REPLICATION_WAITING),
             )
-            await trio.sleep_forever()
+        while True:
+            shared = self._attached
+            if shared is not None:
+                await self._run_attached(shared)
+                continue
+            self._attach_wanted = trio.Event()
+            if not self.config.inet_addrs:
+                await self._attach_wanted.wait()
+                continue
+            with trio.CancelScope() as scope:
+                self._dial_scope = scope
+                await self._dial()
+            self._dial_scope = None
+
+    def attach(self, shared: SharedConnection, peer_name: str) -> bool:
+        """Replicate over ``shared``, a connection ``peer_name`` opened to this
+        instance offering to take this destination's stream back. Returns whether it
+        was taken.
+
+        Taken when this destination has no ``InetAddr`` (it cannot dial: the DMZ case)
+        or when the peer's name sorts before this instance's: of the two connections a
+        mutually replicating pair may open, the one opened by the lower name is kept,
+        so both ends agree without a negotiation. Taking it ends this destination's
+        own connection, if it had one.
+        """
+        if self.config.inet_addrs and not peer_name < self.instance.name:
+            return False
+        previous = self._attached
+        self._attached = shared
+        if previous is not None and previous is not shared:
+            previous_scope = self._attached_scope
+            if previous_scope is not None:
+                previous_scope.cancel()
+        if self._dial_scope is not None:
+            self._dial_scope.cancel()
+        self._attach_wanted.set()
+        log.info(
+            "destination %s replicates back over the connection from %s (%s)",
+            self.name,
+            peer_name,
+            shared.peer,
+            extra=events.extra(events.REPLICATION_CONNECTED),
+        )
+        return True
+
+    async def _run_attached(self, shared: SharedConnection) -> None:
+        self.address = f"{shared.peer} (back over the peer's connection)"
+        try:
+            with trio.CancelScope() as scope:
+                self._attached_scope = scope
+                await self._session(shared.up, offer_back=False)
+        except LinkError as exc:
+            self.last_error = str(exc)
+            log.warning(
+                "replication to %s over %s's connection ended: %s",
+                self.name,
+                shared.peer,
+                exc,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self.last_error = f"connection lost: {exc}"
+        finally:
+            self._attached_scope = None
+            if self._attached is shared:
+                self._attached = None
+            if self.connected:
+                self.disconnect_count += 1
+            self.connected = False
+            self.instance.replication_changed()
+            with trio.CancelScope(shield=True):
+                await shared.up.aclose()
+
+    async def _dial(self) -> None:
+        """Try the ``InetAddr`` list in order with growing back-off until cancelled."""
         timeouts = self.config.reconnect_timeouts or (1.0,)
         failures = 0
         while True:
@@ -177,7 +271,7 @@ class Destination:
                 try:
                     if self.config.secure:
                         link_stream = await self._secure(stream, host, address)
-                    handshook = await self._session(link_stream)
+                    handshook = await self._session(link_stream, offer_back=True, peer=address)
                 except LinkError as exc:
                     self.last_error = str(exc)
                     log.warning(
@@ -218,8 +312,40 @@ class Destination:
                 failures += 1
                 await trio.sleep(delay)
 
-    async def _session(self, stream: trio.abc.Stream) -> bool:
-        """One connection: handshake, resync, stream. Returns True once handshook."""
+    async def _session(self, stream: trio.abc.Stream, *, offer_back: bool, peer: str = "") -> bool:
+        """One connection: handshake, resync, stream. Returns True once handshook.
+
+        With ``offer_back`` (a connection this instance opened) the hello offers to take
+        the peer's stream back over the same connection; if the peer sends one, it is
+        received here like any upstream's (:class:`UpstreamConnection`).
+        """
+        if not offer_back:
+            return await self._stream_session(stream, back=False)
+        shared = SharedConnection(stream, peer)
+        async with unwrapping_groups(CONNECTION_FAILURES), trio.open_nursery() as nursery:
+            nursery.start_soon(shared.run)
+            nursery.start_soon(self._serve_back, shared)
+            try:
+                return await self._stream_session(shared.up, back=True)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _serve_back(self, shared: SharedConnection) -> None:
+        """Receive the peer's stream on this connection, once the peer starts one."""
+        await shared.down.started.wait()
+        if shared.ended.is_set():
+            return
+        try:
+            await UpstreamConnection(self.instance, shared.down, shared.peer).run()
+        except Exception:
+            # the stream coming back must never end this instance's own stream
+            log.exception(
+                "replication back from %s failed",
+                shared.peer,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
+
+    async def _stream_session(self, stream: trio.abc.Stream, *, back: bool) -> bool:
         instance = self.instance
         cfg = self.config
         now = trio.current_time
@@ -240,6 +366,7 @@ class Destination:
                 now=now(),
                 expected_group=cfg.group or "",
                 credentials=credentials,
+                back=back,
             )
         )
         welcome = await self._await_welcome(stream, link)
@@ -273,7 +400,7 @@ class Destination:
             extra=events.extra(events.REPLICATION_CONNECTED),
         )
         instance.replication_changed()
-        async with unwrapping_groups(), trio.open_nursery() as nursery:
+        async with unwrapping_groups(CONNECTION_FAILURES), trio.open_nursery() as nursery:
             nursery.start_soon(self._receive_loop, stream, link, nursery.cancel_scope)
             nursery.start_soon(self._heartbeat_loop, stream, link)
             await self._send_loop(stream, link, resync_end)
