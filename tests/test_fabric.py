@@ -363,9 +363,7 @@ def _dmz_variant(tmp_path: Path, *, peer_dials: bool) -> Path:
     replicates back over amps-a's connection); without ``peer_dials`` amps-a has no
     destination at all."""
     b = (HOT_HOT / "amps-b.xml").read_text()
-    dmz = re.sub(
-        r"(<Destination>.*?)\s*<Transport>.*?</Transport>", r"\1", b, count=1, flags=re.S
-    )
+    dmz = re.sub(r"(<Destination>.*?)\s*<Transport>.*?</Transport>", r"\1", b, count=1, flags=re.S)
     assert dmz != b, "the hot-hot example changed shape; update this test"
     (tmp_path / "amps-b.xml").write_text(dmz)
     a = (HOT_HOT / "amps-a.xml").read_text()
