@@ -22,7 +22,7 @@ from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
 
 from .link import PROTOCOL_VERSION, Data, DownstreamLink, Hello, LinkError, Refused
-from .mux import SharedConnection
+from .mux import RoleStream, SharedConnection
 from .validation import TopicDescriptor, describe, validate
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class UpstreamConnection:
     def __init__(
         self,
         instance: Instance,
-        stream: trio.abc.Stream,
+        stream: RoleStream,
         peer: str,
         shared: SharedConnection | None = None,
     ) -> None:
@@ -164,10 +164,10 @@ class UpstreamConnection:
     async def _await_hello(self, link: DownstreamLink) -> Hello:
         with trio.move_on_after(HELLO_TIMEOUT):
             while True:
-                data = await self.stream.receive_some(65536)
-                if not data:
+                frames = await self.stream.receive_frames()
+                if not frames:
                     raise LinkError("closed", "the peer closed the connection before its hello")
-                for event in link.receive_data(data, trio.current_time()):
+                for event in link.receive_frames(frames, trio.current_time()):
                     if isinstance(event, Hello):
                         return event
                     if isinstance(event, Refused):
@@ -245,10 +245,10 @@ class UpstreamConnection:
         own = self.instance.name
         replica = ReplicaReader((self.name, self.group))
         while True:
-            data = await self.stream.receive_some(256 * 1024)
-            if not data:
+            frames = await self.stream.receive_frames()
+            if not frames:
                 raise LinkError("closed", "the upstream closed the connection")
-            for event in link.receive_data(data, trio.current_time()):
+            for event in link.receive_frames(frames, trio.current_time()):
                 if isinstance(event, Refused):
                     raise LinkError(event.reason, event.detail)
                 if not isinstance(event, Data):
@@ -303,6 +303,6 @@ class UpstreamConnection:
             connected=True,
             messages_in=self.messages_in,
             duplicates=self.duplicates,
-            bytes_in=self._link.bytes_in if self._link is not None else 0,
+            bytes_in=self.stream.bytes_in,
             cursor_txid=self.cursor_txid,
         )

@@ -206,16 +206,18 @@ class _Link:
             LinkError: malformed frames, a frame not allowed in this state, or a
                 protocol violation. The caller must close the connection.
         """
-        self._live.last_received = now
         try:
             self._decoder.receive_data(data)
             frames = list(self._decoder.frames())
         except ProtocolError as exc:
             self.state = LinkState.CLOSED
-            raise LinkError(
-                "not a replication peer",
-                f"{exc}; is an AMPS client or another program connected to the replication port?",
-            ) from None
+            raise not_a_peer(exc) from None
+        return self.receive_frames(frames, now)
+
+    def receive_frames(self, frames: list[Frame], now: float) -> list[Event]:
+        """Feed frames already split off the connection (:mod:`.mux` does that when
+        one connection carries two links); same contract as :meth:`receive_data`."""
+        self._live.last_received = now
         events: list[Event] = []
         for frame in frames:
             event = self._frame(frame)
@@ -252,6 +254,14 @@ class _Link:
         return LinkError(
             "protocol violation", f"unexpected {command!r} in state {self.state.value}"
         )
+
+
+def not_a_peer(exc: ProtocolError) -> LinkError:
+    """The error for bytes that are not replication frames."""
+    return LinkError(
+        "not a replication peer",
+        f"{exc}; is an AMPS client or another program connected to the replication port?",
+    )
 
 
 def _json(payload: bytes, what: str) -> dict[str, Any]:

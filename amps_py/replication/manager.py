@@ -71,6 +71,10 @@ class ReplicationManager:
             peer = f"{host}:{port}"
         except OSError:
             peer = "?"
+        await self.serve_connection(stream, peer)
+
+    async def serve_connection(self, stream: trio.abc.Stream, peer: str) -> None:
+        """Serve one connection an upstream opened (plain or TLS, handshake done)."""
         shared = SharedConnection(stream, peer)
         try:
             async with trio.open_nursery() as nursery:

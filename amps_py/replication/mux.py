@@ -19,37 +19,28 @@ the stream sent back over it is a passenger that ends with it.
 from __future__ import annotations
 
 import math
-import struct
 from typing import Final, Literal
 
 import trio
 
-from amps_py.protocol import ProtocolError
-from amps_py.protocol.codec import split_header
+from amps_py.protocol import Frame, FrameDecoder, ProtocolError
+
+from .link import MAX_REPLICATION_FRAME, LinkError, not_a_peer
 
 Role = Literal["up", "down", "both"]
 
-_LEN = struct.Struct(">I")
-#: the header of every replication frame fits in this many bytes
-_HEADER_PEEK: Final = 4096
 _TO_DOWN: Final = frozenset({"repl_hello", "repl_data"})
 _TO_UP: Final = frozenset({"repl_welcome", "repl_ack"})
 
 
-def receiving_role(header_and_more: bytes) -> Role:
-    """Which role of the receiving end a frame (its body, or the first bytes of it) is
-    for. A frame this cannot read goes to ``down``: on the accepting side that is the
-    role whose link reports garbage as "not a replication peer"."""
-    try:
-        header, _ = split_header(header_and_more)
-    except ProtocolError:
-        return "down"
-    command = header.get("command", header.get("c"))
+def receiving_role(frame: Frame) -> Role:
+    """Which role of the receiving end ``frame`` is for (see the module doc)."""
+    command = frame.command
     if command in _TO_DOWN:
         return "down"
     if command in _TO_UP:
         return "up"
-    sender = header.get("r")
+    sender = frame.header.get("r")
     if sender == "u":
         return "down"
     if sender == "d":
@@ -57,20 +48,27 @@ def receiving_role(header_and_more: bytes) -> Role:
     return "both"
 
 
-class RoleStream(trio.abc.Stream):
+class RoleStream:
     """One role's view of a :class:`SharedConnection`: receives the frames for this
     role, sends through the shared socket (one sender at a time)."""
 
     def __init__(self, shared: SharedConnection, role: Literal["up", "down"]) -> None:
         self._shared = shared
         self.role = role
-        self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
+        self._send, self._receive = trio.open_memory_channel[list[Frame] | LinkError](math.inf)
         self.started = trio.Event()  # the first frame for this role arrived
         self.closed = False
+        #: bytes of the frames delivered to this role
+        self.bytes_in = 0
 
-    def _deliver(self, frame: bytes) -> None:
+    @property
+    def peer(self) -> str:
+        return self._shared.peer
+
+    def _deliver(self, item: list[Frame] | LinkError, size: int = 0) -> None:
         if not self.closed:
-            self._send.send_nowait(frame)
+            self.bytes_in += size
+            self._send.send_nowait(item)
             self.started.set()
 
     def _end(self) -> None:
@@ -82,15 +80,19 @@ class RoleStream(trio.abc.Stream):
             raise trio.ClosedResourceError(f"the {self.role} role of this connection is closed")
         await self._shared.send_all(data)
 
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._shared.stream.wait_send_all_might_not_block()
+    async def receive_frames(self) -> list[Frame]:
+        """The next frames for this role; ``[]`` once the connection has ended.
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """The next frame(s) for this role; ``b""`` once the connection has ended."""
+        Raises:
+            LinkError: the peer sent bytes that are not replication frames.
+        """
         try:
-            return await self._receive.receive()
+            item = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
-            return b""
+            return []
+        if isinstance(item, LinkError):
+            raise item
+        return item
 
     async def aclose(self) -> None:
         """End this role; the other role (and the socket) carry on."""
@@ -119,42 +121,34 @@ class SharedConnection:
             await self.stream.send_all(data)
 
     async def run(self) -> None:
-        """Read the socket and hand each complete frame to its role, until the peer
-        closes or the task is cancelled."""
-        buf = bytearray()
+        """Read the socket and hand the frames to their roles, until the peer closes,
+        sends something that is not a replication frame, or the task is cancelled."""
+        decoder = FrameDecoder(MAX_REPLICATION_FRAME)
         try:
             while True:
                 data = await self.stream.receive_some(256 * 1024)
                 if not data:
                     return
-                buf += data
-                pos = 0
-                end = len(buf)
-                while end - pos >= 4:
-                    (size,) = _LEN.unpack_from(buf, pos)
-                    if end - pos - 4 < size:
-                        break
-                    frame = bytes(buf[pos : pos + 4 + size])
-                    role = receiving_role(frame[4 : 4 + min(size, _HEADER_PEEK)])
+                decoder.receive_data(data)
+                up: list[Frame] = []
+                down: list[Frame] = []
+                for frame in decoder.frames():
+                    role = receiving_role(frame)
                     if role != "down":
-                        self.up._deliver(frame)
+                        up.append(frame)
                     if role != "up":
-                        self.down._deliver(frame)
-                    pos += 4 + size
-                if pos:
-                    del buf[:pos]
-                if end - pos >= 4 and _LEN.unpack_from(buf, 0)[0] > 1 << 30:
-                    # a length no replication peer sends: let the down role see the
-                    # garbage and refuse it
-                    self.down._deliver(bytes(buf))
-                    return
+                        down.append(frame)
+                if up:
+                    self.up._deliver(up, len(data) if not down else 0)
+                if down:
+                    self.down._deliver(down, len(data))
+        except ProtocolError as exc:
+            error = not_a_peer(exc)
+            self.down._deliver(error)
+            self.up._deliver(error)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         finally:
             self.up._end()
             self.down._end()
             self.ended.set()
-
-    async def aclose(self) -> None:
-        with trio.CancelScope(shield=True), trio.move_on_after(1):
-            await self.stream.aclose()

@@ -34,7 +34,7 @@ from amps_py.trio_util import unwrapping_groups
 
 from .incoming import UpstreamConnection
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
-from .mux import SharedConnection
+from .mux import RoleStream, SharedConnection
 from .routing import Route
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class Destination:
             ) from exc
         return secured
 
-    async def _send(self, stream: trio.abc.Stream, data: bytes) -> None:
+    async def _send(self, stream: RoleStream, data: bytes) -> None:
         async with self._send_lock:
             await stream.send_all(data)
 
@@ -228,7 +228,7 @@ class Destination:
         try:
             with trio.CancelScope() as scope:
                 self._attached_scope = scope
-                await self._session(shared.up, offer_back=False)
+                await self._stream_session(shared.up, back=False)
         except LinkError as exc:
             self.last_error = str(exc)
             log.warning(
@@ -271,7 +271,7 @@ class Destination:
                 try:
                     if self.config.secure:
                         link_stream = await self._secure(stream, host, address)
-                    handshook = await self._session(link_stream, offer_back=True, peer=address)
+                    handshook = await self._session(link_stream, address)
                 except LinkError as exc:
                     self.last_error = str(exc)
                     log.warning(
@@ -312,15 +312,14 @@ class Destination:
                 failures += 1
                 await trio.sleep(delay)
 
-    async def _session(self, stream: trio.abc.Stream, *, offer_back: bool, peer: str = "") -> bool:
-        """One connection: handshake, resync, stream. Returns True once handshook.
+    async def _session(self, stream: trio.abc.Stream, peer: str) -> bool:
+        """One connection this instance opened: handshake, resync, stream. Returns True
+        once handshook.
 
-        With ``offer_back`` (a connection this instance opened) the hello offers to take
-        the peer's stream back over the same connection; if the peer sends one, it is
-        received here like any upstream's (:class:`UpstreamConnection`).
+        The hello offers to take the peer's stream back over the same connection; if the
+        peer sends one, it is received here like any upstream's
+        (:class:`UpstreamConnection`).
         """
-        if not offer_back:
-            return await self._stream_session(stream, back=False)
         shared = SharedConnection(stream, peer)
         async with unwrapping_groups(CONNECTION_FAILURES), trio.open_nursery() as nursery:
             nursery.start_soon(shared.run)
@@ -345,7 +344,7 @@ class Destination:
                 extra=events.extra(events.REPLICATION_LINK_ERROR),
             )
 
-    async def _stream_session(self, stream: trio.abc.Stream, *, back: bool) -> bool:
+    async def _stream_session(self, stream: RoleStream, *, back: bool) -> bool:
         instance = self.instance
         cfg = self.config
         now = trio.current_time
@@ -406,13 +405,13 @@ class Destination:
             await self._send_loop(stream, link, resync_end)
         return True
 
-    async def _await_welcome(self, stream: trio.abc.Stream, link: UpstreamLink) -> Welcome:
+    async def _await_welcome(self, stream: RoleStream, link: UpstreamLink) -> Welcome:
         with trio.fail_after(HANDSHAKE_TIMEOUT):
             while True:
-                data = bytes(await stream.receive_some(65536))  # SSLStream may give bytearray
-                if not data:
+                frames = await stream.receive_frames()
+                if not frames:
                     raise LinkError("closed", "the peer closed the connection during the handshake")
-                for event in link.receive_data(data, trio.current_time()):
+                for event in link.receive_frames(frames, trio.current_time()):
                     if isinstance(event, Welcome):
                         return event
                     if isinstance(event, Refused):
@@ -451,9 +450,7 @@ class Destination:
             return 0
         return welcome.cursor_txid
 
-    async def _send_loop(
-        self, stream: trio.abc.Stream, link: UpstreamLink, resync_end: int
-    ) -> None:
+    async def _send_loop(self, stream: RoleStream, link: UpstreamLink, resync_end: int) -> None:
         instance = self.instance
         journal = instance.journal
         assert journal is not None
@@ -534,7 +531,7 @@ class Destination:
 
     async def _sent(
         self,
-        stream: trio.abc.Stream,
+        stream: RoleStream,
         frame: bytes,
         selected: list[bytes],
         upto: int,
@@ -553,13 +550,13 @@ class Destination:
         self.raw_bytes_out = link.raw_bytes_out
 
     async def _receive_loop(
-        self, stream: trio.abc.Stream, link: UpstreamLink, scope: trio.CancelScope
+        self, stream: RoleStream, link: UpstreamLink, scope: trio.CancelScope
     ) -> None:
         while True:
-            data = bytes(await stream.receive_some(65536))  # SSLStream: bytearray
-            if not data:
+            frames = await stream.receive_frames()
+            if not frames:
                 raise LinkError("closed", "the peer closed the connection")
-            for event in link.receive_data(data, trio.current_time()):
+            for event in link.receive_frames(frames, trio.current_time()):
                 if isinstance(event, Ack):
                     if event.upto > self.acked_txid:
                         # never beyond what was sent (a confused peer cannot release acks)
@@ -569,7 +566,7 @@ class Destination:
                 elif isinstance(event, Refused):
                     raise LinkError(event.reason, f"the peer closed the link: {event.detail}")
 
-    async def _heartbeat_loop(self, stream: trio.abc.Stream, link: UpstreamLink) -> None:
+    async def _heartbeat_loop(self, stream: RoleStream, link: UpstreamLink) -> None:
         while True:
             await trio.sleep_until(link.next_deadline())
             data = link.handle_timer(trio.current_time())

@@ -33,7 +33,6 @@ import trio
 from amps_py import auth, events
 from amps_py.config import InstanceConfig, TransportConfig
 from amps_py.replication import ReplicationManager
-from amps_py.replication.incoming import UpstreamConnection
 from txlog import Journal, Record, publisher_hash
 from txlog.record import DeliveryView
 
@@ -605,17 +604,7 @@ class Instance:
                 secured = await _tls_handshake(stream, tls_context, transport, peer)
                 if secured is None:
                     return
-                try:
-                    # UpstreamConnection only uses the trio.abc.Stream methods
-                    # (send_all, receive_some, aclose), which SSLStream has too.
-                    await UpstreamConnection(self, secured, peer).run()
-                except Exception:
-                    # one bad peer must not take the instance down
-                    log.exception(
-                        "replication connection from %s failed",
-                        peer,
-                        extra=events.extra(events.REPLICATION_LINK_ERROR),
-                    )
+                await replication.serve_connection(secured, peer)
 
             await trio.serve_listeners(handle_upstream, listeners, handler_nursery=nursery)
             return
