@@ -7,6 +7,7 @@ import pytest
 
 from amps_py.protocol import encode_frame
 from amps_py.replication.link import (
+    PROTOCOL_VERSION,
     Ack,
     Data,
     DownstreamLink,
@@ -35,7 +36,7 @@ def handshake(compression: str = "none", bytewise: bool = False):  # type: ignor
         name="a", group="g1", destination="b", sync="sync", topics=[{"name": ".*"}], now=0.0
     )
     (hello,) = feed(down, hello_bytes, 0.1, bytewise)
-    assert hello == Hello(1, "a", "g1", "b", "sync", compression, ({"name": ".*"},))
+    assert hello == Hello(PROTOCOL_VERSION, "a", "g1", "b", "sync", compression, ({"name": ".*"},))
     (welcome,) = feed(
         up, down.welcome(name="b", group="g2", cursor=(7, "1|7|"), now=0.2), 0.2, bytewise
     )
@@ -147,3 +148,16 @@ def test_a_lost_frame_is_detected_not_skipped() -> None:
     # a replay from before what the downstream holds is fine (dedup drops the copies)
     _, again = handshake()
     assert isinstance(again.receive_data(up.data(recs, 30, "1|30|", 2.0, start=0), 2.0)[0], Data)
+
+
+def test_record_lengths_that_do_not_add_up_are_bad_data() -> None:
+    from amps_py.replication.link import join_records, split_records
+
+    payload = join_records([b"abc", b"", b"defgh"])
+    assert split_records(payload, 3) == [b"abc", b"", b"defgh"]
+    with pytest.raises(LinkError, match="add up to"):
+        split_records(payload[:-1], 3)  # truncated
+    with pytest.raises(LinkError, match="add up to"):
+        split_records(payload, 2)  # a count that does not match the lengths
+    with pytest.raises(LinkError, match="cannot hold"):
+        split_records(payload, 1000)

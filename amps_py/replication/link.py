@@ -14,7 +14,8 @@ Handshake (the upstream, the instance that sends, opens the TCP connection)::
 Streaming::
 
     upstream   -> repl_data  {"upto": T, "upto_bm": B, "n": k, "z": 0|1}
-                 payload: k x (u32 length + stored record bytes, CRC included),
+                 payload: k x u32 record lengths, then the k stored records
+                 (CRC included),
                  zstd stream-compressed when "z" is 1 (the receiver detects it)
     downstream -> repl_ack   {"upto": T}   every record <= T routed to it is durable
     either     -> repl_hb    heartbeat; a link silent for ``silence_limit`` closes
@@ -38,6 +39,7 @@ state machine that never touches a socket or a clock: callers pass ``now``.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass, field
 from enum import Enum
@@ -48,10 +50,9 @@ import zstandard
 
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 #: replication frames carry batches of records: allow larger frames than clients
 MAX_REPLICATION_FRAME: Final = 256 * 1024 * 1024
-_LEN = struct.Struct(">I")
 
 
 class LinkError(Exception):
@@ -135,25 +136,30 @@ class _Liveness:
     last_sent: float = 0.0
 
 
-def split_records(payload: bytes) -> list[bytes]:
-    """Split a data frame payload into record byte strings.
+def join_records(records: list[bytes]) -> bytes:
+    """A data frame payload: the k record lengths (u32 each), then the k records."""
+    n = len(records)
+    return struct.pack(f">{n}I", *map(len, records)) + b"".join(records)
+
+
+def split_records(payload: bytes, n: int) -> list[bytes]:
+    """The ``n`` records of a data frame payload (see :func:`join_records`).
 
     Raises:
         LinkError: the lengths do not add up (a truncated or garbled frame).
     """
-    out = []
-    pos = 0
-    end = len(payload)
-    while pos < end:
-        if end - pos < 4:
-            raise LinkError("bad data", "record length prefix is truncated")
-        (size,) = _LEN.unpack_from(payload, pos)
-        pos += 4
-        if size > end - pos:
-            raise LinkError("bad data", f"record of {size} bytes runs past the frame end")
-        out.append(payload[pos : pos + size])
-        pos += size
-    return out
+    head = 4 * n
+    if n < 0 or head > len(payload):
+        raise LinkError("bad data", f"a frame of {len(payload)} bytes cannot hold {n} records")
+    sizes = struct.unpack_from(f">{n}I", payload)
+    ends = list(itertools.accumulate(sizes, initial=head))
+    if ends[-1] != len(payload):
+        raise LinkError(
+            "bad data",
+            f"record lengths add up to {ends[-1] - head} bytes but the frame carries "
+            f"{len(payload) - head}",
+        )
+    return [payload[a:b] for a, b in itertools.pairwise(ends)]
 
 
 class _Link:
@@ -359,7 +365,7 @@ class UpstreamLink(_Link):
         if start < 0:
             start = self._last_upto
         self._last_upto = upto
-        payload = b"".join(_LEN.pack(len(r)) + r for r in records)
+        payload = join_records(records)
         self.raw_bytes_out += len(payload)
         header: dict[str, Any] = {
             "c": "repl_data",
@@ -448,9 +454,10 @@ class DownstreamLink(_Link):
                     raise LinkError(
                         "bad data", f"compressed data does not decode ({exc})"
                     ) from None
-            records = split_records(payload)
-            if len(records) != header.get("n", len(records)):
-                raise LinkError("bad data", "record count does not match the frame header")
+            n = header.get("n")
+            if not isinstance(n, int):
+                raise LinkError("protocol violation", f"repl_data with bad record count {n!r}")
+            records = split_records(payload, n)
             return Data(records, upto, str(header.get("upto_bm", "")))
         raise self._unexpected(command)
 
