@@ -477,3 +477,95 @@ def users_list(path: str) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---------------------------------------------------------------------------- admin
+@main.group()
+@click.option(
+    "--url",
+    default=None,
+    help="the instance's admin interface (default: http://127.0.0.1:8085, the embedded "
+    "default's Admin/InetAddr; or $AMPS_PY_ADMIN_URL)",
+)
+@click.option("--user", default=None, help="HTTP Basic user, when the instance authenticates")
+@click.option(
+    "--password-env",
+    default="AMPS_PY_ADMIN_PASSWORD",
+    show_default=True,
+    help="environment variable holding the password (never pass it on the command line)",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the JSON the server returned")
+@click.pass_context
+def admin(
+    ctx: click.Context, url: str | None, user: str | None, password_env: str, as_json: bool
+) -> None:
+    """Inspect and steer a running instance through its HTTP admin interface."""
+    import os
+
+    from amps_py.admin.console import DEFAULT_URL
+
+    ctx.obj = {
+        "url": url or os.environ.get("AMPS_PY_ADMIN_URL") or DEFAULT_URL,
+        "user": user,
+        "password": os.environ.get(password_env, ""),
+        "json": as_json,
+    }
+
+
+def _admin_fetch(ctx: click.Context, path: str, method: str = "GET") -> Any:
+    from amps_py.admin.console import AdminError, fetch
+
+    o = ctx.obj
+    try:
+        return fetch(o["url"], path, method=method, user=o["user"], password=o["password"])
+    except AdminError as exc:
+        _fail(str(exc), exc.exit_code)
+
+
+def _admin_print(ctx: click.Context, document: Any, show: Any) -> None:
+    if ctx.obj["json"]:
+        click.echo(json.dumps(document, indent=2))
+        return
+    from rich.console import Console
+
+    show(Console(), document)
+
+
+@admin.command("status")
+@click.pass_context
+def admin_status(ctx: click.Context) -> None:
+    """One screen: instance, journal, transports, replication with lag bars."""
+    from amps_py.admin.console import print_status
+
+    _admin_print(ctx, _admin_fetch(ctx, "/amps/instance.json"), print_status)
+
+
+@admin.command("replication")
+@click.pass_context
+def admin_replication(ctx: click.Context) -> None:
+    """The replication destinations as a table."""
+    from amps_py.admin.console import destinations_table
+
+    _admin_print(
+        ctx,
+        _admin_fetch(ctx, "/amps/instance.json"),
+        lambda console, doc: console.print(destinations_table(doc)),
+    )
+
+
+@admin.command("downgrade")
+@click.argument("destination")
+@click.pass_context
+def admin_downgrade(ctx: click.Context, destination: str) -> None:
+    """Make a sync destination async now: persisted acks stop waiting for it."""
+    doc = _admin_fetch(ctx, f"/amps/administrator/replication/{destination}/downgrade", "POST")
+    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['destination']}: {d['result']}"))
+
+
+@admin.command("upgrade")
+@click.argument("destination")
+@click.pass_context
+def admin_upgrade(ctx: click.Context, destination: str) -> None:
+    """Make a downgraded destination sync again once it has caught up."""
+    doc = _admin_fetch(ctx, f"/amps/administrator/replication/{destination}/upgrade", "POST")
+    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['destination']}: {d['result']}"))

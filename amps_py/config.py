@@ -174,7 +174,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig": frozenset(
         {
             "Actions",
-            "Admin",
             "ClientMaxCapacity",
             "ClientMessageAgeLimit",
             "ConfigCycleDetectionThreshold",
@@ -788,6 +787,8 @@ class InstanceConfig:
     replication: tuple[DestinationConfig, ...] = ()
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     entitlement: EntitlementConfig = field(default_factory=EntitlementConfig)
+    #: ``Admin/InetAddr`` as (host, port); ``None``: no admin interface
+    admin: tuple[str, int] | None = None
 
     @property
     def replication_transport(self) -> TransportConfig | None:
@@ -2839,6 +2840,21 @@ def _build_entitlement(root: etree._Element, problems: _Problems) -> Entitlement
     return EntitlementConfig(module or auth.DEFAULT_ENTITLEMENT_MODULE, path)
 
 
+def _build_admin(root: etree._Element, problems: _Problems) -> tuple[str, int] | None:
+    section = _first(root, "Admin")
+    if section is None:
+        return None
+    inet_el = _first(section, "InetAddr")
+    text = _text(inet_el, problems)
+    if inet_el is None or not text:
+        return None
+    try:
+        return _parse_inet_addr(text)
+    except _BadValue as bad:
+        problems.add(inet_el, bad.message, bad.fix)
+        return None
+
+
 def _build_instance(root: etree._Element, source: str, problems: _Problems) -> InstanceConfig:
     name = _check_name(_first(root, "Name"), problems)
     group_el = _first(root, "Group")
@@ -2874,6 +2890,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         replication=replication,
         authentication=authentication,
         entitlement=entitlement,
+        admin=_build_admin(root, problems),
     )
 
 
@@ -3124,6 +3141,8 @@ _DEFAULT_NAME = "amps-py"
 _DEFAULT_TRANSPORT = "json-tcp"
 _DEFAULT_HOST = "127.0.0.1"
 _DEFAULT_PORT = 9007
+#: where the embedded default serves the admin API (and ``amps-py admin`` looks)
+DEFAULT_ADMIN_ADDRESS: Final = ("127.0.0.1", 8085)
 
 
 def default_config(data_dir: Path = Path("amps-data")) -> InstanceConfig:
@@ -3154,6 +3173,7 @@ def default_config(data_dir: Path = Path("amps-data")) -> InstanceConfig:
         ),
         logging=(LogTarget(protocol="stdout", level="info"),),
         source="<embedded default>",
+        admin=DEFAULT_ADMIN_ADDRESS,
     )
 
 
@@ -3200,5 +3220,11 @@ def default_config_xml(data_dir: str = "./amps-data") -> str:
       <Level>info</Level>
     </Target>
   </Logging>
+
+  <!-- The HTTP admin interface (/amps.json, /amps.xml, /metrics);
+       `amps-py admin status` reads it. -->
+  <Admin>
+    <InetAddr>{DEFAULT_ADMIN_ADDRESS[0]}:{DEFAULT_ADMIN_ADDRESS[1]}</InetAddr>
+  </Admin>
 </AMPSConfig>
 """

@@ -50,6 +50,10 @@ REPLICATION_RESYNC_FULL: Final = "15-0005"
 REPLICATION_HOLE: Final = "15-0006"
 REPLICATION_WAITING: Final = "15-0007"
 REPLICATION_VALIDATION_FAILED: Final = "15-0008"
+#: a sync destination now acknowledges async (persisted acks stop waiting for it)
+REPLICATION_DOWNGRADED: Final = "15-0009"
+#: a downgraded destination is sync again
+REPLICATION_UPGRADED: Final = "15-0010"
 
 
 def extra(code: str) -> dict[str, str]:

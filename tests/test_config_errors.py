@@ -73,6 +73,18 @@ CASES = [
         5,
     ),
     Case(
+        "bad Admin InetAddr",
+        doc("  <Admin>", "    <InetAddr>localhost:admin</InetAddr>", "  </Admin>"),
+        "InetAddr 'localhost:admin' has no valid port number",
+        4,
+    ),
+    Case(
+        "Admin without InetAddr",
+        doc("  <Admin>", "    <Interval>10s</Interval>", "  </Admin>"),
+        "<Admin> is missing the required element <InetAddr>",
+        3,
+    ),
+    Case(
         "bad port 70000",
         doc("  <Transports>", *transport("70000"), "  </Transports>"),
         "port 70000 is out of range; ports are 0 to 65535",

@@ -81,6 +81,9 @@ class DestinationStatistics:
     holes: int
     pass_through: tuple[str, ...]
     last_error: str
+    downgrades: int = 0
+    upgrades: int = 0
+    upgrade_pending: bool = False
 
 
 class Destination:
@@ -92,6 +95,10 @@ class Destination:
         self.name = config.name
         self.route = Route(config)
         self.sync = config.sync
+        #: upgrade back to sync once the destination has acknowledged up to this txid
+        self._upgrade_at: int | None = None
+        self.downgrades = 0
+        self.upgrades = 0
         self.remote_name = ""
         self.connected = False
         self.address = ""
@@ -114,6 +121,7 @@ class Destination:
         self._attached_scope: trio.CancelScope | None = None
         self._dial_scope: trio.CancelScope | None = None
         self._attach_wanted = trio.Event()
+        self._upgrade_why = ""
 
     def _client_tls_context(self) -> ssl.SSLContext:
         """The client-side TLS context (built once): CA from ``ca_file`` or the system."""
@@ -562,6 +570,7 @@ class Destination:
                         # never beyond what was sent (a confused peer cannot release acks)
                         self.acked_txid = min(event.upto, max(self.sent_txid, self._sending_upto))
                         self._ack_event.set()
+                        self._acked()
                         self.instance.replication_acked()
                 elif isinstance(event, Refused):
                     raise LinkError(event.reason, f"the peer closed the link: {event.detail}")
@@ -584,6 +593,58 @@ class Destination:
             return 0.0
         return max(0.0, time.time() - rec.local_ts / 1e6)
 
+    # ---------------------------------------------------------------- ack mode
+    def downgrade(self, why: str) -> str:
+        """Acknowledge async from now on: persisted acks stop waiting for this
+        destination at once (those already waiting are released). Returns what
+        happened, in words."""
+        if not self.config.sync:
+            return "not downgraded: the destination is configured async"
+        self._upgrade_at = None
+        if not self.sync:
+            return "already async"
+        self.sync = False
+        self.downgrades += 1
+        log.warning(
+            "destination %s downgraded to async (%s): persisted acks no longer wait for it",
+            self.name,
+            why,
+            extra=events.extra(events.REPLICATION_DOWNGRADED),
+        )
+        self.instance.replication_changed()
+        return "downgraded to async"
+
+    def upgrade(self, why: str) -> str:
+        """Back to sync once the destination has acknowledged everything committed now
+        (so publishers never wait for a backlog). Returns what happened, in words."""
+        if not self.config.sync:
+            return "not upgraded: the destination is configured async"
+        if self.sync:
+            return "already sync"
+        target = self.instance.committed_txid
+        if self.connected and self.acked_txid >= target:
+            self._set_sync(why)
+            return "upgraded to sync"
+        self._upgrade_at = target
+        self._upgrade_why = why
+        return f"upgrade pending: sync again once txid {target} is acknowledged"
+
+    def _set_sync(self, why: str) -> None:
+        self._upgrade_at = None
+        self.sync = True
+        self.upgrades += 1
+        log.warning(
+            "destination %s upgraded to sync (%s): persisted acks wait for it again",
+            self.name,
+            why,
+            extra=events.extra(events.REPLICATION_UPGRADED),
+        )
+        self.instance.replication_changed()
+
+    def _acked(self) -> None:
+        if self._upgrade_at is not None and self.acked_txid >= self._upgrade_at:
+            self._set_sync(self._upgrade_why)
+
     def statistics(self) -> DestinationStatistics:
         return DestinationStatistics(
             name=self.name,
@@ -605,6 +666,9 @@ class Destination:
             holes=self.holes,
             pass_through=self.config.passthrough,
             last_error=self.last_error,
+            downgrades=self.downgrades,
+            upgrades=self.upgrades,
+            upgrade_pending=self._upgrade_at is not None,
         )
 
 

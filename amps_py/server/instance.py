@@ -532,6 +532,18 @@ class Instance:
                         await nursery.start(self._serve_transport, transport, nursery)
                 if self.replication is not None:
                     nursery.start_soon(self.replication.run)
+                if config.admin is not None:
+                    from amps_py.admin.http import serve_admin
+
+                    host, port = config.admin
+                    try:
+                        bound = await nursery.start(serve_admin, self, host, port)
+                    except OSError as exc:
+                        raise ConfigurationError(
+                            f"the admin interface cannot listen on {host}:{port} ({exc}); "
+                            "free the port or change Admin/InetAddr"
+                        ) from exc
+                    self.listeners["admin"] = (host, bound)
                 log.info(
                     "instance %s ready: %s",
                     self.name,

@@ -1,0 +1,295 @@
+"""The admin HTTP API on ``Admin/InetAddr``, served by hypercorn on trio.
+
+Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
+
+- ``/amps`` — everything below.
+- ``/amps/instance[/...]`` — name, version, uptime, clients, subscriptions,
+  ``statistics``, ``transaction_log``, ``replication`` (``destinations`` and
+  ``upstreams`` keyed by name), ``transports``. Any subtree can be asked for by path,
+  e.g. ``/amps/instance/replication/destinations/B.json``.
+- ``/amps/host[/...]`` — host name, CPUs, load, memory.
+- ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade``
+  (POST or GET) — change a destination's acknowledgment mode.
+- ``/metrics`` — Prometheus text format.
+
+An unknown path gets 404 with a message naming the known children. When the instance
+has a non-default Authentication module, requests need HTTP Basic credentials that it
+accepts (401 otherwise) and the Entitlement module's ``admin`` right (403 otherwise);
+administrator actions always need the ``admin`` right.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import orjson
+import trio
+from lxml import etree
+
+from amps_py import __version__, events
+
+from .metrics import render_metrics
+
+if TYPE_CHECKING:
+    from amps_py.server.instance import Instance
+
+log = logging.getLogger("amps_py.admin")
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def instance_tree(instance: Instance) -> dict[str, Any]:
+    """The ``/amps/instance`` tree, built from the instance's statistics."""
+    stats = instance.statistics()
+    repl = stats.replication or {"destinations": [], "upstreams": []}
+    journal = dict(stats.journal or {})
+    if stats.writer:
+        journal["writer"] = stats.writer
+    return {
+        "name": stats.name,
+        "group": instance.group,
+        "version": __version__,
+        "uptime_s": round(stats.uptime, 3),
+        "clients": stats.clients,
+        "subscriptions": stats.subscriptions,
+        "statistics": {
+            "published": stats.published,
+            "delivered": stats.delivered,
+            "duplicates": stats.duplicates,
+            "protocol_errors": stats.protocol_errors,
+            "failed_commands": stats.failed_commands,
+            "denied_commands": stats.denied_commands,
+            "denied_writes": stats.denied_writes,
+            "durable_txid": stats.durable_txid,
+        },
+        "transaction_log": journal,
+        "replication": {
+            "destinations": {d["name"]: d for d in repl["destinations"]},
+            "upstreams": {u["name"]: u for u in repl["upstreams"]},
+        },
+        "transports": {name: {"port": port} for name, port in stats.listeners.items()},
+    }
+
+
+def host_tree() -> dict[str, Any]:
+    load = os.getloadavg()
+    memory: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    memory[key.lower() + "_bytes"] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return {
+        "name": socket.gethostname(),
+        "cpus": os.cpu_count() or 0,
+        "load": {"1m": load[0], "5m": load[1], "15m": load[2]},
+        "memory": memory,
+    }
+
+
+def to_xml(name: str, value: Any) -> bytes:
+    """The XML form of a subtree: dict keys become elements (names not valid as XML
+    element names become ``<item name="...">``), lists repeat ``<item>``."""
+
+    def build(parent: etree._Element, key: str, val: Any) -> None:
+        tag = key if _valid_tag(key) else "item"
+        el = etree.SubElement(parent, tag)
+        if tag != key:
+            el.set("name", key)
+        fill(el, val)
+
+    def fill(el: etree._Element, val: Any) -> None:
+        if isinstance(val, Mapping):
+            for k, v in val.items():
+                build(el, str(k), v)
+        elif isinstance(val, list | tuple):
+            for v in val:
+                build(el, "item", v)
+        elif val is None:
+            pass
+        elif isinstance(val, bool):
+            el.text = "true" if val else "false"
+        else:
+            el.text = str(val)
+
+    root = etree.Element(name if _valid_tag(name) else "item")
+    fill(root, value)
+    return etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True)
+
+
+def _valid_tag(name: str) -> bool:
+    return (
+        bool(name)
+        and (name[0].isalpha() or name[0] == "_")
+        and all(c.isalnum() or c in "_-." for c in name)
+    )
+
+
+class AdminApp:
+    """The ASGI application; one per instance."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        try:
+            status, content_type, body = self.handle(scope)
+        except HttpError as exc:
+            status, content_type = exc.status, "application/json"
+            body = orjson.dumps({"error": exc.message, "status": exc.status})
+        headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
+        if status == 401:
+            headers.append((b"www-authenticate", b'Basic realm="amps-py admin"'))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    # ---------------------------------------------------------------- routing
+    def handle(self, scope: Scope) -> tuple[int, str, bytes]:
+        path = unquote(scope["path"]).rstrip("/") or "/"
+        method = scope["method"]
+        is_admin_action = path.startswith("/amps/administrator")
+        self._authorise(scope, is_admin_action)
+        if path == "/metrics":
+            return 200, "text/plain; version=0.0.4; charset=utf-8", render_metrics(self.instance)
+        fmt = "json"
+        for ext in (".json", ".xml"):
+            if path.endswith(ext):
+                fmt, path = ext[1:], path[: -len(ext)]
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] != "amps":
+            raise HttpError(404, f"no such path {scope['path']!r}; start at /amps or /metrics")
+        if is_admin_action:
+            if method not in ("GET", "POST"):
+                raise HttpError(405, "use POST (or GET) for administrator actions")
+            result = self._administrator(parts[2:])
+            return self._render("administrator", result, fmt)
+        tree: dict[str, Any] = {"instance": instance_tree(self.instance), "host": host_tree()}
+        node: Any = tree
+        walked = ["amps"]
+        for part in parts[1:]:
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+                walked.append(part)
+                continue
+            known = ", ".join(sorted(node)) if isinstance(node, Mapping) else "none"
+            raise HttpError(404, f"/{'/'.join(walked)} has no {part!r}; its children are: {known}")
+        return self._render(walked[-1], node, fmt)
+
+    def _render(self, name: str, value: Any, fmt: str) -> tuple[int, str, bytes]:
+        if fmt == "xml":
+            return 200, "application/xml", to_xml(name, value)
+        return 200, "application/json", orjson.dumps(value, option=orjson.OPT_INDENT_2)
+
+    def _authorise(self, scope: Scope, admin_action: bool) -> None:
+        instance = self.instance
+        authenticator, entitler = instance.authenticator, instance.entitler
+        open_access = authenticator.module == "amps-default-authentication-module"
+        user, password = _basic_credentials(scope)
+        if open_access and not admin_action:
+            return
+        if not open_access and not authenticator.authenticate(user, password).ok:
+            raise HttpError(
+                401,
+                "the admin interface needs credentials this instance's Authentication "
+                "module accepts (HTTP Basic: user and password)",
+            )
+        if not entitler.is_admin(user):
+            log.warning(
+                "admin request %s by user %r refused: not entitled",
+                scope["path"],
+                user,
+                extra=events.extra(events.CLIENT_NOT_ENTITLED),
+            )
+            raise HttpError(
+                403,
+                f'user {user!r} has no admin right; grant it "admin": true in the '
+                "Entitlement rules file",
+            )
+
+    def _administrator(self, parts: list[str]) -> dict[str, Any]:
+        if len(parts) == 3 and parts[0] == "replication" and parts[2] in ("downgrade", "upgrade"):
+            manager = self.instance.replication
+            destinations = {d.name: d for d in manager.destinations} if manager else {}
+            dest = destinations.get(parts[1])
+            if dest is None:
+                known = ", ".join(sorted(destinations)) or "none"
+                raise HttpError(
+                    404, f"no replication destination {parts[1]!r}; destinations: {known}"
+                )
+            outcome = dest.downgrade("admin") if parts[2] == "downgrade" else dest.upgrade("admin")
+            return {"destination": dest.name, "action": parts[2], "result": outcome}
+        raise HttpError(
+            404,
+            "administrator actions: /amps/administrator/replication/<destination>/downgrade "
+            "and .../upgrade",
+        )
+
+
+def _basic_credentials(scope: Scope) -> tuple[str, str]:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == b"authorization" and value[:6].lower() == b"basic ":
+            try:
+                user, _, password = base64.b64decode(value[6:]).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return "", ""
+            return user, password
+    return "", ""
+
+
+async def serve_admin(
+    instance: Instance,
+    host: str,
+    port: int,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the admin API until cancelled; ``task_status`` gets the bound port."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("amps_py.admin.http")
+    config.graceful_timeout = 1.0
+
+    class _Started:
+        def started(self, binds: list[str] | None = None) -> None:
+            bound = int((binds or [config.bind[0]])[0].rpartition(":")[2])
+            log.info(
+                "admin interface listening on %s:%d",
+                host,
+                bound,
+                extra=events.extra(events.TRANSPORT_LISTENING),
+            )
+            task_status.started(bound)
+
+    await serve(AdminApp(instance), config, task_status=_Started())  # type: ignore[arg-type]

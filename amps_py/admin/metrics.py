@@ -1,0 +1,131 @@
+"""``/metrics``: the instance's counters in Prometheus text format (prometheus-client).
+
+Read at scrape time from the same statistics the admin tree shows, so the two never
+disagree. Names start with ``amps_``; per-destination series carry a ``destination``
+label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from amps_py.server.instance import Instance
+
+
+class InstanceCollector(Collector):
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+
+    def collect(self) -> Iterator[Metric]:
+        instance = self.instance
+        stats = instance.statistics()
+        labels = ["instance"]
+        me = [stats.name]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=labels)
+            g.add_metric(me, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=labels)
+            c.add_metric(me, value)
+            return c
+
+        yield gauge("amps_uptime_seconds", "Seconds since the instance started", stats.uptime)
+        yield gauge("amps_clients", "Connected clients", stats.clients)
+        yield gauge("amps_subscriptions", "Active subscriptions", stats.subscriptions)
+        yield counter("amps_published_messages", "Messages published here", stats.published)
+        yield counter("amps_delivered_messages", "Messages delivered", stats.delivered)
+        yield counter("amps_duplicate_publishes", "Publishes discarded", stats.duplicates)
+        yield counter(
+            "amps_denied_commands", "Commands refused (entitlement)", stats.denied_commands
+        )
+        if stats.writer:
+            w = stats.writer
+            yield counter("amps_journal_commits", "Group commits (one fsync each)", w["commits"])
+            yield counter("amps_journal_records", "Records journaled", w["records"])
+            yield counter(
+                "amps_journal_commit_seconds", "Seconds spent in commits", w["commit_seconds"]
+            )
+            yield counter(
+                "amps_journal_fsync_seconds", "Seconds waiting for fsync", w["sync_seconds"]
+            )
+            yield gauge("amps_journal_last_batch", "Records in the last commit", w["last_batch"])
+            yield gauge("amps_journal_queued", "Records waiting for a commit", w["queued"])
+        if stats.journal:
+            yield gauge("amps_journal_bytes", "Journal file size", stats.journal["file_bytes"])
+            yield gauge("amps_journal_last_txid", "Newest txid", stats.journal["last_txid"])
+        yield from self._replication(stats.name, stats.replication)
+
+    def _replication(self, name: str, repl: dict[str, Any] | None) -> Iterator[Metric]:
+        if not repl:
+            return
+        labels = ["instance", "destination"]
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "connected": GaugeMetricFamily(
+                "amps_replication_connected", "1 when the destination is connected", labels=labels
+            ),
+            "sync": GaugeMetricFamily(
+                "amps_replication_sync",
+                "1 when persisted acks wait for the destination (sync), 0 when async",
+                labels=labels,
+            ),
+            "lag_messages": GaugeMetricFamily(
+                "amps_replication_lag_txids",
+                "Local txids committed but not yet acknowledged by the destination",
+                labels=labels,
+            ),
+            "seconds_behind": GaugeMetricFamily(
+                "amps_replication_seconds_behind",
+                "Age of the oldest record the destination has not acknowledged",
+                labels=labels,
+            ),
+            "messages_out": CounterMetricFamily(
+                "amps_replication_messages_out", "Messages sent", labels=labels
+            ),
+            "bytes_out": CounterMetricFamily(
+                "amps_replication_bytes_out", "Bytes sent (after compression)", labels=labels
+            ),
+            "downgrades": CounterMetricFamily(
+                "amps_replication_downgrades", "Downgrades to async", labels=labels
+            ),
+            "upgrades": CounterMetricFamily(
+                "amps_replication_upgrades", "Upgrades back to sync", labels=labels
+            ),
+            "disconnects": CounterMetricFamily(
+                "amps_replication_disconnects", "Disconnections", labels=labels
+            ),
+        }
+        committed = self.instance.committed_txid
+        for d in repl.get("destinations", []):
+            key = [name, str(d["name"])]
+            families["connected"].add_metric(key, 1.0 if d["is_connected"] else 0.0)
+            families["sync"].add_metric(key, 1.0 if d["replication_type"] == "sync" else 0.0)
+            families["lag_messages"].add_metric(key, max(committed - _num(d["acked_txid"]), 0))
+            for family, field in (
+                ("seconds_behind", "seconds_behind"),
+                ("messages_out", "messages_out"),
+                ("bytes_out", "bytes_out"),
+                ("downgrades", "downgrades"),
+                ("upgrades", "upgrades"),
+                ("disconnects", "disconnect_count"),
+            ):
+                families[family].add_metric(key, _num(d.get(field, 0)))
+        yield from families.values()
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def render_metrics(instance: Instance) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(InstanceCollector(instance))
+    return generate_latest(registry)
