@@ -173,7 +173,6 @@ LOG_LEVELS: Final[tuple[str, ...]] = (
 UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig": frozenset(
         {
-            "Actions",
             "ClientMaxCapacity",
             "ClientMessageAgeLimit",
             "ConfigCycleDetectionThreshold",
@@ -474,6 +473,52 @@ class TransactionLogConfig:
                 cache.clear()
             cache[key] = answer
         return answer
+
+
+#: On modules amps-py runs, and the Options each requires
+ACTION_ON_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
+    "amps-action-on-schedule": ("Every",),
+    "amps-action-on-startup": (),
+    "amps-action-on-shutdown": (),
+    "amps-action-on-signal": ("Signal",),
+    "amps-action-on-downgrade-replication": (),
+    "amps-action-on-upgrade-replication": (),
+}
+#: Do modules amps-py runs, and the Options each requires
+ACTION_DO_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
+    "amps-action-do-downgrade-replication": ("Age",),
+    "amps-action-do-upgrade-replication": ("Age",),
+    "amps-action-do-publish-message": ("Topic",),
+    "amps-action-do-rotate-logs": (),
+    "amps-action-do-shutdown": (),
+    "amps-action-do-nothing": (),
+}
+#: AMPS Do modules that need parts amps-py does not have yet
+_ACTION_DO_LATER: Final = frozenset(
+    {
+        "amps-action-do-archive-journal",
+        "amps-action-do-compress-journal",
+        "amps-action-do-remove-journal",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ActionModule:
+    """One ``On`` or ``Do`` of an Action: the module and its Options as text."""
+
+    module: str
+    options: Mapping[str, str]
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class ActionConfig:
+    """One ``Actions/Action``: when any of ``on`` fires, run ``do`` in order."""
+
+    on: tuple[ActionModule, ...]
+    do: tuple[ActionModule, ...]
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -789,6 +834,8 @@ class InstanceConfig:
     entitlement: EntitlementConfig = field(default_factory=EntitlementConfig)
     #: ``Admin/InetAddr`` as (host, port); ``None``: no admin interface
     admin: tuple[str, int] | None = None
+    #: ``Actions/Action``, in file order
+    actions: tuple[ActionConfig, ...] = ()
 
     @property
     def replication_transport(self) -> TransportConfig | None:
@@ -821,6 +868,8 @@ class _Decl:
     children: Mapping[str, _Decl] | None  # None: the element holds a value
     enumeration: tuple[str, ...] = ()
     min_length: int = 0
+    #: the type ends in xs:any: children are free-form (module Options), checked later
+    open_content: bool = False
 
 
 def _packaged_schema() -> importlib.resources.abc.Traversable:
@@ -919,7 +968,10 @@ def _read_model(schema: etree._Element) -> _Decl:
         children = {
             str(child.get("name")): element(child, path) for child in particles(complex_type)
         }
-        return _Decl(name, path, min_occurs or 0, max_occurs, doc, children)
+        open_content = complex_type.find(f".//{_XS}any") is not None
+        return _Decl(
+            name, path, min_occurs or 0, max_occurs, doc, children, open_content=open_content
+        )
 
     root = schema.find(f"{_XS}element[@name='{_ROOT}']")
     if root is None:  # pragma: no cover - the schema ships with the package
@@ -1241,6 +1293,8 @@ def _check_structure(
     if decl.children is None:
         _check_value(el, decl, kids, problems)
         return
+    if decl.open_content:
+        return  # free-form (module Options): the section's builder checks the names
 
     stray = " ".join(t.strip() for t in [el.text or "", *(k.tail or "" for k in kids)] if t.strip())
     if stray:
@@ -2840,6 +2894,83 @@ def _build_entitlement(root: etree._Element, problems: _Problems) -> Entitlement
     return EntitlementConfig(module or auth.DEFAULT_ENTITLEMENT_MODULE, path)
 
 
+def _build_action_module(
+    el: etree._Element, known: Mapping[str, tuple[str, ...]], kind: str, problems: _Problems
+) -> ActionModule | None:
+    module_el = _first(el, "Module")
+    module = _text(module_el, problems)
+    if module_el is None or not module:
+        return None
+    options: dict[str, str] = {}
+    options_el = _first(el, "Options")
+    for option in _child_elements(options_el) if options_el is not None else []:
+        options[str(option.tag)] = (option.text or "").strip()
+    if module not in known:
+        later = module in _ACTION_DO_LATER
+        problems.add(
+            module_el,
+            f"{kind} module {module!r} is "
+            + (
+                "not supported yet (journal maintenance arrives with journal segments)"
+                if later
+                else "unknown"
+            ),
+            f"use one of {', '.join(sorted(known))}",
+        )
+        return None
+    ok = True
+    for required in known[module]:
+        if not options.get(required):
+            problems.add(
+                el,
+                f"{module} needs Options/{required}",
+                f"add <Options><{required}>...</{required}></Options>"
+                + (", e.g. 30s" if required in ("Every", "Age") else ""),
+            )
+            ok = False
+    for name in ("Every", "Age", "GracePeriod"):
+        value = options.get(name)
+        if value and not (name == "Every" and ":" in value):
+            try:
+                parse_duration(value)
+            except UnitError as exc:
+                problems.add(el, f"Options/{name}: {exc}", "write a duration such as 30s or 5m")
+                ok = False
+    if module == "amps-action-on-schedule" and ":" in options.get("Every", ""):
+        problems.add(
+            el,
+            "Every as a time of day or weekday is not supported yet; only intervals are",
+            "write an interval such as 15s, 5m or 4h",
+        )
+        ok = False
+    return ActionModule(module, options, _line(el) or 0) if ok else None
+
+
+def _build_actions(root: etree._Element, problems: _Problems) -> tuple[ActionConfig, ...]:
+    out: list[ActionConfig] = []
+    for action in _children(_first(root, "Actions"), "Action"):
+        if_el = _first(action, "If")
+        if if_el is not None:
+            problems.add(
+                if_el,
+                "If conditions on Actions are not supported yet",
+                "remove the If element (the Do modules then run every time On fires)",
+            )
+        on = [
+            _build_action_module(el, ACTION_ON_MODULES, "On", problems)
+            for el in _children(action, "On")
+        ]
+        do = [
+            _build_action_module(el, ACTION_DO_MODULES, "Do", problems)
+            for el in _children(action, "Do")
+        ]
+        ons = tuple(m for m in on if m is not None)
+        dos = tuple(m for m in do if m is not None)
+        if ons and dos and len(ons) == len(on) and len(dos) == len(do):
+            out.append(ActionConfig(ons, dos, _line(action) or 0))
+    return tuple(out)
+
+
 def _build_admin(root: etree._Element, problems: _Problems) -> tuple[str, int] | None:
     section = _first(root, "Admin")
     if section is None:
@@ -2891,6 +3022,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         authentication=authentication,
         entitlement=entitlement,
         admin=_build_admin(root, problems),
+        actions=_build_actions(root, problems),
     )
 
 

@@ -55,6 +55,9 @@ REPLICATION_DOWNGRADED: Final = "15-0009"
 #: a downgraded destination is sync again
 REPLICATION_UPGRADED: Final = "15-0010"
 
+#: a Do module of an Action failed (the rest of that run is skipped)
+ACTION_FAILED: Final = "16-0001"
+
 
 def extra(code: str) -> dict[str, str]:
     """The ``extra=`` mapping that tags a log record with an event code."""

@@ -432,3 +432,19 @@ def log_event(
     if fields:
         text += " " + " ".join(f"{key}={_field_text(value)}" for key, value in fields.items())
     logger.log(number, "%s", text, extra={"code": code, "fields": fields}, stacklevel=2)
+
+
+def rotate_logs() -> int:
+    """Start the next file of every rotating file target now (``amps-action-do-rotate-
+    logs``); returns how many files were rotated. Targets without ``%n`` in their file
+    name keep appending to the same file."""
+    rotated = 0
+    for handler in list(_installed):
+        if isinstance(handler, _RotatingFileHandler) and "%n" in handler.mask:
+            handler.acquire()
+            try:
+                handler._rotate()
+            finally:
+                handler.release()
+            rotated += 1
+    return rotated

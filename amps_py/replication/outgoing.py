@@ -612,6 +612,7 @@ class Destination:
             extra=events.extra(events.REPLICATION_DOWNGRADED),
         )
         self.instance.replication_changed()
+        self.instance.fire_action("downgrade-replication", {"AMPS_DESTINATION_NAME": self.name})
         return "downgraded to async"
 
     def upgrade(self, why: str) -> str:
@@ -640,6 +641,11 @@ class Destination:
             extra=events.extra(events.REPLICATION_UPGRADED),
         )
         self.instance.replication_changed()
+        self.instance.fire_action("upgrade-replication", {"AMPS_DESTINATION_NAME": self.name})
+
+    @property
+    def upgrade_pending(self) -> bool:
+        return self._upgrade_at is not None
 
     def _acked(self) -> None:
         if self._upgrade_at is not None and self.acked_txid >= self._upgrade_at:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 import trio
@@ -39,6 +39,9 @@ from txlog.record import DeliveryView
 from .session import CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
 from .writer import JournalWriter
+
+if TYPE_CHECKING:
+    from amps_py.actions import ActionRunner
 
 log = logging.getLogger("amps_py.server")
 
@@ -81,6 +84,7 @@ class Instance:
         self.name = config.name
         self.journal: Journal | None = None
         self.writer: JournalWriter | None = None
+        self.actions: ActionRunner | None = None
         self.registry = SubscriptionRegistry()
         self.sessions: set[Session] = set()
         self._names: dict[str, Session] = {}
@@ -346,6 +350,11 @@ class Instance:
             if session is not None:
                 session.durable_upto(seq)
 
+    def fire_action(self, on: str, variables: dict[str, str]) -> None:
+        """Run the configured Actions with ``amps-action-on-<on>`` (in the background)."""
+        if self.actions is not None:
+            self.actions.fire(on, variables)
+
     def replication_acked(self) -> None:
         """A destination acknowledged more: persisted acks may advance."""
         if self._undurable:
@@ -532,6 +541,11 @@ class Instance:
                         await nursery.start(self._serve_transport, transport, nursery)
                 if self.replication is not None:
                     nursery.start_soon(self.replication.run)
+                if config.actions:
+                    from amps_py.actions import ActionRunner
+
+                    self.actions = ActionRunner(self, config.actions)
+                    await nursery.start(self.actions.run)
                 if config.admin is not None:
                     from amps_py.admin.http import serve_admin
 
