@@ -605,14 +605,7 @@ class Destination:
             return "already async"
         self.sync = False
         self.downgrades += 1
-        log.warning(
-            "destination %s downgraded to async (%s): persisted acks no longer wait for it",
-            self.name,
-            why,
-            extra=events.extra(events.REPLICATION_DOWNGRADED),
-        )
-        self.instance.replication_changed()
-        self.instance.fire_action("downgrade-replication", {"AMPS_DESTINATION_NAME": self.name})
+        self._mode_changed("downgraded to async", "no longer wait", why)
         return "downgraded to async"
 
     def upgrade(self, why: str) -> str:
@@ -634,14 +627,26 @@ class Destination:
         self._upgrade_at = None
         self.sync = True
         self.upgrades += 1
+        self._mode_changed("upgraded to sync", "wait again", why)
+
+    def _mode_changed(self, what: str, acks: str, why: str) -> None:
+        """Log a downgrade or upgrade, release or hold acks, fire the On actions."""
+        upgraded = self.sync
         log.warning(
-            "destination %s upgraded to sync (%s): persisted acks wait for it again",
+            "destination %s %s (%s): persisted acks %s for it",
             self.name,
+            what,
             why,
-            extra=events.extra(events.REPLICATION_UPGRADED),
+            acks,
+            extra=events.extra(
+                events.REPLICATION_UPGRADED if upgraded else events.REPLICATION_DOWNGRADED
+            ),
         )
         self.instance.replication_changed()
-        self.instance.fire_action("upgrade-replication", {"AMPS_DESTINATION_NAME": self.name})
+        self.instance.fire_action(
+            "upgrade-replication" if upgraded else "downgrade-replication",
+            {"AMPS_DESTINATION_NAME": self.name},
+        )
 
     @property
     def upgrade_pending(self) -> bool:

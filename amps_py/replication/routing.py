@@ -79,33 +79,21 @@ class Route:
         key = (topic, message_type, origin, path, remote_name)
         known = self._verdicts.get(key, _UNKNOWN)
         if known is _UNKNOWN:
-            known = self._verdict(topic, message_type, origin, path, remote_name)
+            passes = self.accepts(
+                topic=topic,
+                message_type=message_type,
+                origin=origin,
+                path=path,
+                payload=_no_payload,
+                remote_name=remote_name,
+                filters=False,
+            )
+            unfiltered = any(r.filter is None for r in self._rules_for(topic, message_type))
+            known = None if passes and not unfiltered else passes
             if len(self._verdicts) > 100_000:
                 self._verdicts.clear()
             self._verdicts[key] = known
         return known  # type: ignore[no-any-return]
-
-    def _verdict(
-        self,
-        topic: str,
-        message_type: str,
-        origin: str,
-        path: tuple[tuple[str, str], ...],
-        remote_name: str,
-    ) -> bool | None:
-        if not self.accepts(
-            topic=topic,
-            message_type=message_type,
-            origin=origin,
-            path=path,
-            payload=_no_payload,
-            remote_name=remote_name,
-            filters=False,
-        ):
-            return False
-        if any(rule.filter is None for rule in self._rules_for(topic, message_type)):
-            return True
-        return None
 
     def accepts(
         self,
