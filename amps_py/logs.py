@@ -246,9 +246,11 @@ class _RotatingFileHandler(logging.Handler):
         self.path: Path | None = None
         self._file: BinaryIO | None = None
         self._size = 0
+        #: the name holds time tokens: files also change with the day or hour
+        self._timed = any(t not in ("n", "%") for t in _FILE_TOKEN.findall(mask))
         self._open(resume=True)
 
-    def _open(self, *, resume: bool) -> None:
+    def _open(self, *, resume: bool, now: float | None = None) -> None:
         """Open the file for the current counter; on start, resume after earlier runs.
 
         Resuming moves the counter to the last existing ``%n`` file (and past it when it
@@ -257,17 +259,17 @@ class _RotatingFileHandler(logging.Handler):
         """
         if resume and "%n" in self.mask:
             for _ in range(_MAX_SKIPPED_FILES):
-                if not Path(expand_file_name(self.mask, self.counter + 1)).exists():
+                if not Path(expand_file_name(self.mask, self.counter + 1, now)).exists():
                     break
                 self.counter += 1
-            current = Path(expand_file_name(self.mask, self.counter))
+            current = Path(expand_file_name(self.mask, self.counter, now))
             if (
                 self.threshold is not None
                 and current.exists()
                 and current.stat().st_size >= self.threshold
             ):
                 self.counter += 1
-        path = Path(expand_file_name(self.mask, self.counter))
+        path = Path(expand_file_name(self.mask, self.counter, now))
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "ab")
         self._file = handle
@@ -277,14 +279,24 @@ class _RotatingFileHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             data = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+            if self._timed and self.path is not None:
+                # a FileName with %Y%m%d or %H starts a new file when the day or hour
+                # (as the record's time spells it) changes; %n starts again from 00000
+                wanted = expand_file_name(self.mask, self.counter, record.created)
+                if wanted != str(self.path):
+                    if self._file is not None:
+                        self._file.close()
+                        self._file = None
+                    self.counter = 0
+                    self._open(resume=True, now=record.created)
             if (
                 self.threshold is not None
                 and self._size > 0
                 and self._size + len(data) > self.threshold
             ):
-                self._rotate()
+                self._rotate(record.created)
             if self._file is None:
-                self._open(resume=False)
+                self._open(resume=False, now=record.created)
             assert self._file is not None
             self._file.write(data)
             self._file.flush()
@@ -292,12 +304,12 @@ class _RotatingFileHandler(logging.Handler):
         except Exception:
             self.handleError(record)
 
-    def _rotate(self) -> None:
+    def _rotate(self, now: float | None = None) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
         self.counter += 1
-        self._open(resume=False)
+        self._open(resume=False, now=now)
 
     def close(self) -> None:
         self.acquire()

@@ -382,3 +382,39 @@ def test_restart_skips_a_full_last_file(tmp_path: Path) -> None:
     reset_logging()
     assert texts(tmp_path / "amps-00002.log") == ["info: 00-0000 resumed"]
     assert (tmp_path / "amps-00001.log").read_text() == "b" * 199 + "\n"
+
+
+def test_a_dated_file_name_starts_a_new_file_each_day_and_loses_no_line(tmp_path: Path) -> None:
+    """FileName ``amps-%Y%m%d-%n.log``: lines go to the file of their own day (as the
+    record's time spells it), the counter starts again each day, and a size threshold
+    still rotates within a day."""
+    mask = tmp_path / "amps-%Y%m%d-%n.log"
+    configure_logging([file_target(mask, level="info", rotation_threshold=400)], "a")
+    day1 = time.mktime((2026, 3, 1, 23, 59, 0, 0, 0, -1))
+    day2 = time.mktime((2026, 3, 2, 0, 0, 1, 0, 0, -1))
+    stamps = [day1] * 6 + [day2] * 6
+    for i, stamp in enumerate(stamps):
+        record = log.makeRecord(
+            log.name,
+            logging.INFO,
+            __file__,
+            0,
+            f"line {i:02d}",
+            (),
+            None,
+            extra={"code": "00-0042"},
+        )
+        record.created = stamp
+        log.handle(record)
+    reset_logging()
+    # (the file opened at configuration time, for today, stays empty)
+    names = sorted(p.name for p in tmp_path.iterdir() if p.stat().st_size)
+    assert names[0].startswith("amps-20260301-00000") and names[-1].startswith("amps-20260302-")
+    assert "amps-20260302-00000.log" in names
+    by_day = {
+        day: [t for n in names if day in n for t in texts(tmp_path / n)]
+        for day in ("20260301", "20260302")
+    }
+    assert by_day["20260301"] == [f"info: 00-0042 line {i:02d}" for i in range(6)]
+    assert by_day["20260302"] == [f"info: 00-0042 line {i:02d}" for i in range(6, 12)]
+    assert len(names) > 2  # the 400-byte threshold rotated within a day too
