@@ -168,6 +168,9 @@ class ActionRunner:
             self._downgrade(parse_duration(options["Age"]), options.get("GracePeriod"))
         elif module == "amps-action-do-upgrade-replication":
             self._upgrade(parse_duration(options["Age"]))
+        elif module == "amps-action-do-publish-message":
+            data = options.get("Data", "")
+            self.instance.publish_internal(options["Topic"], data.encode())
         elif module == "amps-action-do-rotate-logs":
             from amps_py.logs import rotate_logs
 

@@ -150,3 +150,35 @@ def test_bad_actions_are_config_errors(tmp_path: Path, action: str, fragment: st
     with pytest.raises(ConfigError) as info:
         parse_config(text)
     assert fragment in str(info.value)
+
+
+async def test_startup_and_scheduled_actions_publish_messages(tmp_path: Path) -> None:
+    """``do-publish-message`` on startup and on a schedule: the messages are journaled
+    like any publish (here replayed from EPOCH), with ``{{VAR}}`` substituted."""
+    from harness import start_instance
+
+    actions = """
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-startup</Module></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+        <Options><Topic>events</Topic>
+                 <Data>{"started":"{{AMPS_INSTANCE_NAME}}","none":"{{NOT_SET}}"}</Data></Options></Do>
+  </Action>
+  <Action>
+    <On><Module>amps-action-on-schedule</Module><Options><Every>100ms</Every></Options></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+        <Options><Topic>ticks</Topic><Data>{"at":{{AMPS_UNIX_TIMESTAMP}}}</Data></Options></Do>
+  </Action>
+</Actions>"""
+    server = start_instance(tmp_path, "acts", extra=actions)
+    try:
+        async with open_client(server.uri, "reader") as client:
+            async with client.subscribe("events", bookmark="0") as sub:
+                msg = await sub.get(10)
+                assert msg.json() == {"started": "acts", "none": ""}
+            async with client.subscribe("ticks", bookmark="0") as sub:
+                for _ in range(3):  # the schedule keeps publishing
+                    assert isinstance((await sub.get(10)).json()["at"], int)
+    finally:
+        server.stop()

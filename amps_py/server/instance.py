@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 import trio
@@ -70,6 +70,22 @@ class InstanceStatistics:
     listeners: dict[str, int] = field(default_factory=dict)
     replication: dict[str, Any] | None = None
     durable_txid: int = 0
+
+
+class Publisher(Protocol):
+    """Who publishes: a client session, or the instance itself (actions)."""
+
+    pub_hash: int
+    client_name: str
+
+
+@dataclass
+class InternalPublisher:
+    """The instance publishing on its own behalf (``amps-action-do-publish-message``):
+    a publisher like any other, named ``<instance>-internal``, with its own seqs."""
+
+    pub_hash: int
+    client_name: str
 
 
 class ConfigurationError(Exception):
@@ -227,7 +243,7 @@ class Instance:
 
     # ---------------------------------------------------------------- publish path
     def publish(
-        self, session: Session, topic: str, seq: int, payload: bytes, header: dict[str, Any]
+        self, session: Publisher, topic: str, seq: int, payload: bytes, header: dict[str, Any]
     ) -> str:
         """Accept one publish. Returns ``queued`` (waits for the journal), ``pending``
         (a duplicate of a message not yet durable) or ``done`` (duplicate already
@@ -349,6 +365,14 @@ class Instance:
             session = by_pub.get(ph)
             if session is not None:
                 session.durable_upto(seq)
+
+    def publish_internal(self, topic: str, payload: bytes) -> str:
+        """Publish ``payload`` to ``topic`` as the instance itself; same path, journal
+        and dedup rules as a client's publish."""
+        name = f"{self.name}-internal"
+        publisher = InternalPublisher(publisher_hash(name), name)
+        seq = self._publisher_enqueued_seq(publisher.pub_hash) + 1
+        return self.publish(publisher, topic, seq, payload, {})
 
     def fire_action(self, on: str, variables: dict[str, str]) -> None:
         """Run the configured Actions with ``amps-action-on-<on>`` (in the background)."""
