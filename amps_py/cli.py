@@ -475,10 +475,6 @@ def users_list(path: str) -> None:
         click.echo(user)
 
 
-if __name__ == "__main__":
-    main()
-
-
 # ---------------------------------------------------------------------------- admin
 @main.group()
 @click.option(
@@ -558,8 +554,7 @@ def admin_replication(ctx: click.Context) -> None:
 @click.pass_context
 def admin_downgrade(ctx: click.Context, destination: str) -> None:
     """Make a sync destination async now: persisted acks stop waiting for it."""
-    doc = _admin_fetch(ctx, f"/amps/administrator/replication/{destination}/downgrade", "POST")
-    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['destination']}: {d['result']}"))
+    _replication_action(ctx, destination, "downgrade")
 
 
 @admin.command("upgrade")
@@ -567,5 +562,99 @@ def admin_downgrade(ctx: click.Context, destination: str) -> None:
 @click.pass_context
 def admin_upgrade(ctx: click.Context, destination: str) -> None:
     """Make a downgraded destination sync again once it has caught up."""
-    doc = _admin_fetch(ctx, f"/amps/administrator/replication/{destination}/upgrade", "POST")
+    _replication_action(ctx, destination, "upgrade")
+
+
+def _replication_action(ctx: click.Context, destination: str, action: str) -> None:
+    doc = _admin_fetch(ctx, f"/amps/administrator/replication/{destination}/{action}", "POST")
     _admin_print(ctx, doc, lambda console, d: console.print(f"{d['destination']}: {d['result']}"))
+
+
+@admin.command("clients")
+@click.pass_context
+def admin_clients(ctx: click.Context) -> None:
+    """The connected clients: user, address, subscriptions, messages, queued output."""
+    from amps_py.admin.console import print_clients
+
+    _admin_print(ctx, _admin_fetch(ctx, "/amps/instance/clients.json"), print_clients)
+
+
+@admin.command("disconnect")
+@click.argument("client")
+@click.pass_context
+def admin_disconnect(ctx: click.Context, client: str) -> None:
+    """Close CLIENT's connection (a name from `amps-py admin clients`, or connection-ID)."""
+    from urllib.parse import quote
+
+    doc = _admin_fetch(
+        ctx, f"/amps/administrator/clients/{quote(client, safe='')}/disconnect", "POST"
+    )
+    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['client']}: {d['result']}"))
+
+
+@admin.command("watch")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="seconds between refreshes",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="stop after this many screens (default: until Ctrl-C)",
+)
+@click.pass_context
+def admin_watch(ctx: click.Context, interval: float, count: int | None) -> None:
+    """The status screen, refreshed every --interval seconds until Ctrl-C.
+
+    With --json, one JSON document a line per refresh instead. A refresh that fails is
+    shown and retried; with --count, a failed last refresh sets the exit status.
+    """
+    from amps_py.admin.console import AdminError, fetch, watch
+
+    o = ctx.obj
+    failure: AdminError | None = None
+    try:
+        if o["json"]:
+            click.echo(json.dumps(_admin_fetch(ctx, "/amps/instance.json"), separators=(",", ":")))
+            shown = 1
+            while count is None or shown < count:
+                time.sleep(interval)  # the refresh period the operator asked for
+                shown += 1
+                try:
+                    document = fetch(
+                        o["url"], "/amps/instance.json", user=o["user"], password=o["password"]
+                    )
+                except AdminError as exc:
+                    failure = exc
+                    if count is None or shown < count:
+                        click.echo(f"amps-py: {exc} (retrying)", err=True)
+                    continue
+                failure = None
+                click.echo(json.dumps(document, separators=(",", ":")))
+            if failure is not None:
+                raise failure
+            return
+        from rich.console import Console
+
+        failure = watch(
+            Console(),
+            o["url"],
+            interval=interval,
+            count=count,
+            user=o["user"],
+            password=o["password"],
+        )
+        if failure is not None:
+            raise failure
+    except AdminError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

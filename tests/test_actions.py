@@ -117,6 +117,13 @@ async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
         nursery.cancel_scope.cancel()
     log = cluster.log("A")
     assert "15-0009" in log and "15-0010" in log  # both changes logged with their codes
+    with urllib.request.urlopen(f"{base}/amps/instance/actions.json", timeout=10) as response:
+        [action] = json.loads(response.read())
+    assert action["runs"] > 20 and action["failures"] == 0
+    assert action["do"] == [
+        "amps-action-do-downgrade-replication",
+        "amps-action-do-upgrade-replication",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ real instance processes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -17,7 +18,7 @@ from cluster import Cluster, destination_xml, replication_xml
 from harness import ServerProcess, start_instance, wait_until
 from lxml import etree
 
-from amps_py.client import open_client
+from amps_py.client import ConnectionLost, open_client
 
 ADMIN_XML = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
 
@@ -161,3 +162,244 @@ async def test_manual_downgrade_releases_waiting_acks_and_upgrade_restores_sync(
     assert d["downgrades"] == 1 and d["upgrades"] == 1
     unknown = admin_cli("--url", base, "downgrade", "nobody")
     assert unknown.returncode == 1 and "no replication destination 'nobody'" in unknown.stderr
+
+
+# ---------------------------------------------------------------------------- clients
+
+
+def clients_of(base: str) -> dict[str, Any]:
+    status, kind, body = get(f"{base}/amps/instance/clients.json")
+    assert status == 200 and kind.startswith("application/json"), body
+    return dict(json.loads(body))
+
+
+async def test_clients_are_listed_by_name_with_their_counters(server: ServerProcess) -> None:
+    base = admin_url(server)
+    async with (
+        open_client(server.uri, "alpha") as alpha,
+        open_client(server.uri, "1st-feed") as feed,
+        open_client(server.uri, "", logon=False),
+        feed.subscribe("orders") as orders,
+    ):
+        for i in range(3):
+            await alpha.publish("orders", b'{"i":%d}' % i)
+        await alpha.wait_persisted(alpha.seq, timeout=30)
+        for _ in range(3):
+            await orders.get(10)
+
+        def counted() -> str | None:
+            clients = clients_of(base)
+            if len(clients) != 3 or not {"alpha", "1st-feed"} <= set(clients):
+                return f"clients are {sorted(clients)}"
+            a, f = clients["alpha"], clients["1st-feed"]
+            if (a["messages_in"], f["messages_out"], f["subscriptions"]) != (3, 3, 1):
+                return f"alpha {a}, 1st-feed {f}"
+            return None
+
+        await wait_until(counted, 10)
+        clients = clients_of(base)
+        assert len(clients) == 3
+        alpha_entry = clients["alpha"]
+        assert alpha_entry["client_name"] == "alpha" and alpha_entry["user"] == "alpha"
+        assert alpha_entry["logged_on"] is True and alpha_entry["transport"] == "json-tcp"
+        assert alpha_entry["remote_address"].startswith("127.0.0.1:")
+        assert alpha_entry["queued_bytes"] >= 0 and alpha_entry["queued_limit_bytes"] > 0
+        assert alpha_entry["connected_s"] >= 0 and alpha_entry["connected_at"].endswith("Z")
+        # a connection that has not logged on is keyed by its connection id
+        (anonymous,) = [k for k in clients if k.startswith("connection-")]
+        assert clients[anonymous]["logged_on"] is False
+        assert clients[anonymous]["connection"] == int(anonymous.split("-")[1])
+        # the count still follows, and one client answers by its own path
+        instance = json.loads(get(f"{base}/amps/instance.json")[2])
+        assert instance["client_count"] == 3
+        status, _, body = get(f"{base}/amps/instance/clients/alpha.json")
+        assert status == 200 and json.loads(body)["messages_in"] == 3
+
+        # the XML form is valid XML; a name that is no XML element name becomes an item
+        status, kind, body = get(f"{base}/amps/instance/clients.xml")
+        assert status == 200 and kind == "application/xml"
+        root = etree.fromstring(body)
+        assert root.tag == "clients"
+        assert root.findtext("alpha/client_name") == "alpha"
+        (item,) = root.findall("item[@name='1st-feed']")
+        assert item.findtext("subscriptions") == "1"
+
+        listed = await trio.to_thread.run_sync(
+            lambda: admin_cli("--url", base, "--json", "clients")
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert {"alpha", "1st-feed", anonymous} == set(json.loads(listed.stdout))
+        table = await trio.to_thread.run_sync(lambda: admin_cli("--url", base, "clients"))
+        assert table.returncode == 0, table.stderr
+        assert "alpha" in table.stdout and "1st-feed" in table.stdout
+    text = get(f"{base}/amps/instance/clients.json")[2].decode()
+    assert "pw" not in text and "password" not in text
+
+
+async def test_admin_disconnect_closes_that_client_only(server: ServerProcess) -> None:
+    base = admin_url(server)
+    async with (
+        open_client(server.uri, "victim") as victim,
+        open_client(server.uri, "bystander") as bystander,
+        victim.subscribe("orders") as orders,
+    ):
+        await wait_until(
+            lambda: (
+                None
+                if {"victim", "bystander"} <= set(clients_of(base))
+                else f"clients are {sorted(clients_of(base))}"
+            ),
+            10,
+        )
+        done = await trio.to_thread.run_sync(
+            lambda: admin_cli("--url", base, "disconnect", "victim")
+        )
+        assert done.returncode == 0, done.stderr
+        assert "victim: disconnected" in done.stdout
+
+        # the client sees the server close its connection: the subscription ends
+        with trio.fail_after(10):
+            remaining = [message async for message in orders]
+        assert remaining == []
+        assert isinstance(victim.closed, ConnectionLost)
+        assert "server closed the connection" in str(victim.closed)
+        with pytest.raises(ConnectionLost):
+            await victim.publish("orders", b'{"late":1}')
+
+        def gone() -> str | None:
+            clients = clients_of(base)
+            return None if set(clients) == {"bystander"} else f"clients are {sorted(clients)}"
+
+        await wait_until(gone, 10)
+        # the other client is untouched
+        await bystander.publish_persisted("orders", b'{"still":"here"}', timeout=30)
+    log = server.log_file.read_text()
+    assert "07-0013 administrator disconnects client 'victim'" in log
+    assert "disconnected: disconnected by the administrator" in log
+
+    unknown = admin_cli("--url", base, "disconnect", "nobody")
+    assert unknown.returncode == 1
+    lines = unknown.stderr.strip().splitlines()
+    assert len(lines) == 1 and "HTTP 404: no client 'nobody' is connected" in lines[0]
+    as_json = admin_cli("--url", base, "--json", "disconnect", "nobody")
+    assert as_json.returncode == 1 and as_json.stdout == ""
+    assert admin_cli("--url", "http://127.0.0.1:1", "disconnect", "x").returncode == 2
+
+
+async def test_shared_client_names_are_told_apart_by_connection(tmp_path: Path) -> None:
+    # without a transaction log client names need not be unique
+    server = start_instance(tmp_path, "nolog", journal=False, extra=ADMIN_XML)
+    try:
+        base = admin_url(server)
+        async with open_client(server.uri, "twin") as first, open_client(server.uri, "twin"):
+
+            def two() -> str | None:
+                keys = sorted(clients_of(base))
+                return None if len(keys) == 2 else f"clients are {keys}"
+
+            await wait_until(two, 10)
+            keys = sorted(clients_of(base), key=lambda k: int(k.split("-")[1]))
+            assert all(k.startswith("connection-") for k in keys)
+            ambiguous = await trio.to_thread.run_sync(
+                lambda: admin_cli("--url", base, "disconnect", "twin")
+            )
+            assert ambiguous.returncode == 1
+            assert "HTTP 409: 2 connections use client name 'twin'" in ambiguous.stderr
+            assert keys[0] in ambiguous.stderr and keys[1] in ambiguous.stderr
+            done = await trio.to_thread.run_sync(
+                lambda: admin_cli("--url", base, "--json", "disconnect", keys[0])
+            )
+            assert done.returncode == 0, done.stderr
+            answer = json.loads(done.stdout)
+            assert answer == {
+                "client": keys[0],
+                "action": "disconnect",
+                "result": "disconnected",
+                "connection": int(keys[0].split("-")[1]),
+                "remote_address": answer["remote_address"],
+            }
+
+            def first_closed() -> str | None:
+                return None if first.closed is not None else "the first twin is still open"
+
+            await wait_until(first_closed, 10)
+
+            def one_left() -> str | None:
+                keys_now = sorted(clients_of(base))
+                return None if keys_now == ["twin"] else f"clients are {keys_now}"
+
+            # the name is unique again, so the remaining connection is keyed by it
+            await wait_until(one_left, 10)
+            assert clients_of(base)["twin"]["connection"] == int(keys[1].split("-")[1])
+    finally:
+        server.stop()
+
+
+async def test_disconnect_needs_the_admin_right(tmp_path: Path) -> None:
+    password_file = tmp_path / "users.pw"
+    users_add = [sys.executable, "-m", "amps_py", "users", "add", "--password-stdin"]
+    for user in ("alice", "bob"):
+        added = subprocess.run(
+            [*users_add, str(password_file), user],
+            input=f"{user}-secret-9\n",
+            capture_output=True,
+            text=True,
+        )
+        assert added.returncode == 0, added.stderr
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps({"alice": {"read": ".*", "write": ".*", "admin": True}, "bob": {"read": ".*"}})
+    )
+    security = (
+        "<Authentication><Module>amps-password-file</Module>"
+        f"<Options><PasswordFile>{password_file}</PasswordFile></Options></Authentication>"
+        "<Entitlement><Module>amps-rule-entitlement</Module>"
+        f"<Options><RulesFile>{rules}</RulesFile></Options></Entitlement>"
+    )
+    server = start_instance(tmp_path, "sec", extra=security + ADMIN_XML)
+
+    def as_user(user: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+        credentials = ["--user", user] if user else []
+        return subprocess.run(
+            [sys.executable, "-m", "amps_py", "admin", "--url", base, *credentials, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "AMPS_PY_ADMIN_PASSWORD": f"{user}-secret-9"},
+        )
+
+    try:
+        base = admin_url(server)
+        uri = f"tcp://bob:bob-secret-9@127.0.0.1:{server.port}/amps/json"
+        async with open_client(uri, "reader") as reader:
+            # with an Authentication module, reading the tree needs the admin right too
+            listed = await trio.to_thread.run_sync(lambda: as_user("alice", "--json", "clients"))
+            assert listed.returncode == 0, listed.stderr
+            assert json.loads(listed.stdout)["reader"]["user"] == "bob"
+            anonymous = await trio.to_thread.run_sync(lambda: as_user(None, "disconnect", "reader"))
+            assert anonymous.returncode == 1 and "HTTP 401" in anonymous.stderr
+            refused = await trio.to_thread.run_sync(lambda: as_user("bob", "disconnect", "reader"))
+            assert refused.returncode == 1 and "HTTP 403" in refused.stderr
+            assert "has no admin right" in refused.stderr
+            assert reader.closed is None
+            done = await trio.to_thread.run_sync(lambda: as_user("alice", "disconnect", "reader"))
+            assert done.returncode == 0, done.stderr
+            await wait_until(lambda: None if reader.closed else "reader still connected", 10)
+        assert "administrator 'alice' disconnects client 'reader'" in server.log_file.read_text()
+    finally:
+        server.stop()
+
+
+def test_console_watch_refreshes_and_stops_after_count(server: ServerProcess) -> None:
+    base = admin_url(server)
+    watched = admin_cli("--url", base, "watch", "--count", "2", "--interval", "0.2")
+    assert watched.returncode == 0, watched.stderr
+    assert "adm" in watched.stdout and "transports" in watched.stdout
+    as_json = admin_cli("--url", base, "--json", "watch", "--count", "2", "--interval", "0.2")
+    assert as_json.returncode == 0, as_json.stderr
+    screens = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [s["name"] for s in screens] == ["adm", "adm"]
+    assert screens[1]["uptime_s"] > screens[0]["uptime_s"]
+    unreachable = admin_cli("--url", "http://127.0.0.1:1", "watch", "--count", "1")
+    assert unreachable.returncode == 2
+    assert len(unreachable.stderr.strip().splitlines()) == 1

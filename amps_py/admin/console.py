@@ -3,18 +3,22 @@
 Every command reads or posts one admin path and prints a readable screen (rich), or the
 raw JSON with ``--json``. A connection or HTTP error prints one line saying what failed
 and how to fix it, and exits with status 2 (connection) or 1 (refused by the server).
+``watch`` redraws the status screen in place (:func:`watch`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from amps_py.config import DEFAULT_ADMIN_ADDRESS
 
@@ -96,33 +100,159 @@ def destinations_table(instance: dict[str, Any]) -> Table:
     return table
 
 
-def print_status(console: Console, instance: dict[str, Any]) -> None:
+def _clients_line(instance: dict[str, Any]) -> str:
+    """``clients N``, plus the client with the most output queued when one has any."""
+    clients = instance.get("clients", {})
+    if not isinstance(clients, dict):  # an instance from before the clients tree
+        return f"clients {clients}"
+    line = f"clients {instance.get('client_count', len(clients))}"
+    backlog = max(clients.items(), key=lambda kv: kv[1]["queued_bytes"], default=None)
+    if backlog is not None and backlog[1]["queued_bytes"] > 0:
+        line += f" (most queued: {backlog[0]}, {_size(backlog[1]['queued_bytes'])})"
+    return line
+
+
+def status_screen(instance: dict[str, Any]) -> Group:
+    """The ``status`` screen of an ``/amps/instance`` document, as one renderable."""
+    parts: list[RenderableType] = []
+
+    def line(text: str) -> None:
+        parts.append(Text(text))
+
     journal = instance.get("transaction_log", {})
-    console.print(
-        f"[bold]{instance['name']}[/bold] (group {instance['group']}) amps-py "
-        f"{instance['version']}, up {instance['uptime_s']:.0f} s"
+    parts.append(
+        Text.assemble(
+            (str(instance["name"]), "bold"),
+            f" (group {instance['group']}) amps-py {instance['version']}, "
+            f"up {instance['uptime_s']:.0f} s",
+        )
     )
-    console.print(
-        f"clients {instance['clients']}, subscriptions {instance['subscriptions']}, "
+    line(
+        f"{_clients_line(instance)}, subscriptions {instance['subscriptions']}, "
         f"published {instance['statistics']['published']}, "
         f"delivered {instance['statistics']['delivered']}"
     )
     if journal:
-        console.print(
+        line(
             f"journal {journal.get('path', '?')}: txids {journal.get('first_txid', 0)}.."
             f"{journal.get('last_txid', 0)}, {journal.get('records', 0)} records, "
             f"{int(journal.get('file_bytes', 0)) / 1e6:.1f} MB, durability "
             f"{journal.get('durability', '?')}"
         )
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
-    console.print(f"transports {transports}")
+    line(f"transports {transports}")
     if instance.get("replication", {}).get("destinations"):
-        console.print(destinations_table(instance))
+        parts.append(destinations_table(instance))
     upstreams = instance.get("replication", {}).get("upstreams", {})
     if upstreams:
-        console.print(
+        line(
             "upstreams: "
             + ", ".join(
                 f"{n} ({u['address']}, {u['messages_in']} in)" for n, u in upstreams.items()
             )
         )
+    return Group(*parts)
+
+
+def print_status(console: Console, instance: dict[str, Any]) -> None:
+    console.print(status_screen(instance))
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KB", "MB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def clients_table(clients: dict[str, Any]) -> Table:
+    """``/amps/instance/clients`` as a table; the queued column is the slow-client
+    indicator (a bar of the bytes waiting against the slow-client limit)."""
+    table = Table(title="clients", expand=False)
+    table.add_column("client", no_wrap=True)
+    table.add_column("user")
+    table.add_column("remote", no_wrap=True)
+    for column in ("up", "subs", "in", "out"):
+        table.add_column(column, justify="right")
+    table.add_column("queued", no_wrap=True)
+    table.add_column("state")
+    for key, c in clients.items():
+        queued, limit = int(c["queued_bytes"]), int(c["queued_limit_bytes"]) or 1
+        state = "ok" if c["logged_on"] else "no logon"
+        if c.get("closing"):
+            state = f"closing: {c['closing']}"
+        table.add_row(
+            key,
+            c["user"] or "-",
+            c["remote_address"],
+            _duration(float(c["connected_s"])),
+            str(c["subscriptions"]),
+            str(c["messages_in"]),
+            str(c["messages_out"]),
+            f"{_bar(queued / limit, 6)} {_size(queued)}",
+            state,
+        )
+    return table
+
+
+def print_clients(console: Console, clients: dict[str, Any]) -> None:
+    if not clients:
+        console.print("no clients connected")
+        return
+    console.print(clients_table(clients))
+
+
+def watch(
+    console: Console,
+    url: str,
+    *,
+    interval: float,
+    count: int | None,
+    user: str | None = None,
+    password: str = "",
+) -> AdminError | None:
+    """Redraw the ``status`` screen every ``interval`` seconds (``count`` screens, or
+    until Ctrl-C, which returns normally).
+
+    Returns the error of the last refresh when it failed (so a ``--count`` run can exit
+    non-zero), else None.
+
+    Raises:
+        AdminError: the first fetch fails. A later failure (the instance restarting)
+            is shown on the screen, and the next refresh tries again.
+    """
+    path = "/amps/instance.json"
+    last_good = status_screen(fetch(url, path, user=user, password=password))
+    failure: AdminError | None = None
+    shown = 1
+    try:
+        with Live(last_good, console=console, auto_refresh=False) as live:
+            while count is None or shown < count:
+                time.sleep(interval)  # the refresh period the operator asked for
+                screen: RenderableType
+                try:
+                    screen = last_good = status_screen(
+                        fetch(url, path, user=user, password=password)
+                    )
+                    failure = None
+                except AdminError as exc:
+                    failure = exc
+                    screen = Group(last_good, Text(f"{exc} (retrying)", style="red"))
+                live.update(screen, refresh=True)
+                shown += 1
+    except KeyboardInterrupt:
+        return None
+    return failure

@@ -3,13 +3,17 @@
 Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
 
 - ``/amps`` — everything below.
-- ``/amps/instance[/...]`` — name, version, uptime, clients, subscriptions,
+- ``/amps/instance[/...]`` — name, version, uptime, ``clients`` (one entry per
+  connection, see :func:`client_sessions`), ``client_count``, subscriptions,
   ``statistics``, ``transaction_log``, ``replication`` (``destinations`` and
   ``upstreams`` keyed by name), ``transports``. Any subtree can be asked for by path,
   e.g. ``/amps/instance/replication/destinations/B.json``.
 - ``/amps/host[/...]`` — host name, CPUs, load, memory.
 - ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade``
   (POST or GET) — change a destination's acknowledgment mode.
+- ``/amps/administrator/clients/<client>/disconnect`` (POST or GET) — close that
+  client's connection; ``<client>`` is a key of ``/amps/instance/clients`` (the client
+  name, or ``connection-<id>``, which always works).
 - ``/metrics`` — Prometheus text format.
 
 An unknown path gets 404 with a message naming the known children. When the instance
@@ -25,6 +29,8 @@ import binascii
 import logging
 import os
 import socket
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -34,11 +40,13 @@ import trio
 from lxml import etree
 
 from amps_py import __version__, events
+from amps_py.server.session import MAX_CLIENT_BACKLOG
 
 from .metrics import render_metrics
 
 if TYPE_CHECKING:
     from amps_py.server.instance import Instance
+    from amps_py.server.session import Session
 
 log = logging.getLogger("amps_py.admin")
 
@@ -66,7 +74,8 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
         "group": instance.group,
         "version": __version__,
         "uptime_s": round(stats.uptime, 3),
-        "clients": stats.clients,
+        "clients": {key: client_entry(s) for key, s in client_sessions(instance).items()},
+        "client_count": stats.clients,
         "subscriptions": stats.subscriptions,
         "statistics": {
             "published": stats.published,
@@ -84,6 +93,52 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
             "upstreams": {u["name"]: u for u in repl["upstreams"]},
         },
         "transports": {name: {"port": port} for name, port in stats.listeners.items()},
+        "actions": instance.actions.statistics() if instance.actions is not None else [],
+    }
+
+
+def client_sessions(instance: Instance) -> dict[str, Session]:
+    """The connected clients by their key in ``/amps/instance/clients``, oldest first.
+
+    The key is the client name, or ``connection-<id>`` for a connection that has not
+    logged on yet, and for every connection of a name several connections share (only
+    possible without a transaction log, where names need not be unique).
+    """
+    sessions = sorted(instance.sessions, key=lambda s: s.conn_id)
+    names = Counter(s.client_name for s in sessions if s.logged_on and s.client_name)
+    by_connection = {f"connection-{s.conn_id}" for s in sessions}
+    keyed: dict[str, Session] = {}
+    for s in sessions:
+        name = s.client_name if s.logged_on else ""
+        unique = bool(name) and names[name] == 1 and name not in by_connection
+        keyed[name if unique else f"connection-{s.conn_id}"] = s
+    return keyed
+
+
+def client_entry(session: Session) -> dict[str, Any]:
+    """What the admin API shows of one connection (the user, never a password).
+
+    ``queued_bytes`` are bytes waiting to be written to the client: a client that does
+    not keep up shows a growing figure, and is disconnected as a slow client at
+    ``queued_limit_bytes``.
+    """
+    return {
+        "client_name": session.client_name,
+        "connection": session.conn_id,
+        "logged_on": session.logged_on,
+        "user": session.user_id,
+        "transport": session.transport,
+        "remote_address": session.peer,
+        "connected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.connected_at)),
+        "connected_s": round(max(time.time() - session.connected_at, 0.0), 3),
+        "subscriptions": len(session.subscriptions),
+        "messages_in": session.messages_in,
+        "messages_out": session.messages_out,
+        "queued_bytes": session.out_bytes,
+        "queued_limit_bytes": MAX_CLIENT_BACKLOG,
+        "awaiting_persisted_ack": len(session.inflight),
+        "heartbeat_s": session.heartbeat_interval,
+        "closing": session.close_reason or None,
     }
 
 
@@ -190,7 +245,7 @@ class AdminApp:
         if is_admin_action:
             if method not in ("GET", "POST"):
                 raise HttpError(405, "use POST (or GET) for administrator actions")
-            result = self._administrator(parts[2:])
+            result = self._administrator(parts[2:], _basic_credentials(scope)[0])
             return self._render("administrator", result, fmt)
         tree: dict[str, Any] = {"instance": instance_tree(self.instance), "host": host_tree()}
         node: Any = tree
@@ -235,7 +290,7 @@ class AdminApp:
                 "Entitlement rules file",
             )
 
-    def _administrator(self, parts: list[str]) -> dict[str, Any]:
+    def _administrator(self, parts: list[str], user: str) -> dict[str, Any]:
         if len(parts) == 3 and parts[0] == "replication" and parts[2] in ("downgrade", "upgrade"):
             manager = self.instance.replication
             destinations = {d.name: d for d in manager.destinations} if manager else {}
@@ -247,11 +302,55 @@ class AdminApp:
                 )
             outcome = dest.downgrade("admin") if parts[2] == "downgrade" else dest.upgrade("admin")
             return {"destination": dest.name, "action": parts[2], "result": outcome}
+        if len(parts) == 3 and parts[0] == "clients" and parts[2] == "disconnect":
+            return self._disconnect_client(parts[1], user)
         raise HttpError(
             404,
             "administrator actions: /amps/administrator/replication/<destination>/downgrade "
-            "and .../upgrade",
+            "and .../upgrade, /amps/administrator/clients/<client>/disconnect",
         )
+
+    def _disconnect_client(self, key: str, user: str) -> dict[str, Any]:
+        """Close the connection of the client ``key`` (a key of /amps/instance/clients).
+
+        The session ends as for any server-side close (its subscriptions are dropped,
+        the socket closed); the client sees the connection close and may reconnect.
+        """
+        keyed = client_sessions(self.instance)
+        session = keyed.get(key)
+        if session is None:
+            # a connection id always works, also for a client listed by its name
+            session = next((s for s in keyed.values() if f"connection-{s.conn_id}" == key), None)
+        if session is None:
+            shared = sorted(k for k, s in keyed.items() if s.logged_on and s.client_name == key)
+            if shared:
+                raise HttpError(
+                    409,
+                    f"{len(shared)} connections use client name {key!r}; disconnect one at a "
+                    f"time by its key: {', '.join(shared)}",
+                )
+            known = ", ".join(sorted(keyed)) or "none"
+            raise HttpError(404, f"no client {key!r} is connected; clients: {known}")
+        if session.close_reason:
+            result = f"already closing ({session.close_reason})"
+        else:
+            log.warning(
+                "administrator%s disconnects client %r (connection %d, %s)",
+                f" {user!r}" if user else "",
+                session.client_name,
+                session.conn_id,
+                session.peer,
+                extra=events.extra(events.CLIENT_DISCONNECTED),
+            )
+            session.close("disconnected by the administrator")
+            result = "disconnected"
+        return {
+            "client": key,
+            "action": "disconnect",
+            "result": result,
+            "connection": session.conn_id,
+            "remote_address": session.peer,
+        }
 
 
 def _basic_credentials(scope: Scope) -> tuple[str, str]:
