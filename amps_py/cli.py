@@ -570,6 +570,19 @@ def _replication_action(ctx: click.Context, destination: str, action: str) -> No
     _admin_print(ctx, doc, lambda console, d: console.print(f"{d['destination']}: {d['result']}"))
 
 
+@admin.command("journals")
+@click.pass_context
+def admin_journals(ctx: click.Context) -> None:
+    """The transaction log: txid range, size, durability, commit and fsync times."""
+    from amps_py.admin.console import journal_table
+
+    _admin_print(
+        ctx,
+        _admin_fetch(ctx, "/amps/instance/transaction_log.json"),
+        lambda console, doc: console.print(journal_table(doc)),
+    )
+
+
 @admin.command("clients")
 @click.pass_context
 def admin_clients(ctx: click.Context) -> None:

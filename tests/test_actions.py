@@ -41,6 +41,11 @@ def destination(base: str) -> dict[str, object]:
         return dict(json.loads(response.read()))
 
 
+def actions_of(base: str) -> list[dict[str, object]]:
+    with urllib.request.urlopen(f"{base}/amps/instance/actions.json", timeout=10) as response:
+        return list(json.loads(response.read()))
+
+
 def metric(base: str, name: str) -> float:
     with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
         for line in response.read().decode().splitlines():
@@ -117,8 +122,7 @@ async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
         nursery.cancel_scope.cancel()
     log = cluster.log("A")
     assert "15-0009" in log and "15-0010" in log  # both changes logged with their codes
-    with urllib.request.urlopen(f"{base}/amps/instance/actions.json", timeout=10) as response:
-        [action] = json.loads(response.read())
+    [action] = actions_of(base)
     assert action["runs"] > 20 and action["failures"] == 0
     assert action["do"] == [
         "amps-action-do-downgrade-replication",

@@ -403,3 +403,12 @@ def test_console_watch_refreshes_and_stops_after_count(server: ServerProcess) ->
     unreachable = admin_cli("--url", "http://127.0.0.1:1", "watch", "--count", "1")
     assert unreachable.returncode == 2
     assert len(unreachable.stderr.strip().splitlines()) == 1
+
+
+def test_console_journals(server: ServerProcess) -> None:
+    base = admin_url(server)
+    screen = admin_cli("--url", base, "journals")
+    assert screen.returncode == 0, screen.stderr
+    assert "durability" in screen.stdout and "fsync" in screen.stdout
+    as_json = admin_cli("--url", base, "--json", "journals")
+    assert json.loads(as_json.stdout)["durability"] == "fsync"

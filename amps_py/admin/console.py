@@ -256,3 +256,28 @@ def watch(
     except KeyboardInterrupt:
         return None
     return failure
+
+
+def journal_table(journal: dict[str, Any]) -> Table:
+    """The transaction log: range, size, durability, and what its commits cost."""
+    table = Table(title="transaction log", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    writer = journal.get("writer") or {}
+    commits = int(writer.get("commits", 0))
+    rows = [
+        ("path", str(journal.get("path", "?"))),
+        ("txids", f"{journal.get('first_txid', 0)}..{journal.get('last_txid', 0)}"),
+        ("records", str(journal.get("records", 0))),
+        ("file", _size(int(journal.get("file_bytes", 0)))),
+        ("durability", str(journal.get("durability", "?"))),
+        ("compression", str(journal.get("compression", "?"))),
+        ("commits", str(commits)),
+    ]
+    if commits:
+        rows.append(("mean commit", f"{1000 * writer['commit_seconds'] / commits:.2f} ms"))
+        rows.append(("mean fsync wait", f"{1000 * writer['sync_seconds'] / commits:.2f} ms"))
+        rows.append(("largest batch", str(writer.get("max_batch", 0))))
+    for field, value in rows:
+        table.add_row(field, value)
+    return table
