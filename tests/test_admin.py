@@ -95,6 +95,20 @@ async def test_metrics_follow_the_traffic(server: ServerProcess) -> None:
     text = get(f"{base}/metrics")[2].decode()
     assert 'amps_journal_commits_total{instance="adm"}' in text
     assert "amps_uptime_seconds" in text
+    # histograms: cumulative buckets ending in +Inf, whose count is the commit count
+    commits = next(
+        float(x.split()[-1])
+        for x in text.splitlines()
+        if x.startswith("amps_journal_commits_total")
+    )
+    inf = next(
+        float(x.split()[-1])
+        for x in text.splitlines()
+        if x.startswith("amps_journal_commit_duration_seconds_bucket") and 'le="+Inf"' in x
+    )
+    assert inf == commits > 0
+    assert "amps_journal_batch_records_bucket" in text
+    assert "amps_client_queued_bytes" in text
 
 
 def test_console_status_screen_and_json(server: ServerProcess) -> None:

@@ -7,12 +7,20 @@ label.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from amps_py.server.writer import BATCH_SIZE_BUCKETS, COMMIT_SECONDS_BUCKETS
 
 if TYPE_CHECKING:
     from amps_py.server.instance import Instance
@@ -32,6 +40,21 @@ class InstanceCollector(Collector):
             g = GaugeMetricFamily(name, doc, labels=labels)
             g.add_metric(me, value)
             return g
+
+        def histogram(
+            name: str,
+            doc: str,
+            bounds: tuple[float, ...],
+            counts: Sequence[int],
+            total: float,
+        ) -> HistogramMetricFamily:
+            h = HistogramMetricFamily(name, doc, labels=labels)
+            cumulative, running = [], 0
+            for bound, count in zip((*bounds, math.inf), counts, strict=False):
+                running += count
+                cumulative.append(("+Inf" if bound == math.inf else repr(bound), running))
+            h.add_metric(me, cumulative, total)
+            return h
 
         def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
             c = CounterMetricFamily(name, doc, labels=labels)
@@ -58,11 +81,45 @@ class InstanceCollector(Collector):
                 "amps_journal_fsync_seconds", "Seconds waiting for fsync", w["sync_seconds"]
             )
             yield gauge("amps_journal_last_batch", "Records in the last commit", w["last_batch"])
+            yield histogram(
+                "amps_journal_commit_duration_seconds",
+                "Time of each group commit: staging the puts, then the fsync",
+                COMMIT_SECONDS_BUCKETS,
+                w.get("commit_seconds_histogram") or (),
+                float(w["commit_seconds"]),
+            )
+            yield histogram(
+                "amps_journal_batch_records",
+                "Records per group commit",
+                BATCH_SIZE_BUCKETS,
+                w.get("batch_size_histogram") or (),
+                float(w["records"]) + float(w.get("duplicates", 0)),
+            )
             yield gauge("amps_journal_queued", "Records waiting for a commit", w["queued"])
         if stats.journal:
             yield gauge("amps_journal_bytes", "Journal file size", stats.journal["file_bytes"])
             yield gauge("amps_journal_last_txid", "Newest txid", stats.journal["last_txid"])
         yield from self._replication(stats.name, stats.replication)
+        yield from self._clients(stats.name)
+
+    def _clients(self, name: str) -> Iterator[Metric]:
+        from .http import client_sessions
+
+        queued = GaugeMetricFamily(
+            "amps_client_queued_bytes",
+            "Bytes waiting to be written to each client (slow clients grow this)",
+            labels=["instance", "client"],
+        )
+        sent = CounterMetricFamily(
+            "amps_client_messages_out",
+            "Messages sent to each client",
+            labels=["instance", "client"],
+        )
+        for key, session in client_sessions(self.instance).items():
+            queued.add_metric([name, key], session.out_bytes)
+            sent.add_metric([name, key], session.messages_out)
+        yield queued
+        yield sent
 
     def _replication(self, name: str, repl: dict[str, Any] | None) -> Iterator[Metric]:
         if not repl:

@@ -645,7 +645,11 @@ class Destination:
         self.instance.replication_changed()
         self.instance.fire_action(
             "upgrade-replication" if upgraded else "downgrade-replication",
-            {"AMPS_DESTINATION_NAME": self.name},
+            {
+                "AMPS_REPLICATION_PEER_NAME": self.remote_name,
+                "AMPS_REPLICATION_GROUP_NAME": self.config.group or "",
+                "AMPS_DESTINATION_NAME": self.name,
+            },
         )
 
     @property

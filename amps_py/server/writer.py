@@ -10,11 +10,13 @@ weaker durability.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 import outcome
 import trio
@@ -25,6 +27,10 @@ log = logging.getLogger("amps_py.server.writer")
 
 #: most records in one transaction; bounds commit latency under a flood
 MAX_BATCH = 8192
+#: upper bounds (seconds) of the commit-latency histogram; the last bucket is +Inf
+COMMIT_SECONDS_BUCKETS: Final = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
+#: upper bounds (records) of the batch-size histogram; the last bucket is +Inf
+BATCH_SIZE_BUCKETS: Final = (1, 10, 100, 1000, 4096, MAX_BATCH)
 
 
 class RecentRecords:
@@ -100,6 +106,10 @@ class WriterStatistics:
     commit_seconds: float
     #: of which waiting for the commit's fsync (after the puts were staged)
     sync_seconds: float
+    #: commits per latency bucket (COMMIT_SECONDS_BUCKETS, then +Inf); not cumulative
+    commit_seconds_histogram: tuple[int, ...] = ()
+    #: commits per batch-size bucket (BATCH_SIZE_BUCKETS, then +Inf); not cumulative
+    batch_size_histogram: tuple[int, ...] = ()
 
 
 class JournalWriter:
@@ -136,6 +146,8 @@ class JournalWriter:
         self._max_batch = 0
         self._commit_seconds = 0.0
         self._sync_seconds = 0.0
+        self._latency_counts = [0] * (len(COMMIT_SECONDS_BUCKETS) + 1)
+        self._batch_counts = [0] * (len(BATCH_SIZE_BUCKETS) + 1)
 
     def submit(self, record: Record) -> None:
         """Queue one record for the next commit."""
@@ -246,6 +258,8 @@ class JournalWriter:
             t2 = time.perf_counter()
         self._commit_seconds += t2 - t0
         self._sync_seconds += t2 - t1
+        self._latency_counts[bisect.bisect_left(COMMIT_SECONDS_BUCKETS, t2 - t0)] += 1
+        self._batch_counts[bisect.bisect_left(BATCH_SIZE_BUCKETS, len(batch))] += 1
         return result[0].unwrap()
 
     def statistics(self) -> WriterStatistics:
@@ -259,4 +273,6 @@ class JournalWriter:
             committed_txid=self.committed_txid,
             commit_seconds=round(self._commit_seconds, 6),
             sync_seconds=round(self._sync_seconds, 6),
+            commit_seconds_histogram=tuple(self._latency_counts),
+            batch_size_histogram=tuple(self._batch_counts),
         )
