@@ -583,6 +583,16 @@ def admin_journals(ctx: click.Context) -> None:
     )
 
 
+@admin.command("transport")
+@click.argument("action", type=click.Choice(["enable", "disable"]))
+@click.argument("name")
+@click.pass_context
+def admin_transport(ctx: click.Context, action: str, name: str) -> None:
+    """Disable a client transport (stop listening, disconnect its clients) or enable it."""
+    doc = _admin_fetch(ctx, f"/amps/administrator/transports/{name}/{action}", "POST")
+    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['transport']}: {d['result']}"))
+
+
 @admin.command("clients")
 @click.pass_context
 def admin_clients(ctx: click.Context) -> None:

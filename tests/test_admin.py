@@ -426,3 +426,31 @@ def test_console_journals(server: ServerProcess) -> None:
     assert "durability" in screen.stdout and "fsync" in screen.stdout
     as_json = admin_cli("--url", base, "--json", "journals")
     assert json.loads(as_json.stdout)["durability"] == "fsync"
+
+
+async def test_transport_disable_disconnects_and_refuses_then_enable_listens_again(
+    server: ServerProcess,
+) -> None:
+    base = admin_url(server)
+    async with open_client(server.uri, "on-the-transport") as client:
+        result = await trio.to_thread.run_sync(
+            lambda: admin_cli("--url", base, "transport", "disable", "json-tcp")
+        )
+        assert result.returncode == 0 and "1 client(s) disconnected" in result.stdout
+
+        def closed() -> str | None:
+            return None if client.closed is not None else "client still connected"
+
+        await wait_until(closed, 10)
+    with pytest.raises(OSError):
+        async with open_client(server.uri, "refused", timeout=2):
+            pass
+    result = await trio.to_thread.run_sync(
+        lambda: admin_cli("--url", base, "transport", "enable", "json-tcp")
+    )
+    assert result.returncode == 0 and "enabled" in result.stdout
+    async with open_client(server.uri, "back-again") as client:
+        await client.publish("orders", b'{"ok":1}')
+        await client.wait_persisted(client.seq, timeout=10)
+    unknown = admin_cli("--url", base, "transport", "disable", "nope")
+    assert unknown.returncode == 1 and "no client transport 'nope'" in unknown.stderr

@@ -217,7 +217,7 @@ class AdminApp:
         if scope["type"] != "http":
             return
         try:
-            status, content_type, body = self.handle(scope)
+            status, content_type, body = await self.handle(scope)
         except HttpError as exc:
             status, content_type = exc.status, "application/json"
             body = orjson.dumps({"error": exc.message, "status": exc.status})
@@ -228,7 +228,7 @@ class AdminApp:
         await send({"type": "http.response.body", "body": body})
 
     # ---------------------------------------------------------------- routing
-    def handle(self, scope: Scope) -> tuple[int, str, bytes]:
+    async def handle(self, scope: Scope) -> tuple[int, str, bytes]:
         path = unquote(scope["path"]).rstrip("/") or "/"
         method = scope["method"]
         is_admin_action = path.startswith("/amps/administrator")
@@ -245,7 +245,7 @@ class AdminApp:
         if is_admin_action:
             if method not in ("GET", "POST"):
                 raise HttpError(405, "use POST (or GET) for administrator actions")
-            result = self._administrator(parts[2:], _basic_credentials(scope)[0])
+            result = await self._administrator(parts[2:], _basic_credentials(scope)[0])
             return self._render("administrator", result, fmt)
         tree: dict[str, Any] = {"instance": instance_tree(self.instance), "host": host_tree()}
         node: Any = tree
@@ -290,7 +290,7 @@ class AdminApp:
                 "Entitlement rules file",
             )
 
-    def _administrator(self, parts: list[str], user: str) -> dict[str, Any]:
+    async def _administrator(self, parts: list[str], user: str) -> dict[str, Any]:
         if len(parts) == 3 and parts[0] == "replication" and parts[2] in ("downgrade", "upgrade"):
             manager = self.instance.replication
             destinations = {d.name: d for d in manager.destinations} if manager else {}
@@ -304,10 +304,33 @@ class AdminApp:
             return {"destination": dest.name, "action": parts[2], "result": outcome}
         if len(parts) == 3 and parts[0] == "clients" and parts[2] == "disconnect":
             return self._disconnect_client(parts[1], user)
+        if len(parts) == 3 and parts[0] == "transports" and parts[2] in ("enable", "disable"):
+            instance = self.instance
+            try:
+                if parts[2] == "disable":
+                    outcome = instance.disable_transport(parts[1])
+                else:
+                    outcome = await instance.enable_transport(parts[1])
+            except KeyError as exc:
+                raise HttpError(404, str(exc.args[0])) from None
+            except OSError as exc:
+                raise HttpError(
+                    409, f"transport {parts[1]!r} cannot listen again: {exc}; free its port"
+                ) from None
+            log.warning(
+                "administrator %s: transport %s %s: %s",
+                user or "(anonymous)",
+                parts[1],
+                parts[2],
+                outcome,
+                extra=events.extra(events.TRANSPORT_STOPPED),
+            )
+            return {"transport": parts[1], "action": parts[2], "result": outcome}
         raise HttpError(
             404,
             "administrator actions: /amps/administrator/replication/<destination>/downgrade "
-            "and .../upgrade, /amps/administrator/clients/<client>/disconnect",
+            "and .../upgrade, /amps/administrator/clients/<client>/disconnect, "
+            "/amps/administrator/transports/<transport>/enable and .../disable",
         )
 
     def _disconnect_client(self, key: str, user: str) -> dict[str, Any]:

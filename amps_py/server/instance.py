@@ -101,6 +101,9 @@ class Instance:
         self.journal: Journal | None = None
         self.writer: JournalWriter | None = None
         self.actions: ActionRunner | None = None
+        #: per enabled transport, the scope that stops it (admin disable)
+        self._transport_scopes: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
         self.registry = SubscriptionRegistry()
         self.sessions: set[Session] = set()
         self._names: dict[str, Session] = {}
@@ -366,6 +369,45 @@ class Instance:
             if session is not None:
                 session.durable_upto(seq)
 
+    def disable_transport(self, name: str) -> str:
+        """Stop listening on client transport ``name`` and disconnect its clients."""
+        transport = self._client_transport(name)
+        scope = self._transport_scopes.pop(transport.name, None)
+        if scope is None:
+            return "already disabled"
+        scope.cancel()
+        self.listeners.pop(transport.name, None)
+        closed = 0
+        for session in list(self.sessions):
+            if session.transport == transport.name:
+                session.close(f"transport {transport.name} disabled by the administrator")
+                closed += 1
+        log.warning(
+            "transport %s disabled: no longer listening, %d client(s) disconnected",
+            transport.name,
+            closed,
+            extra=events.extra(events.TRANSPORT_STOPPED),
+        )
+        return f"disabled; {closed} client(s) disconnected"
+
+    async def enable_transport(self, name: str) -> str:
+        """Listen on client transport ``name`` again (or for the first time, when its
+        InitialState was disabled)."""
+        transport = self._client_transport(name)
+        if transport.name in self._transport_scopes:
+            return "already enabled"
+        if self._nursery is None:
+            raise ConfigurationError("the instance is not running")
+        await self._nursery.start(self._serve_transport, transport, self._nursery)
+        return "enabled"
+
+    def _client_transport(self, name: str) -> TransportConfig:
+        for transport in self.config.transports:
+            if transport.name == name and not transport.is_replication:
+                return transport
+        known = ", ".join(t.name for t in self.config.transports if not t.is_replication)
+        raise KeyError(f"no client transport {name!r}; client transports: {known or 'none'}")
+
     def publish_internal(self, topic: str, payload: bytes) -> str:
         """Publish ``payload`` to ``topic`` as the instance itself; same path, journal
         and dedup rules as a client's publish."""
@@ -560,6 +602,7 @@ class Instance:
                         "replication needs a TransactionLog: only journaled messages "
                         "replicate; add a TransactionLog with the replicated topics"
                     )
+                self._nursery = nursery
                 for transport in config.transports:
                     if transport.enabled:
                         await nursery.start(self._serve_transport, transport, nursery)
@@ -626,6 +669,22 @@ class Instance:
             ) from exc
         host = None if transport.host in ("", "0.0.0.0") else transport.host
         listeners = await trio.open_tcp_listeners(transport.port, host=host)
+        with trio.CancelScope() as scope:
+            self._transport_scopes[transport.name] = scope
+            try:
+                await self._listen(transport, listeners, tls_context, nursery, task_status)
+            finally:
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+
+    async def _listen(
+        self,
+        transport: TransportConfig,
+        listeners: list[trio.SocketListener],
+        tls_context: ssl.SSLContext | None,
+        nursery: trio.Nursery,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
         sockname = listeners[0].socket.getsockname()
         self.listeners[transport.name] = (sockname[0], sockname[1])
         log.info(
