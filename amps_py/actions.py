@@ -31,6 +31,7 @@ import trio
 
 from amps_py import events
 from amps_py.config import ActionConfig, ActionModule
+from amps_py.schedule import Schedule, parse_every
 from amps_py.units import parse_duration
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ class ActionRunner:
                 for i, action in enumerate(self.actions):
                     for on in action.on:
                         if on.module == "amps-action-on-schedule":
-                            every = parse_duration(on.options["Every"])
-                            nursery.start_soon(self._every, i, every)
+                            schedule = parse_every(on.options["Every"])
+                            nursery.start_soon(self._every, i, schedule)
                         elif on.module == "amps-action-on-signal":
                             nursery.start_soon(self._on_signal, i, on.options["Signal"])
                 for i in self._with("startup"):
@@ -120,12 +121,15 @@ class ActionRunner:
         for i in self._with(on):
             nursery.start_soon(self._run, i, dict(variables))
 
-    async def _every(self, index: int, seconds: float) -> None:
-        next_at = trio.current_time() + seconds
+    async def _every(self, index: int, schedule: Schedule) -> None:
+        started = time.time()
+        last = started
         while True:
-            await trio.sleep_until(next_at)
+            due = schedule.next_after(last, started)
+            await trio.sleep(max(due - time.time(), 0.0))
             await self._run(index, {})
-            next_at = max(next_at + seconds, trio.current_time())
+            # a run that overran its period skips the missed firings instead of piling up
+            last = max(due, time.time() if schedule.interval is not None else due)
 
     async def _on_signal(self, index: int, name: str) -> None:
         with trio.open_signal_receiver(SIGNALS[name]) as signals:

@@ -2928,19 +2928,34 @@ def _build_action_module(
                 + (", e.g. 30s" if required in ("Every", "Age") else ""),
             )
             ok = False
-    for name in ("Every", "Age", "GracePeriod"):
+    for name in ("Age", "GracePeriod"):
         value = options.get(name)
-        if value and not (name == "Every" and ":" in value):
+        if value:
             try:
                 parse_duration(value)
             except UnitError as exc:
                 problems.add(el, f"Options/{name}: {exc}", "write a duration such as 30s or 5m")
                 ok = False
-    if module == "amps-action-on-schedule" and ":" in options.get("Every", ""):
+    if module == "amps-action-on-schedule" and options.get("Every"):
+        from amps_py.schedule import ScheduleError, parse_every
+
+        try:
+            parse_every(options["Every"])
+        except ScheduleError as exc:
+            problems.add(el, str(exc), "e.g. <Every>30s</Every> or <Every>Monday at 17:47</Every>")
+            ok = False
+    if module == "amps-action-on-signal" and options.get("Signal") not in (
+        None,
+        "",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGHUP",
+    ):
         problems.add(
             el,
-            "Every as a time of day or weekday is not supported yet; only intervals are",
-            "write an interval such as 15s, 5m or 4h",
+            f"Signal {options['Signal']!r} cannot start an action (SIGINT and SIGTERM stop "
+            "the instance, SIGQUIT is reserved)",
+            "use SIGUSR1, SIGUSR2 or SIGHUP",
         )
         ok = False
     return ActionModule(module, options, _line(el) or 0) if ok else None

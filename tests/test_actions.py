@@ -150,6 +150,16 @@ async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
             "Options/Age",
         ),
         (
+            "<On><Module>amps-action-on-schedule</Module><Options><Every>Caturday at 10:00"
+            "</Every></Options></On><Do><Module>amps-action-do-nothing</Module></Do>",
+            "'Caturday' is not a weekday",
+        ),
+        (
+            "<On><Module>amps-action-on-signal</Module><Options><Signal>SIGTERM</Signal>"
+            "</Options></On><Do><Module>amps-action-do-nothing</Module></Do>",
+            "use SIGUSR1, SIGUSR2 or SIGHUP",
+        ),
+        (
             "<On><Module>amps-action-on-whenever</Module></On>"
             "<Do><Module>amps-action-do-nothing</Module></Do>",
             "On module 'amps-action-on-whenever' is unknown",
