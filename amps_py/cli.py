@@ -542,11 +542,7 @@ def admin_replication(ctx: click.Context) -> None:
     """The replication destinations as a table."""
     from amps_py.admin.console import destinations_table
 
-    _admin_print(
-        ctx,
-        _admin_fetch(ctx, "/amps/instance.json"),
-        lambda console, doc: console.print(destinations_table(doc)),
-    )
+    _admin_table(ctx, "/amps/instance.json", destinations_table)
 
 
 @admin.command("downgrade")
@@ -566,8 +562,18 @@ def admin_upgrade(ctx: click.Context, destination: str) -> None:
 
 
 def _replication_action(ctx: click.Context, destination: str, action: str) -> None:
-    doc = _admin_fetch(ctx, f"/amps/administrator/replication/{destination}/{action}", "POST")
-    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['destination']}: {d['result']}"))
+    _admin_action(ctx, f"/amps/administrator/replication/{destination}/{action}", "destination")
+
+
+def _admin_table(ctx: click.Context, path: str, table: Any) -> None:
+    """Fetch ``path`` and print ``table(document)`` (or the JSON with --json)."""
+    _admin_print(ctx, _admin_fetch(ctx, path), lambda console, doc: console.print(table(doc)))
+
+
+def _admin_action(ctx: click.Context, path: str, subject: str) -> None:
+    """POST an administrator action and print ``<subject>: <result>``."""
+    doc = _admin_fetch(ctx, path, "POST")
+    _admin_print(ctx, doc, lambda console, d: console.print(f"{d[subject]}: {d['result']}"))
 
 
 @admin.command("journals")
@@ -576,11 +582,7 @@ def admin_journals(ctx: click.Context) -> None:
     """The transaction log: txid range, size, durability, commit and fsync times."""
     from amps_py.admin.console import journal_table
 
-    _admin_print(
-        ctx,
-        _admin_fetch(ctx, "/amps/instance/transaction_log.json"),
-        lambda console, doc: console.print(journal_table(doc)),
-    )
+    _admin_table(ctx, "/amps/instance/transaction_log.json", journal_table)
 
 
 @admin.command("transport")
@@ -589,8 +591,7 @@ def admin_journals(ctx: click.Context) -> None:
 @click.pass_context
 def admin_transport(ctx: click.Context, action: str, name: str) -> None:
     """Disable a client transport (stop listening, disconnect its clients) or enable it."""
-    doc = _admin_fetch(ctx, f"/amps/administrator/transports/{name}/{action}", "POST")
-    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['transport']}: {d['result']}"))
+    _admin_action(ctx, f"/amps/administrator/transports/{name}/{action}", "transport")
 
 
 @admin.command("clients")
@@ -609,10 +610,7 @@ def admin_disconnect(ctx: click.Context, client: str) -> None:
     """Close CLIENT's connection (a name from `amps-py admin clients`, or connection-ID)."""
     from urllib.parse import quote
 
-    doc = _admin_fetch(
-        ctx, f"/amps/administrator/clients/{quote(client, safe='')}/disconnect", "POST"
-    )
-    _admin_print(ctx, doc, lambda console, d: console.print(f"{d['client']}: {d['result']}"))
+    _admin_action(ctx, f"/amps/administrator/clients/{quote(client, safe='')}/disconnect", "client")
 
 
 @admin.command("watch")

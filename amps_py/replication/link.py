@@ -393,13 +393,8 @@ class DownstreamLink(_Link):
     def __init__(self, now: float, heartbeat_interval: float) -> None:
         super().__init__(now, heartbeat_interval)
         self.hello_info: Hello | None = None
-        self.bytes_in = 0
         #: how far this end holds the upstream's stream (checked against each frame)
         self.position = 0
-
-    def receive_data(self, data: bytes | bytearray, now: float) -> list[Event]:
-        self.bytes_in += len(data)
-        return super().receive_data(data, now)
 
     def _command(self, frame: Frame) -> Event | None:
         command = frame.command
