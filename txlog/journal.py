@@ -12,7 +12,13 @@ name            key                         value
 ``times``       local ts µs (u64 BE)        first txid at or after it (sparse)
 ``upstreams``   upstream instance name      upstream txid u64 + its bookmark (resync)
 ``meta``        text key                    text value (format, instance name)
+``segments``    segment id (u64 BE)         :class:`txlog.segments.Segment` row
+``destinations`` destination name           txid u64 it has acknowledged (removal)
 ==============  ==========================  =====================================
+
+Records are grouped into numbered segments (AMPS's journal files, see
+:mod:`txlog.segments`); sealed segments can be compressed or archived into segment
+files, which every read below still serves, or removed.
 
 Contract:
 
@@ -23,6 +29,9 @@ Contract:
 - A publish whose ``(pub_hash, seq)`` is at or below the publisher's stored high-water
   mark is a duplicate: it is not stored and :meth:`append` returns ``0`` for it.
 - Opening costs the same whatever the journal size: no scan happens at start.
+- Segment maintenance (:meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
+  :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
+  only the single writer's thread calls it, between appends.
 - Every read checks the record CRC; a damaged record raises :class:`CorruptRecord`.
 """
 
@@ -30,6 +39,8 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +49,14 @@ from typing import Final, TypeVar
 import lmdb
 
 from .record import CorruptRecord, DeliveryView, Record, RecordCodec, ReplicaRecord, RouteView
+from .segments import (
+    Segment,
+    SegmentFile,
+    SegmentFileError,
+    copy_segment_file,
+    segment_file_name,
+    write_segment_file,
+)
 
 _T = TypeVar("_T")
 _U64 = struct.Struct(">Q")
@@ -47,6 +66,11 @@ DURABILITY_MODES: Final = ("fsync", "page-cache")
 #: one ``times`` index entry per this many microseconds of publishing
 TIME_INDEX_STEP_US: Final = 10_000
 DEFAULT_MAP_SIZE: Final = 64 * 1024**3
+#: AMPS's default JournalSize
+DEFAULT_SEGMENT_SIZE: Final = 1024**3
+_U64_MAX: Final = (1 << 64) - 1
+_CRC = struct.Struct(">I")
+_BOOKMARK_AT: Final = 16  # offset of (pub_hash, seq) in a stored record value
 
 
 class JournalError(Exception):
@@ -67,6 +91,7 @@ class JournalStatistics:
     commits: int
     appended: int
     duplicates: int
+    segments: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,6 +102,10 @@ class VerifyProblem:
 
 def _key(txid: int) -> bytes:
     return _U64.pack(txid)
+
+
+def unpack_u64(raw: bytes) -> int:
+    return int(_U64.unpack_from(raw)[0])
 
 
 class Journal:
@@ -92,6 +121,10 @@ class Journal:
             crash, not a power loss).
         compression: ``none`` or ``zstd`` for new records' payloads.
         readonly: open for reading only (``amps-py txlog`` tools on a live journal).
+        segment_size: bytes of records after which the current segment is sealed
+            (AMPS ``JournalSize``).
+        archive_directory: where archived segment files go
+            (``TransactionLog/JournalArchiveDirectory``); archiving needs it.
     """
 
     def __init__(
@@ -103,6 +136,8 @@ class Journal:
         compression: str = "none",
         map_size: int = DEFAULT_MAP_SIZE,
         readonly: bool = False,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        archive_directory: str | os.PathLike[str] | None = None,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise JournalError(
@@ -111,6 +146,8 @@ class Journal:
         if compression not in ("none", "zstd"):
             raise JournalError(f"unknown compression {compression!r}; use none or zstd")
         self.path = Path(path)
+        self.segment_size = segment_size
+        self.archive_directory = Path(archive_directory) if archive_directory else None
         self.durability = durability
         self.compression = compression
         if readonly:
@@ -125,7 +162,7 @@ class Journal:
             self._env = lmdb.open(
                 str(self.path),
                 map_size=map_size,
-                max_dbs=8,
+                max_dbs=16,
                 subdir=True,
                 readonly=readonly,
                 sync=durability == "fsync",
@@ -144,6 +181,8 @@ class Journal:
         self._times = self._env.open_db(b"times", create=create)
         self._meta = self._env.open_db(b"meta", create=create)
         self._upstreams = self._env.open_db(b"upstreams", create=create)
+        self._segments_db = self._open_optional_db(b"segments", create)
+        self._destinations_db = self._open_optional_db(b"destinations", create)
         self._codec = RecordCodec(compress=compression == "zstd")
         self._check_meta(instance_name, readonly)
         with self._env.begin(db=self._records) as txn:
@@ -156,6 +195,64 @@ class Journal:
         self._commits = 0
         self._appended = 0
         self._duplicates = 0
+        self._files: dict[str, SegmentFile] = {}
+        self._files_lock = threading.Lock()
+        self._purge_progress: dict[int, int] = {}
+        #: the segment table, oldest first; replaced (never changed in place) on change
+        self._segments: list[Segment] = []
+        self._removed_through = 0
+        self._segments = self._load_segments(readonly)
+        self._removed_through = self._compute_removed_through()
+
+    def _open_optional_db(self, name: bytes, create: bool) -> lmdb._Database | None:
+        """A sub-database newer versions added; ``None`` when a read-only open finds an
+        older journal without it."""
+        try:
+            return self._env.open_db(name, create=create)
+        except lmdb.NotFoundError:
+            return None
+
+    def _load_segments(self, readonly: bool) -> list[Segment]:
+        segments: list[Segment] = []
+        if self._segments_db is not None:
+            with self._env.begin(db=self._segments_db) as txn:
+                for key, value in txn.cursor():
+                    segments.append(Segment.decode(_U64.unpack(key)[0], value))
+        if segments or self._last_txid == 0:
+            return segments
+        # a journal from before segments: everything so far is segment 1
+        first = self.first_lmdb_record()
+        last = self.get(self._last_txid)
+        with self._env.begin() as txn:
+            stat = txn.stat(self._records)
+        pages = stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+        seg = Segment(
+            1,
+            first.txid if first else 1,
+            self._last_txid,
+            first.local_ts if first else 0,
+            last.local_ts if last else 0,
+            pages * stat["psize"],
+            stat["entries"],
+        )
+        if not readonly and self._segments_db is not None:
+            with self._env.begin(write=True, db=self._segments_db) as txn:
+                txn.put(_U64.pack(seg.id), seg.encode())
+        return [seg]
+
+    def first_lmdb_record(self) -> Record | None:
+        with self._env.begin(db=self._records) as txn:
+            cur = txn.cursor()
+            if not cur.first():
+                return None
+            return self._codec.decode(cur.value(), _U64.unpack(cur.key())[0])
+
+    def _compute_removed_through(self) -> int:
+        through = 0
+        for seg in self._segments:
+            if seg.state == "removed":
+                through = seg.last_txid
+        return through
 
     # ------------------------------------------------------------------ setup
     def _check_meta(self, instance_name: str | None, readonly: bool) -> None:
@@ -311,6 +408,12 @@ class Journal:
                             txn.put(key_o, _U64.pack(otx), db=self._origins)
                     if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
                         txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
+                    segments = self._segments_after_append(
+                        txid - len(rec_items) + 1, txid, now_us, rec_items
+                    )
+                    current = segments[-1]
+                    if self._segments_db is not None:
+                        txn.put(_U64.pack(current.id), current.encode(), db=self._segments_db)
                 if cursors:
                     for name, (up_txid, up_bm) in cursors.items():
                         value = _U64.pack(up_txid) + up_bm.encode()
@@ -322,6 +425,7 @@ class Journal:
             self._pub_cache.clear()
             raise
         if rec_items:
+            self._segments = segments
             if encoded is not None:
                 encoded.extend(value for _, value in rec_items)
             if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
@@ -331,6 +435,19 @@ class Journal:
             self._appended += len(rec_items)
         self._duplicates += len(records) - len(rec_items)
         return txids
+
+    def _segments_after_append(
+        self, first: int, last: int, now_us: int, items: list[tuple[bytes, bytes]]
+    ) -> list[Segment]:
+        """The segment table once records ``first..last`` are stored: the current
+        segment extended, or a new one when the current is full (or not live)."""
+        added = sum(len(value) for _, value in items)
+        segments = self._segments
+        current = segments[-1] if segments else None
+        if current is None or current.state != "live" or current.size >= self.segment_size:
+            new_id = current.id + 1 if current else 1
+            return [*segments, Segment(new_id, first, last, now_us, now_us, added, len(items))]
+        return [*segments[:-1], current.extended(last, now_us, added, len(items))]
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
         """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
@@ -355,25 +472,94 @@ class Journal:
     ) -> tuple[list[_T], CorruptRecord | None]:
         """``convert(value, txid)`` for up to ``limit`` records after ``after_txid``
         (and <= ``max_txid``), in one short read transaction. A damaged record ends the
-        scan: the results before it are returned with the error."""
+        scan: the results before it are returned with the error.
+
+        Records of compressed or archived segments are read from their segment files;
+        removed segments are skipped. A segment file that went away meanwhile (archived
+        elsewhere, or removed) is looked up again once in a fresh transaction.
+        """
+        try:
+            return self._scan_once(after_txid, limit, max_txid, convert)
+        except SegmentFileError:
+            try:
+                return self._scan_once(after_txid, limit, max_txid, convert)
+            except SegmentFileError as exc:
+                return [], CorruptRecord(None, str(exc))
+
+    def _scan_once(
+        self,
+        after_txid: int,
+        limit: int,
+        max_txid: int | None,
+        convert: Callable[[bytes, int], _T],
+    ) -> tuple[list[_T], CorruptRecord | None]:
         out: list[_T] = []
         unpack = _U64.unpack
-        stop = max_txid if max_txid is not None else (1 << 64) - 1
-        with self._env.begin(db=self._records, buffers=False) as txn:
-            cur = txn.cursor()
-            if not cur.set_range(_U64.pack(after_txid + 1)):
-                return out, None
-            for key, value in cur:
-                txid = unpack(key)[0]
-                if txid > stop:
-                    break
-                try:
-                    out.append(convert(value, txid))
-                except CorruptRecord as exc:
-                    return out, exc
-                if len(out) >= limit:
-                    break
+        stop = max_txid if max_txid is not None else _U64_MAX
+        after_txid = max(after_txid, self._removed_through)
+        with self._env.begin(buffers=False) as txn:
+            cur = txn.cursor(db=self._records)
+            while len(out) < limit and after_txid < stop:
+                found = cur.set_range(_U64.pack(after_txid + 1))
+                next_txid = unpack(cur.key())[0] if found else None
+                if next_txid != after_txid + 1:
+                    # not in LMDB: in a segment file, or removed
+                    seg = self._offloaded_segment_after(txn, after_txid, next_txid)
+                    if seg is not None:
+                        pairs = self._segment_file(seg).after(
+                            after_txid, min(seg.last_txid, stop), limit - len(out)
+                        )
+                        for txid, value in pairs:
+                            try:
+                                out.append(convert(value, txid))
+                            except CorruptRecord as exc:
+                                return out, exc
+                        after_txid = pairs[-1][0] if pairs else seg.last_txid
+                        continue
+                    if not found:
+                        break
+                for key, value in cur:
+                    txid = unpack(key)[0]
+                    if txid > stop:
+                        break
+                    try:
+                        out.append(convert(value, txid))
+                    except CorruptRecord as exc:
+                        return out, exc
+                    if len(out) >= limit:
+                        break
+                break
         return out, None
+
+    def _offloaded_segment_after(
+        self, txn: lmdb.Transaction, after_txid: int, next_lmdb_txid: int | None
+    ) -> Segment | None:
+        """The compressed or archived segment (as ``txn`` sees the table) that holds
+        the first record after ``after_txid``, if that record is not in LMDB."""
+        if self._segments_db is None:
+            return None
+        for key, value in txn.cursor(db=self._segments_db):
+            seg = Segment.decode(_U64.unpack(key)[0], bytes(value))
+            if seg.last_txid <= after_txid or seg.state == "removed":
+                continue
+            if next_lmdb_txid is not None and seg.first_txid >= next_lmdb_txid:
+                return None
+            if seg.offloaded:
+                return seg
+            if seg.state == "live":
+                return None
+        return None
+
+    def _segment_file(self, seg: Segment) -> SegmentFile:
+        with self._files_lock:
+            handle = self._files.get(seg.file)
+            if handle is None:
+                handle = self._files[seg.file] = SegmentFile(Path(seg.file))
+            return handle
+
+    def _forget_file(self, path: str) -> None:
+        with self._files_lock:
+            self._files.pop(path, None)
 
     def read(self, after_txid: int, limit: int, max_txid: int | None = None) -> list[Record]:
         """Return up to ``limit`` records with txid > ``after_txid`` (and <= ``max_txid``).
@@ -423,14 +609,26 @@ class Journal:
             after_txid = batch[-1].txid
 
     def get(self, txid: int) -> Record | None:
+        """The record ``txid`` (from LMDB or its segment file), or None if not held.
+
+        Raises:
+            CorruptRecord: the record failed its CRC.
+        """
+        if txid <= self._removed_through:
+            return None
         with self._env.begin(db=self._records) as txn:
             value = txn.get(_U64.pack(txid))
-        return None if value is None else self._codec.decode(value, txid)
+        if value is not None:
+            return self._codec.decode(value, txid)
+        found, damage = self._scan(txid - 1, 1, txid, self._codec.decode)
+        if damage is not None:
+            raise damage
+        return found[0] if found else None
 
     def first_txid(self) -> int:
-        with self._env.begin(db=self._records) as txn:
-            cur = txn.cursor()
-            return _U64.unpack(cur.key())[0] if cur.first() else 0
+        """The oldest txid still held (in LMDB or a segment file); 0 when none is."""
+        found, _ = self._scan(0, 1, None, lambda _value, txid: txid)
+        return found[0] if found else 0
 
     def lookup_bookmark(self, pub_hash: int, seq: int) -> int | None:
         """The local txid of the message with this bookmark, or None."""
@@ -493,6 +691,7 @@ class Journal:
             commits=self._commits,
             appended=self._appended,
             duplicates=self._duplicates,
+            segments=sum(1 for seg in self._segments if seg.state != "removed"),
         )
 
     def verify(self) -> list[VerifyProblem]:
@@ -503,6 +702,25 @@ class Journal:
         """
         problems: list[VerifyProblem] = []
         decode = self._codec.decode
+        for seg in self._segments:
+            if not seg.offloaded:
+                continue
+            try:
+                pairs = iter(SegmentFile(Path(seg.file)))
+                for file_txid, file_value in pairs:
+                    if not seg.first_txid <= file_txid <= seg.last_txid:
+                        problems.append(
+                            VerifyProblem(
+                                file_txid, f"outside segment {seg.id} in its file {seg.file}"
+                            )
+                        )
+                        continue
+                    try:
+                        decode(file_value, file_txid)
+                    except CorruptRecord as exc:
+                        problems.append(VerifyProblem(file_txid, exc.problem))
+            except SegmentFileError as exc:
+                problems.append(VerifyProblem(None, str(exc)))
         prev = 0
         with self._env.begin(db=self._records, buffers=False) as txn:
             for key, value in txn.cursor():
@@ -513,8 +731,242 @@ class Journal:
                 if txid <= prev:
                     problems.append(VerifyProblem(txid, f"txid not after previous {prev}"))
                 prev = txid
+                if txid <= self._removed_through:
+                    continue  # left over from a removal still in progress
                 try:
                     decode(value, txid)
                 except CorruptRecord as exc:
                     problems.append(VerifyProblem(txid, exc.problem))
         return problems
+
+    # ------------------------------------------------------------------ segments
+    def segments(self) -> list[Segment]:
+        """The segment table, oldest first (removed segments included)."""
+        return list(self._segments)
+
+    def destination_positions(self) -> dict[str, int]:
+        """Per replication destination, the txid it had acknowledged when last saved."""
+        if self._destinations_db is None:
+            return {}
+        with self._env.begin(db=self._destinations_db) as txn:
+            return {k.decode(): _U64.unpack(v)[0] for k, v in txn.cursor()}
+
+    def save_destination_positions(self, positions: Mapping[str, int]) -> None:
+        """Replace the saved destination positions (writer only)."""
+        if self._destinations_db is None:
+            raise JournalError("this journal was opened read-only")
+        with self._env.begin(write=True, db=self._destinations_db) as txn:
+            txn.drop(self._destinations_db, delete=False)
+            for name, txid in positions.items():
+                txn.put(name.encode(), _U64.pack(txid))
+
+    def _segment_values(self, seg: Segment) -> Iterator[tuple[int, bytes]]:
+        """``(txid, stored value)`` of every record of ``seg``, CRC-checked.
+
+        Raises:
+            CorruptRecord: a record of the segment is damaged.
+        """
+
+        def checked(value: bytes, txid: int) -> tuple[int, bytes]:
+            if len(value) < 4 or _CRC.unpack_from(value)[0] != zlib.crc32(
+                memoryview(value)[4:]
+            ):
+                raise CorruptRecord(txid, "CRC mismatch")
+            return txid, value
+
+        after = seg.first_txid - 1
+        while after < seg.last_txid:
+            batch, damage = self._scan(after, 4096, seg.last_txid, checked)
+            yield from batch
+            if damage is not None:
+                raise damage
+            if not batch:
+                return
+            after = batch[-1][0]
+
+    def write_segment_file(self, seg: Segment, state: str) -> Path:
+        """Write (or copy) the segment file ``seg`` needs to enter ``state``
+        (``compressed``: zstd file in the journal directory; ``archived``: file in the
+        archive directory, compressed if the segment was). Any thread; reads only.
+
+        Raises:
+            JournalError: archiving without an archive directory.
+            CorruptRecord: a record of the segment is damaged (nothing is written).
+        """
+        if state == "compressed":
+            directory, compressed = self.path, True
+        elif state == "archived":
+            if self.archive_directory is None:
+                raise JournalError(
+                    "archiving journals needs an archive directory; set "
+                    "TransactionLog/JournalArchiveDirectory in the config"
+                )
+            directory, compressed = self.archive_directory, seg.state == "compressed"
+        else:
+            raise JournalError(f"segments have no file in state {state!r}")
+        target = directory / segment_file_name(self.instance_name, seg.id, compressed)
+        if seg.offloaded and seg.file:
+            if Path(seg.file) != target:
+                copy_segment_file(Path(seg.file), target)
+        else:
+            write_segment_file(target, self._segment_values(seg), compressed=compressed)
+        return target
+
+    def _put_segment(self, txn: lmdb.Transaction, seg: Segment) -> None:
+        txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
+
+    def _replace_segments(self, changed: Mapping[int, Segment]) -> None:
+        self._segments = [changed.get(seg.id, seg) for seg in self._segments]
+        self._removed_through = self._compute_removed_through()
+
+    def mark_offloaded(self, seg_id: int, state: str, file: Path) -> str:
+        """Record that segment ``seg_id`` is now ``state`` (compressed or archived) with
+        its records in ``file`` (written by :meth:`write_segment_file`). Writer only.
+
+        Returns the segment's previous file when it is no longer used ("" if none):
+        delete it once no reader can still have it open (readers retry on a missing
+        file). The segment's records leave LMDB in later :meth:`purge_step` calls.
+        """
+        seg = self._segment(seg_id)
+        if seg.state not in ("live", "compressed", "archived"):
+            raise JournalError(f"journal segment {seg_id} is {seg.state}")
+        updated = Segment(
+            seg.id,
+            seg.first_txid,
+            seg.last_txid,
+            seg.first_ts,
+            seg.last_ts,
+            seg.size,
+            seg.records,
+            state,
+            cleaned=seg.cleaned and seg.state != "live",
+            file=str(file),
+        )
+        with self._env.begin(write=True) as txn:
+            self._put_segment(txn, updated)
+        self._replace_segments({seg_id: updated})
+        old = seg.file if seg.file and seg.file != str(file) else ""
+        if old:
+            self._forget_file(old)
+        return old
+
+    def mark_removed(self, through_id: int) -> list[Segment]:
+        """Remove segment ``through_id`` and every older one (writer only): from now
+        on no read returns their records; :meth:`purge_step` deletes them. Returns the
+        segments newly removed."""
+        newly = [
+            seg for seg in self._segments if seg.id <= through_id and seg.state != "removed"
+        ]
+        if not newly:
+            return []
+        if any(seg.id == self._segments[-1].id for seg in newly):
+            raise JournalError("the current journal segment cannot be removed")
+        changed = {
+            seg.id: Segment(
+                seg.id,
+                seg.first_txid,
+                seg.last_txid,
+                seg.first_ts,
+                seg.last_ts,
+                seg.size,
+                seg.records,
+                "removed",
+                cleaned=False,
+                file=seg.file,
+            )
+            for seg in newly
+        }
+        with self._env.begin(write=True) as txn:
+            for seg in changed.values():
+                self._put_segment(txn, seg)
+        self._replace_segments(changed)
+        return list(changed.values())
+
+    def _segment(self, seg_id: int) -> Segment:
+        for seg in self._segments:
+            if seg.id == seg_id:
+                return seg
+        raise JournalError(f"there is no journal segment {seg_id}")
+
+    def purge_pending(self) -> bool:
+        """Whether some segment still has LMDB records, index entries or a file to
+        delete after a state change (see :meth:`purge_step`)."""
+        return any(not seg.cleaned for seg in self._segments)
+
+    def purge_step(self, max_records: int = 10_000) -> bool:
+        """Do up to ``max_records`` deletions of the oldest unfinished state change, in
+        one transaction (writer only); returns whether work remains.
+
+        Compressed or archived segment: its records leave LMDB (they are in the file).
+        Removed segment: its records, their bookmark index entries, its time index
+        entries and its file are deleted.
+        """
+        seg = next((s for s in self._segments if not s.cleaned), None)
+        if seg is None:
+            return False
+        lo, hi = _U64.pack(seg.first_txid), seg.last_txid
+        unpack = _U64.unpack
+        removing = seg.state == "removed"
+        done = False
+        file_to_delete = ""
+        with self._env.begin(write=True) as txn:
+            cur = txn.cursor(db=self._records)
+            deleted = 0
+            if cur.set_range(lo):
+                while deleted < max_records:
+                    txid = unpack(cur.key())[0]
+                    if txid > hi:
+                        break
+                    if removing:
+                        self._delete_bookmark(txn, cur.value(), txid)
+                    deleted += 1
+                    if not cur.delete():
+                        break
+            if deleted < max_records and removing and seg.file:
+                # bookmarks of records that live only in the file
+                after = self._purge_progress.get(seg.id, seg.first_txid - 1)
+                try:
+                    pairs = SegmentFile(Path(seg.file)).after(
+                        after, seg.last_txid, max_records - deleted
+                    )
+                except SegmentFileError:
+                    pairs = []  # already gone: its index entries cannot be found either
+                for txid, value in pairs:
+                    self._delete_bookmark(txn, value, txid)
+                self._purge_progress[seg.id] = pairs[-1][0] if pairs else seg.last_txid
+                deleted += len(pairs)
+            if deleted < max_records:
+                if removing:
+                    times = txn.cursor(db=self._times)
+                    while times.first() and unpack(times.value())[0] <= seg.last_txid:
+                        times.delete()
+                    file_to_delete = seg.file
+                done = True
+                finished = Segment(
+                    seg.id,
+                    seg.first_txid,
+                    seg.last_txid,
+                    seg.first_ts,
+                    seg.last_ts,
+                    seg.size,
+                    seg.records,
+                    seg.state,
+                    cleaned=True,
+                    file="" if removing else seg.file,
+                )
+                self._put_segment(txn, finished)
+        if done:
+            self._replace_segments({seg.id: finished})
+            self._purge_progress.pop(seg.id, None)
+            if file_to_delete:
+                self._forget_file(file_to_delete)
+                Path(file_to_delete).unlink(missing_ok=True)
+        return self.purge_pending()
+
+    def _delete_bookmark(self, txn: lmdb.Transaction, value: bytes, txid: int) -> None:
+        if len(value) < _BOOKMARK_AT + 16:
+            return
+        key = bytes(memoryview(value)[_BOOKMARK_AT : _BOOKMARK_AT + 16])
+        stored = txn.get(key, db=self._bookmarks)
+        if stored is not None and unpack_u64(bytes(stored)) == txid:
+            txn.delete(key, db=self._bookmarks)

@@ -1,0 +1,221 @@
+"""Journal segments on real LMDB and real segment files: sealing by size, compress and
+archive (records move to files and every read still serves them), remove (records and
+index entries gone, reads start after them), crash-resumable purging, damaged files."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from txlog import CorruptRecord, Journal, JournalError, Record, publisher_hash
+
+PH = publisher_hash("pub")
+SEGMENT_SIZE = 20_000  # bytes of records per segment: about 60 records of ~330 bytes
+
+
+def make(seq: int) -> Record:
+    return Record(
+        topic="orders",
+        # a hex pad from a fixed seed: compresses only about 2:1, so zstd journals still
+        # fill several segments
+        payload=b'{"seq":%d,"pad":"%s"}' % (seq, random.Random(seq).randbytes(120).hex().encode()),
+        pub_hash=PH,
+        seq=seq,
+        client_name="pub",
+    )
+
+
+def fill(journal: Journal, n: int, per_commit: int = 10) -> None:
+    seq = journal.publisher_last_seq(PH)
+    for start in range(seq + 1, seq + n + 1, per_commit):
+        batch = [make(s) for s in range(start, min(start + per_commit, seq + n + 1))]
+        journal.append(batch, 1_000_000 + start)
+
+
+def payloads(journal: Journal, after: int = 0) -> list[tuple[int, bytes]]:
+    return [(rec.txid, rec.payload) for rec in journal.iter_records(after, chunk=37)]
+
+
+def purge_all(journal: Journal) -> None:
+    steps = 0
+    while journal.purge_step(max_records=25):
+        steps += 1
+        assert steps < 1000, "purge_step never finished"
+
+
+@pytest.fixture(params=["none", "zstd"])
+def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Journal:
+    j = Journal(
+        tmp_path / "j",
+        instance_name="a",
+        compression=request.param,
+        segment_size=SEGMENT_SIZE,
+        archive_directory=tmp_path / "archive",
+    )
+    request.addfinalizer(j.close)
+    return j
+
+
+def test_segments_seal_at_the_size_and_cover_every_txid(journal: Journal) -> None:
+    fill(journal, 500)
+    segs = journal.segments()
+    assert len(segs) >= 4, f"500 records of ~330 bytes in {SEGMENT_SIZE}-byte segments: {segs}"
+    assert segs[0].first_txid == 1 and segs[-1].last_txid == 500
+    for older, newer in zip(segs, segs[1:], strict=False):
+        assert newer.first_txid == older.last_txid + 1
+        assert older.size >= SEGMENT_SIZE  # sealed only once full
+        assert newer.id == older.id + 1
+    assert sum(s.records for s in segs) == 500
+    assert all(s.state == "live" for s in segs)
+
+
+def test_compressed_and_archived_segments_still_read_the_same(journal: Journal) -> None:
+    fill(journal, 500)
+    before = payloads(journal)
+    segs = journal.segments()
+    # compress segments 1-2, then archive 1 (it keeps its compression) and plain-archive 3
+    for seg in segs[:2]:
+        journal.mark_offloaded(seg.id, "compressed", journal.write_segment_file(seg, "compressed"))
+    seg1 = journal.segments()[0]
+    old = journal.mark_offloaded(seg1.id, "archived", journal.write_segment_file(seg1, "archived"))
+    assert old.endswith(".journal.zst") and Path(old).parent == journal.path
+    Path(old).unlink()
+    seg3 = journal.segments()[2]
+    journal.mark_offloaded(seg3.id, "archived", journal.write_segment_file(seg3, "archived"))
+    # before purging, records are in LMDB and in the files; after, only in the files
+    assert payloads(journal) == before
+    purge_all(journal)
+    assert journal.first_lmdb_record() is not None
+    assert journal.first_lmdb_record().txid == segs[3].first_txid  # type: ignore[union-attr]
+    assert payloads(journal) == before
+    states = [s.state for s in journal.segments()[:4]]
+    assert states == ["archived", "compressed", "archived", "live"]
+    archive = journal.archive_directory
+    assert archive is not None
+    assert sorted(p.name for p in archive.iterdir()) == [
+        "a.0000000001.journal.zst",
+        "a.0000000003.journal",
+    ]
+    # point reads, bookmark lookups and reads starting mid-file
+    txid = journal.lookup_bookmark(PH, 5)
+    assert txid == 5
+    rec = journal.get(5)
+    assert rec is not None and rec.seq == 5
+    assert payloads(journal, after=segs[0].last_txid - 3) == before[segs[0].last_txid - 3 :]
+    views, damage = journal.read_views(2, 3)
+    assert damage is None and [v.txid for v in views] == [3, 4, 5]
+    assert journal.first_txid() == 1
+    assert journal.verify() == []
+
+
+def test_reopened_journal_keeps_segment_states(journal: Journal, tmp_path: Path) -> None:
+    fill(journal, 300)
+    seg = journal.segments()[0]
+    journal.mark_offloaded(seg.id, "compressed", journal.write_segment_file(seg, "compressed"))
+    purge_all(journal)
+    before = payloads(journal)
+    journal.close()
+    with Journal(tmp_path / "j", readonly=True) as reader:
+        assert payloads(reader) == before
+        assert [s.state for s in reader.segments()][:2] == ["compressed", "live"]
+    again = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    try:
+        fill(again, 100)
+        assert payloads(again)[: len(before)] == before
+        assert again.segments()[-1].last_txid == 400
+    finally:
+        again.close()
+
+
+def test_removed_segments_are_gone_with_their_index_entries(journal: Journal) -> None:
+    fill(journal, 500)
+    segs = journal.segments()
+    # segment 1 compressed first: removal must also drop the bookmarks of file-only records
+    journal.mark_offloaded(segs[0].id, "compressed", journal.write_segment_file(segs[0], "compressed"))
+    purge_all(journal)
+    file1 = Path(journal.segments()[0].file)
+    removed = journal.mark_removed(segs[1].id)
+    assert [s.id for s in removed] == [segs[0].id, segs[1].id]
+    # reads skip them at once, before any purging
+    assert journal.first_txid() == segs[2].first_txid
+    assert payloads(journal)[0][0] == segs[2].first_txid
+    assert journal.get(1) is None
+    purge_all(journal)
+    assert not file1.exists()
+    assert journal.lookup_bookmark(PH, 1) is None
+    assert journal.lookup_bookmark(PH, segs[1].last_txid) is None
+    assert journal.lookup_bookmark(PH, segs[2].first_txid) == segs[2].first_txid
+    # a timestamp before everything left replays from the first record kept
+    assert journal.txid_before_time(0) == segs[2].first_txid - 1
+    assert journal.verify() == []
+    assert journal.statistics().segments == len(segs) - 2
+    with pytest.raises(JournalError, match="current journal segment cannot be removed"):
+        journal.mark_removed(journal.segments()[-1].id)
+
+
+def test_purge_interrupted_by_a_crash_finishes_after_reopen(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    fill(j, 300)
+    keep = payloads(j)
+    first_kept = j.segments()[1].first_txid
+    j.mark_removed(1)
+    assert j.purge_step(max_records=5)  # deleted a little, then "crashed"
+    j.close()
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    try:
+        assert j.purge_pending()
+        assert payloads(j) == [p for p in keep if p[0] >= first_kept]
+        purge_all(j)
+        assert not j.purge_pending()
+        assert j.lookup_bookmark(PH, 1) is None
+        assert payloads(j) == [p for p in keep if p[0] >= first_kept]
+    finally:
+        j.close()
+
+
+def test_damaged_segment_file_is_reported_by_name(journal: Journal) -> None:
+    fill(journal, 300)
+    seg = journal.segments()[0]
+    path = journal.write_segment_file(seg, "compressed")
+    journal.mark_offloaded(seg.id, "compressed", path)
+    purge_all(journal)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the zstd block
+    path.write_bytes(bytes(data))
+    journal._forget_file(str(path))  # a fresh reader, as after a restart
+    views, damage = journal.read_views(0, 10)
+    assert views == []
+    assert isinstance(damage, CorruptRecord)
+    assert str(path) in str(damage) and "restore it from a backup" in str(damage)
+    problems = journal.verify()
+    assert problems and str(path) in problems[0].problem
+
+
+def test_archiving_without_an_archive_directory_says_how_to_fix(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    try:
+        fill(j, 200)
+        with pytest.raises(JournalError, match="set TransactionLog/JournalArchiveDirectory"):
+            j.write_segment_file(j.segments()[0], "archived")
+    finally:
+        j.close()
+
+
+def test_journal_from_before_segments_becomes_one_segment(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j", instance_name="a")
+    fill(j, 50)
+    # drop the segment table, as a journal written before segments existed
+    with j._env.begin(write=True) as txn:
+        assert j._segments_db is not None
+        txn.drop(j._segments_db, delete=False)
+    j.close()
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    try:
+        segs = j.segments()
+        assert [(s.id, s.first_txid, s.last_txid, s.records) for s in segs] == [(1, 1, 50, 50)]
+        fill(j, 10)
+        assert j.segments()[-1].last_txid == 60
+    finally:
+        j.close()
