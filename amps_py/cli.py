@@ -579,10 +579,24 @@ def _admin_action(ctx: click.Context, path: str, subject: str) -> None:
 @admin.command("journals")
 @click.pass_context
 def admin_journals(ctx: click.Context) -> None:
-    """The transaction log: txid range, size, durability, commit and fsync times."""
-    from amps_py.admin.console import journal_table
+    """The transaction log (txid range, size, durability, commit and fsync times) and
+    its journal segments."""
+    from amps_py.admin.console import journals_view
 
-    _admin_table(ctx, "/amps/instance/transaction_log.json", journal_table)
+    _admin_table(ctx, "/amps/instance/transaction_log.json", journals_view)
+
+
+@admin.command("journal")
+@click.argument("action", type=click.Choice(["compress", "archive", "remove"]))
+@click.argument("journal_id", metavar="ID", type=int)
+@click.pass_context
+def admin_journal(ctx: click.Context, action: str, journal_id: int) -> None:
+    """Compress, archive or remove journal ID and every older one (`journals` lists
+    them). Remove waits until no destination, replay or queue needs them."""
+    doc = _admin_fetch(
+        ctx, f"/amps/administrator/transaction_log/journals/{journal_id}/{action}", "POST"
+    )
+    _admin_print(ctx, doc, lambda console, d: console.print(d["summary"]))
 
 
 @admin.command("transport")

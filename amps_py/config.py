@@ -107,6 +107,7 @@ MAX_FLUSH_INTERVAL: Final = 1.0
 #: AMPS's default journal file size. AMPS's minimum is 10MB; amps-py allows smaller
 #: segments so that tests can exercise segment rollover cheaply.
 DEFAULT_JOURNAL_SIZE: Final = 1024**3
+MIN_JOURNAL_SIZE: Final = 10 * 1000**2
 DEFAULT_PREALLOCATED_JOURNAL_FILES: Final = 2
 #: LMDB reserves address space, not disk, for the map: a large default costs nothing
 #: and avoids MapFullError on busy instances.
@@ -218,7 +219,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "BlockSize",
             "CompressedJournalCacheMemoryLimit",
             "InactiveClientAckExpiration",
-            "JournalArchiveDirectory",
             "O_DIRECT",
         }
     ),
@@ -436,7 +436,10 @@ class TransactionLogConfig:
             relative to the server's working directory, as in AMPS.
         topics: what is journaled; an empty tuple journals nothing.
         flush_interval: seconds a partial batch may wait before commit (1us..1s).
-        journal_size: target size of one journal segment, in bytes.
+        journal_size: target size of one journal segment, in bytes (at least 10MB,
+            as in AMPS).
+        archive_directory: where archived segments go (``JournalArchiveDirectory``);
+            ``None`` when not configured (archiving is then refused).
         durability: ``fsync`` (every commit is fsynced before a persisted ack) or
             ``page-cache`` (not fsynced: survives a process crash, not a power loss;
             opt-in and reported by the admin status).
@@ -454,6 +457,7 @@ class TransactionLogConfig:
     compression: str = "none"
     map_size: int = DEFAULT_MAP_SIZE
     preallocated_journal_files: int = DEFAULT_PREALLOCATED_JOURNAL_FILES
+    archive_directory: Path | None = None
     _journal_cache: dict[tuple[str, str], bool] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -2006,7 +2010,18 @@ def _build_transaction_log(
     elif size_els:
         size = _bytes_value(size_els[0], problems)
         ok &= size is not None
+        if size is not None and size < MIN_JOURNAL_SIZE:
+            problems.add(
+                size_els[0],
+                f"{size_els[0].tag} {_text(size_els[0], problems)} is below the minimum "
+                "journal size of 10MB",
+                "use 10MB or more; the default is 1GB",
+            )
+            ok = False
         journal_size = size or journal_size
+
+    archive_el = _first(log, "JournalArchiveDirectory")
+    archive_directory = _text(archive_el, problems) if archive_el is not None else None
 
     preallocated = DEFAULT_PREALLOCATED_JOURNAL_FILES
     prealloc_el = _first(log, "PreallocatedJournalFiles")
@@ -2056,6 +2071,7 @@ def _build_transaction_log(
         topics=tuple(topics),
         flush_interval=flush_interval,
         journal_size=journal_size,
+        archive_directory=Path(archive_directory) if archive_directory else None,
         durability=durability,
         compression=compression,
         map_size=map_size,

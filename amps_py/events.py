@@ -25,6 +25,8 @@ TRANSPORT_TLS_HANDSHAKE_FAILED: Final = "02-0026"
 JOURNAL_OPENED: Final = "05-0001"
 JOURNAL_COMMIT_FAILED: Final = "05-0002"
 JOURNAL_CORRUPT_RECORD: Final = "05-0003"
+#: journal segments compressed, archived, marked for removal or removed
+JOURNAL_MAINTENANCE: Final = "05-0004"
 
 CLIENT_CONNECTED: Final = "07-0001"
 CLIENT_LOGON: Final = "07-0002"

@@ -230,6 +230,7 @@ class _Member:
     server: ServerProcess
     journal_topics: tuple[str, ...] = (".*",)
     replication_tls: tuple[Path, Path] | None = None
+    journal_extra: str = ""
 
 
 class Cluster:
@@ -261,6 +262,7 @@ class Cluster:
         replication_transport: bool | None = None,
         journal_topics: tuple[str, ...] = (".*",),
         replication_tls: tuple[Path, Path] | None = None,
+        journal_extra: str = "",
     ) -> InstancePorts:
         """Add an instance (not started) and reserve its client and replication ports.
 
@@ -277,6 +279,7 @@ class Cluster:
             replication_tls: (certificate chain PEM, private key PEM): the incoming
                 replication transport is ``amps-replication-secure`` with these files;
                 None (the default): plain ``amps-replication``.
+            journal_extra: XML placed inside ``TransactionLog`` (e.g. JournalSize).
         """
         if name in self._members:
             raise ValueError(f"instance {name!r} was already added")
@@ -293,6 +296,7 @@ class Cluster:
             server,
             journal_topics,
             replication_tls,
+            journal_extra,
         )
         return ports
 
@@ -329,6 +333,7 @@ class Cluster:
                 else ""
             ),
             extra=f"<Group>{escape(member.group)}</Group>{body}",
+            journal_extra=member.journal_extra,
         )
 
     def config_text(self, name: str) -> str:

@@ -44,15 +44,17 @@ def write_config(
     extra_transport: str = "",
     extra: str = "",
     max_message_size: str | None = None,
+    journal_extra: str = "",
 ) -> Path:
-    """Write ``<directory>/<name>.xml`` for an instance with one client transport."""
+    """Write ``<directory>/<name>.xml`` for an instance with one client transport
+    (``journal_extra`` goes inside ``TransactionLog``)."""
     directory.mkdir(parents=True, exist_ok=True)
     topic_xml = "".join(
         f"<Topic><Name>{n}</Name><MessageType>{m}</MessageType></Topic>" for n, m in topics
     )
     txlog = (
         f"<TransactionLog><JournalDirectory>{directory / (name + '-journal')}</JournalDirectory>"
-        f"{topic_xml}</TransactionLog>"
+        f"{topic_xml}{journal_extra}</TransactionLog>"
         if journal
         else ""
     )

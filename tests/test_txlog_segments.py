@@ -4,6 +4,7 @@ index entries gone, reads start after them), crash-resumable purging, damaged fi
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def test_segments_seal_at_the_size_and_cover_every_txid(journal: Journal) -> Non
     segs = journal.segments()
     assert len(segs) >= 4, f"500 records of ~330 bytes in {SEGMENT_SIZE}-byte segments: {segs}"
     assert segs[0].first_txid == 1 and segs[-1].last_txid == 500
-    for older, newer in zip(segs, segs[1:], strict=False):
+    for older, newer in itertools.pairwise(segs):
         assert newer.first_txid == older.last_txid + 1
         assert older.size >= SEGMENT_SIZE  # sealed only once full
         assert newer.id == older.id + 1
@@ -133,7 +134,9 @@ def test_removed_segments_are_gone_with_their_index_entries(journal: Journal) ->
     fill(journal, 500)
     segs = journal.segments()
     # segment 1 compressed first: removal must also drop the bookmarks of file-only records
-    journal.mark_offloaded(segs[0].id, "compressed", journal.write_segment_file(segs[0], "compressed"))
+    journal.mark_offloaded(
+        segs[0].id, "compressed", journal.write_segment_file(segs[0], "compressed")
+    )
     purge_all(journal)
     file1 = Path(journal.segments()[0].file)
     removed = journal.mark_removed(segs[1].id)

@@ -675,8 +675,8 @@ class Journal:
     # ------------------------------------------------------------------ tools
     def statistics(self) -> JournalStatistics:
         with self._env.begin() as txn:
-            n_records = txn.stat(self._records)["entries"]
             n_pubs = txn.stat(self._publishers)["entries"]
+        segments = [seg for seg in self._segments if seg.state != "removed"]
         data = self.path / "data.mdb"
         return JournalStatistics(
             path=str(self.path),
@@ -685,13 +685,13 @@ class Journal:
             compression=self.compression,
             first_txid=self.first_txid(),
             last_txid=self._last_txid,
-            records=n_records,
+            records=sum(seg.records for seg in segments),
             publishers=n_pubs,
             file_bytes=data.stat().st_size if data.exists() else 0,
             commits=self._commits,
             appended=self._appended,
             duplicates=self._duplicates,
-            segments=sum(1 for seg in self._segments if seg.state != "removed"),
+            segments=len(segments),
         )
 
     def verify(self) -> list[VerifyProblem]:
@@ -768,9 +768,7 @@ class Journal:
         """
 
         def checked(value: bytes, txid: int) -> tuple[int, bytes]:
-            if len(value) < 4 or _CRC.unpack_from(value)[0] != zlib.crc32(
-                memoryview(value)[4:]
-            ):
+            if len(value) < 4 or _CRC.unpack_from(value)[0] != zlib.crc32(memoryview(value)[4:]):
                 raise CorruptRecord(txid, "CRC mismatch")
             return txid, value
 
@@ -854,9 +852,7 @@ class Journal:
         """Remove segment ``through_id`` and every older one (writer only): from now
         on no read returns their records; :meth:`purge_step` deletes them. Returns the
         segments newly removed."""
-        newly = [
-            seg for seg in self._segments if seg.id <= through_id and seg.state != "removed"
-        ]
+        newly = [seg for seg in self._segments if seg.id <= through_id and seg.state != "removed"]
         if not newly:
             return []
         if any(seg.id == self._segments[-1].id for seg in newly):

@@ -281,3 +281,35 @@ def journal_table(journal: dict[str, Any]) -> Table:
     for field, value in rows:
         table.add_row(field, value)
     return table
+
+
+def segments_table(journal: dict[str, Any]) -> Table:
+    """The journal segments (AMPS's journal files): state, txids, size, time span."""
+    table = Table(title="journals")
+    for col in ("id", "state", "txids", "records", "size", "newest record", "file"):
+        table.add_column(col, justify="right" if col in ("id", "records", "size") else "left")
+    for seg in (journal.get("journals") or {}).values():
+        state = str(seg.get("state", "?"))
+        if seg.get("is_current"):
+            state += " (current)"
+        if seg.get("pending_removal"):
+            state += ", removal pending"
+        table.add_row(
+            str(seg.get("id", "?")),
+            state,
+            f"{seg.get('first_txid', 0)}..{seg.get('last_txid', 0)}",
+            str(seg.get("records", 0)),
+            _size(int(seg.get("bytes", 0))),
+            str(seg.get("max_timestamp", "")).replace("T", " ")[:19],
+            str(seg.get("file_name", "")),
+        )
+    maintenance = journal.get("maintenance") or {}
+    held = maintenance.get("held_by") or []
+    if maintenance.get("pending_removal") and held:
+        table.caption = "removal waits for: " + "; ".join(map(str, held))
+    return table
+
+
+def journals_view(journal: dict[str, Any]) -> Group:
+    """``amps-py admin journals``: the transaction log summary, then its segments."""
+    return Group(journal_table(journal), segments_table(journal))

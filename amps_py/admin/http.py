@@ -14,6 +14,9 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
 - ``/amps/administrator/clients/<client>/disconnect`` (POST or GET) — close that
   client's connection; ``<client>`` is a key of ``/amps/instance/clients`` (the client
   name, or ``connection-<id>``, which always works).
+- ``/amps/administrator/transaction_log/journals/<id>/compress``, ``.../archive``,
+  ``.../remove`` — that journal segment and every older one (see
+  :mod:`amps_py.server.maintenance`; remove waits until nothing needs them).
 - ``/metrics`` — Prometheus text format.
 
 An unknown path gets 404 with a message naming the known children. When the instance
@@ -69,6 +72,8 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
     journal = dict(stats.journal or {})
     if stats.writer:
         journal["writer"] = stats.writer
+    if instance.journal is not None:
+        journal.update(journals_tree(instance))
     return {
         "name": stats.name,
         "group": instance.group,
@@ -95,6 +100,54 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
         "transports": {name: {"port": port} for name, port in stats.listeners.items()},
         "actions": instance.actions.statistics() if instance.actions is not None else [],
     }
+
+
+def _iso(ts_us: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts_us / 1e6)) + f".{ts_us % 10**6:06d}Z"
+
+
+def journals_tree(instance: Instance) -> dict[str, Any]:
+    """The journal segments (AMPS's journal files) by id, with the log's time span and
+    the maintenance state: ``journals``, ``min_timestamp``, ``max_timestamp``,
+    ``maintenance`` (requests counted, removals pending and what holds them)."""
+    journal, maintenance = instance.journal, instance.maintenance
+    assert journal is not None
+    segments = [seg for seg in journal.segments() if seg.state != "removed"]
+    pending = set(maintenance.pending_removal()) if maintenance else set()
+    current = segments[-1].id if segments else 0
+    journals = {
+        str(seg.id): {
+            "id": seg.id,
+            "file_name": seg.file or f"{journal.path}/data.mdb",
+            "state": seg.state,
+            "is_current": seg.id == current,
+            "is_compressed": seg.file.endswith(".zst"),
+            "is_archived": seg.state == "archived",
+            "pending_removal": seg.id in pending,
+            "first_txid": seg.first_txid,
+            "last_txid": seg.last_txid,
+            "records": seg.records,
+            "bytes": seg.size,
+            "min_timestamp": _iso(seg.first_ts),
+            "max_timestamp": _iso(seg.last_ts),
+        }
+        for seg in segments
+    }
+    tree: dict[str, Any] = {"journals": journals}
+    if segments:
+        tree["min_timestamp"] = _iso(segments[0].first_ts)
+        tree["max_timestamp"] = _iso(segments[-1].last_ts)
+    if maintenance is not None:
+        positions = maintenance.destination_positions()
+        removable, holders = maintenance.removable_txid(positions)
+        tree["maintenance"] = {
+            "requests": dict(maintenance.counts),
+            "pending_removal": sorted(pending),
+            "removable_through_txid": removable,
+            "held_by": holders,
+            "destination_positions": positions,
+        }
+    return tree
 
 
 def client_sessions(instance: Instance) -> dict[str, Session]:
@@ -302,6 +355,12 @@ class AdminApp:
                 )
             outcome = dest.downgrade("admin") if parts[2] == "downgrade" else dest.upgrade("admin")
             return {"destination": dest.name, "action": parts[2], "result": outcome}
+        if (
+            len(parts) == 4
+            and parts[:2] == ["transaction_log", "journals"]
+            and parts[3] in ("compress", "archive", "remove")
+        ):
+            return await self._journal_action(parts[2], parts[3], user)
         if len(parts) == 3 and parts[0] == "clients" and parts[2] == "disconnect":
             return self._disconnect_client(parts[1], user)
         if len(parts) == 3 and parts[0] == "transports" and parts[2] in ("enable", "disable"):
@@ -330,8 +389,33 @@ class AdminApp:
             404,
             "administrator actions: /amps/administrator/replication/<destination>/downgrade "
             "and .../upgrade, /amps/administrator/clients/<client>/disconnect, "
-            "/amps/administrator/transports/<transport>/enable and .../disable",
+            "/amps/administrator/transports/<transport>/enable and .../disable, "
+            "/amps/administrator/transaction_log/journals/<id>/compress, .../archive "
+            "and .../remove",
         )
+
+    async def _journal_action(self, journal_id: str, action: str, user: str) -> dict[str, Any]:
+        """Compress, archive or remove journal ``journal_id`` and every older one."""
+        from amps_py.server.maintenance import JournalMaintenanceError
+
+        if not journal_id.isdigit():
+            raise HttpError(
+                404,
+                f"journal ids are numbers (see /amps/instance/transaction_log/journals), "
+                f"not {journal_id!r}",
+            )
+        try:
+            result = await self.instance.maintain_journal(action, through=int(journal_id))
+        except JournalMaintenanceError as exc:
+            status = 404 if "there is no journal" in str(exc) else 409
+            raise HttpError(status, str(exc)) from None
+        log.warning(
+            "administrator%s: %s",
+            f" {user!r}" if user else "",
+            result.summary,
+            extra=events.extra(events.JOURNAL_MAINTENANCE),
+        )
+        return {"journal": int(journal_id), **result.as_dict()}
 
     def _disconnect_client(self, key: str, user: str) -> dict[str, Any]:
         """Close the connection of the client ``key`` (a key of /amps/instance/clients).

@@ -36,6 +36,7 @@ from amps_py.replication import ReplicationManager
 from txlog import Journal, Record, publisher_hash
 from txlog.record import DeliveryView
 
+from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
 from .session import CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
 from .writer import JournalWriter
@@ -118,6 +119,11 @@ class Instance:
         self._undurable: collections.deque[Record] = collections.deque()
         self.durable_txid = 0
         self.replication: ReplicationManager | None = None
+        #: journal segment maintenance (with a TransactionLog, once serving)
+        self.maintenance: JournalMaintenance | None = None
+        #: per running bookmark replay, the txid it has read through (journal removal
+        #: never deletes what a replay still has to read)
+        self.active_replays: dict[int, int] = {}
         self.group = config.group
         self.last_durable_bookmark = ""
         self.started_at = time.time()
@@ -416,6 +422,23 @@ class Instance:
         seq = self._publisher_enqueued_seq(publisher.pub_hash) + 1
         return self.publish(publisher, topic, seq, payload, {})
 
+    async def maintain_journal(
+        self, action: str, *, through: int | None = None, older_than: float | None = None
+    ) -> MaintenanceResult:
+        """Compress, archive or remove journal segment ``through`` (or the newest sealed
+        one older than ``older_than`` seconds) and every older one; see
+        :mod:`amps_py.server.maintenance`.
+
+        Raises:
+            JournalMaintenanceError: no journal, an unknown journal or action, the
+                current journal, or archiving without JournalArchiveDirectory.
+        """
+        if self.maintenance is None:
+            raise JournalMaintenanceError(
+                "this instance has no TransactionLog, so it has no journals to maintain"
+            )
+        return await self.maintenance.apply(action, through=through, older_than=older_than)
+
     def fire_action(self, on: str, variables: dict[str, str]) -> None:
         """Run the configured Actions with ``amps-action-on-<on>`` (in the background)."""
         if self.actions is not None:
@@ -573,6 +596,8 @@ class Instance:
                             durability=tl.durability,
                             compression=tl.compression,
                             map_size=tl.map_size,
+                            segment_size=tl.journal_size,
+                            archive_directory=tl.archive_directory,
                         )
                     )
                     log.info(
@@ -597,6 +622,8 @@ class Instance:
                     self.durable_txid = self.journal.last_txid
                     if config.replication or config.replication_transport is not None:
                         self.replication = ReplicationManager(self)
+                    self.maintenance = JournalMaintenance(self)
+                    nursery.start_soon(self.maintenance.run)
                 elif config.replication or config.replication_transport is not None:
                     raise ConfigurationError(
                         "replication needs a TransactionLog: only journaled messages "

@@ -106,6 +106,9 @@ async def run_replay(
     journal = instance.journal
     assert journal is not None
     completed_header: dict[str, Any] = {"cid": cid} if cid is not None else {}
+    replays = instance.active_replays
+    key = id(sub)
+    replays[key] = cursor
     try:
         while True:
             if session.subscriptions.get(sub.sub_id) is not sub:
@@ -138,6 +141,7 @@ async def run_replay(
                 continue
             instance.deliver_replay(sub, batch)
             cursor = batch[-1].txid
+            replays[key] = cursor
             sub.delivered_upto = cursor
             await session.wait_outbox_below()
             await trio.lowlevel.checkpoint()
@@ -150,6 +154,8 @@ async def run_replay(
             extra=events.extra(events.JOURNAL_CORRUPT_RECORD),
         )
         session.subscription_failed(sub, cid, "journal corrupt", str(exc))
+    finally:
+        replays.pop(key, None)
 
 
 def _completed_ack(session: Session, sub: Subscription, header: dict[str, Any], txid: int) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import outcome
 import trio
@@ -24,6 +24,7 @@ import trio
 from txlog import Journal, Record
 
 log = logging.getLogger("amps_py.server.writer")
+_T = TypeVar("_T")
 
 #: most records in one transaction; bounds commit latency under a flood
 MAX_BATCH = 8192
@@ -177,6 +178,13 @@ class JournalWriter:
         self._submitted += len(records)
         self._markers.append(_Marker(self._submitted, upstream, cursor, on_durable))
         self._wake.set()
+
+    async def run_exclusive(self, job: Callable[[Journal], _T]) -> _T:
+        """Run ``job(journal)`` on a worker thread between commits: journal writes
+        other than appends (segment maintenance) go through here, so the journal
+        keeps exactly one writer at a time."""
+        async with self._limiter:
+            return await trio.to_thread.run_sync(job, self.journal)
 
     @property
     def queued(self) -> int:

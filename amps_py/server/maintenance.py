@@ -1,0 +1,290 @@
+"""Journal maintenance: compress, archive and remove journal segments safely.
+
+The operator (admin API, ``amps-py admin journal ...``) or an action
+(``amps-action-do-compress-journal`` etc.) asks for a state change of a segment and
+every older one, by id or by ``Age``:
+
+- **compress** and **archive** happen at once: each segment's file is written (off the
+  writer, reads only), then the writer records the new state; the records leave LMDB
+  in small purge steps later. Both are allowed while a segment is still needed:
+  replay and replication read the files.
+- **remove** marks the request; segments are removed only while nothing still needs
+  them, now or later: not the current segment, every replication destination has
+  acknowledged all of their records (a disconnected destination keeps its last
+  acknowledged position, saved in the journal, so it holds segments across restarts),
+  and no bookmark replay is reading them. What cannot go yet stays marked and goes
+  as soon as the destinations catch up, like AMPS marking journal files for removal.
+
+Queues will add their own "still needed" rule when they exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from amps_py import events
+from txlog import CorruptRecord, JournalError
+from txlog.segments import Segment
+
+if TYPE_CHECKING:
+    from .instance import Instance
+
+log = logging.getLogger("amps_py.server.maintenance")
+
+ACTIONS: Final = ("compress", "archive", "remove")
+#: deletions per purge transaction: short enough that publishes barely wait for it
+PURGE_STEP: Final = 2000
+#: how often marked removals are retried and destination positions saved (seconds)
+RECHECK_SECONDS: Final = 1.0
+SAVE_POSITIONS_SECONDS: Final = 10.0
+
+
+class JournalMaintenanceError(Exception):
+    """A maintenance request cannot be done as asked; the text says how to fix it."""
+
+
+@dataclass
+class MaintenanceResult:
+    """What one request did.
+
+    Attributes:
+        action: compress, archive or remove.
+        through: the newest segment id the request covers (0 when none qualified).
+        done: segment ids whose state changed now.
+        pending: for remove, segment ids marked but still needed (removed later).
+        blockers: why the pending segments are still needed, in words.
+    """
+
+    action: str
+    through: int
+    done: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        past = {"compress": "compressed", "archive": "archived", "remove": "removed"}[self.action]
+        if not self.through:
+            return f"{self.action}: no sealed journal segment qualifies"
+        text = f"{self.action} through journal {self.through}: " + (
+            f"{past} {_ids(self.done)}" if self.done else f"nothing newly {past}"
+        )
+        if self.pending:
+            text += f"; {_ids(self.pending)} marked, removed once no longer needed ("
+            text += "; ".join(self.blockers) + ")"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "action": self.action,
+            "through": self.through,
+            "done": self.done,
+            "pending": self.pending,
+            "blockers": self.blockers,
+            "summary": self.summary,
+        }
+
+
+def _ids(ids: list[int]) -> str:
+    return ("journals " if len(ids) > 1 else "journal ") + ", ".join(map(str, ids))
+
+
+class JournalMaintenance:
+    """Runs an instance's journal maintenance; :meth:`run` is its background task."""
+
+    def __init__(self, instance: Instance) -> None:
+        assert instance.journal is not None and instance.writer is not None
+        self.instance = instance
+        self.journal = instance.journal
+        self.writer = instance.writer
+        self._lock = trio.Lock()
+        self._wake = trio.Event()
+        #: remove requests not yet carried out (segment id; 0 = none)
+        self.remove_through = 0
+        self._saved_positions = self.journal.destination_positions()
+        self._last_save = 0.0
+        self.counts = dict.fromkeys(ACTIONS, 0)
+
+    # ------------------------------------------------------------ positions
+    def destination_positions(self) -> dict[str, int]:
+        """Per configured destination, the local txid it has acknowledged: the live
+        value once it has connected since start, else the one saved in the journal
+        (0, "needs everything", for a destination never seen)."""
+        replication = self.instance.replication
+        if replication is None:
+            return {}
+        positions: dict[str, int] = {}
+        for dest in replication.destinations:
+            name = dest.config.name
+            if dest.resyncs:
+                positions[name] = dest.acked_txid
+            else:
+                positions[name] = self._saved_positions.get(name, 0)
+        return positions
+
+    async def save_positions(self) -> dict[str, int]:
+        positions = self.destination_positions()
+        if positions != self._saved_positions:
+            await self.writer.run_exclusive(
+                lambda journal: journal.save_destination_positions(positions)
+            )
+            self._saved_positions = positions
+        self._last_save = time.monotonic()
+        return positions
+
+    def removable_txid(self, positions: dict[str, int]) -> tuple[int, list[str]]:
+        """The highest txid nothing needs any more, and what holds it there."""
+        limit = self.instance.committed_txid
+        reasons: list[tuple[int, str]] = []
+        for name, acked in sorted(positions.items()):
+            if acked < limit:
+                reasons.append(
+                    (acked, f"destination {name} has acknowledged through txid {acked} only")
+                )
+        for cursor in self.instance.active_replays.values():
+            reasons.append((cursor, f"a bookmark replay is reading after txid {cursor}"))
+        for txid, _ in reasons:
+            limit = min(limit, txid)
+        return limit, [why for txid, why in reasons if txid == limit]
+
+    # ------------------------------------------------------------ requests
+    def _target(self, through: int | None, older_than: float | None) -> int:
+        """The newest segment id a request covers (0 when ``older_than`` finds none)."""
+        segments = self.journal.segments()
+        current = segments[-1].id if segments else 0
+        if through is not None:
+            known = {seg.id: seg for seg in segments}
+            if through not in known:
+                raise JournalMaintenanceError(
+                    f"there is no journal {through}; `amps-py admin journals` lists them"
+                )
+            if through == current:
+                raise JournalMaintenanceError(
+                    f"journal {through} is the current one (new messages go there); only "
+                    "sealed journals can be compressed, archived or removed"
+                )
+            return through
+        if older_than is None:
+            raise JournalMaintenanceError("give a journal id or an Age")
+        cutoff_us = (time.time() - older_than) * 1e6
+        sealed = [seg.id for seg in segments[:-1] if seg.last_ts < cutoff_us]
+        return sealed[-1] if sealed else 0
+
+    async def apply(
+        self, action: str, *, through: int | None = None, older_than: float | None = None
+    ) -> MaintenanceResult:
+        """Compress, archive or remove journal ``through`` (or the newest sealed one
+        older than ``older_than`` seconds) and every older one.
+
+        Raises:
+            JournalMaintenanceError: unknown action or journal, the current journal,
+                no archive directory, or a damaged record in a segment to write.
+        """
+        if action not in ACTIONS:
+            raise JournalMaintenanceError(
+                f"unknown journal action {action!r}; use {', '.join(ACTIONS)}"
+            )
+        async with self._lock:
+            target = self._target(through, older_than)
+            result = MaintenanceResult(action, target)
+            if not target:
+                return result
+            if action == "remove":
+                self.remove_through = max(self.remove_through, target)
+                await self._remove_allowed(result)
+            else:
+                state = "compressed" if action == "compress" else "archived"
+                for seg in self.journal.segments():
+                    if seg.id > target:
+                        break
+                    if _should_offload(seg, state):
+                        await self._offload(seg, state)
+                        result.done.append(seg.id)
+            self.counts[action] += 1
+        log.info(
+            "journal maintenance: %s",
+            result.summary,
+            extra=events.extra(events.JOURNAL_MAINTENANCE),
+        )
+        self._wake.set()
+        return result
+
+    async def _offload(self, seg: Segment, state: str) -> None:
+        try:
+            path = await trio.to_thread.run_sync(self.journal.write_segment_file, seg, state)
+        except (JournalError, CorruptRecord) as exc:
+            raise JournalMaintenanceError(f"journal {seg.id} cannot be {state}: {exc}") from exc
+        old = await self.writer.run_exclusive(
+            lambda journal: journal.mark_offloaded(seg.id, state, path)
+        )
+        if old:
+            # readers that still resolve the old file retry once and find the new one
+            await trio.to_thread.run_sync(lambda: Path(old).unlink(missing_ok=True))
+
+    async def _remove_allowed(self, result: MaintenanceResult | None = None) -> list[int]:
+        """Remove the marked segments nothing needs any more; returns their ids."""
+        positions = await self.save_positions()
+        safe_txid, reasons = self.removable_txid(positions)
+        segments = self.journal.segments()
+        marked = [
+            seg for seg in segments[:-1] if seg.id <= self.remove_through and seg.state != "removed"
+        ]
+        removable: list[Segment] = []
+        for seg in marked:
+            if seg.last_txid > safe_txid:
+                break
+            removable.append(seg)
+        if removable:
+            last_id = removable[-1].id
+            await self.writer.run_exclusive(lambda journal: journal.mark_removed(last_id))
+            log.info(
+                "journal maintenance: removed %s",
+                _ids([seg.id for seg in removable]),
+                extra=events.extra(events.JOURNAL_MAINTENANCE),
+            )
+        pending = [seg.id for seg in marked[len(removable) :]]
+        if not pending:
+            self.remove_through = 0
+        if result is not None:
+            result.done = [seg.id for seg in removable]
+            result.pending = pending
+            result.blockers = reasons if pending else []
+        return [seg.id for seg in removable]
+
+    def pending_removal(self) -> list[int]:
+        return [
+            seg.id
+            for seg in self.journal.segments()[:-1]
+            if seg.id <= self.remove_through and seg.state != "removed"
+        ]
+
+    # ------------------------------------------------------------ background
+    async def run(self) -> None:
+        """Finish purges, retry marked removals and save destination positions."""
+        while True:
+            if self.journal.purge_pending():
+                await self.writer.run_exclusive(lambda journal: journal.purge_step(PURGE_STEP))
+                await trio.lowlevel.checkpoint()
+                continue
+            if self.remove_through:
+                async with self._lock:
+                    await self._remove_allowed()
+                if self.journal.purge_pending():
+                    continue
+            elif time.monotonic() - self._last_save >= SAVE_POSITIONS_SECONDS:
+                await self.save_positions()
+            self._wake = trio.Event()
+            with trio.move_on_after(RECHECK_SECONDS):
+                await self._wake.wait()
+
+
+def _should_offload(seg: Segment, state: str) -> bool:
+    if state == "compressed":
+        return seg.state == "live"
+    return seg.state in ("live", "compressed")

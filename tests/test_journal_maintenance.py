@@ -1,0 +1,154 @@
+"""Journal maintenance on real processes: compress and archive through
+``amps-py admin journal``, then replay and replication still read every message from
+the segment files; remove waits while a disconnected destination still needs the
+segments and happens by itself once it has caught up; bad requests get clear errors;
+the actions run on a schedule."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import trio
+from cluster import Cluster, destination_xml, replication_xml
+from harness import wait_until
+
+from amps_py.client import open_client
+
+PAYLOAD_PAD = 16 * 1024
+#: enough 16 KB messages to fill three 10 MB segments and start a fourth
+MESSAGES = 2_300
+JOURNAL_XML = "<JournalSize>10MB</JournalSize><JournalArchiveDirectory>{}</JournalArchiveDirectory>"
+
+
+def get(base: str, path: str) -> Any:
+    with urllib.request.urlopen(f"{base}{path}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def post_error(base: str, path: str) -> tuple[int, str]:
+    request = urllib.request.Request(f"{base}{path}", method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=10)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    raise AssertionError(f"POST {path} succeeded")
+
+
+def admin(base: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amps_py", "admin", "--url", base, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "160", "NO_COLOR": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def journals(base: str) -> dict[str, dict[str, Any]]:
+    return dict(get(base, "/amps/instance/transaction_log/journals.json"))
+
+
+async def replay_all(uri: str, name: str) -> list[int]:
+    """The ``n`` of every message a bookmark replay from EPOCH delivers."""
+    seen: list[int] = []
+    async with open_client(uri, name) as client, client.subscribe("orders", bookmark="0") as sub:
+        while True:
+            with trio.fail_after(60):
+                msg = await sub.get(60)
+            seen.append(int(msg.json()["n"]))
+            if len(seen) == MESSAGES:
+                break
+    return seen
+
+
+async def test_archived_and_compressed_journals_replay_and_removal_waits_for_destination(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    archive = tmp_path / "archive"
+
+    def a_body(view) -> str:  # type: ignore[no-untyped-def]
+        dest = destination_xml("B", "g", False, view.addr("B"), exclude=("replicate",))
+        return replication_xml(dest) + "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
+
+    cluster.add_instance("A", "g", a_body, journal_extra=JOURNAL_XML.format(archive))
+    cluster.add_instance("B", "g", lambda view: "")
+    cluster.start("A")  # B stays down: a destination that has never acknowledged anything
+    ready = json.loads(cluster.server("A").ready_file.read_text())
+    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+
+    pad = "p" * PAYLOAD_PAD
+    async with open_client(cluster.uri("A"), "pub") as pub:
+        for n in range(1, MESSAGES + 1):
+            await pub.publish("orders", json.dumps({"n": n, "pad": pad}).encode())
+        await pub.flush(timeout=60)
+    segs = journals(base)
+    assert len(segs) >= 4, f"expected four 10 MB journals, got {list(segs.values())}"
+    assert [s["state"] for s in segs.values()] == ["live"] * len(segs)
+
+    # compress 1, archive 1-2 (1 stays compressed inside the archive)
+    done = admin(base, "journal", "compress", "1")
+    assert done.returncode == 0, done.stderr
+    assert "compressed journal 1" in done.stdout
+    done = admin(base, "journal", "archive", "2")
+    assert done.returncode == 0, done.stderr
+    assert "archived journals 1, 2" in done.stdout
+    segs = journals(base)
+    assert [segs[i]["state"] for i in ("1", "2", "3")] == ["archived", "archived", "live"]
+    assert segs["1"]["is_compressed"] and not segs["2"]["is_compressed"]
+    assert sorted(p.name for p in archive.iterdir()) == [
+        "A.0000000001.journal.zst",
+        "A.0000000002.journal",
+    ]
+
+    # the current journal, an unknown one and a bad id are refused with the reason
+    current = max(segs, key=int)
+    status, text = post_error(
+        base, f"/amps/administrator/transaction_log/journals/{current}/remove"
+    )
+    assert status == 409 and "is the current one" in text
+    status, text = post_error(base, "/amps/administrator/transaction_log/journals/99/archive")
+    assert status == 404 and "there is no journal 99" in text
+    refused = admin(base, "journal", "remove", str(current))
+    assert refused.returncode != 0 and "is the current one" in refused.stderr
+
+    # remove 1-2: B has acknowledged nothing, so they stay, marked
+    done = admin(base, "journal", "remove", "2")
+    assert done.returncode == 0, done.stderr
+    assert "journals 1, 2 marked" in done.stdout and "destination B" in done.stdout
+    listing = admin(base, "journals")
+    print(listing.stdout)
+    assert "removal pending" in listing.stdout and "destination B" in listing.stdout
+
+    # replay on A reads every message, from the archived files and LMDB, in order
+    assert await replay_all(cluster.uri("A"), "replayer") == list(range(1, MESSAGES + 1))
+
+    # B comes up empty: A sends it everything, from the archived files too; once B has
+    # acknowledged past journal 2, A removes 1-2 by itself
+    cluster.start("B")
+
+    def removed() -> str | None:
+        left = journals(base)
+        if "1" in left or "2" in left:
+            dest = get(base, "/amps/instance/replication/destinations/B.json")
+            return f"journals 1-2 still there; B acked through txid {dest.get('acked_txid')}"
+        files = sorted(p.name for p in archive.iterdir())
+        return f"journals 1-2 removed but their files remain: {files}" if files else None
+
+    await wait_until(removed, 60)
+    assert await replay_all(cluster.uri("B"), "b-replayer") == list(range(1, MESSAGES + 1))
+    first_kept = int(journals(base)["3"]["first_txid"])
+    kept: list[int] = []
+    async with (
+        open_client(cluster.uri("A"), "after") as client,
+        client.subscribe("orders", bookmark="0") as sub,
+    ):
+        msg = await sub.get(30)
+        kept.append(int(msg.json()["n"]))
+    assert kept == [first_kept], "replay after removal starts at the first kept message"
+    cluster.stop_all()
