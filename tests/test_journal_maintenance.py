@@ -31,6 +31,11 @@ def get(base: str, path: str) -> Any:
         return json.loads(response.read())
 
 
+def metrics_text(base: str) -> str:
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
 def post_error(base: str, path: str) -> tuple[int, str]:
     request = urllib.request.Request(f"{base}{path}", method="POST")
     try:
@@ -124,6 +129,10 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     listing = admin(base, "journals")
     print(listing.stdout)
     assert "removal pending" in listing.stdout and "destination B" in listing.stdout
+    metrics = metrics_text(base)
+    assert 'amps_journal_removal_pending{instance="A"} 2.0' in metrics
+    assert 'amps_journal_segments{instance="A",state="archived"} 2.0' in metrics
+    assert 'amps_journal_maintenance_requests_total{action="remove",instance="A"} 1.0' in metrics
 
     # replay on A reads every message, from the archived files and LMDB, in order
     assert await replay_all(cluster.uri("A"), "replayer") == list(range(1, MESSAGES + 1))

@@ -99,8 +99,45 @@ class InstanceCollector(Collector):
         if stats.journal:
             yield gauge("amps_journal_bytes", "Journal file size", stats.journal["file_bytes"])
             yield gauge("amps_journal_last_txid", "Newest txid", stats.journal["last_txid"])
+        yield from self._journal_segments(stats.name)
         yield from self._replication(stats.name, stats.replication)
         yield from self._clients(stats.name)
+
+    def _journal_segments(self, name: str) -> Iterator[Metric]:
+        """Journal segments per state, and maintenance requests per action."""
+        journal, maintenance = self.instance.journal, self.instance.maintenance
+        if journal is None:
+            return
+        from txlog.segments import SEGMENT_STATES
+
+        states = GaugeMetricFamily(
+            "amps_journal_segments",
+            "Journal segments (AMPS journal files) by state",
+            labels=["instance", "state"],
+        )
+        segments = journal.segments()
+        for state in SEGMENT_STATES:
+            if state != "removed":
+                count = sum(1 for seg in segments if seg.state == state)
+                states.add_metric([name, state], count)
+        yield states
+        if maintenance is None:
+            return
+        requests = CounterMetricFamily(
+            "amps_journal_maintenance_requests",
+            "Journal compress/archive/remove requests (actions and admin)",
+            labels=["instance", "action"],
+        )
+        for action, count in maintenance.counts.items():
+            requests.add_metric([name, action], count)
+        yield requests
+        pending = GaugeMetricFamily(
+            "amps_journal_removal_pending",
+            "Journal segments marked for removal that something still needs",
+            labels=["instance"],
+        )
+        pending.add_metric([name], len(maintenance.pending_removal()))
+        yield pending
 
     def _clients(self, name: str) -> Iterator[Metric]:
         from .http import client_sessions
