@@ -23,6 +23,8 @@ from amps_py.client import open_client
 PAYLOAD_PAD = 16 * 1024
 #: enough 16 KB messages to fill three 10 MB segments and start a fourth
 MESSAGES = 2_300
+#: published while B is down: fills at least one more journal past what B acknowledged
+MORE = 1_500
 JOURNAL_XML = "<JournalSize>10MB</JournalSize><JournalArchiveDirectory>{}</JournalArchiveDirectory>"
 
 
@@ -59,15 +61,15 @@ def journals(base: str) -> dict[str, dict[str, Any]]:
     return dict(get(base, "/amps/instance/transaction_log/journals.json"))
 
 
-async def replay_all(uri: str, name: str) -> list[int]:
-    """The ``n`` of every message a bookmark replay from EPOCH delivers."""
+async def replay_all(uri: str, name: str, count: int = MESSAGES) -> list[int]:
+    """The ``n`` of the first ``count`` messages a bookmark replay from EPOCH delivers."""
     seen: list[int] = []
     async with open_client(uri, name) as client, client.subscribe("orders", bookmark="0") as sub:
         while True:
             with trio.fail_after(60):
                 msg = await sub.get(60)
             seen.append(int(msg.json()["n"]))
-            if len(seen) == MESSAGES:
+            if len(seen) == count:
                 break
     return seen
 
@@ -160,4 +162,40 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
         msg = await sub.get(30)
         kept.append(int(msg.json()["n"]))
     assert kept == [first_kept], "replay after removal starts at the first kept message"
+
+    # B goes down having acknowledged everything so far; more is published; A restarts.
+    # A remembers how far B got (saved in its journal): what B has is removable, the
+    # rest waits for B.
+    cluster.stop("B")
+    acked = int(get(base, "/amps/instance/replication/destinations/B.json")["acked_txid"])
+    assert acked == MESSAGES
+    async with open_client(cluster.uri("A"), "pub") as pub:
+        for n in range(MESSAGES + 1, MESSAGES + MORE + 1):
+            await pub.publish("orders", json.dumps({"n": n, "pad": pad}).encode())
+        await pub.flush(timeout=60)
+    cluster.stop("A")
+    cluster.start("A")
+    ready = json.loads(cluster.server("A").ready_file.read_text())
+    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    segs = journals(base)
+    newest_sealed = sorted(map(int, segs))[-2]
+    held = [s["id"] for s in segs.values() if s["last_txid"] > acked and not s["is_current"]]
+    free = [s["id"] for s in segs.values() if s["last_txid"] <= acked]
+    assert held and free, f"the test needs journals on both sides of txid {acked}: {segs}"
+    done = admin(base, "--json", "journal", "remove", str(newest_sealed))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["done"] == free and result["pending"] == held, result
+    assert result["blockers"] == [f"destination B has acknowledged through txid {acked} only"]
+
+    cluster.start("B")
+
+    def caught_up() -> str | None:
+        left = [int(i) for i in journals(base)]
+        still = [i for i in held if i in left]
+        return f"journals {still} still wait for B" if still else None
+
+    await wait_until(caught_up, 60)
+    total = MESSAGES + MORE
+    assert await replay_all(cluster.uri("B"), "b-again", total) == list(range(1, total + 1))
     cluster.stop_all()
