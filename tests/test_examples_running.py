@@ -1,8 +1,9 @@
 """The shipped example configs (config/examples), run as they are.
 
 Each example's XML files are copied into ``tmp_path`` with two kinds of edits only:
-every port named in an ``InetAddr`` element is mapped to a freshly allocated free port
-(the same map for every file of the example, so the instances still find each other),
+every port named in an ``InetAddr`` element (client, replication and Admin) is mapped to
+a freshly allocated free port (the same map for every file of the example, so the
+instances still find each other),
 and ``JournalDirectory`` / log ``FileName`` point into ``tmp_path``. Nothing else in
 the files changes (checked line by line), so these tests exercise the topology, sync
 types, PassThrough rules and failover addresses exactly as a user would run them.
@@ -10,12 +11,16 @@ types, PassThrough rules and failover addresses exactly as a user would run them
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape
 
 import pytest
@@ -242,6 +247,191 @@ async def test_hot_hot_example_runs(tmp_path: Path, running: list[ServerProcess]
         f"after resuming on amps-b from bookmark {last_bookmark} (message {part} on "
         f"amps-a): duplicates {duplicates[:10]}, missing {gaps[:10]}"
     )
+
+
+# ---------------------------------------------------------------------- hot-hot, watched
+
+
+def admin_url(server: ServerProcess) -> str:
+    """The admin interface of ``server``, from its (rewritten) config; the ready file
+    must report the same port, so the URL is the one a user reading the config uses."""
+    address = load_config(server.config, environ={}).admin
+    assert address is not None, f"{server.config} has no Admin/InetAddr"
+    ready = json.loads(server.ready_file.read_text())
+    assert ready["transports"]["admin"] == address[1], ready
+    return f"http://{address[0]}:{address[1]}"
+
+
+def admin_get(url: str, path: str) -> Any:
+    with urllib.request.urlopen(url + path, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def admin_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``amps-py admin --url URL ARGS`` as a user runs it: the venv's console script, on
+    a 120-column terminal without colour."""
+    script = Path(sys.executable).with_name("amps-py")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "amps_py"]
+    return subprocess.run(
+        [*command, "admin", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "120", "LINES": "50", "NO_COLOR": "1", "TERM": "dumb"},
+    )
+
+
+def caught_up(url: str, peer: str, records: int) -> str | None:
+    """None once the instance at ``url`` journals ``records`` records and ``peer``
+    acknowledged all of them; else what is still missing."""
+    instance = admin_get(url, "/amps/instance.json")
+    journal = instance["transaction_log"]
+    d = instance["replication"]["destinations"][peer]
+    if (
+        journal["records"] == records
+        and d["is_connected"]
+        and d["acked_txid"] >= journal["last_txid"]
+    ):
+        return None
+    return (
+        f"{instance['name']}: {journal['records']} records (want {records}), last txid "
+        f"{journal['last_txid']}; destination {peer} connected={d['is_connected']} "
+        f"acked {d['acked_txid']}"
+    )
+
+
+DESTINATION_COLUMNS = [
+    "destination",
+    "mode",
+    "connected",
+    "address",
+    "sent txid",
+    "acked txid",
+    "behind (s)",
+    "lag (msgs)",
+    "downgrades",
+]
+
+
+def check_status_screen(
+    screen: str,
+    name: str,
+    peer: str,
+    *,
+    clients: int,
+    subscriptions: int,
+    published: int,
+    records: int,
+) -> None:
+    """What an operator must be able to read on ``name``'s status screen, replication
+    with ``peer`` caught up."""
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= 120, "wider than the terminal"
+    assert "\x1b[" not in screen, "colour codes with NO_COLOR and TERM=dumb"
+    assert "…" not in screen, "a truncated cell"
+    assert lines[0].startswith(f"{name} (group hot) amps-py "), lines[0]
+    assert lines[1].startswith(f"clients {clients}, subscriptions {subscriptions}, "), lines[1]
+    assert f"published {published}, " in lines[1], lines[1]
+    # the journal: a summary line, then its directory on a line of its own
+    journal_at = next(i for i, line in enumerate(lines) if line.startswith("journal: "))
+    transports_at = next(i for i, line in enumerate(lines) if line.startswith("transports "))
+    journal = lines[journal_at]
+    assert journal.startswith(f"journal: txids 1..{records}, {records} records in 1 segment, ")
+    assert re.search(r", [0-9.]+\xa0[KMG]?B, durability fsync$", journal), journal
+    assert transports_at == journal_at + 2, "the journal summary fits on one line"
+    assert lines[journal_at + 1].strip().endswith(f"{name}-journal"), lines[journal_at + 1]
+    assert "json-tcp:" in lines[transports_at] and "admin:" in lines[transports_at]
+    # the destination table: a header naming every column, then one row, for the peer
+    (header,) = [line for line in lines if line.startswith("┃ destination ")]
+    columns = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert columns == DESTINATION_COLUMNS, header
+    (row,) = [line for line in lines if line.startswith(f"│ {peer} ")]
+    cells = dict(zip(columns, (c.strip() for c in row.strip("│ ").split("│")), strict=True))
+    assert cells["destination"] == peer and cells["mode"] == "sync", cells
+    assert cells["connected"] == "yes" and cells["behind (s)"] == "0.0", cells
+    assert cells["lag (msgs)"] == "0", cells
+    assert int(cells["sent txid"]) == int(cells["acked txid"]) == records, cells
+    assert lines[-1].startswith(f"upstreams: {peer} ("), lines[-1]
+
+
+async def test_hot_hot_example_status_screen(tmp_path: Path, running: list[ServerProcess]) -> None:
+    """`amps-py admin status` against the running hot-hot pair prints a screen an
+    operator can read at 120 columns, and --json prints JSON."""
+    files = sorted((EXAMPLES / "hot-hot").glob("*.xml"))
+    shipped = {load_config(f, environ={}).name: load_config(f, environ={}).admin for f in files}
+    assert shipped == {"amps-a": ("127.0.0.1", 9108), "amps-b": ("127.0.0.1", 9208)}, (
+        "the README documents the admin ports 9108 (amps-a) and 9208 (amps-b)"
+    )
+    servers = copy_example(files, tmp_path / "hot-hot")
+    a, b = servers["amps-a"], servers["amps-b"]
+    running.extend(servers.values())
+    start_all(servers)
+    urls = {name: admin_url(s) for name, s in servers.items()}
+    assert len(set(urls.values())) == 2
+    assert not {u.rsplit(":", 1)[1] for u in urls.values()} & {"9108", "9208"}
+
+    published: dict[str, list[Pub]] = {}
+    await publish_checked(a.uri, "pub-a", range(1, 6), published)
+    await publish_checked(b.uri, "pub-b", range(1, 4), published)
+    await wait_until(lambda: caught_up(urls["amps-a"], "amps-b", 8), 20)
+    await wait_until(lambda: caught_up(urls["amps-b"], "amps-a", 8), 20)
+
+    async with open_client(a.uri, "watcher") as watcher, watcher.subscribe(TOPIC):
+
+        def watcher_listed() -> str | None:
+            clients = admin_get(urls["amps-a"], "/amps/instance/clients.json")
+            return None if "watcher" in clients else f"clients are {sorted(clients)}"
+
+        await wait_until(watcher_listed, 10)
+        screens = {
+            name: await trio.to_thread.run_sync(lambda url=url: admin_cli(url, "status"))
+            for name, url in urls.items()
+        }
+        as_json = await trio.to_thread.run_sync(
+            lambda: admin_cli(urls["amps-a"], "--json", "status")
+        )
+    for name, result in screens.items():
+        print(f"\n$ amps-py admin --url {urls[name]} status\n{result.stdout}{result.stderr}")
+    for name, result in screens.items():
+        assert result.returncode == 0 and result.stderr == "", f"{name}: {result.stderr}"
+    check_status_screen(
+        screens["amps-a"].stdout,
+        "amps-a",
+        "amps-b",
+        clients=1,
+        subscriptions=1,
+        published=5,
+        records=8,
+    )
+    check_status_screen(
+        screens["amps-b"].stdout,
+        "amps-b",
+        "amps-a",
+        clients=0,
+        subscriptions=0,
+        published=3,
+        records=8,
+    )
+
+    # --json: the same documents, machine-readable
+    assert as_json.returncode == 0, as_json.stderr
+    status = json.loads(as_json.stdout)
+    assert {"name", "group", "version", "uptime_s", "clients", "client_count"} <= set(status)
+    assert {"transaction_log", "replication", "transports", "statistics"} <= set(status)
+    assert (status["name"], status["group"]) == ("amps-a", "hot")
+    assert status["transaction_log"]["records"] == 8
+    assert "watcher" in status["clients"]
+    replication = await trio.to_thread.run_sync(
+        lambda: admin_cli(urls["amps-b"], "--json", "replication")
+    )
+    assert replication.returncode == 0, replication.stderr
+    tree = json.loads(replication.stdout)
+    assert tree["name"] == "amps-b" and set(tree["replication"]) == {"destinations", "upstreams"}
+    d = tree["replication"]["destinations"]["amps-a"]
+    assert {"remote_name", "replication_type", "is_connected", "sent_txid", "acked_txid"} <= set(d)
+    assert (d["remote_name"], d["replication_type"], d["is_connected"]) == ("amps-a", "sync", True)
+    assert d["acked_txid"] >= tree["transaction_log"]["last_txid"]
 
 
 # ---------------------------------------------------------------------- geo-ha

@@ -65,38 +65,44 @@ def _bar(fraction: float, width: int = 20) -> str:
 
 
 def destinations_table(instance: dict[str, Any]) -> Table:
-    table = Table(title="replication destinations", expand=False)
+    table = Table(title="replication destinations", expand=False, title_justify="left")
+    back_note = False
     for column in (
         "destination",
-        "remote",
         "mode",
         "connected",
         "address",
-        "sent",
-        "acked",
+        "sent txid",
+        "acked txid",
         "behind (s)",
-        "lag",
+        "lag (msgs)",
         "downgrades",
     ):
-        table.add_column(column)
+        table.add_column(column, no_wrap=True)
     committed = int(instance.get("transaction_log", {}).get("last_txid", 0))
     for name, d in sorted(instance.get("replication", {}).get("destinations", {}).items()):
         lag = max(committed - int(d["acked_txid"]), 0)
         mode = d["replication_type"]
         if d["configured_sync_type"] != mode:
             mode += f" (configured {d['configured_sync_type']})"
+        address = str(d["address"] or "-")
+        if "(back over" in address:  # the peer dialled; this link rides its connection
+            address = address.partition(" (")[0] + " *"
+            back_note = True
+        remote = d["remote_name"]
         table.add_row(
-            name,
-            d["remote_name"] or "?",
+            name if remote in (name, "", None) else f"{name} (instance {remote})",
             mode,
             "yes" if d["is_connected"] else "NO",
-            d["address"] or "-",
+            address,
             str(d["sent_txid"]),
             str(d["acked_txid"]),
             f"{d['seconds_behind']:.1f}",
-            f"{_bar(lag / committed if committed else 0.0, 10)} {lag}",
+            f"{_bar(lag / committed, 10)} {lag}" if lag and committed else "0",
             str(d.get("downgrades", 0)),
         )
+    if back_note:
+        table.caption = "* back replication over the connection the peer opened"
     return table
 
 
@@ -133,12 +139,15 @@ def status_screen(instance: dict[str, Any]) -> Group:
         f"delivered {instance['statistics']['delivered']}"
     )
     if journal:
+        segments = len(journal.get("journals") or {})
         line(
-            f"journal {journal.get('path', '?')}: txids {journal.get('first_txid', 0)}.."
-            f"{journal.get('last_txid', 0)}, {journal.get('records', 0)} records, "
-            f"{int(journal.get('file_bytes', 0)) / 1e6:.1f} MB, durability "
+            f"journal: txids {journal.get('first_txid', 0)}..{journal.get('last_txid', 0)}, "
+            f"{journal.get('records', 0)} records in {segments} "
+            f"segment{'s' if segments != 1 else ''}, "
+            f"{_size(int(journal.get('file_bytes', 0))).replace(' ', chr(0xA0))}, durability "
             f"{journal.get('durability', '?')}"
         )
+        line(f"  at {journal.get('path', '?')}")
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
     line(f"transports {transports}")
     if instance.get("replication", {}).get("destinations"):
@@ -148,7 +157,8 @@ def status_screen(instance: dict[str, Any]) -> Group:
         line(
             "upstreams: "
             + ", ".join(
-                f"{n} ({u['address']}, {u['messages_in']} in)" for n, u in upstreams.items()
+                f"{n} ({u['address']}, {u['messages_in']} messages in)"
+                for n, u in upstreams.items()
             )
         )
     return Group(*parts)
