@@ -1,10 +1,29 @@
 """Actions: ``Actions/Action`` from the config, run by the instance.
 
-Each Action has one or more On modules (when) and one or more Do modules (what). When
-an On fires, the Do modules run in file order; a Do that fails is logged and stops the
-rest of that run. ``{{NAME}}`` in an option is replaced from the run's variables
-(``AMPS_INSTANCE_NAME``, ``AMPS_DATETIME``, ``AMPS_UNIX_TIMESTAMP`` and those of the
-event, e.g. ``AMPS_DESTINATION_NAME`` for a downgrade); an unknown name becomes "".
+Each Action has one or more On modules (when), any number of If modules (whether) and
+one or more Do modules (what). When an On fires, the If modules are checked in file
+order; the first that does not hold skips the Do modules of that run (counted in
+``skipped``). Otherwise the Do modules run in file order; a Do that fails is logged and
+stops the rest of that run. ``{{NAME}}`` in an option is replaced from the run's
+variables (``AMPS_INSTANCE_NAME``, ``AMPS_DATETIME``, ``AMPS_UNIX_TIMESTAMP`` and those
+of the event, e.g. ``AMPS_DESTINATION_NAME`` for a downgrade, ``AMPS_CLIENT_NAME`` for a
+client connecting); an unknown name becomes "".
+
+If modules: ``if-condition`` holds when its ``Condition``, an AMPS content filter
+evaluated against an empty message once the variables are substituted, is TRUE (e.g.
+``'{{AMPS_CLIENT_NAME}}' LIKE '^important'``); ``if-file-system-usage`` holds when the
+used share of the file system holding ``Path`` is above ``GreaterThan`` and/or below
+``LessThan`` (percentages, measured like ``df``).
+
+Client events: ``on-connect-client`` fires when a connection is accepted, before logon,
+so its ``AMPS_CLIENT_NAME`` is the connection name (as in AMPS);
+``on-disconnect-client`` fires when it closes, with the client name it logged on with
+and ``AMPS_AUTHENTICATION_ID``. Both also set ``AMPS_CONNECTION_NAME`` and, an amps-py
+addition, ``AMPS_REMOTE_ADDRESS`` (``host:port``).
+
+The journal modules (``do-archive-journal``, ``-compress-journal``, ``-remove-journal``)
+ask the instance to archive, compress or remove the journal files older than ``Age``;
+when that cannot be done the Do fails with the instance's explanation.
 
 The replication modules implement AMPS's automatic downgrade: ``do-downgrade-
 replication`` makes every sync destination whose oldest unacknowledged message is older
@@ -18,9 +37,11 @@ oscillates between the two never flips the mode back and forth.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import re
+import shutil
 import signal
 import time
 from collections.abc import Mapping
@@ -31,15 +52,23 @@ import trio
 
 from amps_py import events
 from amps_py.config import ActionConfig, ActionModule
+from amps_py.filters import EvalContext, Filter, FilterError, compile_filter
 from amps_py.schedule import Schedule, parse_every
-from amps_py.units import parse_duration
+from amps_py.units import parse_duration, parse_percent
 
 if TYPE_CHECKING:
     from amps_py.server.instance import Instance
+    from amps_py.server.session import Session
 
 log = logging.getLogger("amps_py.actions")
 
 _VAR = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
+#: the journal maintenance each Do module asks the instance for
+JOURNAL_MAINTENANCE: Mapping[str, str] = {
+    "amps-action-do-archive-journal": "archive",
+    "amps-action-do-compress-journal": "compress",
+    "amps-action-do-remove-journal": "remove",
+}
 #: signals an on-signal action may use (INT/TERM stop the instance, QUIT is reserved)
 SIGNALS: Mapping[str, int] = {
     "SIGUSR1": signal.SIGUSR1,
@@ -49,15 +78,21 @@ SIGNALS: Mapping[str, int] = {
 
 
 class ActionFailed(Exception):
-    """A Do module could not do its job; the text says why."""
+    """An If or Do module could not do its job; the text says why."""
 
 
 @dataclass
 class ActionStatistics:
+    """What one Action has done: ``runs`` counts firings, ``skipped`` those whose If
+    modules did not all hold (no Do ran), ``failures`` those stopped by a failing If or
+    Do module."""
+
     index: int
     on: list[str]
     do: list[str]
+    conditions: list[str]
     runs: int = 0
+    skipped: int = 0
     failures: int = 0
     last_error: str = ""
 
@@ -65,6 +100,63 @@ class ActionStatistics:
 def substitute(text: str, variables: Mapping[str, str]) -> str:
     """``{{NAME}}`` replaced from ``variables`` (unknown names become "")."""
     return _VAR.sub(lambda m: variables.get(m.group(1), ""), text)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(condition: str) -> Filter:
+    return compile_filter(condition)
+
+
+def condition_holds(condition: str, context: EvalContext | None = None) -> bool:
+    """Whether an ``if-condition`` Condition (variables already substituted) is TRUE.
+
+    The condition is an AMPS filter evaluated against an empty message, so it compares
+    literals (``'abc' LIKE '^a'``, ``5 > 3``) and calls functions; a field such as
+    ``/x`` is NULL.
+
+    Raises:
+        ActionFailed: the text is not a valid filter (e.g. a substituted value broke
+            its quoting).
+    """
+    try:
+        return _compiled(condition).matches(None, context)
+    except FilterError as exc:
+        raise ActionFailed(
+            f"Condition {condition!r} is not a valid AMPS filter once its variables are "
+            f"substituted: {exc.problem} (column {exc.column})"
+        ) from None
+
+
+def file_system_usage(path: str) -> float:
+    """The used share (0..1) of the file system holding ``path``, as ``df`` shows it:
+    used / (used + available to unprivileged users).
+
+    Raises:
+        ActionFailed: ``path`` cannot be examined.
+    """
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError as exc:
+        raise ActionFailed(
+            f"cannot read the usage of the file system holding {path!r}: {exc}"
+        ) from None
+    usable = usage.used + usage.free
+    return usage.used / usable if usable else 0.0
+
+
+def client_variables(session: Session, *, connected: bool) -> dict[str, str]:
+    """The variables of an ``on-connect-client`` (``connected``) or
+    ``on-disconnect-client`` event for ``session``."""
+    connection = f"connection-{session.conn_id}"
+    variables = {
+        # before logon a client has no name yet: AMPS gives the connection name
+        "AMPS_CLIENT_NAME": session.client_name or connection,
+        "AMPS_CONNECTION_NAME": connection,
+        "AMPS_REMOTE_ADDRESS": session.peer,
+    }
+    if not connected:
+        variables["AMPS_AUTHENTICATION_ID"] = session.user_id
+    return variables
 
 
 class ActionRunner:
@@ -78,17 +170,18 @@ class ActionRunner:
                 i + 1,
                 [m.module for m in a.on],
                 [m.module for m in a.do],
+                [m.module for m in a.conditions],
             )
             for i, a in enumerate(actions)
         ]
+        self._by_on: dict[str, list[int]] = {}
+        for i, action in enumerate(actions):
+            for module in dict.fromkeys(m.module for m in action.on):
+                self._by_on.setdefault(module.removeprefix("amps-action-on-"), []).append(i)
         self._nursery: trio.Nursery | None = None
 
     def _with(self, on: str) -> list[int]:
-        return [
-            i
-            for i, action in enumerate(self.actions)
-            if any(m.module == f"amps-action-on-{on}" for m in action.on)
-        ]
+        return self._by_on.get(on, [])
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the schedules and signal handlers, run the startup actions, and run
@@ -119,7 +212,10 @@ class ActionRunner:
         if nursery is None:
             return
         for i in self._with(on):
-            nursery.start_soon(self._run, i, dict(variables))
+            try:
+                nursery.start_soon(self._run, i, dict(variables))
+            except RuntimeError:  # the runner is shutting down: too late for new runs
+                return
 
     async def _every(self, index: int, schedule: Schedule) -> None:
         started = time.time()
@@ -148,23 +244,66 @@ class ActionRunner:
             **event,
         }
         stats.runs += 1
+        for condition in action.conditions:
+            options = {k: substitute(v, variables) for k, v in condition.options.items()}
+            try:
+                holds = await self._if(condition, options, variables)
+            except Exception as exc:  # an If that cannot decide stops the run
+                self._failed(index, condition, exc, "the Do modules of this run are skipped")
+                return
+            if not holds:
+                stats.skipped += 1
+                log.debug(
+                    "action %d (config line %d): %s (config line %d) does not hold; its Do "
+                    "modules are skipped this time",
+                    stats.index,
+                    action.line,
+                    condition.module,
+                    condition.line,
+                )
+                return
         for do in action.do:
             options = {k: substitute(v, variables) for k, v in do.options.items()}
             try:
                 await self._do(do, options)
             except Exception as exc:  # a failing Do stops the rest of this run
-                stats.failures += 1
-                stats.last_error = f"{do.module}: {exc}"
-                log.error(
-                    "action %d (config line %d): %s failed: %s; the remaining Do modules "
-                    "of this run are skipped",
-                    stats.index,
-                    action.line,
-                    do.module,
-                    exc,
-                    extra=events.extra(events.ACTION_FAILED),
-                )
+                self._failed(index, do, exc, "the remaining Do modules of this run are skipped")
                 return
+
+    def _failed(self, index: int, module: ActionModule, exc: Exception, consequence: str) -> None:
+        action, stats = self.actions[index], self.stats[index]
+        stats.failures += 1
+        stats.last_error = f"{module.module}: {exc}"
+        log.error(
+            "action %d (config line %d): %s failed: %s; %s",
+            stats.index,
+            action.line,
+            module.module,
+            exc,
+            consequence,
+            extra=events.extra(events.ACTION_FAILED),
+        )
+
+    async def _if(
+        self, condition: ActionModule, options: Mapping[str, str], variables: Mapping[str, str]
+    ) -> bool:
+        module = condition.module
+        if module == "amps-action-if-condition":
+            context = EvalContext(
+                client_name=variables.get("AMPS_CLIENT_NAME", ""),
+                instance_name=self.instance.name,
+            )
+            return condition_holds(options["Condition"], context)
+        if module == "amps-action-if-file-system-usage":
+            path = options["Path"]
+            used = await trio.to_thread.run_sync(file_system_usage, path)
+            above, below = options.get("GreaterThan"), options.get("LessThan")
+            holds = (not above or used > parse_percent(above)) and (
+                not below or used < parse_percent(below)
+            )
+            log.debug("file system of %r is %.1f%% used", path, used * 100)
+            return holds
+        raise ActionFailed(f"no such If module {module!r}")  # pragma: no cover
 
     async def _do(self, do: ActionModule, options: Mapping[str, str]) -> None:
         module = do.module
@@ -172,6 +311,8 @@ class ActionRunner:
             self._downgrade(parse_duration(options["Age"]), options.get("GracePeriod"))
         elif module == "amps-action-do-upgrade-replication":
             self._upgrade(parse_duration(options["Age"]))
+        elif module in JOURNAL_MAINTENANCE:
+            await self._maintain_journal(JOURNAL_MAINTENANCE[module], options["Age"])
         elif module == "amps-action-do-publish-message":
             data = options.get("Data", "")
             self.instance.publish_internal(options["Topic"], data.encode())
@@ -190,6 +331,17 @@ class ActionRunner:
         else:  # pragma: no cover - the config only lets known modules through
             raise ActionFailed(f"no such Do module {module!r}")
         await trio.lowlevel.checkpoint()
+
+    async def _maintain_journal(self, kind: str, age: str) -> None:
+        maintain = getattr(self.instance, "maintain_journal", None)
+        if maintain is None:
+            raise ActionFailed("journal maintenance is not available in this build")
+        try:
+            result = await maintain(kind, older_than=parse_duration(age))
+        except Exception as exc:
+            # JournalMaintenanceError (and anything else) says why; the run stops here
+            raise ActionFailed(str(exc) or type(exc).__name__) from exc
+        log.info("action: %s journal older than %s: %s", kind, age, result.summary)
 
     def _downgrade(self, age: float, grace: str | None) -> None:
         instance = self.instance

@@ -54,7 +54,7 @@ from lxml import etree
 
 from amps_py import __version__, auth
 from amps_py.filters import FilterError, compile_filter
-from amps_py.units import UnitError, parse_bytes, parse_duration
+from amps_py.units import UnitError, parse_bytes, parse_duration, parse_percent
 
 __all__ = [
     "DEFAULT_ACK_CONFLATION_INTERVAL",
@@ -485,26 +485,28 @@ ACTION_ON_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-on-startup": (),
     "amps-action-on-shutdown": (),
     "amps-action-on-signal": ("Signal",),
+    "amps-action-on-connect-client": (),
+    "amps-action-on-disconnect-client": (),
     "amps-action-on-downgrade-replication": (),
     "amps-action-on-upgrade-replication": (),
+}
+#: If modules amps-py runs, and the Options each requires
+ACTION_IF_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
+    "amps-action-if-condition": ("Condition",),
+    "amps-action-if-file-system-usage": ("Path",),
 }
 #: Do modules amps-py runs, and the Options each requires
 ACTION_DO_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-do-downgrade-replication": ("Age",),
     "amps-action-do-upgrade-replication": ("Age",),
+    "amps-action-do-archive-journal": ("Age",),
+    "amps-action-do-compress-journal": ("Age",),
+    "amps-action-do-remove-journal": ("Age",),
     "amps-action-do-publish-message": ("Topic",),
     "amps-action-do-rotate-logs": (),
     "amps-action-do-shutdown": (),
     "amps-action-do-nothing": (),
 }
-#: AMPS Do modules that need parts amps-py does not have yet
-_ACTION_DO_LATER: Final = frozenset(
-    {
-        "amps-action-do-archive-journal",
-        "amps-action-do-compress-journal",
-        "amps-action-do-remove-journal",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -518,11 +520,13 @@ class ActionModule:
 
 @dataclass(frozen=True)
 class ActionConfig:
-    """One ``Actions/Action``: when any of ``on`` fires, run ``do`` in order."""
+    """One ``Actions/Action``: when any of ``on`` fires and every ``conditions`` (the
+    ``If`` modules) holds, run ``do`` in order."""
 
     on: tuple[ActionModule, ...]
     do: tuple[ActionModule, ...]
     line: int = 0
+    conditions: tuple[ActionModule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -2910,6 +2914,97 @@ def _build_entitlement(root: etree._Element, problems: _Problems) -> Entitlement
     return EntitlementConfig(module or auth.DEFAULT_ENTITLEMENT_MODULE, path)
 
 
+_ACTION_VARIABLE = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
+#: what a ``{{VAR}}`` stands for while a Condition is checked at load time: a word that
+#: is valid both as a number and inside quotes
+_SAMPLE_VARIABLE_VALUE = "0"
+_CONDITION_FIX = (
+    "write an AMPS filter, e.g. <Condition>'{{AMPS_CLIENT_NAME}}' LIKE '^important'</Condition>"
+)
+
+
+def _sample_condition(text: str) -> tuple[str, Callable[[int], int]]:
+    """``text`` with every ``{{VAR}}`` replaced by a sample value, and a function that maps
+    an offset in the result back to ``text`` (for error columns)."""
+    pieces: list[str] = []
+    # (offset in the result, offset in text, True inside a replaced variable)
+    marks: list[tuple[int, int, bool]] = [(0, 0, False)]
+    out = 0
+    last = 0
+    for match in _ACTION_VARIABLE.finditer(text):
+        pieces.append(text[last : match.start()])
+        out += match.start() - last
+        marks.append((out, match.start(), True))
+        pieces.append(_SAMPLE_VARIABLE_VALUE)
+        out += len(_SAMPLE_VARIABLE_VALUE)
+        marks.append((out, match.end(), False))
+        last = match.end()
+    pieces.append(text[last:])
+
+    def original(position: int) -> int:
+        at, source, inside = next(m for m in reversed(marks) if m[0] <= position)
+        return source if inside else source + position - at
+
+    return "".join(pieces), original
+
+
+def _check_condition(option: etree._Element, text: str, problems: _Problems) -> bool:
+    """Whether an If Condition compiles once its ``{{VAR}}`` are filled in."""
+    sample, original = _sample_condition(text)
+    try:
+        compile_filter(sample)
+    except FilterError as exc:
+        raw = option.text or ""
+        lead = len(raw) - len(raw.lstrip())
+        position = original(exc.position)
+        line = (_line(option) or 1) + raw.count("\n", 0, lead + position)
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+        problems.add(
+            option,
+            f"Condition {_snippet(text)!r} is not a valid AMPS filter: {exc.problem} "
+            f"(column {column})",
+            (exc.hint + "; " if exc.hint else "") + _CONDITION_FIX,
+            line=line,
+        )
+        return False
+    return True
+
+
+def _check_if_module(
+    el: etree._Element,
+    module: str,
+    options: Mapping[str, str],
+    option_els: Mapping[str, etree._Element],
+    problems: _Problems,
+) -> bool:
+    """The checks of one If module beyond its required Options."""
+    if module == "amps-action-if-condition":
+        condition = options.get("Condition")
+        return not condition or _check_condition(option_els["Condition"], condition, problems)
+    ok = True
+    if not options.get("GreaterThan") and not options.get("LessThan"):
+        problems.add(
+            el,
+            f"{module} needs Options/GreaterThan or Options/LessThan (the usage, in percent, "
+            "that makes the condition true)",
+            "add e.g. <Options><Path>./</Path><GreaterThan>90%</GreaterThan></Options>",
+        )
+        ok = False
+    for name in ("GreaterThan", "LessThan"):
+        value = options.get(name)
+        if value:
+            try:
+                parse_percent(value)
+            except UnitError as exc:
+                problems.add(
+                    option_els[name],
+                    f"Options/{name}: {exc}",
+                    "write a percentage of the file system's size, such as 90%",
+                )
+                ok = False
+    return ok
+
+
 def _build_action_module(
     el: etree._Element, known: Mapping[str, tuple[str, ...]], kind: str, problems: _Problems
 ) -> ActionModule | None:
@@ -2918,30 +3013,35 @@ def _build_action_module(
     if module_el is None or not module:
         return None
     options: dict[str, str] = {}
+    option_els: dict[str, etree._Element] = {}
     options_el = _first(el, "Options")
     for option in _child_elements(options_el) if options_el is not None else []:
         options[str(option.tag)] = (option.text or "").strip()
+        option_els[str(option.tag)] = option
     if module not in known:
-        later = module in _ACTION_DO_LATER
         problems.add(
             module_el,
-            f"{kind} module {module!r} is "
-            + (
-                "not supported yet (journal maintenance arrives with journal segments)"
-                if later
-                else "unknown"
-            ),
+            f"{kind} module {module!r} is unknown",
             f"use one of {', '.join(sorted(known))}",
         )
         return None
     ok = True
     for required in known[module]:
         if not options.get(required):
+            hint = {
+                "Every": ", e.g. 30s",
+                "Age": ", e.g. 30s or 7d",
+                "Path": ", e.g. ./ (the file system holding that path is checked)",
+                "Condition": (
+                    " with an AMPS filter (AMPS calls this option Condition, not Expression)"
+                    if "Expression" in options
+                    else " with an AMPS filter, e.g. '{{AMPS_CLIENT_NAME}}' LIKE '^important'"
+                ),
+            }.get(required, "")
             problems.add(
                 el,
                 f"{module} needs Options/{required}",
-                f"add <Options><{required}>...</{required}></Options>"
-                + (", e.g. 30s" if required in ("Every", "Age") else ""),
+                f"add <Options><{required}>...</{required}></Options>{hint}",
             )
             ok = False
     for name in ("Age", "GracePeriod"):
@@ -2952,6 +3052,8 @@ def _build_action_module(
             except UnitError as exc:
                 problems.add(el, f"Options/{name}: {exc}", "write a duration such as 30s or 5m")
                 ok = False
+    if kind == "If":
+        ok = _check_if_module(el, module, options, option_els, problems) and ok
     if module == "amps-action-on-schedule" and options.get("Every"):
         from amps_py.schedule import ScheduleError, parse_every
 
@@ -2980,25 +3082,20 @@ def _build_action_module(
 def _build_actions(root: etree._Element, problems: _Problems) -> tuple[ActionConfig, ...]:
     out: list[ActionConfig] = []
     for action in _children(_first(root, "Actions"), "Action"):
-        if_el = _first(action, "If")
-        if if_el is not None:
-            problems.add(
-                if_el,
-                "If conditions on Actions are not supported yet",
-                "remove the If element (the Do modules then run every time On fires)",
-            )
-        on = [
-            _build_action_module(el, ACTION_ON_MODULES, "On", problems)
-            for el in _children(action, "On")
-        ]
-        do = [
-            _build_action_module(el, ACTION_DO_MODULES, "Do", problems)
-            for el in _children(action, "Do")
-        ]
-        ons = tuple(m for m in on if m is not None)
-        dos = tuple(m for m in do if m is not None)
-        if ons and dos and len(ons) == len(on) and len(dos) == len(do):
-            out.append(ActionConfig(ons, dos, _line(action) or 0))
+        built: dict[str, list[ActionModule | None]] = {}
+        for kind, known in (
+            ("On", ACTION_ON_MODULES),
+            ("If", ACTION_IF_MODULES),
+            ("Do", ACTION_DO_MODULES),
+        ):
+            built[kind] = [
+                _build_action_module(el, known, kind, problems) for el in _children(action, kind)
+            ]
+        ons, ifs, dos = (
+            tuple(m for m in built[kind] if m is not None) for kind in ("On", "If", "Do")
+        )
+        if ons and dos and all(None not in modules for modules in built.values()):
+            out.append(ActionConfig(ons, dos, _line(action) or 0, ifs))
     return tuple(out)
 
 

@@ -1,18 +1,22 @@
 """Actions: a scheduled replication downgrade/upgrade on a real sync pair whose link is
 slowed by the fault proxy (AMPS's "automatically downgrading acknowledgment"), with
-hysteresis that never flaps; config errors for Actions."""
+hysteresis that never flaps; If conditions; client connect/disconnect events on a real
+instance; config errors for Actions."""
 
 from __future__ import annotations
 
 import json
+import logging
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from cluster import Cluster, destination_xml, replication_xml
-from harness import wait_until
+from harness import start_instance, wait_until
 
+from amps_py.actions import ActionRunner
 from amps_py.client import open_client
 from amps_py.config import ConfigError, parse_config
 
@@ -140,8 +144,46 @@ async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
         ),
         (
             "<On><Module>amps-action-on-startup</Module></On>"
-            "<Do><Module>amps-action-do-remove-journal</Module><Options><Age>1d</Age></Options></Do>",
-            "not supported yet (journal maintenance arrives with journal segments)",
+            "<Do><Module>amps-action-do-remove-journal</Module></Do>",
+            "amps-action-do-remove-journal needs Options/Age",
+        ),
+        (
+            "<On><Module>amps-action-on-startup</Module></On>"
+            "<Do><Module>amps-action-do-archive-journal</Module></Do>",
+            "add <Options><Age>...</Age></Options>, e.g. 30s or 7d",
+        ),
+        (
+            "<On><Module>amps-action-on-startup</Module></On>"
+            "<Do><Module>amps-action-do-compress-journal</Module>"
+            "<Options><Age>a week</Age></Options></Do>",
+            "write a duration such as 30s or 5m",
+        ),
+        (
+            "<On><Module>amps-action-on-startup</Module></On>"
+            "<If><Module>amps-action-if-condition</Module>"
+            "<Options><Expression>1 = 1</Expression></Options></If>"
+            "<Do><Module>amps-action-do-nothing</Module></Do>",
+            "AMPS calls this option Condition, not Expression",
+        ),
+        (
+            "<On><Module>amps-action-on-startup</Module></On>"
+            "<If><Module>amps-action-if-file-system-usage</Module>"
+            "<Options><Path>.</Path></Options></If>"
+            "<Do><Module>amps-action-do-nothing</Module></Do>",
+            "needs Options/GreaterThan or Options/LessThan",
+        ),
+        (
+            "<On><Module>amps-action-on-startup</Module></On>"
+            "<If><Module>amps-action-if-file-system-usage</Module>"
+            "<Options><Path>.</Path><GreaterThan>0.9</GreaterThan></Options></If>"
+            "<Do><Module>amps-action-do-nothing</Module></Do>",
+            "write a percentage of the file system's size, such as 90%",
+        ),
+        (
+            "<On><Module>amps-action-on-startup</Module></On>"
+            "<If><Module>amps-action-if-when-i-feel-like-it</Module></If>"
+            "<Do><Module>amps-action-do-nothing</Module></Do>",
+            "If module 'amps-action-if-when-i-feel-like-it' is unknown",
         ),
         (
             "<On><Module>amps-action-on-startup</Module></On>"
@@ -176,8 +218,6 @@ def test_bad_actions_are_config_errors(tmp_path: Path, action: str, fragment: st
 async def test_startup_and_scheduled_actions_publish_messages(tmp_path: Path) -> None:
     """``do-publish-message`` on startup and on a schedule: the messages are journaled
     like any publish (here replayed from EPOCH), with ``{{VAR}}`` substituted."""
-    from harness import start_instance
-
     actions = """
 <Actions>
   <Action>
@@ -201,5 +241,265 @@ async def test_startup_and_scheduled_actions_publish_messages(tmp_path: Path) ->
             async with client.subscribe("ticks", bookmark="0") as sub:
                 for _ in range(3):  # the schedule keeps publishing
                     assert isinstance((await sub.get(10)).json()["at"], int)
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ If modules
+
+
+class FakeInstance:
+    """What ActionRunner uses of an instance, recording what the Do modules ask for."""
+
+    def __init__(self, maintain: Any = None) -> None:
+        self.name = "fake"
+        self.started_at = 0.0
+        self.replication = None
+        self.published: list[tuple[str, bytes]] = []
+        if maintain is not None:
+            self.maintain_journal = maintain
+
+    def publish_internal(self, topic: str, payload: bytes) -> str:
+        self.published.append((topic, payload))
+        return ""
+
+
+def actions_from(body: str) -> Any:
+    return parse_config(f"<AMPSConfig><Name>x</Name><Actions>{body}</Actions></AMPSConfig>").actions
+
+
+def startup_action(if_xml: str, topic: str) -> str:
+    return (
+        "<Action><On><Module>amps-action-on-startup</Module></On>"
+        f"{if_xml}"
+        "<Do><Module>amps-action-do-publish-message</Module>"
+        f"<Options><Topic>{topic}</Topic><Data>{{}}</Data></Options></Do></Action>"
+    )
+
+
+def if_condition(condition: str) -> str:
+    return (
+        "<If><Module>amps-action-if-condition</Module>"
+        f"<Options><Condition>{condition}</Condition></Options></If>"
+    )
+
+
+def if_usage(path: Path, **limits: str) -> str:
+    options = "".join(f"<{k}>{v}</{k}>" for k, v in limits.items())
+    return (
+        "<If><Module>amps-action-if-file-system-usage</Module>"
+        f"<Options><Path>{path}</Path>{options}</Options></If>"
+    )
+
+
+async def run_startup(body: str, instance: FakeInstance | None = None) -> tuple[Any, Any]:
+    """Run the startup actions of ``body``; returns (instance, statistics by index)."""
+    instance = instance or FakeInstance()
+    runner = ActionRunner(instance, actions_from(body))  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)  # the startup actions have run when it returns
+        nursery.cancel_scope.cancel()
+    return instance, runner.statistics()
+
+
+async def test_if_conditions_gate_the_do_modules_and_count_skips() -> None:
+    body = "".join(
+        [
+            startup_action(if_condition("'{{AMPS_INSTANCE_NAME}}' LIKE '^fa'"), "liked"),
+            startup_action(if_condition("'{{AMPS_INSTANCE_NAME}}' = 'other'"), "unequal"),
+            startup_action(if_condition("{{AMPS_UNIX_TIMESTAMP}} &gt;= 1700000000"), "later"),
+            startup_action(if_condition("2 &lt; 1 OR NOT (1 = 1)"), "never"),
+            # every If must hold: the second one does not
+            startup_action(if_condition("1 = 1") + if_condition("1 != 1"), "both"),
+            startup_action(if_condition("AMPS_INSTANCE_NAME() = 'fake' AND 3 &lt;= 3"), "fn"),
+        ]
+    )
+    instance, stats = await run_startup(body)
+    assert [topic for topic, _ in instance.published] == ["liked", "later", "fn"]
+    assert [(s["runs"], s["skipped"], s["failures"]) for s in stats] == [
+        (1, 0, 0),
+        (1, 1, 0),
+        (1, 0, 0),
+        (1, 1, 0),
+        (1, 1, 0),
+        (1, 0, 0),
+    ]
+    assert stats[4]["conditions"] == ["amps-action-if-condition"] * 2
+
+
+async def test_file_system_usage_thresholds(tmp_path: Path) -> None:
+    body = "".join(
+        [
+            # the file system holding tmp_path is certainly more than 0% used ...
+            startup_action(if_usage(tmp_path, GreaterThan="0%"), "over-0"),
+            # ... and certainly not more than 100%
+            startup_action(if_usage(tmp_path, GreaterThan="100%"), "over-100"),
+            startup_action(if_usage(tmp_path, GreaterThan="0%", LessThan="100.5%"), "between"),
+            startup_action(if_usage(tmp_path, LessThan="0%"), "under-0"),
+            startup_action(if_usage(tmp_path / "no-such-dir", GreaterThan="0%"), "missing"),
+        ]
+    )
+    instance, stats = await run_startup(body)
+    assert [topic for topic, _ in instance.published] == ["over-0", "between"]
+    assert [s["skipped"] for s in stats] == [0, 1, 0, 1, 0]
+    # a Path that cannot be examined is a failure (logged, counted), not a skip
+    assert stats[4]["failures"] == 1
+    assert "no-such-dir" in stats[4]["last_error"]
+
+
+async def test_a_condition_broken_by_a_substituted_value_fails_the_run() -> None:
+    body = (
+        "<Action><On><Module>amps-action-on-connect-client</Module></On>"
+        + if_condition("'{{AMPS_CLIENT_NAME}}' LIKE '^important'")
+        + "<Do><Module>amps-action-do-publish-message</Module>"
+        "<Options><Topic>t</Topic><Data>{{AMPS_CLIENT_NAME}}</Data></Options></Do></Action>"
+    )
+    instance = FakeInstance()
+    runner = ActionRunner(instance, actions_from(body))  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        for name in ("important-1", "dull", "o'brien"):
+            runner.fire("connect-client", {"AMPS_CLIENT_NAME": name})
+        await wait_until(
+            lambda: (
+                None
+                if runner.stats[0].runs == 3 and len(instance.published) == 1
+                else f"{runner.stats[0]}"
+            ),
+            10,
+        )
+        nursery.cancel_scope.cancel()
+    [stats] = runner.statistics()
+    assert instance.published == [("t", b"important-1")]
+    assert (stats["skipped"], stats["failures"]) == (1, 1)
+    assert "is not a valid AMPS filter once its variables are substituted" in stats["last_error"]
+
+
+def test_a_bad_condition_is_a_config_error_naming_its_line() -> None:
+    text = """<AMPSConfig><Name>x</Name><Actions><Action>
+  <On><Module>amps-action-on-startup</Module></On>
+  <If><Module>amps-action-if-condition</Module>
+      <Options>
+        <Condition>'{{AMPS_CLIENT_NAME}}' LIKE 'x' AND = {{N}}</Condition>
+      </Options></If>
+  <Do><Module>amps-action-do-nothing</Module></Do>
+</Action></Actions></AMPSConfig>"""
+    with pytest.raises(ConfigError) as info:
+        parse_config(text)
+    [problem] = info.value.problems
+    assert problem.line == 5
+    assert "Condition" in problem.message and "is not a valid AMPS filter" in problem.message
+    # the column counts in the text as written, {{AMPS_CLIENT_NAME}} and all
+    assert "found '=' (column 37)" in problem.message
+    assert "e.g. <Condition>'{{AMPS_CLIENT_NAME}}' LIKE '^important'</Condition>" in problem.fix
+
+
+# ---------------------------------------------------------- journal maintenance
+
+
+class Summary:
+    summary = "2 journal files archived"
+
+
+async def test_journal_modules_call_maintain_journal_and_report_its_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[tuple[str, float]] = []
+
+    async def maintain(kind: str, *, older_than: float) -> Summary:
+        calls.append((kind, older_than))
+        if kind == "remove":
+            raise RuntimeError("the journal has no files older than 7 days to remove")
+        return Summary()
+
+    body = "".join(
+        "<Action><On><Module>amps-action-on-startup</Module></On>"
+        f"<Do><Module>amps-action-do-{kind}-journal</Module>"
+        "<Options><Age>7d</Age></Options></Do></Action>"
+        for kind in ("archive", "compress", "remove")
+    )
+    with caplog.at_level(logging.INFO, logger="amps_py.actions"):
+        _, stats = await run_startup(body, FakeInstance(maintain))
+    week = 7 * 86400.0
+    assert calls == [("archive", week), ("compress", week), ("remove", week)]
+    assert [s["failures"] for s in stats] == [0, 0, 1]
+    assert stats[2]["last_error"] == (
+        "amps-action-do-remove-journal: the journal has no files older than 7 days to remove"
+    )
+    assert "2 journal files archived" in caplog.text
+
+    # an instance without journal maintenance fails the Do with that reason
+    _, stats = await run_startup(body)
+    assert all("journal maintenance is not available" in s["last_error"] for s in stats)
+
+
+# ------------------------------------------------------- client connect/disconnect
+
+CLIENT_ACTIONS = """
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-connect-client</Module></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+        <Options><Topic>client-events</Topic>
+                 <Data>{"event":"connect","name":"{{AMPS_CLIENT_NAME}}",
+                        "connection":"{{AMPS_CONNECTION_NAME}}",
+                        "address":"{{AMPS_REMOTE_ADDRESS}}"}</Data></Options></Do>
+  </Action>
+  <Action>
+    <On><Module>amps-action-on-disconnect-client</Module></On>
+    <If><Module>amps-action-if-condition</Module>
+        <Options><Condition>'{{AMPS_CLIENT_NAME}}' LIKE '^important'</Condition></Options></If>
+    <Do><Module>amps-action-do-publish-message</Module>
+        <Options><Topic>client-events</Topic>
+                 <Data>{"event":"disconnect","name":"{{AMPS_CLIENT_NAME}}",
+                        "connection":"{{AMPS_CONNECTION_NAME}}",
+                        "user":"{{AMPS_AUTHENTICATION_ID}}"}</Data></Options></Do>
+  </Action>
+</Actions>
+<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>
+"""
+
+
+async def test_client_connect_and_disconnect_fire_actions(tmp_path: Path) -> None:
+    server = start_instance(tmp_path, "clients", extra=CLIENT_ACTIONS)
+    try:
+        ready = json.loads(server.ready_file.read_text())
+        base = f"http://127.0.0.1:{ready['transports']['admin']}"
+
+        def disconnects() -> tuple[int, int]:
+            stats = actions_of(base)[1]
+            return int(str(stats["runs"])), int(str(stats["skipped"]))
+
+        async with open_client(server.uri, "watcher") as watcher:
+            async with watcher.subscribe("client-events", bookmark="0") as sub:
+                # the watcher's own connection, announced before it logged on
+                first = (await sub.get(10)).json()
+                assert first["event"] == "connect"
+                assert first["name"] == first["connection"]
+                assert first["connection"].startswith("connection-")
+                assert first["address"].startswith("127.0.0.1:")
+
+                async with open_client(server.uri, "dull"):
+                    pass
+                # its disconnect fails the If, so nothing is published for it
+                await wait_until(
+                    lambda: None if disconnects() == (1, 1) else f"{disconnects()}", 10
+                )
+                async with open_client(server.uri, "important-7"):
+                    pass
+
+                seen = [(await sub.get(10)).json() for _ in range(3)]
+        assert [m["event"] for m in seen] == ["connect", "connect", "disconnect"]
+        dull, important, gone = seen
+        assert dull["connection"] != important["connection"]
+        assert gone == {
+            "event": "disconnect",
+            "name": "important-7",
+            "connection": important["connection"],
+            "user": "important-7",
+        }
+        await wait_until(lambda: None if disconnects() == (3, 2) else f"{disconnects()}", 10)
+        connects = actions_of(base)[0]
+        assert (connects["runs"], connects["skipped"], connects["failures"]) == (3, 0, 0)
     finally:
         server.stop()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from amps_py import events
+from amps_py.actions import client_variables
 from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, encode_frame
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, publisher_hash
@@ -150,6 +151,7 @@ class Session:
             self.conn_id,
             extra=events.extra(events.CLIENT_CONNECTED),
         )
+        self.instance.fire_action("connect-client", client_variables(self, connected=True))
         try:
             async with unwrapping_groups(), trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -161,6 +163,7 @@ class Session:
             self.close_reason = self.close_reason or "connection closed"
         finally:
             self.instance.session_ended(self)
+            self.instance.fire_action("disconnect-client", client_variables(self, connected=False))
             log.info(
                 "client %r (connection %d) disconnected: %s",
                 self.client_name,
