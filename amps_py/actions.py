@@ -333,14 +333,12 @@ class ActionRunner:
         await trio.lowlevel.checkpoint()
 
     async def _maintain_journal(self, kind: str, age: str) -> None:
-        maintain = getattr(self.instance, "maintain_journal", None)
-        if maintain is None:
-            raise ActionFailed("journal maintenance is not available in this build")
+        from amps_py.server.maintenance import JournalMaintenanceError
+
         try:
-            result = await maintain(kind, older_than=parse_duration(age))
-        except Exception as exc:
-            # JournalMaintenanceError (and anything else) says why; the run stops here
-            raise ActionFailed(str(exc) or type(exc).__name__) from exc
+            result = await self.instance.maintain_journal(kind, older_than=parse_duration(age))
+        except JournalMaintenanceError as exc:
+            raise ActionFailed(str(exc)) from exc
         log.info("action: %s journal older than %s: %s", kind, age, result.summary)
 
     def _downgrade(self, age: float, grace: str | None) -> None:

@@ -208,6 +208,11 @@ class ServerProcess:
                 )
         return text
 
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the running instance (e.g. SIGUSR1 for on-signal actions)."""
+        assert self.proc is not None and self.proc.poll() is None, f"{self.name} is not running"
+        self.proc.send_signal(signum)
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs (crash test)."""
         if self.proc is not None and self.proc.poll() is None:

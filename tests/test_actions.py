@@ -6,7 +6,7 @@ instance; config errors for Actions."""
 from __future__ import annotations
 
 import json
-import logging
+import signal
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -397,40 +397,73 @@ def test_a_bad_condition_is_a_config_error_naming_its_line() -> None:
 # ---------------------------------------------------------- journal maintenance
 
 
-class Summary:
-    summary = "2 journal files archived"
+JOURNAL_ACTIONS = """
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-schedule</Module><Options><Every>250ms</Every></Options></On>
+    <Do><Module>amps-action-do-compress-journal</Module><Options><Age>1s</Age></Options></Do>
+  </Action>
+  <Action>
+    <On><Module>amps-action-on-signal</Module><Options><Signal>SIGUSR1</Signal></Options></On>
+    <Do><Module>amps-action-do-remove-journal</Module><Options><Age>1s</Age></Options></Do>
+  </Action>
+</Actions>
+<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>
+"""
 
 
-async def test_journal_modules_call_maintain_journal_and_report_its_errors(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    calls: list[tuple[str, float]] = []
-
-    async def maintain(kind: str, *, older_than: float) -> Summary:
-        calls.append((kind, older_than))
-        if kind == "remove":
-            raise RuntimeError("the journal has no files older than 7 days to remove")
-        return Summary()
-
-    body = "".join(
-        "<Action><On><Module>amps-action-on-startup</Module></On>"
-        f"<Do><Module>amps-action-do-{kind}-journal</Module>"
-        "<Options><Age>7d</Age></Options></Do></Action>"
-        for kind in ("archive", "compress", "remove")
+async def test_journal_actions_compress_on_schedule_and_remove_on_signal(tmp_path: Path) -> None:
+    server = start_instance(
+        tmp_path,
+        "journaling",
+        extra=JOURNAL_ACTIONS,
+        journal_extra="<JournalSize>10MB</JournalSize>",
     )
-    with caplog.at_level(logging.INFO, logger="amps_py.actions"):
-        _, stats = await run_startup(body, FakeInstance(maintain))
-    week = 7 * 86400.0
-    assert calls == [("archive", week), ("compress", week), ("remove", week)]
-    assert [s["failures"] for s in stats] == [0, 0, 1]
-    assert stats[2]["last_error"] == (
-        "amps-action-do-remove-journal: the journal has no files older than 7 days to remove"
-    )
-    assert "2 journal files archived" in caplog.text
+    try:
+        ready = json.loads(server.ready_file.read_text())
+        base = f"http://127.0.0.1:{ready['transports']['admin']}"
 
-    # an instance without journal maintenance fails the Do with that reason
-    _, stats = await run_startup(body)
-    assert all("journal maintenance is not available" in s["last_error"] for s in stats)
+        def journals() -> dict[str, Any]:
+            with urllib.request.urlopen(
+                f"{base}/amps/instance/transaction_log/journals.json", timeout=10
+            ) as response:
+                return dict(json.loads(response.read()))
+
+        pad = "p" * 16_384
+        total = 1_500  # 16 KB each: two sealed 10 MB journals and the current one
+        async with open_client(server.uri, "pub") as pub:
+            for n in range(1, total + 1):
+                await pub.publish("orders", json.dumps({"n": n, "pad": pad}).encode())
+            await pub.flush(timeout=60)
+        sealed = [k for k, j in journals().items() if not j["is_current"]]
+        assert len(sealed) >= 2, journals()
+
+        def compressed() -> str | None:
+            states = {k: j["state"] for k, j in journals().items() if k in sealed}
+            left = [k for k, state in states.items() if state != "compressed"]
+            return f"journals {left} not compressed yet ({states})" if left else None
+
+        await wait_until(compressed, 30)  # once older than 1 s, at the next 250 ms tick
+        async with open_client(server.uri, "reader") as reader:
+            async with reader.subscribe("orders", bookmark="0") as sub:
+                for n in range(1, total + 1):
+                    assert (await sub.get(30)).json()["n"] == n
+
+        server.signal(signal.SIGUSR1)
+
+        def removed() -> str | None:
+            left = [k for k in journals() if k in sealed]
+            return f"journals {left} not removed yet" if left else None
+
+        await wait_until(removed, 30)
+        first = min(int(j["first_txid"]) for j in journals().values())
+        async with open_client(server.uri, "reader2") as reader:
+            async with reader.subscribe("orders", bookmark="0") as sub:
+                assert (await sub.get(30)).json()["n"] == first
+        stats = actions_of(base)
+        assert [s["failures"] for s in stats] == [0, 0], stats
+    finally:
+        server.stop()
 
 
 # ------------------------------------------------------- client connect/disconnect
