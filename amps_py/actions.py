@@ -308,7 +308,11 @@ class ActionRunner:
     async def _do(self, do: ActionModule, options: Mapping[str, str]) -> None:
         module = do.module
         if module == "amps-action-do-downgrade-replication":
-            self._downgrade(parse_duration(options["Age"]), options.get("GracePeriod"))
+            self._downgrade(
+                parse_duration(options["Age"]),
+                options.get("GracePeriod"),
+                int(options.get("MinimumSyncDestinations") or 0),
+            )
         elif module == "amps-action-do-upgrade-replication":
             self._upgrade(parse_duration(options["Age"]))
         elif module in JOURNAL_MAINTENANCE:
@@ -341,21 +345,41 @@ class ActionRunner:
             raise ActionFailed(str(exc)) from exc
         log.info("action: %s journal older than %s: %s", kind, age, result.summary)
 
-    def _downgrade(self, age: float, grace: str | None) -> None:
+    def _downgrade(self, age: float, grace: str | None, minimum_sync: int = 0) -> None:
+        """Downgrade the sync destinations lagging over ``age``, the most behind first,
+        while more than ``minimum_sync`` destinations stay sync (amps-py's
+        ``MinimumSyncDestinations`` option: a floor under the number of copies a
+        persisted ack waits for; AMPS has no such option, so the default 0 is AMPS's
+        behaviour)."""
         instance = self.instance
         if grace and time.time() - instance.started_at < parse_duration(grace):
             return
         manager = instance.replication
         if manager is None:
             return
-        for d in manager.destinations:
-            if d.config.sync and d.sync:
-                behind = d.seconds_behind()
-                if behind > age:
-                    d.downgrade(
-                        f"action: its oldest unacknowledged message is {behind:.1f} s old, "
-                        f"over the Age of {age:g} s"
-                    )
+        lagging = [
+            (behind, d)
+            for d in manager.destinations
+            if d.config.sync and d.sync and (behind := d.seconds_behind()) > age
+        ]
+        sync_now = sum(1 for d in manager.destinations if d.sync)
+        for behind, d in sorted(lagging, key=lambda pair: -pair[0]):
+            if sync_now <= minimum_sync:
+                log.warning(
+                    "action: destination %s lags %.1f s (over the Age of %g s) but stays "
+                    "sync: MinimumSyncDestinations is %d",
+                    d.config.name,
+                    behind,
+                    age,
+                    minimum_sync,
+                    extra=events.extra(events.ACTION_FAILED),
+                )
+                continue
+            d.downgrade(
+                f"action: its oldest unacknowledged message is {behind:.1f} s old, "
+                f"over the Age of {age:g} s"
+            )
+            sync_now -= 1
 
     def _upgrade(self, age: float) -> None:
         manager = self.instance.replication

@@ -104,8 +104,7 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024**2
 DEFAULT_FLUSH_INTERVAL: Final = 0.1
 MIN_FLUSH_INTERVAL: Final = 1e-6
 MAX_FLUSH_INTERVAL: Final = 1.0
-#: AMPS's default journal file size. AMPS's minimum is 10MB; amps-py allows smaller
-#: segments so that tests can exercise segment rollover cheaply.
+#: AMPS's default journal file (segment) size and its documented minimum.
 DEFAULT_JOURNAL_SIZE: Final = 1024**3
 MIN_JOURNAL_SIZE: Final = 10 * 1000**2
 DEFAULT_PREALLOCATED_JOURNAL_FILES: Final = 2
@@ -3052,6 +3051,14 @@ def _build_action_module(
             except UnitError as exc:
                 problems.add(el, f"Options/{name}: {exc}", "write a duration such as 30s or 5m")
                 ok = False
+    minimum = options.get("MinimumSyncDestinations")
+    if minimum is not None and not (minimum.isascii() and minimum.isdigit()):
+        problems.add(
+            el,
+            f"Options/MinimumSyncDestinations {minimum!r} is not a whole number",
+            "write how many sync destinations must stay sync, e.g. 1",
+        )
+        ok = False
     if kind == "If":
         ok = _check_if_module(el, module, options, option_els, problems) and ok
     if module == "amps-action-on-schedule" and options.get("Every"):

@@ -134,9 +134,53 @@ async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
     ]
 
 
+async def test_minimum_sync_destinations_keeps_a_lagging_destination_sync(
+    cluster: Cluster,
+) -> None:
+    """With MinimumSyncDestinations 1 and a single sync destination, a lag over Age is
+    logged at every run but never downgrades: publishers keep waiting for B's copy."""
+
+    def a_body(view) -> str:  # type: ignore[no-untyped-def]
+        dest = destination_xml("B", "g", True, view.addr("B"), exclude=("replicate",))
+        floor = ACTIONS_XML.replace(
+            f"<Age>{DOWNGRADE_AGE}s</Age></Options>",
+            "<Age>0.5s</Age><MinimumSyncDestinations>1</MinimumSyncDestinations></Options>",
+            1,
+        )
+        return replication_xml(dest) + floor
+
+    cluster.add_instance("A", "g", a_body)
+    cluster.add_instance("B", "g", lambda view: "")
+    link = cluster.proxy("A", "B", seed=11)
+    cluster.start_all()
+    ready = json.loads(cluster.server("A").ready_file.read_text())
+    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    link.delay(3.0)
+    async with open_client(cluster.uri("A"), "waiting") as waiting:
+        await waiting.publish("orders", b'{"w":1}')
+
+        def held_back_twice() -> str | None:
+            # the floor's warning is logged once per run that found B over the Age
+            held = cluster.log("A").count("MinimumSyncDestinations is 1")
+            return None if held >= 2 else f"{held} runs have held B sync so far"
+
+        await wait_until(held_back_twice, 20)
+        assert destination(base)["replication_type"] == "sync"
+        assert int(str(destination(base)["downgrades"])) == 0
+        link.delay(0)
+        await waiting.wait_persisted(waiting.seq, timeout=30)  # B's copy, then the ack
+
+
 @pytest.mark.parametrize(
     ("action", "fragment"),
     [
+        (
+            "<On><Module>amps-action-on-startup</Module></On>"
+            "<Do><Module>amps-action-do-downgrade-replication</Module>"
+            "<Options><Age>1s</Age><MinimumSyncDestinations>one</MinimumSyncDestinations>"
+            "</Options></Do>",
+            "MinimumSyncDestinations 'one' is not a whole number",
+        ),
         (
             "<On><Module>amps-action-on-schedule</Module></On>"
             "<Do><Module>amps-action-do-nothing</Module></Do>",
