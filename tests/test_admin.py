@@ -63,6 +63,10 @@ def test_every_tree_path_answers_json_and_xml(server: ServerProcess) -> None:
     paths = ["/amps", "/amps/host", "/amps/instance"]
     paths += [f"/amps/instance/{key}" for key in tree["instance"]]
     paths += [f"/amps/host/{key}" for key in tree["host"]]
+    paths += [
+        f"/amps/instance/transaction_log/{key}" for key in tree["instance"]["transaction_log"]
+    ]
+    assert "/amps/instance/transaction_log/journals" in paths
     for path in paths:
         status, kind, body = get(f"{base}{path}.json")
         assert status == 200, path
