@@ -58,19 +58,26 @@ def metric(base: str, name: str) -> float:
     raise AssertionError(f"no metric {name}")
 
 
-async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
-    cluster: Cluster,
-) -> None:
+def start_sync_pair(cluster: Cluster, a_extra: str, seed: int) -> tuple[Any, str]:
+    """A -> B sync through a fault proxy, ``a_extra`` (Actions, Admin) in A's config;
+    returns (the proxy, A's admin URL)."""
+
     def a_body(view) -> str:  # type: ignore[no-untyped-def]
         dest = destination_xml("B", "g", True, view.addr("B"), exclude=("replicate",))
-        return replication_xml(dest) + ACTIONS_XML
+        return replication_xml(dest) + a_extra
 
     cluster.add_instance("A", "g", a_body)
     cluster.add_instance("B", "g", lambda view: "")
-    link = cluster.proxy("A", "B", seed=7)
+    link = cluster.proxy("A", "B", seed=seed)
     cluster.start_all()
     ready = json.loads(cluster.server("A").ready_file.read_text())
-    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    return link, f"http://127.0.0.1:{ready['transports']['admin']}"
+
+
+async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
+    cluster: Cluster,
+) -> None:
+    link, base = start_sync_pair(cluster, ACTIONS_XML, seed=7)
 
     def mode() -> str:
         return str(destination(base)["replication_type"])
@@ -140,21 +147,12 @@ async def test_minimum_sync_destinations_keeps_a_lagging_destination_sync(
     """With MinimumSyncDestinations 1 and a single sync destination, a lag over Age is
     logged at every run but never downgrades: publishers keep waiting for B's copy."""
 
-    def a_body(view) -> str:  # type: ignore[no-untyped-def]
-        dest = destination_xml("B", "g", True, view.addr("B"), exclude=("replicate",))
-        floor = ACTIONS_XML.replace(
-            f"<Age>{DOWNGRADE_AGE}s</Age></Options>",
-            "<Age>0.5s</Age><MinimumSyncDestinations>1</MinimumSyncDestinations></Options>",
-            1,
-        )
-        return replication_xml(dest) + floor
-
-    cluster.add_instance("A", "g", a_body)
-    cluster.add_instance("B", "g", lambda view: "")
-    link = cluster.proxy("A", "B", seed=11)
-    cluster.start_all()
-    ready = json.loads(cluster.server("A").ready_file.read_text())
-    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    floor = ACTIONS_XML.replace(
+        f"<Age>{DOWNGRADE_AGE}s</Age></Options>",
+        "<Age>0.5s</Age><MinimumSyncDestinations>1</MinimumSyncDestinations></Options>",
+        1,
+    )
+    link, base = start_sync_pair(cluster, floor, seed=11)
     link.delay(3.0)
     async with open_client(cluster.uri("A"), "waiting") as waiting:
         await waiting.publish("orders", b'{"w":1}')

@@ -42,7 +42,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -828,17 +828,8 @@ class Journal:
         seg = self._segment(seg_id)
         if seg.state not in ("live", "compressed", "archived"):
             raise JournalError(f"journal segment {seg_id} is {seg.state}")
-        updated = Segment(
-            seg.id,
-            seg.first_txid,
-            seg.last_txid,
-            seg.first_ts,
-            seg.last_ts,
-            seg.size,
-            seg.records,
-            state,
-            cleaned=seg.cleaned and seg.state != "live",
-            file=str(file),
+        updated = replace(
+            seg, state=state, cleaned=seg.cleaned and seg.state != "live", file=str(file)
         )
         with self._env.begin(write=True) as txn:
             self._put_segment(txn, updated)
@@ -857,21 +848,7 @@ class Journal:
             return []
         if any(seg.id == self._segments[-1].id for seg in newly):
             raise JournalError("the current journal segment cannot be removed")
-        changed = {
-            seg.id: Segment(
-                seg.id,
-                seg.first_txid,
-                seg.last_txid,
-                seg.first_ts,
-                seg.last_ts,
-                seg.size,
-                seg.records,
-                "removed",
-                cleaned=False,
-                file=seg.file,
-            )
-            for seg in newly
-        }
+        changed = {seg.id: replace(seg, state="removed", cleaned=False) for seg in newly}
         with self._env.begin(write=True) as txn:
             for seg in changed.values():
                 self._put_segment(txn, seg)
@@ -938,18 +915,7 @@ class Journal:
                         times.delete()
                     file_to_delete = seg.file
                 done = True
-                finished = Segment(
-                    seg.id,
-                    seg.first_txid,
-                    seg.last_txid,
-                    seg.first_ts,
-                    seg.last_ts,
-                    seg.size,
-                    seg.records,
-                    seg.state,
-                    cleaned=True,
-                    file="" if removing else seg.file,
-                )
+                finished = replace(seg, cleaned=True, file="" if removing else seg.file)
                 self._put_segment(txn, finished)
         if done:
             self._replace_segments({seg.id: finished})
