@@ -157,9 +157,10 @@ def config_check(path: str) -> None:
         _fail(f"cannot read {path}: {exc.strerror or exc}", 2)
     transports = ", ".join(f"{t.name}={t.host}:{t.port}" for t in cfg.transports)
     journal = cfg.transaction_log.journal_directory if cfg.transaction_log else "none"
+    admin = f"{cfg.admin[0]}:{cfg.admin[1]}" if cfg.admin else "none"
     click.echo(
         f"{path}: OK — instance {cfg.name} (group {cfg.group}); "
-        f"transports {transports}; journal {journal}"
+        f"transports {transports}; journal {journal}; admin {admin}"
     )
 
 
@@ -229,6 +230,10 @@ def txlog_info(path: str) -> None:
     with _open_journal(path) as journal:
         stats = journal.statistics().__dict__
         stats["origins"] = journal.origin_high_water()
+        stats["segment_table"] = [
+            seg.__dict__ for seg in journal.segments() if seg.state != "removed"
+        ]
+        stats["pending_removal_through"] = journal.pending_removal()
         click.echo(json.dumps(stats, indent=2))
 
 

@@ -514,3 +514,6 @@ def test_example_passes_config_check(path: Path) -> None:
     assert res.returncode == 0 and ": OK" in res.stdout, (
         f"amps-py config check {path} exited {res.returncode}\n{res.stdout}{res.stderr}"
     )
+    admin = load_config(path, environ={}).admin
+    shown = f"; admin {admin[0]}:{admin[1]}" if admin else "; admin none"
+    assert res.stdout.rstrip().endswith(shown), res.stdout

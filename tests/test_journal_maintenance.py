@@ -188,6 +188,14 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     assert result["done"] == free and result["pending"] == held, result
     assert result["blockers"] == [f"destination B has acknowledged through txid {acked} only"]
 
+    # the mark survives another restart of A
+    cluster.stop("A")
+    cluster.start("A")
+    ready = json.loads(cluster.server("A").ready_file.read_text())
+    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    segs = journals(base)
+    assert [int(i) for i, s in segs.items() if s["pending_removal"]] == held, segs
+
     cluster.start("B")
 
     def caught_up() -> str | None:

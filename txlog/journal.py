@@ -744,6 +744,21 @@ class Journal:
         """The segment table, oldest first (removed segments included)."""
         return list(self._segments)
 
+    def pending_removal(self) -> int:
+        """The newest segment id a remove request still waits to remove (0: none)."""
+        with self._env.begin(db=self._meta) as txn:
+            raw = txn.get(b"remove_through")
+        return int(raw.decode()) if raw else 0
+
+    def save_pending_removal(self, through_id: int) -> None:
+        """Remember (writer only) that segments up to ``through_id`` are marked for
+        removal, so a restart keeps the request; 0 clears it."""
+        with self._env.begin(write=True, db=self._meta) as txn:
+            if through_id:
+                txn.put(b"remove_through", str(through_id).encode())
+            else:
+                txn.delete(b"remove_through")
+
     def destination_positions(self) -> dict[str, int]:
         """Per replication destination, the txid it had acknowledged when last saved."""
         if self._destinations_db is None:

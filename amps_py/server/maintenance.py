@@ -12,8 +12,9 @@ every older one, by id or by ``Age``:
   them, now or later: not the current segment, every replication destination has
   acknowledged all of their records (a disconnected destination keeps its last
   acknowledged position, saved in the journal, so it holds segments across restarts),
-  and no bookmark replay is reading them. What cannot go yet stays marked and goes
-  as soon as the destinations catch up, like AMPS marking journal files for removal.
+  and no bookmark replay is reading them. What cannot go yet stays marked (the mark is
+  kept in the journal, across restarts) and goes as soon as the destinations catch up,
+  like AMPS marking journal files for removal.
 
 Queues will add their own "still needed" rule when they exist.
 """
@@ -105,8 +106,9 @@ class JournalMaintenance:
         self.writer = instance.writer
         self._lock = trio.Lock()
         self._wake = trio.Event()
-        #: remove requests not yet carried out (segment id; 0 = none)
-        self.remove_through = 0
+        #: remove requests not yet carried out (segment id; 0 = none); kept in the
+        #: journal, so a restart keeps marked segments marked
+        self.remove_through = self.journal.pending_removal()
         self._saved_positions = self.journal.destination_positions()
         self._last_save = 0.0
         self.counts = dict.fromkeys(ACTIONS, 0)
@@ -196,7 +198,11 @@ class JournalMaintenance:
             if not target:
                 return result
             if action == "remove":
-                self.remove_through = max(self.remove_through, target)
+                if target > self.remove_through:
+                    self.remove_through = target
+                    await self.writer.run_exclusive(
+                        lambda journal: journal.save_pending_removal(target)
+                    )
                 await self._remove_allowed(result)
             else:
                 state = "compressed" if action == "compress" else "archived"
@@ -249,8 +255,9 @@ class JournalMaintenance:
                 extra=events.extra(events.JOURNAL_MAINTENANCE),
             )
         pending = [seg.id for seg in marked[len(removable) :]]
-        if not pending:
+        if not pending and self.remove_through:
             self.remove_through = 0
+            await self.writer.run_exclusive(lambda journal: journal.save_pending_removal(0))
         if result is not None:
             result.done = [seg.id for seg in removable]
             result.pending = pending
