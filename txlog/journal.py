@@ -881,13 +881,16 @@ class Journal:
         delete after a state change (see :meth:`purge_step`)."""
         return any(not seg.cleaned for seg in self._segments)
 
-    def purge_step(self, max_records: int = 10_000) -> bool:
+    def purge_step(
+        self, max_records: int = 10_000, on_staged: Callable[[], None] | None = None
+    ) -> bool:
         """Do up to ``max_records`` deletions of the oldest unfinished state change, in
         one transaction (writer only); returns whether work remains.
 
         Compressed or archived segment: its records leave LMDB (they are in the file).
         Removed segment: its records, their bookmark index entries, its time index
-        entries and its file are deleted.
+        entries and its file are deleted. ``on_staged`` is called just before the
+        commit, as in :meth:`append`.
         """
         seg = next((s for s in self._segments if not s.cleaned), None)
         if seg is None:
@@ -932,6 +935,8 @@ class Journal:
                 done = True
                 finished = replace(seg, cleaned=True, file="" if removing else seg.file)
                 self._put_segment(txn, finished)
+            if on_staged is not None:
+                on_staged()
         if done:
             self._replace_segments({seg.id: finished})
             self._purge_progress.pop(seg.id, None)

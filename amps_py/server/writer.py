@@ -235,7 +235,33 @@ class JournalWriter:
         cursors: dict[str, tuple[int, str]],
         values: list[bytes],
     ) -> list[int]:
-        """Run ``journal.append`` on a worker thread; block this thread during the puts.
+        """Run ``journal.append`` on a worker thread; block this thread during the puts
+        (see :meth:`_staged`)."""
+        t0 = time.perf_counter()
+        txids, t1 = await self._staged(
+            lambda journal, on_staged: journal.append(
+                batch, now_us, on_staged, cursors or None, values
+            )
+        )
+        t2 = time.perf_counter()
+        self._commit_seconds += t2 - t0
+        self._sync_seconds += t2 - t1
+        self._latency_counts[bisect.bisect_left(COMMIT_SECONDS_BUCKETS, t2 - t0)] += 1
+        self._batch_counts[bisect.bisect_left(BATCH_SIZE_BUCKETS, len(batch))] += 1
+        return txids
+
+    async def run_staged(self, job: Callable[[Journal, Callable[[], None]], _T]) -> _T:
+        """Run ``job(journal, on_staged)`` between commits like an append: the trio
+        thread waits (GIL free) while the job stages its LMDB writes, and runs on
+        during its commit. ``job`` must call ``on_staged()`` just before it commits.
+        For bulk journal writes other than appends (purging segments)."""
+        result, _ = await self._staged(job)
+        return result
+
+    async def _staged(self, job: Callable[[Journal, Callable[[], None]], _T]) -> tuple[_T, float]:
+        """Run ``job`` on a worker thread under the writer's limiter; block this thread
+        until the job calls ``on_staged`` (or ends), then await its end. Returns the
+        job's result and the ``perf_counter`` time at which it was staged.
 
         py-lmdb releases the GIL around every put. If the event loop kept running
         Python code meanwhile, every put would wait for a GIL hand-over (measured: 267k
@@ -247,28 +273,22 @@ class JournalWriter:
         token = trio.lowlevel.current_trio_token()
         staged = threading.Event()
         done = trio.Event()
-        result: list[outcome.Outcome[list[int]]] = []
+        result: list[outcome.Outcome[_T]] = []
 
-        def work() -> list[int]:
-            return journal.append(batch, now_us, staged.set, cursors or None, values)
+        def work() -> _T:
+            return job(journal, staged.set)
 
-        def deliver(out: outcome.Outcome[list[int]]) -> None:
+        def deliver(out: outcome.Outcome[_T]) -> None:
             result.append(out)
             staged.set()
             token.run_sync_soon(done.set)
 
         async with self._limiter:
-            t0 = time.perf_counter()
             trio.lowlevel.start_thread_soon(work, deliver)
-            staged.wait()  # short: the puts of one batch; the GIL is free meanwhile
-            t1 = time.perf_counter()
+            staged.wait()  # short: one batch of puts; the GIL is free meanwhile
+            staged_at = time.perf_counter()
             await done.wait()
-            t2 = time.perf_counter()
-        self._commit_seconds += t2 - t0
-        self._sync_seconds += t2 - t1
-        self._latency_counts[bisect.bisect_left(COMMIT_SECONDS_BUCKETS, t2 - t0)] += 1
-        self._batch_counts[bisect.bisect_left(BATCH_SIZE_BUCKETS, len(batch))] += 1
-        return result[0].unwrap()
+        return result[0].unwrap(), staged_at
 
     def statistics(self) -> WriterStatistics:
         return WriterStatistics(

@@ -33,8 +33,16 @@ def free_port() -> int:
 
 
 def config_xml(
-    name: str, port: int, journal: Path, durability: str = "fsync", compression: str = "none"
+    name: str,
+    port: int,
+    journal: Path,
+    durability: str = "fsync",
+    compression: str = "none",
+    txlog_extra: str = "",
+    extra: str = "",
 ) -> str:
+    """A standalone instance journaling every topic; ``txlog_extra`` goes inside
+    TransactionLog, ``extra`` inside AMPSConfig (e.g. Admin)."""
     return f"""<AMPSConfig>
   <Name>{name}</Name>
   <Transports><Transport><Name>json-tcp</Name><Type>tcp</Type>
@@ -43,7 +51,8 @@ def config_xml(
   <TransactionLog><JournalDirectory>{journal}</JournalDirectory>
     <Topic><Name>.*</Name><MessageType>json</MessageType></Topic>
     <Durability>{durability}</Durability><Compression>{compression}</Compression>
-  </TransactionLog>
+    {txlog_extra}
+  </TransactionLog>{extra}
   <Logging><Target><Protocol>file</Protocol>
     <FileName>{journal.parent / (name + ".log")}</FileName><Level>warning</Level>
   </Target></Logging>
