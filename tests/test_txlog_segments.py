@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -222,3 +224,36 @@ def test_journal_from_before_segments_becomes_one_segment(tmp_path: Path) -> Non
         assert j.segments()[-1].last_txid == 60
     finally:
         j.close()
+
+
+def test_export_refuses_a_segment_with_a_damaged_record(tmp_path: Path) -> None:
+    """``python -m txlog.export`` (what the server runs for compress and archive) checks
+    every CRC: a damaged record fails the export, names the record and writes nothing,
+    and the segment stays live in LMDB."""
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    fill(j, 200)
+    seg = j.segments()[0]
+    j.close()
+    data = bytearray((tmp_path / "j" / "data.mdb").read_bytes())
+    pos = data.find(b'{"seq":7,')
+    assert pos >= 0
+    data[pos + 3] ^= 0x20
+    (tmp_path / "j" / "data.mdb").write_bytes(bytes(data))
+    done = subprocess.run(
+        [sys.executable, "-m", "txlog.export", str(tmp_path / "j"), str(seg.id), "compressed"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "record txid 7 is corrupt" in done.stderr
+    assert not list((tmp_path / "j").glob("*.journal*")), "no segment file for damaged data"
+    with Journal(tmp_path / "j", instance_name="a") as again:
+        assert again.segments()[0].state == "live"
+    usage = subprocess.run(
+        [sys.executable, "-m", "txlog.export", str(tmp_path / "j")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert usage.returncode == 2 and "JOURNAL_DIR SEGMENT_ID" in usage.stderr

@@ -150,42 +150,46 @@ def write_segment_file(
     """
     tmp = path.with_name(path.name + ".tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
-    index: list[bytes] = []
-    count = 0
-    compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
-    with open(tmp, "wb") as out:
-        out.write(_MAGIC)
-        offset = len(_MAGIC)
-        block: list[bytes] = []
-        block_size = 0
-        first = last = 0
+    try:
+        index: list[bytes] = []
+        count = 0
+        compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
+        with open(tmp, "wb") as out:
+            out.write(_MAGIC)
+            offset = len(_MAGIC)
+            block: list[bytes] = []
+            block_size = 0
+            first = last = 0
 
-        def flush() -> None:
-            nonlocal offset, block, block_size
-            raw = b"".join(block)
-            data = compressor.compress(raw) if compressed else raw
-            out.write(data)
-            index.append(_INDEX.pack(first, last, offset, len(data)))
-            offset += len(data)
-            block, block_size = [], 0
+            def flush() -> None:
+                nonlocal offset, block, block_size
+                raw = b"".join(block)
+                data = compressor.compress(raw) if compressed else raw
+                out.write(data)
+                index.append(_INDEX.pack(first, last, offset, len(data)))
+                offset += len(data)
+                block, block_size = [], 0
 
-        for txid, value in records:
-            if not block:
-                first = txid
-            last = txid
-            block.append(_REC_HEAD.pack(txid, len(value)))
-            block.append(value)
-            block_size += _REC_HEAD.size + len(value)
-            count += 1
-            if block_size >= BLOCK_BYTES:
+            for txid, value in records:
+                if not block:
+                    first = txid
+                last = txid
+                block.append(_REC_HEAD.pack(txid, len(value)))
+                block.append(value)
+                block_size += _REC_HEAD.size + len(value)
+                count += 1
+                if block_size >= BLOCK_BYTES:
+                    flush()
+            if block:
                 flush()
-        if block:
-            flush()
-        out.write(b"".join(index))
-        out.write(_FOOTER.pack(len(index), int(compressed)) + _FOOTER_MAGIC)
-        out.flush()
-        os.fsync(out.fileno())
-        size = out.tell()
+            out.write(b"".join(index))
+            out.write(_FOOTER.pack(len(index), int(compressed)) + _FOOTER_MAGIC)
+            out.flush()
+            os.fsync(out.fileno())
+            size = out.tell()
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a damaged record or a full disk: no partial file
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
     return count, size
@@ -195,11 +199,15 @@ def copy_segment_file(source: Path, target: Path) -> None:
     """Copy a segment file to ``target`` durably (temporary name, fsync, rename)."""
     tmp = target.with_name(target.name + ".tmp")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(source, "rb") as src, open(tmp, "wb") as out:
-        while chunk := src.read(4 * 1024 * 1024):
-            out.write(chunk)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with open(source, "rb") as src, open(tmp, "wb") as out:
+            while chunk := src.read(4 * 1024 * 1024):
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, target)
     _fsync_dir(target.parent)
 
