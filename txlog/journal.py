@@ -740,6 +740,12 @@ class Journal:
         return problems
 
     # ------------------------------------------------------------------ segments
+    @property
+    def removed_through(self) -> int:
+        """The newest txid of a removed segment (0 when none was removed): reads start
+        after it."""
+        return self._removed_through
+
     def segments(self) -> list[Segment]:
         """The segment table, oldest first (removed segments included)."""
         return list(self._segments)

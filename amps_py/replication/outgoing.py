@@ -445,6 +445,18 @@ class Destination:
             return 0
         journal = self.instance.journal
         assert journal is not None
+        if welcome.cursor_txid <= journal.removed_through:
+            # its position lies in journals removed here (removal waited for its ack):
+            # nothing to check it against, and nothing older to send anyway
+            log.info(
+                "replication to %s: the peer holds my stream up to txid %d, in journals "
+                "removed here; sending from the oldest record kept (after txid %d)",
+                self.name,
+                welcome.cursor_txid,
+                journal.removed_through,
+                extra=events.extra(events.REPLICATION_CONNECTED),
+            )
+            return journal.removed_through
         rec = journal.get(welcome.cursor_txid) if welcome.cursor_txid <= journal.last_txid else None
         if rec is None or rec.bookmark != welcome.cursor_bm:
             log.warning(
