@@ -486,6 +486,9 @@ ACTION_ON_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-on-signal": ("Signal",),
     "amps-action-on-connect-client": (),
     "amps-action-on-disconnect-client": (),
+    "amps-action-on-connect-replication": (),
+    "amps-action-on-disconnect-replication": (),
+    "amps-action-on-replication-resync-complete": (),
     "amps-action-on-downgrade-replication": (),
     "amps-action-on-upgrade-replication": (),
 }

@@ -578,3 +578,50 @@ async def test_client_connect_and_disconnect_fire_actions(tmp_path: Path) -> Non
         assert (connects["runs"], connects["skipped"], connects["failures"]) == (3, 0, 0)
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------ replication events
+
+REPLICATION_EVENT_ACTIONS = (
+    "<Actions>"
+    + "".join(
+        f"""
+  <Action>
+    <On><Module>amps-action-on-{on}</Module></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+        <Options><Topic>repl-events</Topic>
+                 <Data>{{"event":"{on}","peer":"{{{{AMPS_REPLICATION_PEER_NAME}}}}",
+                        "destination":"{{{{AMPS_DESTINATION_NAME}}}}",
+                        "address":"{{{{AMPS_REPLICATION_REMOTE_ADDRESS}}}}"}}</Data></Options></Do>
+  </Action>"""
+        for on in ("connect-replication", "replication-resync-complete", "disconnect-replication")
+    )
+    + "</Actions>"
+)
+
+
+async def test_replication_connect_resync_and_disconnect_fire_actions(cluster: Cluster) -> None:
+    def a_body(view) -> str:  # type: ignore[no-untyped-def]
+        dest = destination_xml("B", "g", False, view.addr("B"), exclude=("replicate",))
+        return replication_xml(dest) + REPLICATION_EVENT_ACTIONS
+
+    cluster.add_instance("A", "g", a_body)
+    cluster.add_instance("B", "g", lambda view: "")
+    cluster.start("A")
+    async with open_client(cluster.uri("A"), "pub") as pub:
+        for i in range(50):  # B has something to catch up on when it comes up
+            await pub.publish("orders", b'{"i":%d}' % i)
+        await pub.flush()
+    cluster.start("B")
+    async with (
+        open_client(cluster.uri("A"), "watcher") as watcher,
+        watcher.subscribe("repl-events", bookmark="0") as events_sub,
+    ):
+        connected = (await events_sub.get(30)).json()
+        assert connected["event"] == "connect-replication"
+        assert connected["peer"] == "B" and connected["destination"] == "B"
+        assert connected["address"] == cluster.view("A").addr("B")
+        assert (await events_sub.get(30)).json()["event"] == "replication-resync-complete"
+        cluster.stop("B")
+        gone = (await events_sub.get(30)).json()
+        assert gone["event"] == "disconnect-replication" and gone["peer"] == "B"

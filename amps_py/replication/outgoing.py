@@ -102,6 +102,9 @@ class Destination:
         self.remote_name = ""
         self.connected = False
         self.address = ""
+        #: the committed txid when the current connection started, until the peer has
+        #: acknowledged it (then None: on-replication-resync-complete has fired)
+        self._resync_end: int | None = None
         self.sent_txid = 0
         self.acked_txid = 0
         self.messages_out = 0
@@ -252,10 +255,7 @@ class Destination:
             self._attached_scope = None
             if self._attached is shared:
                 self._attached = None
-            if self.connected:
-                self.disconnect_count += 1
-            self.connected = False
-            self.instance.replication_changed()
+            self._session_ended()
             with trio.CancelScope(shield=True):
                 await shared.up.aclose()
 
@@ -304,10 +304,7 @@ class Destination:
                         extra=events.extra(events.REPLICATION_DISCONNECTED),
                     )
                 finally:
-                    if self.connected:
-                        self.disconnect_count += 1
-                    self.connected = False
-                    self.instance.replication_changed()
+                    self._session_ended()
                     with trio.CancelScope(shield=True), trio.move_on_after(1):
                         await link_stream.aclose()
                     if link_stream is not stream:  # TLS: make sure the socket is closed
@@ -395,6 +392,9 @@ class Destination:
         self.connected = True
         self.resyncs += 1
         resync_end = instance.committed_txid
+        self._resync_end = resync_end
+        instance.fire_action("connect-replication", self._action_variables())
+        self._check_resync_complete()
         log.info(
             "replication to %s (%s, instance %s, %s) connected; resuming after txid %d "
             "(local journal at %d)",
@@ -583,6 +583,7 @@ class Destination:
                         self.acked_txid = min(event.upto, max(self.sent_txid, self._sending_upto))
                         self._ack_event.set()
                         self._acked()
+                        self._check_resync_complete()
                         self.instance.replication_acked()
                 elif isinstance(event, Refused):
                     raise LinkError(event.reason, f"the peer closed the link: {event.detail}")
@@ -657,12 +658,35 @@ class Destination:
         self.instance.replication_changed()
         self.instance.fire_action(
             "upgrade-replication" if upgraded else "downgrade-replication",
-            {
-                "AMPS_REPLICATION_PEER_NAME": self.remote_name,
-                "AMPS_REPLICATION_GROUP_NAME": self.config.group or "",
-                "AMPS_DESTINATION_NAME": self.name,
-            },
+            self._action_variables(),
         )
+
+    def _action_variables(self) -> dict[str, str]:
+        """What the replication On actions get (AMPS's names, plus the destination)."""
+        return {
+            "AMPS_REPLICATION_PEER_NAME": self.remote_name,
+            "AMPS_REPLICATION_GROUP_NAME": self.config.group or "",
+            "AMPS_REPLICATION_REMOTE_ADDRESS": self.address.partition(" (")[0],
+            "AMPS_REPLICATION_CLIENT_NAME": f"{self.instance.name}->{self.name}",
+            "AMPS_REPLICATION_TRANSPORT_NAME": self.config.name,
+            "AMPS_DESTINATION_NAME": self.name,
+        }
+
+    def _check_resync_complete(self) -> None:
+        """Fire ``on-replication-resync-complete`` once per connection, when the peer
+        has acknowledged everything this journal held when the connection started."""
+        if self._resync_end is not None and self.acked_txid >= self._resync_end:
+            self._resync_end = None
+            self.instance.fire_action("replication-resync-complete", self._action_variables())
+
+    def _session_ended(self) -> None:
+        """Bookkeeping when a connection (dialled or attached) ends."""
+        self._resync_end = None
+        if self.connected:
+            self.disconnect_count += 1
+            self.connected = False
+            self.instance.fire_action("disconnect-replication", self._action_variables())
+        self.instance.replication_changed()
 
     @property
     def upgrade_pending(self) -> bool:
