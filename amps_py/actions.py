@@ -145,8 +145,8 @@ def file_system_usage(path: str) -> float:
 
 
 def client_variables(session: Session, *, connected: bool) -> dict[str, str]:
-    """The variables of an ``on-connect-client`` (``connected``) or
-    ``on-disconnect-client`` event for ``session``."""
+    """The variables of an ``on-connect-client`` (``connected``: before logon), or an
+    ``on-logon-client`` / ``on-disconnect-client`` event for ``session``."""
     connection = f"connection-{session.conn_id}"
     variables = {
         # before logon a client has no name yet: AMPS gives the connection name

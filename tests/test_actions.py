@@ -530,6 +530,13 @@ CLIENT_ACTIONS = """
                         "connection":"{{AMPS_CONNECTION_NAME}}",
                         "user":"{{AMPS_AUTHENTICATION_ID}}"}</Data></Options></Do>
   </Action>
+  <Action>
+    <On><Module>amps-action-on-logon-client</Module></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+        <Options><Topic>logon-events</Topic>
+                 <Data>{"name":"{{AMPS_CLIENT_NAME}}","user":"{{AMPS_AUTHENTICATION_ID}}"}</Data>
+        </Options></Do>
+  </Action>
 </Actions>
 <Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>
 """
@@ -576,6 +583,13 @@ async def test_client_connect_and_disconnect_fire_actions(tmp_path: Path) -> Non
         await wait_until(lambda: None if disconnects() == (3, 2) else f"{disconnects()}", 10)
         connects = actions_of(base)[0]
         assert (connects["runs"], connects["skipped"], connects["failures"]) == (3, 0, 0)
+        # logons come after the connection, with the name the client logged on with
+        async with (
+            open_client(server.uri, "reader") as reader,
+            reader.subscribe("logon-events", bookmark="0") as logons,
+        ):
+            names = [(await logons.get(10)).json()["name"] for _ in range(4)]
+        assert names == ["watcher", "dull", "important-7", "reader"]
     finally:
         server.stop()
 

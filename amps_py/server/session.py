@@ -446,6 +446,7 @@ class Session:
             header.get("v", "?"),
             extra=events.extra(events.CLIENT_LOGON),
         )
+        self.instance.fire_action("logon-client", client_variables(self, connected=False))
         if "ack_conflation" in opts:
             pass  # acks are already conflated per journal commit; see README
         if "processed" in acks or not acks:
