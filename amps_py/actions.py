@@ -97,6 +97,18 @@ class ActionStatistics:
     last_error: str = ""
 
 
+def admin_path(path: str) -> str:
+    """An ``amps-action-on-admin`` Path in one spelling: no leading or trailing ``/``,
+    and without the ``/amps/administrator/actions/`` prefix if given."""
+    path = path.strip().strip("/")
+    return path.removeprefix("amps/administrator/actions/")
+
+
+def required_parameters(options: Mapping[str, str]) -> list[str]:
+    """The names in an on-admin ``RequiredParameter`` option (comma-separated)."""
+    return [p.strip() for p in options.get("RequiredParameter", "").split(",") if p.strip()]
+
+
 def substitute(text: str, variables: Mapping[str, str]) -> str:
     """``{{NAME}}`` replaced from ``variables`` (unknown names become "")."""
     return _VAR.sub(lambda m: variables.get(m.group(1), ""), text)
@@ -232,7 +244,54 @@ class ActionRunner:
             async for _ in signals:
                 await self._run(index, {"AMPS_SIGNAL": name})
 
-    async def _run(self, index: int, event: Mapping[str, str]) -> None:
+    def admin_actions(self) -> list[dict[str, Any]]:
+        """The ``amps-action-on-admin`` actions: path, name, description, required
+        parameters (``/amps/administrator/actions``)."""
+        listed = []
+        for i, action in enumerate(self.actions):
+            for on in action.on:
+                if on.module == "amps-action-on-admin":
+                    listed.append(
+                        {
+                            "path": admin_path(on.options["Path"]),
+                            "name": on.options.get("Name", "unknown"),
+                            "description": on.options.get("Description", ""),
+                            "required_parameters": required_parameters(on.options),
+                            "action": i + 1,
+                        }
+                    )
+        return listed
+
+    async def run_admin(self, path: str, parameters: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Run, and wait for, every action whose ``amps-action-on-admin`` Path is
+        ``path``, with the query ``parameters`` as variables; returns each run's
+        outcome (``done``, ``skipped`` or ``failed: ...``).
+
+        Raises:
+            KeyError: no action has that Path (the message lists those that exist).
+            ValueError: a RequiredParameter is missing (the message names it).
+        """
+        wanted = admin_path(path)
+        matching = [a for a in self.admin_actions() if a["path"] == wanted]
+        if not matching:
+            known = ", ".join(sorted({a["path"] for a in self.admin_actions()})) or "none"
+            raise KeyError(f"no action has amps-action-on-admin Path {wanted!r}; paths: {known}")
+        outcomes = []
+        for entry in matching:
+            missing = [p for p in entry["required_parameters"] if not parameters.get(p)]
+            if missing:
+                raise ValueError(
+                    f"action {entry['name']!r} needs the parameter(s) {', '.join(missing)}; "
+                    f"add ?{missing[0]}=... to the URL"
+                )
+        for entry in matching:
+            variables = {"AMPS_ADMIN_PATH": wanted, **parameters}
+            outcome = await self._run(entry["action"] - 1, variables)
+            outcomes.append({"action": entry["action"], "name": entry["name"], "outcome": outcome})
+        return outcomes
+
+    async def _run(self, index: int, event: Mapping[str, str]) -> str:
+        """Run action ``index`` once; returns ``done``, ``skipped`` or ``failed: ...``."""
         action, stats = self.actions[index], self.stats[index]
         now = time.time()
         variables = {
@@ -250,7 +309,7 @@ class ActionRunner:
                 holds = await self._if(condition, options, variables)
             except Exception as exc:  # an If that cannot decide stops the run
                 self._failed(index, condition, exc, "the Do modules of this run are skipped")
-                return
+                return f"failed: {condition.module}: {exc}"
             if not holds:
                 stats.skipped += 1
                 log.debug(
@@ -261,14 +320,15 @@ class ActionRunner:
                     condition.module,
                     condition.line,
                 )
-                return
+                return "skipped"
         for do in action.do:
             options = {k: substitute(v, variables) for k, v in do.options.items()}
             try:
                 await self._do(do, options)
             except Exception as exc:  # a failing Do stops the rest of this run
                 self._failed(index, do, exc, "the remaining Do modules of this run are skipped")
-                return
+                return f"failed: {do.module}: {exc}"
+        return "done"
 
     def _failed(self, index: int, module: ActionModule, exc: Exception, consequence: str) -> None:
         action, stats = self.actions[index], self.stats[index]

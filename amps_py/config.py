@@ -485,6 +485,7 @@ ACTION_ON_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-on-shutdown": (),
     "amps-action-on-signal": ("Signal",),
     "amps-action-on-connect-client": (),
+    "amps-action-on-admin": ("Path",),
     "amps-action-on-logon-client": (),
     "amps-action-on-disconnect-client": (),
     "amps-action-on-connect-replication": (),

@@ -59,6 +59,8 @@ REPLICATION_UPGRADED: Final = "15-0010"
 
 #: a Do module of an Action failed (the rest of that run is skipped)
 ACTION_FAILED: Final = "16-0001"
+#: an action was run by an administrator (amps-action-on-admin)
+ACTION_RUN: Final = "16-0002"
 
 
 def extra(code: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -639,3 +640,60 @@ async def test_replication_connect_resync_and_disconnect_fire_actions(cluster: C
         cluster.stop("B")
         gone = (await events_sub.get(30)).json()
         assert gone["event"] == "disconnect-replication" and gone["peer"] == "B"
+
+
+# ------------------------------------------------------------------ on-admin
+
+ADMIN_ACTIONS = """
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-admin</Module>
+        <Options><Path>say-hello</Path><Name>hello</Name>
+                 <Description>publish a greeting</Description>
+                 <RequiredParameter>who</RequiredParameter></Options></On>
+    <Do><Module>amps-action-do-publish-message</Module>
+        <Options><Topic>greetings</Topic><Data>{"hello":"{{who}}"}</Data></Options></Do>
+  </Action>
+</Actions>
+<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>
+"""
+
+
+def http_get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+async def test_admin_actions_run_with_query_parameters(tmp_path: Path) -> None:
+    server = start_instance(tmp_path, "adminact", extra=ADMIN_ACTIONS)
+    try:
+        ready = json.loads(server.ready_file.read_text())
+        base = f"http://127.0.0.1:{ready['transports']['admin']}/amps/administrator/actions"
+        status, listing = http_get(f"{base}.json")
+        assert status == 200
+        assert listing["actions"] == [
+            {
+                "path": "say-hello",
+                "name": "hello",
+                "description": "publish a greeting",
+                "required_parameters": ["who"],
+                "action": 1,
+            }
+        ]
+        status, body = http_get(f"{base}/say-hello.json")
+        assert status == 400 and "needs the parameter(s) who" in body["error"]
+        status, body = http_get(f"{base}/say-goodbye.json")
+        assert status == 404 and "paths: say-hello" in body["error"]
+        status, body = http_get(f"{base}/say-hello.json?who=operators")
+        assert status == 200
+        assert body["runs"] == [{"action": 1, "name": "hello", "outcome": "done"}]
+        async with (
+            open_client(server.uri, "reader") as reader,
+            reader.subscribe("greetings", bookmark="0") as sub,
+        ):
+            assert (await sub.get(10)).json() == {"hello": "operators"}
+    finally:
+        server.stop()

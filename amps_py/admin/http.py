@@ -17,6 +17,9 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
 - ``/amps/administrator/transaction_log/journals/<id>/compress``, ``.../archive``,
   ``.../remove`` — that journal segment and every older one (see
   :mod:`amps_py.server.maintenance`; remove waits until nothing needs them).
+- ``/amps/administrator/actions`` lists the ``amps-action-on-admin`` actions;
+  ``/amps/administrator/actions/<Path>?name=value`` runs those with that Path, the
+  query parameters as their variables, and answers with each run's outcome.
 - ``/metrics`` — Prometheus text format.
 
 An unknown path gets 404 with a message naming the known children. When the instance
@@ -298,7 +301,9 @@ class AdminApp:
         if is_admin_action:
             if method not in ("GET", "POST"):
                 raise HttpError(405, "use POST (or GET) for administrator actions")
-            result = await self._administrator(parts[2:], _basic_credentials(scope)[0])
+            result = await self._administrator(
+                parts[2:], _basic_credentials(scope)[0], _query(scope)
+            )
             return self._render("administrator", result, fmt)
         tree: dict[str, Any] = {"instance": instance_tree(self.instance), "host": host_tree()}
         node: Any = tree
@@ -343,7 +348,11 @@ class AdminApp:
                 "Entitlement rules file",
             )
 
-    async def _administrator(self, parts: list[str], user: str) -> dict[str, Any]:
+    async def _administrator(
+        self, parts: list[str], user: str, query: Mapping[str, str]
+    ) -> dict[str, Any]:
+        if parts[:1] == ["actions"]:
+            return await self._custom_action("/".join(parts[1:]), user, query)
         if len(parts) == 3 and parts[0] == "replication" and parts[2] in ("downgrade", "upgrade"):
             manager = self.instance.replication
             destinations = {d.name: d for d in manager.destinations} if manager else {}
@@ -391,8 +400,33 @@ class AdminApp:
             "and .../upgrade, /amps/administrator/clients/<client>/disconnect, "
             "/amps/administrator/transports/<transport>/enable and .../disable, "
             "/amps/administrator/transaction_log/journals/<id>/compress, .../archive "
-            "and .../remove",
+            "and .../remove, /amps/administrator/actions/<Path> (amps-action-on-admin)",
         )
+
+    async def _custom_action(
+        self, path: str, user: str, query: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """``/amps/administrator/actions``: the on-admin actions; ``.../<Path>`` runs
+        those with that Path (query parameters become their variables) and waits."""
+        runner = self.instance.actions
+        if not path:
+            return {"actions": runner.admin_actions() if runner is not None else []}
+        if runner is None:
+            raise HttpError(404, "this instance has no Actions; add an amps-action-on-admin")
+        try:
+            outcomes = await runner.run_admin(path, query)
+        except KeyError as exc:
+            raise HttpError(404, str(exc.args[0])) from None
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        log.warning(
+            "administrator%s ran admin action %s: %s",
+            f" {user!r}" if user else "",
+            path,
+            ", ".join(f"{o['name']} {o['outcome']}" for o in outcomes),
+            extra=events.extra(events.ACTION_RUN),
+        )
+        return {"path": path, "runs": outcomes}
 
     async def _journal_action(self, journal_id: str, action: str, user: str) -> dict[str, Any]:
         """Compress, archive or remove journal ``journal_id`` and every older one."""
@@ -458,6 +492,14 @@ class AdminApp:
             "connection": session.conn_id,
             "remote_address": session.peer,
         }
+
+
+def _query(scope: Scope) -> dict[str, str]:
+    """The request's query parameters (the last value of a repeated name)."""
+    from urllib.parse import parse_qsl
+
+    raw = scope.get("query_string", b"").decode("latin-1")
+    return dict(parse_qsl(raw, keep_blank_values=True))
 
 
 def _basic_credentials(scope: Scope) -> tuple[str, str]:
