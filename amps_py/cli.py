@@ -604,6 +604,48 @@ def admin_journal(ctx: click.Context, action: str, journal_id: int) -> None:
     _admin_print(ctx, doc, lambda console, d: console.print(d["summary"]))
 
 
+@admin.command("actions")
+@click.pass_context
+def admin_actions(ctx: click.Context) -> None:
+    """The custom actions an administrator can run (amps-action-on-admin)."""
+
+    def show(console: Any, doc: dict[str, Any]) -> None:
+        if not doc["actions"]:
+            console.print("no amps-action-on-admin actions are configured")
+        for a in doc["actions"]:
+            needs = ", ".join(a["required_parameters"]) or "no parameters"
+            console.print(f"{a['path']}: {a['name']} ({needs}) {a['description']}".rstrip())
+
+    _admin_print(ctx, _admin_fetch(ctx, "/amps/administrator/actions.json"), show)
+
+
+@admin.command("action")
+@click.argument("path")
+@click.argument("parameters", nargs=-1, metavar="[NAME=VALUE]...")
+@click.pass_context
+def admin_action(ctx: click.Context, path: str, parameters: tuple[str, ...]) -> None:
+    """Run the actions with amps-action-on-admin Path PATH; NAME=VALUE pairs become
+    their variables ({{NAME}})."""
+    from urllib.parse import quote, urlencode
+
+    pairs = []
+    for item in parameters:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            _fail(f"parameter {item!r} is not NAME=VALUE; write e.g. who=operators", 2)
+        pairs.append((name, value))
+    query = f"?{urlencode(pairs)}" if pairs else ""
+    doc = _admin_fetch(
+        ctx, f"/amps/administrator/actions/{quote(path.strip('/'))}.json{query}", "POST"
+    )
+
+    def show(console: Any, d: dict[str, Any]) -> None:
+        for run in d["runs"]:
+            console.print(f"{run['name']} (action {run['action']}): {run['outcome']}")
+
+    _admin_print(ctx, doc, show)
+
+
 @admin.command("transport")
 @click.argument("action", type=click.Choice(["enable", "disable"]))
 @click.argument("name")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -695,5 +697,34 @@ async def test_admin_actions_run_with_query_parameters(tmp_path: Path) -> None:
             reader.subscribe("greetings", bookmark="0") as sub,
         ):
             assert (await sub.get(10)).json() == {"hello": "operators"}
+    finally:
+        server.stop()
+
+
+def test_admin_action_from_the_console(tmp_path: Path) -> None:
+    server = start_instance(tmp_path, "adminact", extra=ADMIN_ACTIONS)
+    try:
+        ready = json.loads(server.ready_file.read_text())
+        url = f"http://127.0.0.1:{ready['transports']['admin']}"
+
+        def console(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "amps_py", "admin", "--url", url, *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        listed = console("actions")
+        assert (
+            listed.returncode == 0 and "say-hello: hello (who) publish a greeting" in listed.stdout
+        )
+        ran = console("action", "say-hello", "who=the night shift")
+        assert ran.returncode == 0 and "hello (action 1): done" in ran.stdout, ran.stderr
+        missing = console("action", "say-hello")
+        assert missing.returncode != 0 and "needs the parameter(s) who" in missing.stderr
+        bad = console("action", "say-hello", "who")
+        assert bad.returncode == 2 and "is not NAME=VALUE" in bad.stderr
     finally:
         server.stop()

@@ -13,7 +13,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -33,16 +33,23 @@ class AdminError(Exception):
         self.exit_code = exit_code
 
 
+#: seconds to wait for an answer: reads are quick; administrator actions (POST) may
+#: take as long as their work (compressing a 1 GB journal, an action's Do modules)
+READ_TIMEOUT: Final = 10.0
+ACTION_TIMEOUT: Final = 900.0
+
+
 def fetch(
     url: str, path: str, *, method: str = "GET", user: str | None = None, password: str = ""
 ) -> Any:
     """The JSON document at ``url + path``."""
+    timeout = ACTION_TIMEOUT if method == "POST" else READ_TIMEOUT
     request = urllib.request.Request(url.rstrip("/") + path, method=method)
     if user is not None:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
