@@ -37,6 +37,7 @@ Contract:
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 import threading
@@ -538,7 +539,15 @@ class Journal:
         the first record after ``after_txid``, if that record is not in LMDB."""
         if self._segments_db is None:
             return None
-        for key, value in txn.cursor(db=self._segments_db):
+        # segment boundaries never change: the in-memory table finds the segment that
+        # holds after_txid + 1, and the transaction's own rows say its state from there
+        known = self._segments
+        i = bisect.bisect_right(known, after_txid + 1, key=lambda s: s.first_txid) - 1
+        start = known[i].id if i >= 0 else 1
+        cursor = txn.cursor(db=self._segments_db)
+        if not cursor.set_range(_U64.pack(start)):
+            return None
+        for key, value in cursor:
             seg = Segment.decode(_U64.unpack(key)[0], bytes(value))
             if seg.last_txid <= after_txid or seg.state == "removed":
                 continue
