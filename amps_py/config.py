@@ -3422,7 +3422,8 @@ def default_config(data_dir: Path = Path("amps-data")) -> InstanceConfig:
 
     A standalone instance ``amps-py`` with one transport ``json-tcp`` (tcp, amps
     protocol, json messages) on 127.0.0.1:9007, a transaction log journaling every json
-    topic into ``data_dir``, and info-level logging to stdout. It is the same
+    topic into ``data_dir`` (archived journal segments in ``data_dir/archive``), the
+    admin interface on 127.0.0.1:8085, and info-level logging to stdout. It is the same
     configuration as :func:`default_config_xml` describes.
     """
     return InstanceConfig(
@@ -3442,6 +3443,7 @@ def default_config(data_dir: Path = Path("amps-data")) -> InstanceConfig:
         transaction_log=TransactionLogConfig(
             journal_directory=data_dir,
             topics=(JournalTopic(".*", "json"),),
+            archive_directory=data_dir / "archive",
         ),
         logging=(LogTarget(protocol="stdout", level="info"),),
         source="<embedded default>",
@@ -3484,6 +3486,9 @@ def default_config_xml(data_dir: str = "./amps-data") -> str:
       <MessageType>json</MessageType>
     </Topic>
     <!-- Durability defaults to fsync: a persisted ack means the message is on disk. -->
+    <!-- Journal segments of 1GB (JournalSize); `amps-py admin journal archive ID`
+         moves sealed ones here, where replay and replication still read them. -->
+    <JournalArchiveDirectory>{directory}/archive</JournalArchiveDirectory>
   </TransactionLog>
 
   <Logging>
