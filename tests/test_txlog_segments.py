@@ -140,7 +140,7 @@ def test_removed_segments_are_gone_with_their_index_entries(journal: Journal) ->
         segs[0].id, "compressed", journal.write_segment_file(segs[0], "compressed")
     )
     purge_all(journal)
-    file1 = Path(journal.segments()[0].file)
+    file1 = journal.segment_path(journal.segments()[0])
     removed = journal.mark_removed(segs[1].id)
     assert [s.id for s in removed] == [segs[0].id, segs[1].id]
     # reads skip them at once, before any purging
@@ -257,3 +257,20 @@ def test_export_refuses_a_segment_with_a_damaged_record(tmp_path: Path) -> None:
         check=False,
     )
     assert usage.returncode == 2 and "JOURNAL_DIR SEGMENT_ID" in usage.stderr
+
+
+def test_a_moved_journal_directory_still_reads_its_compressed_segments(tmp_path: Path) -> None:
+    """Compressed segment files live in the journal directory and are recorded by name,
+    so a journal restored to another path (a backup, a new disk) reads them there."""
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    fill(j, 300)
+    seg = j.segments()[0]
+    j.mark_offloaded(seg.id, "compressed", j.write_segment_file(seg, "compressed"))
+    purge_all(j)
+    before = payloads(j)
+    j.close()
+    (tmp_path / "j").rename(tmp_path / "restored")
+    with Journal(tmp_path / "restored", instance_name="a") as moved:
+        assert moved.segments()[0].file == "a.0000000001.journal.zst"
+        assert payloads(moved) == before
+        assert moved.verify() == []

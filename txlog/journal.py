@@ -559,11 +559,27 @@ class Journal:
                 return None
         return None
 
+    def segment_path(self, seg: Segment) -> Path:
+        """Where ``seg``'s file is: files in the journal directory are recorded by name
+        (the directory can be moved or restored elsewhere), others (archived) by
+        absolute path."""
+        path = Path(seg.file)
+        return path if path.is_absolute() else self.path / path
+
+    def _stored_name(self, file: Path) -> str:
+        """How a segment file is recorded in the table (see :meth:`segment_path`)."""
+        resolved = file.resolve()
+        if resolved.parent == self.path.resolve():
+            return resolved.name
+        return str(resolved)
+
     def _segment_file(self, seg: Segment) -> SegmentFile:
+        path = self.segment_path(seg)
+        key = str(path)
         with self._files_lock:
-            handle = self._files.get(seg.file)
+            handle = self._files.get(key)
             if handle is None:
-                handle = self._files[seg.file] = SegmentFile(Path(seg.file))
+                handle = self._files[key] = SegmentFile(path)
             return handle
 
     def _forget_file(self, path: str) -> None:
@@ -715,12 +731,13 @@ class Journal:
             if not seg.offloaded:
                 continue
             try:
-                pairs = iter(SegmentFile(Path(seg.file)))
+                pairs = iter(SegmentFile(self.segment_path(seg)))
                 for file_txid, file_value in pairs:
                     if not seg.first_txid <= file_txid <= seg.last_txid:
                         problems.append(
                             VerifyProblem(
-                                file_txid, f"outside segment {seg.id} in its file {seg.file}"
+                                file_txid,
+                                f"outside segment {seg.id} in its file {self.segment_path(seg)}",
                             )
                         )
                         continue
@@ -834,8 +851,9 @@ class Journal:
             raise JournalError(f"segments have no file in state {state!r}")
         target = directory / segment_file_name(self.instance_name, seg.id, compressed)
         if seg.offloaded and seg.file:
-            if Path(seg.file) != target:
-                copy_segment_file(Path(seg.file), target)
+            source = self.segment_path(seg)
+            if source.resolve() != target.resolve():
+                copy_segment_file(source, target)
         else:
             write_segment_file(target, self._segment_values(seg), compressed=compressed)
         return target
@@ -851,22 +869,25 @@ class Journal:
         """Record that segment ``seg_id`` is now ``state`` (compressed or archived) with
         its records in ``file`` (written by :meth:`write_segment_file`). Writer only.
 
-        Returns the segment's previous file when it is no longer used ("" if none):
+        Returns the path of the segment's previous file when it is no longer used ("" if
+        none):
         delete it once no reader can still have it open (readers retry on a missing
         file). The segment's records leave LMDB in later :meth:`purge_step` calls.
         """
         seg = self._segment(seg_id)
         if seg.state not in ("live", "compressed", "archived"):
             raise JournalError(f"journal segment {seg_id} is {seg.state}")
+        stored = self._stored_name(file)
         updated = replace(
-            seg, state=state, cleaned=seg.cleaned and seg.state != "live", file=str(file)
+            seg, state=state, cleaned=seg.cleaned and seg.state != "live", file=stored
         )
         with self._env.begin(write=True) as txn:
             self._put_segment(txn, updated)
         self._replace_segments({seg_id: updated})
-        old = seg.file if seg.file and seg.file != str(file) else ""
-        if old:
-            self._forget_file(old)
+        if not seg.file or seg.file == stored:
+            return ""
+        old = str(self.segment_path(seg))
+        self._forget_file(old)
         return old
 
     def mark_removed(self, through_id: int) -> list[Segment]:
@@ -932,7 +953,7 @@ class Journal:
                 # bookmarks of records that live only in the file
                 after = self._purge_progress.get(seg.id, seg.first_txid - 1)
                 try:
-                    pairs = SegmentFile(Path(seg.file)).after(
+                    pairs = SegmentFile(self.segment_path(seg)).after(
                         after, seg.last_txid, max_records - deleted
                     )
                 except SegmentFileError:
@@ -946,7 +967,7 @@ class Journal:
                     times = txn.cursor(db=self._times)
                     while times.first() and unpack(times.value())[0] <= seg.last_txid:
                         times.delete()
-                    file_to_delete = seg.file
+                    file_to_delete = str(self.segment_path(seg)) if seg.file else ""
                 done = True
                 finished = replace(seg, cleaned=True, file="" if removing else seg.file)
                 self._put_segment(txn, finished)

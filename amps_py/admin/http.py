@@ -121,7 +121,7 @@ def journals_tree(instance: Instance) -> dict[str, Any]:
     journals = {
         str(seg.id): {
             "id": seg.id,
-            "file_name": seg.file or f"{journal.path}/data.mdb",
+            "file_name": str(journal.segment_path(seg)) if seg.file else f"{journal.path}/data.mdb",
             "state": seg.state,
             "is_current": seg.id == current,
             "is_compressed": seg.file.endswith(".zst"),
