@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 from cluster import Cluster, destination_xml, replication_xml
-from harness import wait_until
+from harness import assert_journal_sound, wait_until
 
 from amps_py.client import open_client
 
@@ -207,3 +207,87 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     total = MESSAGES + MORE
     assert await replay_all(cluster.uri("B"), "b-again", total) == list(range(1, total + 1))
     cluster.stop_all()
+
+
+def post(base: str, path: str) -> Any:
+    request = urllib.request.Request(f"{base}{path}", method="POST")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+async def test_maintenance_while_publishing_replaying_and_replicating_loses_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Every journal sealed while a publisher writes is compressed, archived and removed
+    at once, while a bookmark replay reads A from the start and B replicates in sync:
+    the replay and B each get every message exactly once, in order."""
+    archive = tmp_path / "archive"
+
+    def a_body(view) -> str:  # type: ignore[no-untyped-def]
+        dest = destination_xml("B", "g", True, view.addr("B"), exclude=("replicate",))
+        return replication_xml(dest) + "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
+
+    cluster.add_instance("A", "g", a_body, journal_extra=JOURNAL_XML.format(archive))
+    cluster.add_instance("B", "g", lambda view: "")
+    cluster.start_all()
+    ready = json.loads(cluster.server("A").ready_file.read_text())
+    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    total = 3_000  # 16 KB each: about four 10 MB journals
+    pad = "p" * PAYLOAD_PAD
+    published = trio.Event()
+    maintained: list[int] = []
+    replayed: list[int] = []
+
+    async def publish() -> None:
+        async with open_client(cluster.uri("A"), "pub") as pub:
+            for n in range(1, total + 1):
+                await pub.publish("orders", json.dumps({"n": n, "pad": pad}).encode())
+            await pub.flush(timeout=120)
+        published.set()
+
+    async def maintain() -> None:
+        # each journal as soon as it is sealed: compress, archive, remove
+        while not (published.is_set() and maintained):
+            segs = await trio.to_thread.run_sync(journals, base)
+            sealed = [int(k) for k, s in segs.items() if not s["is_current"]]
+            fresh = [i for i in sealed if i not in maintained]
+            for seg in fresh:
+                for action in ("compress", "archive", "remove"):
+                    path = f"/amps/administrator/transaction_log/journals/{seg}/{action}"
+                    await trio.to_thread.run_sync(post, base, path)
+                maintained.append(seg)
+            await trio.sleep(0.05)  # polling interval of this loop, not synchronisation
+
+    async def replay() -> None:
+        async with (
+            open_client(cluster.uri("A"), "replayer") as client,
+            client.subscribe("orders", bookmark="0") as sub,
+        ):
+            while len(replayed) < total:
+                replayed.append(int((await sub.get(60)).json()["n"]))
+
+    with trio.fail_after(180):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(publish)
+            nursery.start_soon(maintain)
+            nursery.start_soon(replay)
+    print(f"journals maintained during the run: {maintained}")
+    assert len(maintained) >= 3, f"only journals {maintained} were sealed during the run"
+    assert replayed == list(range(1, total + 1)), "the replay lost or repeated messages"
+
+    def removed() -> str | None:
+        left = [int(i) for i in journals(base)]
+        still = [i for i in maintained if i in left]
+        return f"journals {still} are not removed yet" if still else None
+
+    await wait_until(removed, 60)
+    assert await replay_all(cluster.uri("B"), "b-check", total) == list(range(1, total + 1))
+    first_kept = min(int(s["first_txid"]) for s in journals(base).values())
+    async with (
+        open_client(cluster.uri("A"), "tail") as client,
+        client.subscribe("orders", bookmark="0") as sub,
+    ):
+        tail = [int((await sub.get(30)).json()["n"]) for _ in range(total - first_kept + 1)]
+    assert tail == list(range(first_kept, total + 1))
+    cluster.stop_all()
+    assert_journal_sound(cluster.journal_dir("A"))
