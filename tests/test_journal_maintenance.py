@@ -28,6 +28,23 @@ MORE = 1_500
 JOURNAL_XML = "<JournalSize>10MB</JournalSize><JournalArchiveDirectory>{}</JournalArchiveDirectory>"
 
 
+def add_pair(cluster: Cluster, archive: Path, *, sync: bool) -> None:
+    """A (10 MB journals, archive directory, admin API) replicating to B."""
+
+    def a_body(view) -> str:  # type: ignore[no-untyped-def]
+        dest = destination_xml("B", "g", sync, view.addr("B"), exclude=("replicate",))
+        return replication_xml(dest) + "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
+
+    cluster.add_instance("A", "g", a_body, journal_extra=JOURNAL_XML.format(archive))
+    cluster.add_instance("B", "g", lambda view: "")
+
+
+def admin_base(cluster: Cluster) -> str:
+    """A's admin URL (its port is chosen at each start)."""
+    ready = json.loads(cluster.server("A").ready_file.read_text())
+    return f"http://127.0.0.1:{ready['transports']['admin']}"
+
+
 def get(base: str, path: str) -> Any:
     with urllib.request.urlopen(f"{base}{path}", timeout=10) as response:
         return json.loads(response.read())
@@ -78,16 +95,9 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     cluster: Cluster, tmp_path: Path
 ) -> None:
     archive = tmp_path / "archive"
-
-    def a_body(view) -> str:  # type: ignore[no-untyped-def]
-        dest = destination_xml("B", "g", False, view.addr("B"), exclude=("replicate",))
-        return replication_xml(dest) + "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
-
-    cluster.add_instance("A", "g", a_body, journal_extra=JOURNAL_XML.format(archive))
-    cluster.add_instance("B", "g", lambda view: "")
+    add_pair(cluster, archive, sync=False)
     cluster.start("A")  # B stays down: a destination that has never acknowledged anything
-    ready = json.loads(cluster.server("A").ready_file.read_text())
-    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    base = admin_base(cluster)
 
     pad = "p" * PAYLOAD_PAD
     async with open_client(cluster.uri("A"), "pub") as pub:
@@ -175,8 +185,7 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
         await pub.flush(timeout=60)
     cluster.stop("A")
     cluster.start("A")
-    ready = json.loads(cluster.server("A").ready_file.read_text())
-    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    base = admin_base(cluster)
     segs = journals(base)
     newest_sealed = sorted(map(int, segs))[-2]
     held = [s["id"] for s in segs.values() if s["last_txid"] > acked and not s["is_current"]]
@@ -191,8 +200,7 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     # the mark survives another restart of A
     cluster.stop("A")
     cluster.start("A")
-    ready = json.loads(cluster.server("A").ready_file.read_text())
-    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    base = admin_base(cluster)
     segs = journals(base)
     assert [int(i) for i, s in segs.items() if s["pending_removal"]] == held, segs
 
@@ -222,16 +230,9 @@ async def test_maintenance_while_publishing_replaying_and_replicating_loses_noth
     at once, while a bookmark replay reads A from the start and B replicates in sync:
     the replay and B each get every message exactly once, in order."""
     archive = tmp_path / "archive"
-
-    def a_body(view) -> str:  # type: ignore[no-untyped-def]
-        dest = destination_xml("B", "g", True, view.addr("B"), exclude=("replicate",))
-        return replication_xml(dest) + "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
-
-    cluster.add_instance("A", "g", a_body, journal_extra=JOURNAL_XML.format(archive))
-    cluster.add_instance("B", "g", lambda view: "")
+    add_pair(cluster, archive, sync=True)
     cluster.start_all()
-    ready = json.loads(cluster.server("A").ready_file.read_text())
-    base = f"http://127.0.0.1:{ready['transports']['admin']}"
+    base = admin_base(cluster)
     total = 3_000  # 16 KB each: about four 10 MB journals
     pad = "p" * PAYLOAD_PAD
     published = trio.Event()
