@@ -145,6 +145,13 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     assert 'amps_journal_removal_pending{instance="A"} 2.0' in metrics
     assert 'amps_journal_segments{instance="A",state="archived"} 2.0' in metrics
     assert 'amps_journal_maintenance_requests_total{action="remove",instance="A"} 1.0' in metrics
+    # B has acknowledged nothing: its lag is every stored byte, in the metric and the tree
+    stored = sum(int(s["bytes"]) for s in journals(base).values())
+    assert stored > 30_000_000, stored
+    (lag_line,) = [m for m in metrics.splitlines() if m.startswith("amps_replication_lag_bytes{")]
+    assert float(lag_line.split()[-1]) == stored, lag_line
+    dest = get(base, "/amps/instance/replication/destinations/B.json")
+    assert (dest["lag_txids"], dest["lag_bytes"]) == (MESSAGES, stored)
 
     # replay on A reads every message, from the archived files and LMDB, in order
     assert await replay_all(cluster.uri("A"), "replayer") == list(range(1, MESSAGES + 1))

@@ -274,3 +274,16 @@ def test_a_moved_journal_directory_still_reads_its_compressed_segments(tmp_path:
         assert moved.segments()[0].file == "a.0000000001.journal.zst"
         assert payloads(moved) == before
         assert moved.verify() == []
+
+
+def test_bytes_through_sums_segment_sizes(journal: Journal) -> None:
+    fill(journal, 400)
+    segs = journal.segments()
+    total = sum(s.size for s in segs)
+    assert journal.bytes_through(0) == 0
+    assert journal.bytes_through(400) == total
+    assert journal.bytes_through(segs[1].last_txid) == segs[0].size + segs[1].size
+    # inside a segment: its mean record size times the records up to the txid
+    mid = segs[1].first_txid + segs[1].records // 2 - 1
+    expected = segs[0].size + segs[1].size * (segs[1].records // 2) // segs[1].records
+    assert journal.bytes_through(mid) == expected

@@ -54,3 +54,13 @@ def test_a_gap_in_txids_resets_the_tail() -> None:
     assert tail.after(3, 10, 24) is None
     got = tail.after(19, 10, 24)
     assert got is not None and [r.txid for r in got[0]] == [20, 21, 22, 23, 24]
+
+
+def test_bytes_after_is_exact_inside_the_tail_and_unknown_before_it() -> None:
+    tail = RecentRecords(max_records=100)
+    tail.add(*committed(11, 5, size=10))
+    tail.add(*committed(16, 5, size=30))
+    assert tail.bytes_after(10) == 5 * 10 + 5 * 30  # everything held
+    assert tail.bytes_after(13) == 2 * 10 + 5 * 30
+    assert tail.bytes_after(20) == 0  # caught up
+    assert tail.bytes_after(9) is None  # txid 10 is not held: ask the journal

@@ -766,6 +766,20 @@ class Journal:
         return problems
 
     # ------------------------------------------------------------------ segments
+    def bytes_through(self, txid: int) -> int:
+        """Stored bytes of every record up to ``txid``, from the segment table: exact
+        at segment boundaries, within a segment estimated from its mean record size.
+        Differences give the bytes between two txids (replication lag in bytes)."""
+        total = 0
+        for seg in self._segments:
+            if txid >= seg.last_txid:
+                total += seg.size
+                continue
+            if txid >= seg.first_txid and seg.records:
+                total += seg.size * (txid - seg.first_txid + 1) // seg.records
+            break
+        return total
+
     @property
     def removed_through(self) -> int:
         """The newest txid of a removed segment (0 when none was removed): reads start

@@ -72,6 +72,9 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
     """The ``/amps/instance`` tree, built from the instance's statistics."""
     stats = instance.statistics()
     repl = stats.replication or {"destinations": [], "upstreams": []}
+    for d in repl["destinations"]:
+        d["lag_txids"] = max(instance.committed_txid - int(d["acked_txid"]), 0)
+        d["lag_bytes"] = instance.bytes_after(int(d["acked_txid"]))
     journal = dict(stats.journal or {})
     if stats.writer:
         journal["writer"] = stats.writer

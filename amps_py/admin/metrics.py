@@ -176,6 +176,11 @@ class InstanceCollector(Collector):
                 "Local txids committed but not yet acknowledged by the destination",
                 labels=labels,
             ),
+            "lag_bytes": GaugeMetricFamily(
+                "amps_replication_lag_bytes",
+                "Stored bytes of the records the destination has not acknowledged",
+                labels=labels,
+            ),
             "seconds_behind": GaugeMetricFamily(
                 "amps_replication_seconds_behind",
                 "Age of the oldest record the destination has not acknowledged",
@@ -203,6 +208,9 @@ class InstanceCollector(Collector):
             families["connected"].add_metric(key, 1.0 if d["is_connected"] else 0.0)
             families["sync"].add_metric(key, 1.0 if d["replication_type"] == "sync" else 0.0)
             families["lag_messages"].add_metric(key, max(committed - _num(d["acked_txid"]), 0))
+            acked = d["acked_txid"]
+            lag_bytes = self.instance.bytes_after(acked) if isinstance(acked, int) else 0
+            families["lag_bytes"].add_metric(key, lag_bytes)
             for family, field in (
                 ("seconds_behind", "seconds_behind"),
                 ("messages_out", "messages_out"),

@@ -422,6 +422,18 @@ class Instance:
         seq = self._publisher_enqueued_seq(publisher.pub_hash) + 1
         return self.publish(publisher, topic, seq, payload, {})
 
+    def bytes_after(self, txid: int) -> int:
+        """Stored bytes of the committed records after ``txid`` (a destination's lag in
+        bytes): exact for the in-memory tail of recent commits, estimated per journal
+        segment further back."""
+        journal, writer = self.journal, self.writer
+        if journal is None or writer is None or txid >= writer.committed_txid:
+            return 0
+        exact = writer.recent.bytes_after(txid)
+        if exact is not None:
+            return exact
+        return max(journal.bytes_through(writer.committed_txid) - journal.bytes_through(txid), 0)
+
     async def maintain_journal(
         self, action: str, *, through: int | None = None, older_than: float | None = None
     ) -> MaintenanceResult:

@@ -76,6 +76,14 @@ class RecentRecords:
             self._bytes -= dropped
             self._first += drop
 
+    def bytes_after(self, txid: int) -> int | None:
+        """Stored bytes of the records after ``txid`` in the tail; ``None`` when the
+        tail does not hold ``txid + 1`` (and does not end at ``txid``)."""
+        start = txid + 1 - self._first
+        if start < 0 or start > len(self._records):
+            return None
+        return sum(map(len, self._values[start:]))
+
     def after(self, txid: int, limit: int, upto: int) -> tuple[list[Record], list[bytes]] | None:
         """Up to ``limit`` records with txids after ``txid`` and at most ``upto``, with
         their values; ``None`` when the tail does not hold ``txid + 1``."""
