@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -178,6 +179,19 @@ async def test_manual_downgrade_releases_waiting_acks_and_upgrade_restores_sync(
     await wait_until(upgraded, 30)
     d = json.loads(get(f"{base}/amps/instance/replication/destinations/B.json")[2])
     assert d["downgrades"] == 1 and d["upgrades"] == 1
+    # AMPS's monitoring fields of a destination
+    assert (d["client_type"], d["destination_name"], d["destination_group_name"]) == (
+        "destination",
+        "B",
+        "g",
+    )
+    assert d["client_name"] == "A->B" and d["authenticated_id"] == ""
+    # B was killed right after starting: A may or may not have reached it before
+    assert bool(d["disconnect_time"]) == (d["disconnect_count"] > 0)
+    assert d["disconnect_time"] <= d["connect_time"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", d["connect_time"])
+    assert isinstance(d["messages_out_per_sec"], float)
+    assert isinstance(d["bytes_out_per_sec"], float)
     unknown = admin_cli("--url", base, "downgrade", "nobody")
     assert unknown.returncode == 1 and "no replication destination 'nobody'" in unknown.stderr
 

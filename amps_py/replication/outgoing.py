@@ -84,6 +84,16 @@ class DestinationStatistics:
     downgrades: int = 0
     upgrades: int = 0
     upgrade_pending: bool = False
+    # AMPS's monitoring names (AMPS-NOTES 7.7)
+    client_name: str = ""
+    client_type: str = "destination"
+    authenticated_id: str = ""
+    destination_name: str = ""
+    destination_group_name: str = ""
+    connect_time: str = ""
+    disconnect_time: str = ""
+    messages_out_per_sec: float = 0.0
+    bytes_out_per_sec: float = 0.0
 
 
 class Destination:
@@ -105,6 +115,11 @@ class Destination:
         #: the committed txid when the current connection started, until the peer has
         #: acknowledged it (then None: on-replication-resync-complete has fired)
         self._resync_end: int | None = None
+        self.remote_group = ""
+        self.authenticated_id = ""
+        self.connect_time = 0.0
+        self.disconnect_time = 0.0
+        self._rates = _Rates()
         self.sent_txid = 0
         self.acked_txid = 0
         self.messages_out = 0
@@ -387,9 +402,12 @@ class Destination:
             await stream.send_all(link.refuse("replicates to itself", detail, now()))
             raise LinkError("replicates to itself", detail)
         self.remote_name = welcome.name
+        self.remote_group = welcome.group
+        self.authenticated_id = credentials[0] if credentials else ""
         start = await self._resync_point(welcome)
         self.sent_txid = self.acked_txid = self._sending_upto = start
         self.connected = True
+        self.connect_time = time.time()
         self.resyncs += 1
         resync_end = instance.committed_txid
         self._resync_end = resync_end
@@ -684,6 +702,7 @@ class Destination:
         self._resync_end = None
         if self.connected:
             self.disconnect_count += 1
+            self.disconnect_time = time.time()
             self.connected = False
             self.instance.fire_action("disconnect-replication", self._action_variables())
         self.instance.replication_changed()
@@ -697,6 +716,9 @@ class Destination:
             self._set_sync(self._upgrade_why)
 
     def statistics(self) -> DestinationStatistics:
+        messages_rate, bytes_rate = self._rates.update(
+            time.monotonic(), self.messages_out, self.bytes_out
+        )
         return DestinationStatistics(
             name=self.name,
             remote_name=self.remote_name,
@@ -720,7 +742,43 @@ class Destination:
             downgrades=self.downgrades,
             upgrades=self.upgrades,
             upgrade_pending=self._upgrade_at is not None,
+            client_name=f"{self.instance.name}->{self.name}",
+            authenticated_id=self.authenticated_id,
+            destination_name=self.remote_name,
+            destination_group_name=self.remote_group,
+            connect_time=_iso(self.connect_time),
+            disconnect_time=_iso(self.disconnect_time),
+            messages_out_per_sec=messages_rate,
+            bytes_out_per_sec=bytes_rate,
         )
+
+
+def _iso(ts: float) -> str:
+    """A wall-clock time as ISO 8601 UTC ("" for never)."""
+    if not ts:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+class _Rates:
+    """Per-second rates of two counters, over at least the last second between reads
+    (statistics are read by the admin API, the stats file and metrics scrapes)."""
+
+    def __init__(self) -> None:
+        self._at = 0.0
+        self._counts = (0, 0)
+        self._rates = (0.0, 0.0)
+
+    def update(self, now: float, messages: int, nbytes: int) -> tuple[float, float]:
+        elapsed = now - self._at
+        if self._at and elapsed >= 1.0:
+            self._rates = (
+                round((messages - self._counts[0]) / elapsed, 1),
+                round((nbytes - self._counts[1]) / elapsed, 1),
+            )
+        if not self._at or elapsed >= 1.0:
+            self._at, self._counts = now, (messages, nbytes)
+        return self._rates
 
 
 def _tls_failure_detail(
