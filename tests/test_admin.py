@@ -20,6 +20,7 @@ from harness import ServerProcess, start_instance, wait_until
 from lxml import etree
 
 from amps_py.client import ConnectionLost, open_client
+from txlog import publisher_hash
 
 ADMIN_XML = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
 
@@ -237,6 +238,12 @@ async def test_clients_are_listed_by_name_with_their_counters(server: ServerProc
         assert alpha_entry["remote_address"].startswith("127.0.0.1:")
         assert alpha_entry["queued_bytes"] >= 0 and alpha_entry["queued_limit_bytes"] > 0
         assert alpha_entry["connected_s"] >= 0 and alpha_entry["connected_at"].endswith("Z")
+        # AMPS's names for the same facts
+        assert alpha_entry["connect_time"] == alpha_entry["connected_at"]
+        assert alpha_entry["authenticated_id"] == "alpha"
+        assert alpha_entry["client_name_hash"] == str(publisher_hash("alpha"))
+        assert clients["1st-feed"]["subscription_count"] == 1
+        assert alpha_entry["queued_bytes_out"] == alpha_entry["queued_bytes"]
         # a connection that has not logged on is keyed by its connection id
         (anonymous,) = [k for k in clients if k.startswith("connection-")]
         assert clients[anonymous]["logged_on"] is False

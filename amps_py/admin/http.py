@@ -179,8 +179,11 @@ def client_entry(session: Session) -> dict[str, Any]:
 
     ``queued_bytes`` are bytes waiting to be written to the client: a client that does
     not keep up shows a growing figure, and is disconnected as a slow client at
-    ``queued_limit_bytes``.
+    ``queued_limit_bytes``. The AMPS monitoring names (``connect_time``,
+    ``authenticated_id``, ``client_name_hash``, ``subscription_count``,
+    ``queued_bytes_out``) are given too, for tools written against AMPS.
     """
+    connect_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.connected_at))
     return {
         "client_name": session.client_name,
         "connection": session.conn_id,
@@ -188,7 +191,7 @@ def client_entry(session: Session) -> dict[str, Any]:
         "user": session.user_id,
         "transport": session.transport,
         "remote_address": session.peer,
-        "connected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.connected_at)),
+        "connected_at": connect_time,
         "connected_s": round(max(time.time() - session.connected_at, 0.0), 3),
         "subscriptions": len(session.subscriptions),
         "messages_in": session.messages_in,
@@ -198,6 +201,12 @@ def client_entry(session: Session) -> dict[str, Any]:
         "awaiting_persisted_ack": len(session.inflight),
         "heartbeat_s": session.heartbeat_interval,
         "closing": session.close_reason or None,
+        # AMPS's names
+        "connect_time": connect_time,
+        "authenticated_id": session.user_id,
+        "client_name_hash": str(session.pub_hash) if session.pub_hash else "",
+        "subscription_count": len(session.subscriptions),
+        "queued_bytes_out": session.out_bytes,
     }
 
 
