@@ -152,6 +152,11 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     assert float(lag_line.split()[-1]) == stored, lag_line
     dest = get(base, "/amps/instance/replication/destinations/B.json")
     assert (dest["lag_txids"], dest["lag_bytes"]) == (MESSAGES, stored)
+    # the space left where journals and archives go
+    disks = get(base, "/amps/host/disks.json")
+    assert set(disks) == {"journal", "archive"} and disks["archive"]["path"] == str(archive)
+    assert all(0 < d["free_bytes"] <= d["total_bytes"] for d in disks.values()), disks
+    assert 'amps_disk_free_bytes{holds="archive",instance="A"}' in metrics
 
     # replay on A reads every message, from the archived files and LMDB, in order
     assert await replay_all(cluster.uri("A"), "replayer") == list(range(1, MESSAGES + 1))

@@ -8,7 +8,8 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
   ``statistics``, ``transaction_log``, ``replication`` (``destinations`` and
   ``upstreams`` keyed by name), ``transports``. Any subtree can be asked for by path,
   e.g. ``/amps/instance/replication/destinations/B.json``.
-- ``/amps/host[/...]`` — host name, CPUs, load, memory.
+- ``/amps/host[/...]`` — host name, CPUs, load, memory, and ``disks``: space on the
+  file systems of the journal and the archive directory.
 - ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade``
   (POST or GET) — change a destination's acknowledgment mode.
 - ``/amps/administrator/clients/<client>/disconnect`` (POST or GET) — close that
@@ -34,10 +35,12 @@ import base64
 import binascii
 import logging
 import os
+import shutil
 import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -210,7 +213,35 @@ def client_entry(session: Session) -> dict[str, Any]:
     }
 
 
-def host_tree() -> dict[str, Any]:
+def disks_of(instance: Instance) -> dict[str, dict[str, Any]]:
+    """Space on the file systems holding the journal and the archive directory, keyed
+    by what they hold (``journal``, ``archive``)."""
+    tl = instance.config.transaction_log
+    places: dict[str, Path] = {}
+    if tl is not None:
+        places["journal"] = tl.journal_directory
+        if tl.archive_directory is not None:
+            places["archive"] = tl.archive_directory
+    disks: dict[str, dict[str, Any]] = {}
+    for what, path in places.items():
+        probe = path
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent  # an archive directory is created at its first use
+        try:
+            usage = shutil.disk_usage(probe)
+        except OSError:
+            continue
+        disks[what] = {
+            "path": str(path),
+            "total_bytes": usage.total,
+            "used_bytes": usage.used,
+            "free_bytes": usage.free,
+            "usage_percent": round(100 * usage.used / usage.total, 1) if usage.total else 0.0,
+        }
+    return disks
+
+
+def host_tree(instance: Instance | None = None) -> dict[str, Any]:
     load = os.getloadavg()
     memory: dict[str, int] = {}
     try:
@@ -226,6 +257,7 @@ def host_tree() -> dict[str, Any]:
         "cpus": os.cpu_count() or 0,
         "load": {"1m": load[0], "5m": load[1], "15m": load[2]},
         "memory": memory,
+        "disks": disks_of(instance) if instance is not None else {},
     }
 
 
@@ -317,7 +349,10 @@ class AdminApp:
                 parts[2:], _basic_credentials(scope)[0], _query(scope)
             )
             return self._render("administrator", result, fmt)
-        tree: dict[str, Any] = {"instance": instance_tree(self.instance), "host": host_tree()}
+        tree: dict[str, Any] = {
+            "instance": instance_tree(self.instance),
+            "host": host_tree(self.instance),
+        }
         node: Any = tree
         walked = ["amps"]
         for part in parts[1:]:

@@ -100,8 +100,21 @@ class InstanceCollector(Collector):
             yield gauge("amps_journal_bytes", "Journal file size", stats.journal["file_bytes"])
             yield gauge("amps_journal_last_txid", "Newest txid", stats.journal["last_txid"])
         yield from self._journal_segments(stats.name)
+        yield from self._disks(stats.name)
         yield from self._replication(stats.name, stats.replication)
         yield from self._clients(stats.name)
+
+    def _disks(self, name: str) -> Iterator[Metric]:
+        from .http import disks_of
+
+        free = GaugeMetricFamily(
+            "amps_disk_free_bytes",
+            "Free space on the file system of the journal / the archive directory",
+            labels=["instance", "holds"],
+        )
+        for what, disk in disks_of(self.instance).items():
+            free.add_metric([name, what], disk["free_bytes"])
+        yield free
 
     def _journal_segments(self, name: str) -> Iterator[Metric]:
         """Journal segments per state, and maintenance requests per action."""
