@@ -142,6 +142,10 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
     done = admin(base, "journal", "remove", "2")
     assert done.returncode == 0, done.stderr
     assert "journals 1, 2 marked" in done.stdout and "destination B" in done.stdout
+    status = admin(base, "status")
+    assert "removal pending for journals 1, 2: destination B has acknowledged through txid 0" in (
+        status.stdout
+    ), status.stdout
     listing = admin(base, "journals")
     print(listing.stdout)
     assert "removal pending" in listing.stdout and "destination B" in listing.stdout

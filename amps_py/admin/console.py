@@ -155,6 +155,11 @@ def status_screen(instance: dict[str, Any]) -> Group:
             f"{journal.get('durability', '?')}"
         )
         line(f"  at {journal.get('path', '?')}")
+        maintenance = journal.get("maintenance") or {}
+        pending = maintenance.get("pending_removal") or []
+        if pending:
+            held = "; ".join(map(str, maintenance.get("held_by") or [])) or "in progress"
+            line(f"  removal pending for journals {', '.join(map(str, pending))}: {held}")
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
     line(f"transports {transports}")
     if instance.get("replication", {}).get("destinations"):
