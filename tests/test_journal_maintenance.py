@@ -23,6 +23,7 @@ from cluster import Cluster, destination_xml, replication_xml
 from harness import assert_journal_sound, start_instance, wait_until
 
 from amps_py.client import open_client
+from txlog import format_bookmark, publisher_hash
 
 PAYLOAD_PAD = 16 * 1024
 #: enough 16 KB messages to fill three 10 MB segments and start a fourth
@@ -192,6 +193,14 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
         msg = await sub.get(30)
         kept.append(int(msg.json()["n"]))
     assert kept == [first_kept], "replay after removal starts at the first kept message"
+    # a subscriber resuming from a bookmark in a removed journal gets everything still
+    # held after it (not NOW: that would skip what the journal still has)
+    removed_mark = format_bookmark(publisher_hash("pub"), 5)
+    async with (
+        open_client(cluster.uri("A"), "resumer") as client,
+        client.subscribe("orders", bookmark=removed_mark) as sub,
+    ):
+        assert int((await sub.get(30)).json()["n"]) == first_kept
 
     # B goes down having acknowledged everything so far; more is published; A restarts.
     # A remembers how far B got (saved in its journal): what B has is removable, the

@@ -287,3 +287,35 @@ def test_bytes_through_sums_segment_sizes(journal: Journal) -> None:
     mid = segs[1].first_txid + segs[1].records // 2 - 1
     expected = segs[0].size + segs[1].size * (segs[1].records // 2) // segs[1].records
     assert journal.bytes_through(mid) == expected
+
+
+def test_removal_leaves_a_floor_under_late_copies_and_old_bookmarks(journal: Journal) -> None:
+    """Removal deletes bookmark entries but remembers, per publisher, the highest seq it
+    removed: a replicated copy at or below it arriving later is a duplicate, not new."""
+    fill(journal, 300)
+    seg1 = journal.segments()[0]
+    journal.mark_removed(seg1.id)
+    purge_all(journal)
+    assert journal.publisher_floor(PH) == seg1.last_txid  # seq == txid for one publisher
+    assert journal.publisher_floor(PH + 1) == 0
+
+    def copy(seq: int) -> Record:
+        rec = make(seq)
+        rec.path = (("elsewhere", "g"),)
+        rec.origin = "elsewhere"
+        return rec
+
+    # a late copy of a removed record: dropped; one of a record still held: dropped;
+    # a replicated record above the floor that is not held yet: stored
+    before = journal.last_txid
+    assert journal.append([copy(seg1.last_txid)], 9_000_000) == [0]
+    assert journal.append([copy(seg1.last_txid + 1)], 9_000_000) == [0]
+    assert journal.append([copy(400)], 9_000_000) == [before + 1]
+    # the floor survives a reopen
+    journal.close()
+    again = Journal(journal.path, instance_name="a")
+    try:
+        assert again.publisher_floor(PH) == seg1.last_txid
+        assert again.append([copy(3)], 9_000_001) == [0]
+    finally:
+        again.close()

@@ -14,6 +14,7 @@ name            key                         value
 ``meta``        text key                    text value (format, instance name)
 ``segments``    segment id (u64 BE)         :class:`txlog.segments.Segment` row
 ``destinations`` destination name           txid u64 it has acknowledged (removal)
+``floors``      pub_hash u64                highest seq of its records removed
 ==============  ==========================  =====================================
 
 Records are grouped into numbered segments (AMPS's journal files, see
@@ -184,6 +185,7 @@ class Journal:
         self._upstreams = self._env.open_db(b"upstreams", create=create)
         self._segments_db = self._open_optional_db(b"segments", create)
         self._destinations_db = self._open_optional_db(b"destinations", create)
+        self._floors_db = self._open_optional_db(b"floors", create)
         self._codec = RecordCodec(compress=compression == "zstd")
         self._check_meta(instance_name, readonly)
         with self._env.begin(db=self._records) as txn:
@@ -193,6 +195,7 @@ class Journal:
             cur = txn.cursor()
             self._last_time_entry = _U64.unpack(cur.key())[0] if cur.last() else 0
         self._pub_cache: dict[int, int] = {}
+        self._floor_cache: dict[int, int] = {}
         self._commits = 0
         self._appended = 0
         self._duplicates = 0
@@ -365,7 +368,12 @@ class Journal:
                             txids.append(0)  # published here: the publisher-sequence rule
                             continue
                         # a replicated copy at or below the high-water mark: exact lookup
-                        # (copies may arrive over several paths in any order)
+                        # (copies may arrive over several paths in any order); one at or
+                        # below what removal deleted of this publisher is a late copy
+                        # of a removed record, not new
+                        if seq <= self._floor(txn, ph):
+                            txids.append(0)
+                            continue
                         if marks is None:
                             marks = {mark for mark, _ in bm_items}
                         if bm_key in marks or txn.get(bm_key, db=bookmarks) is not None:
@@ -950,6 +958,8 @@ class Journal:
         removing = seg.state == "removed"
         done = False
         file_to_delete = ""
+        floors: dict[int, int] = {}
+        raised: dict[int, int] = {}
         with self._env.begin(write=True) as txn:
             cur = txn.cursor(db=self._records)
             deleted = 0
@@ -959,7 +969,7 @@ class Journal:
                     if txid > hi:
                         break
                     if removing:
-                        self._delete_bookmark(txn, cur.value(), txid)
+                        self._delete_bookmark(txn, cur.value(), txid, floors)
                     deleted += 1
                     if not cur.delete():
                         break
@@ -973,7 +983,7 @@ class Journal:
                 except SegmentFileError:
                     pairs = []  # already gone: its index entries cannot be found either
                 for txid, value in pairs:
-                    self._delete_bookmark(txn, value, txid)
+                    self._delete_bookmark(txn, value, txid, floors)
                 self._purge_progress[seg.id] = pairs[-1][0] if pairs else seg.last_txid
                 deleted += len(pairs)
             if deleted < max_records:
@@ -985,8 +995,11 @@ class Journal:
                 done = True
                 finished = replace(seg, cleaned=True, file="" if removing else seg.file)
                 self._put_segment(txn, finished)
+            if floors:
+                raised = self._raise_floors(txn, floors)
             if on_staged is not None:
                 on_staged()
+        self._floor_cache.update(raised)
         if done:
             self._replace_segments({seg.id: finished})
             self._purge_progress.pop(seg.id, None)
@@ -995,10 +1008,41 @@ class Journal:
                 Path(file_to_delete).unlink(missing_ok=True)
         return self.purge_pending()
 
-    def _delete_bookmark(self, txn: lmdb.Transaction, value: bytes, txid: int) -> None:
+    def _delete_bookmark(
+        self, txn: lmdb.Transaction, value: bytes, txid: int, floors: dict[int, int]
+    ) -> None:
+        """Delete a removed record's bookmark entry and raise its publisher's floor
+        in ``floors`` (written at the end of the purge step)."""
         if len(value) < _BOOKMARK_AT + 16:
             return
         key = bytes(memoryview(value)[_BOOKMARK_AT : _BOOKMARK_AT + 16])
+        pub_hash, seq = _U64x2.unpack(key)
+        if seq > floors.get(pub_hash, 0):
+            floors[pub_hash] = seq
         stored = txn.get(key, db=self._bookmarks)
         if stored is not None and unpack_u64(bytes(stored)) == txid:
             txn.delete(key, db=self._bookmarks)
+
+    def _floor(self, txn: lmdb.Transaction, pub_hash: int) -> int:
+        floor = self._floor_cache.get(pub_hash)
+        if floor is None:
+            raw = txn.get(_U64.pack(pub_hash), db=self._floors_db) if self._floors_db else None
+            floor = self._floor_cache[pub_hash] = unpack_u64(bytes(raw)) if raw else 0
+        return floor
+
+    def publisher_floor(self, pub_hash: int) -> int:
+        """The highest seq of this publisher among removed records (0 if none): a
+        bookmark at or below it is older than what the journal keeps."""
+        if self._floors_db is None:
+            return 0
+        with self._env.begin(db=self._floors_db) as txn:
+            raw = txn.get(_U64.pack(pub_hash))
+        return unpack_u64(bytes(raw)) if raw else 0
+
+    def _raise_floors(self, txn: lmdb.Transaction, floors: dict[int, int]) -> dict[int, int]:
+        """Store the floors of ``floors`` that are higher than the stored ones; returns
+        those (for the cache, once committed)."""
+        raised = {ph: seq for ph, seq in floors.items() if seq > self._floor(txn, ph)}
+        for pub_hash, seq in raised.items():
+            txn.put(_U64.pack(pub_hash), _U64.pack(seq), db=self._floors_db)
+        return raised

@@ -46,6 +46,9 @@ def _resolve_point(journal: Journal, point: Point, last_txid: int, not_found: st
     txids = [t for t in found if t is not None]
     if txids:
         return min(min(txids), last_txid)
+    if _removed(journal, point):
+        # older than what the journal keeps: everything still held comes after it
+        return journal.removed_through
     if not_found == "epoch":
         return 0
     if not_found == "fail":
@@ -64,9 +67,16 @@ def _resolve_end(journal: Journal, point: Point, inclusive: bool, last_txid: int
     found = [journal.lookup_bookmark(h, s) for h, s in point.bookmarks]
     txids = [t for t in found if t is not None]
     if not txids:
-        return None
+        # an end older than what the journal keeps: nothing held is before it
+        return journal.removed_through if _removed(journal, point) else None
     end = max(txids)
     return end if inclusive else end - 1
+
+
+def _removed(journal: Journal, point: Point) -> bool:
+    """Whether a bookmark of ``point`` is one the journal had and removed (its seq is at
+    or below what removal deleted of its publisher)."""
+    return any(0 < s <= journal.publisher_floor(h) for h, s in point.bookmarks)
 
 
 def _plan(
