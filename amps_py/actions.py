@@ -377,6 +377,12 @@ class ActionRunner:
             self._upgrade(parse_duration(options["Age"]))
         elif module in JOURNAL_MAINTENANCE:
             await self._maintain_journal(JOURNAL_MAINTENANCE[module], options["Age"])
+        elif module == "amps-action-do-disable-transport":
+            outcome = self.instance.disable_transport(options["Transport"])
+            log.info("action: transport %s: %s", options["Transport"], outcome)
+        elif module == "amps-action-do-enable-transport":
+            outcome = await self.instance.enable_transport(options["Transport"])
+            log.info("action: transport %s: %s", options["Transport"], outcome)
         elif module == "amps-action-do-publish-message":
             data = options.get("Data", "")
             self.instance.publish_internal(options["Topic"], data.encode())

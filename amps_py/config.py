@@ -507,6 +507,8 @@ ACTION_DO_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-do-compress-journal": ("Age",),
     "amps-action-do-remove-journal": ("Age",),
     "amps-action-do-publish-message": ("Topic",),
+    "amps-action-do-disable-transport": ("Transport",),
+    "amps-action-do-enable-transport": ("Transport",),
     "amps-action-do-rotate-logs": (),
     "amps-action-do-shutdown": (),
     "amps-action-do-nothing": (),

@@ -20,7 +20,7 @@ from cluster import Cluster, destination_xml, replication_xml
 from harness import start_instance, wait_until
 
 from amps_py.actions import ActionRunner
-from amps_py.client import open_client
+from amps_py.client import ConnectionLost, open_client
 from amps_py.config import ConfigError, parse_config
 
 DOWNGRADE_AGE = 2.0
@@ -726,5 +726,53 @@ def test_admin_action_from_the_console(tmp_path: Path) -> None:
         assert missing.returncode != 0 and "needs the parameter(s) who" in missing.stderr
         bad = console("action", "say-hello", "who")
         assert bad.returncode == 2 and "is not NAME=VALUE" in bad.stderr
+    finally:
+        server.stop()
+
+
+DOORS_ACTIONS = """
+<Actions>
+  <Action>
+    <On><Module>amps-action-on-admin</Module><Options><Path>close</Path></Options></On>
+    <Do><Module>amps-action-do-disable-transport</Module>
+        <Options><Transport>json-tcp</Transport></Options></Do>
+  </Action>
+  <Action>
+    <On><Module>amps-action-on-admin</Module><Options><Path>open</Path></Options></On>
+    <Do><Module>amps-action-do-enable-transport</Module>
+        <Options><Transport>json-tcp</Transport></Options></Do>
+  </Action>
+  <Action>
+    <On><Module>amps-action-on-admin</Module><Options><Path>typo</Path></Options></On>
+    <Do><Module>amps-action-do-disable-transport</Module>
+        <Options><Transport>json-tpc</Transport></Options></Do>
+  </Action>
+</Actions>
+<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>
+"""
+
+
+async def test_transport_actions_close_and_open_the_client_port(tmp_path: Path) -> None:
+    server = start_instance(tmp_path, "doors", extra=DOORS_ACTIONS)
+    try:
+        ready = json.loads(server.ready_file.read_text())
+        base = f"http://127.0.0.1:{ready['transports']['admin']}/amps/administrator/actions"
+        async with open_client(server.uri, "early") as early:
+            status, body = await trio.to_thread.run_sync(http_get, f"{base}/close.json")
+            assert status == 200 and body["runs"][0]["outcome"] == "done", body
+            with pytest.raises(ConnectionLost):
+                await early.publish_persisted("orders", b"{}", timeout=10)
+        with pytest.raises(OSError):
+            await trio.open_tcp_stream("127.0.0.1", server.port)
+        status, body = await trio.to_thread.run_sync(http_get, f"{base}/open.json")
+        assert status == 200 and body["runs"][0]["outcome"] == "done", body
+        async with open_client(server.uri, "late") as late:
+            await late.publish_persisted("orders", b"{}", timeout=10)
+        status, body = await trio.to_thread.run_sync(http_get, f"{base}/typo.json")
+        assert status == 200
+        outcome = body["runs"][0]["outcome"]
+        assert (
+            outcome.startswith("failed: amps-action-do-disable-transport") and "json-tpc" in outcome
+        )
     finally:
         server.stop()
