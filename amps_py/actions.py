@@ -377,12 +377,16 @@ class ActionRunner:
             self._upgrade(parse_duration(options["Age"]))
         elif module in JOURNAL_MAINTENANCE:
             await self._maintain_journal(JOURNAL_MAINTENANCE[module], options["Age"])
-        elif module == "amps-action-do-disable-transport":
-            outcome = self.instance.disable_transport(options["Transport"])
-            log.info("action: transport %s: %s", options["Transport"], outcome)
-        elif module == "amps-action-do-enable-transport":
-            outcome = await self.instance.enable_transport(options["Transport"])
-            log.info("action: transport %s: %s", options["Transport"], outcome)
+        elif module in ("amps-action-do-disable-transport", "amps-action-do-enable-transport"):
+            name = options["Transport"]
+            try:
+                if module == "amps-action-do-disable-transport":
+                    outcome = self.instance.disable_transport(name)
+                else:
+                    outcome = await self.instance.enable_transport(name)
+            except KeyError as exc:  # says which client transports exist
+                raise ActionFailed(str(exc.args[0])) from None
+            log.info("action: transport %s: %s", name, outcome)
         elif module == "amps-action-do-publish-message":
             data = options.get("Data", "")
             self.instance.publish_internal(options["Topic"], data.encode())
