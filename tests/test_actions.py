@@ -771,8 +771,9 @@ async def test_transport_actions_close_and_open_the_client_port(tmp_path: Path) 
         status, body = await trio.to_thread.run_sync(http_get, f"{base}/typo.json")
         assert status == 200
         outcome = body["runs"][0]["outcome"]
-        assert (
-            outcome.startswith("failed: amps-action-do-disable-transport") and "json-tpc" in outcome
-        )
+        assert outcome == (
+            "failed: amps-action-do-disable-transport: no client transport 'json-tpc'; "
+            "client transports: json-tcp"
+        ), outcome
     finally:
         server.stop()
