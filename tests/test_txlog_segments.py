@@ -319,3 +319,23 @@ def test_removal_leaves_a_floor_under_late_copies_and_old_bookmarks(journal: Jou
         assert again.append([copy(3)], 9_000_001) == [0]
     finally:
         again.close()
+
+
+def test_a_full_journal_says_how_to_make_room(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j", instance_name="a", map_size=1024 * 1024)
+    try:
+        with pytest.raises(JournalError, match="the journal is full") as full:
+            fill(j, 10_000, per_commit=100)
+        assert "raise TransactionLog/MapSize and restart" in str(full.value)
+        last = j.last_txid
+        assert last > 0 and j.verify() == []  # what was stored before is intact
+    finally:
+        j.close()
+    # a larger map on reopen: writing goes on where it stopped
+    j = Journal(tmp_path / "j", instance_name="a", map_size=8 * 1024 * 1024)
+    try:
+        assert j.last_txid == last
+        fill(j, 100)
+        assert j.last_txid == last + 100
+    finally:
+        j.close()

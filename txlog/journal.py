@@ -151,6 +151,7 @@ class Journal:
         self.segment_size = segment_size
         self.archive_directory = Path(archive_directory) if archive_directory else None
         self.durability = durability
+        self.map_size = map_size
         self.compression = compression
         if readonly:
             if not (self.path / "data.mdb").exists():
@@ -429,6 +430,14 @@ class Journal:
                         txn.put(name.encode(), value, db=self._upstreams)
                 if on_staged is not None:
                     on_staged()
+        except lmdb.MapFullError:
+            self._pub_cache.clear()
+            raise JournalError(
+                f"the journal is full: it reached its MapSize of {self.map_size} bytes "
+                "(nothing of this batch was stored); raise TransactionLog/MapSize and "
+                "restart, and remove old journals (amps-action-do-remove-journal) so "
+                "their space is reused"
+            ) from None
         except BaseException:
             # nothing of this batch was stored: the cached high-water marks may be ahead
             self._pub_cache.clear()
