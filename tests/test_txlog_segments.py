@@ -339,3 +339,25 @@ def test_a_full_journal_says_how_to_make_room(tmp_path: Path) -> None:
         assert j.last_txid == last + 100
     finally:
         j.close()
+
+
+def test_offloading_every_record_out_of_lmdb_then_appending_again(tmp_path: Path) -> None:
+    """The library lets a caller offload the newest segment too (the server never does):
+    purging then empties LMDB, reads come from the file, and the next append starts a
+    new segment."""
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    try:
+        fill(j, 20)
+        (only,) = j.segments()
+        j.mark_offloaded(only.id, "compressed", j.write_segment_file(only, "compressed"))
+        purge_all(j)
+        assert j.first_lmdb_record() is None
+        assert [p[0] for p in payloads(j)] == list(range(1, 21))
+        j.close()
+        j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+        assert j.last_txid == 20, "a reopened journal continues after the offloaded records"
+        fill(j, 5)
+        assert [s.state for s in j.segments()] == ["compressed", "live"]
+        assert [p[0] for p in payloads(j)] == list(range(1, 26))
+    finally:
+        j.close()

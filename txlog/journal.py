@@ -207,6 +207,10 @@ class Journal:
         self._segments: list[Segment] = []
         self._removed_through = 0
         self._segments = self._load_segments(readonly)
+        # every record may have left LMDB (offloaded or removed): the table knows the last
+        self._last_txid = max(
+            self._last_txid, max((s.last_txid for s in self._segments), default=0)
+        )
         self._removed_through = self._compute_removed_through()
 
     def _open_optional_db(self, name: bytes, create: bool) -> lmdb._Database | None:
@@ -974,7 +978,10 @@ class Journal:
             deleted = 0
             if cur.set_range(lo):
                 while deleted < max_records:
-                    txid = unpack(cur.key())[0]
+                    key = cur.key()
+                    if not key:  # deleted the last record: the cursor is past the end
+                        break
+                    txid = unpack(key)[0]
                     if txid > hi:
                         break
                     if removing:
