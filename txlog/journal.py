@@ -890,7 +890,16 @@ class Journal:
             if source.resolve() != target.resolve():
                 copy_segment_file(source, target)
         else:
-            write_segment_file(target, self._segment_values(seg), compressed=compressed)
+            written, _ = write_segment_file(
+                target, self._segment_values(seg), compressed=compressed
+            )
+            if written != seg.records:
+                target.unlink(missing_ok=True)
+                raise JournalError(
+                    f"journal segment {seg.id} should hold {seg.records} records but "
+                    f"{written} were read for its file; nothing was written: check the "
+                    "journal with `amps-py txlog verify`"
+                )
         return target
 
     def _put_segment(self, txn: lmdb.Transaction, seg: Segment) -> None:
