@@ -27,6 +27,8 @@ JOURNAL_COMMIT_FAILED: Final = "05-0002"
 JOURNAL_CORRUPT_RECORD: Final = "05-0003"
 #: journal segments compressed, archived, marked for removal or removed
 JOURNAL_MAINTENANCE: Final = "05-0004"
+#: a background journal maintenance step failed; it is retried
+JOURNAL_MAINTENANCE_FAILED: Final = "05-0005"
 
 CLIENT_CONNECTED: Final = "07-0001"
 CLIENT_LOGON: Final = "07-0002"

@@ -389,3 +389,50 @@ async def test_kill_9_during_journal_maintenance_loses_nothing(tmp_path: Path) -
             server.start()
     finally:
         server.stop()
+
+
+def replace_with_directory(path: Path) -> None:
+    """Put a directory where the file ``path`` was: deleting it fails, even for root."""
+    path.unlink()
+    path.mkdir()
+
+
+async def test_a_failing_purge_is_logged_and_retried_and_the_instance_serves_on(
+    tmp_path: Path,
+) -> None:
+    """An archived journal's file that cannot be deleted (here a directory stands in
+    its place) makes the background purge fail: logged with 05-0005, counted, retried;
+    publishing and replay go on."""
+    archive = tmp_path / "archive"
+    server = start_instance(
+        tmp_path,
+        "stubborn",
+        extra="<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>",
+        journal_extra=JOURNAL_XML.format(archive),
+    )
+    try:
+        ready = json.loads(server.ready_file.read_text())
+        base = f"http://127.0.0.1:{ready['transports']['admin']}"
+        pad = "p" * PAYLOAD_PAD
+        async with open_client(server.uri, "pub") as pub:
+            for n in range(1, 800):
+                await pub.publish("orders", json.dumps({"n": n, "pad": pad}).encode())
+            await pub.flush(timeout=60)
+        assert "1" in journals(base) and not journals(base)["1"]["is_current"]
+        post(base, "/amps/administrator/transaction_log/journals/1/archive")
+        replace_with_directory(Path(journals(base)["1"]["file_name"]))
+        post(base, "/amps/administrator/transaction_log/journals/1/remove")
+
+        def failed() -> str | None:
+            tree = get(base, "/amps/instance/transaction_log/maintenance.json")
+            return None if tree["failures"] >= 1 else f"no failure counted yet: {tree}"
+
+        await wait_until(failed, 30)
+        assert "05-0005" in server.log_file.read_text()
+        async with open_client(server.uri, "after") as client:
+            await client.publish_persisted("orders", b'{"n":0}', timeout=10)
+            async with client.subscribe("orders", bookmark="0") as sub:
+                first = int((await sub.get(30)).json()["n"])
+        assert first > 1, "journal 1 is removed for readers even while its purge retries"
+    finally:
+        server.stop()

@@ -151,6 +151,7 @@ def journals_tree(instance: Instance) -> dict[str, Any]:
         removable, holders = maintenance.removable_txid(positions)
         tree["maintenance"] = {
             "requests": dict(maintenance.counts),
+            "failures": maintenance.failures,
             "pending_removal": sorted(pending),
             "removable_through_txid": removable,
             "held_by": holders,

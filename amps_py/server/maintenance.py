@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+import lmdb
 import trio
 
 from amps_py import events
+from txlog import JournalError
 from txlog.segments import Segment
 
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ PURGE_STEP: Final = 2000
 #: how often marked removals are retried and destination positions saved (seconds)
 RECHECK_SECONDS: Final = 1.0
 SAVE_POSITIONS_SECONDS: Final = 10.0
+#: pause after a failed background step before trying again
+RETRY_SECONDS: Final = 10.0
 
 
 class JournalMaintenanceError(Exception):
@@ -112,6 +116,8 @@ class JournalMaintenance:
         self._saved_positions = self.journal.destination_positions()
         self._last_save = 0.0
         self.counts = dict.fromkeys(ACTIONS, 0)
+        #: background steps that failed (logged, retried)
+        self.failures = 0
 
     # ------------------------------------------------------------ positions
     def destination_positions(self) -> dict[str, int]:
@@ -292,7 +298,26 @@ class JournalMaintenance:
 
     # ------------------------------------------------------------ background
     async def run(self) -> None:
-        """Finish purges, retry marked removals and save destination positions."""
+        """Finish purges, retry marked removals and save destination positions.
+
+        A failing step (a file that cannot be deleted, a full disk) is logged and
+        retried after :data:`RETRY_SECONDS`; it never stops the instance, whose
+        journal stays consistent (each step is one transaction)."""
+        while True:
+            try:
+                await self._step()
+            except (OSError, JournalError, lmdb.Error) as exc:
+                self.failures += 1
+                log.error(
+                    "journal maintenance failed, retrying in %g s: %s",
+                    RETRY_SECONDS,
+                    exc,
+                    extra=events.extra(events.JOURNAL_MAINTENANCE_FAILED),
+                )
+                await trio.sleep(RETRY_SECONDS)
+
+    async def _step(self) -> None:
+        """One round of :meth:`run`: a purge step, or a removal retry, or a wait."""
         while True:
             if self.journal.purge_pending():
                 await self.writer.run_staged(
