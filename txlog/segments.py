@@ -254,6 +254,9 @@ class SegmentFile:
             raw_index = os.pread(self._fd, index_size, size - tail_size - index_size)
             if len(raw_index) != index_size:
                 raise self._damaged("its block index is truncated")
+        except OSError as exc:
+            os.close(self._fd)
+            raise self._damaged(f"it cannot be read ({exc.strerror})") from None
         except BaseException:
             os.close(self._fd)
             raise
@@ -285,7 +288,10 @@ class SegmentFile:
         if cached is not None and cached[0] == i:
             return cached[1]
         _first, _last, offset, length = self.blocks[i]
-        data = os.pread(self._fd, length, offset)
+        try:
+            data = os.pread(self._fd, length, offset)
+        except OSError as exc:
+            raise self._damaged(f"block {i} cannot be read ({exc.strerror})") from None
         if len(data) != length:
             raise self._damaged(f"block {i} is truncated")
         if self.compressed:
