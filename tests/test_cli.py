@@ -103,3 +103,29 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_a_second_instance_on_the_same_journal_is_refused(tmp_path: Path) -> None:
+    """Two configs naming the same JournalDirectory: the second instance does not start
+    and says which process holds the journal; the first keeps running."""
+    from harness import free_port, start_instance, write_config
+
+    first = start_instance(tmp_path / "one", "twin")
+    try:
+        second_cfg = write_config(tmp_path / "two", "twin", free_port())
+        text = second_cfg.read_text().replace(
+            str(tmp_path / "two" / "twin-journal"), str(first.journal_dir)
+        )
+        second_cfg.write_text(text)
+        refused = subprocess.run(
+            [sys.executable, "-m", "amps_py", "serve", "--config", str(second_cfg)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert refused.returncode != 0
+        assert "is already open for writing (by process" in refused.stderr, refused.stderr
+        assert first.alive
+    finally:
+        first.stop()

@@ -5,6 +5,7 @@ index entries gone, reads start after them), crash-resumable purging, damaged fi
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import subprocess
 import sys
@@ -361,3 +362,31 @@ def test_offloading_every_record_out_of_lmdb_then_appending_again(tmp_path: Path
         assert [p[0] for p in payloads(j)] == list(range(1, 26))
     finally:
         j.close()
+
+
+def test_one_writer_per_journal(tmp_path: Path) -> None:
+    """A journal open for writing is locked: a second writer (another instance with the
+    same JournalDirectory, an offline tool) is refused with the holder's pid; readers
+    are not."""
+    first = Journal(tmp_path / "j", instance_name="a")
+    try:
+        fill(first, 5)
+        with pytest.raises(
+            JournalError, match=rf"already open for writing \(by process {os.getpid()}\)"
+        ):
+            Journal(tmp_path / "j", instance_name="a")
+        info = subprocess.run(  # a reader in another process, as `amps-py txlog` is
+            [sys.executable, "-m", "amps_py", "txlog", "info", str(tmp_path / "j")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert info.returncode == 0 and '"last_txid": 5' in info.stdout, info.stderr
+        # a refused open of another instance's journal does not keep the lock
+        with pytest.raises(JournalError, match="belongs to instance 'a'"):
+            first.close()
+            Journal(tmp_path / "j", instance_name="b")
+        again = Journal(tmp_path / "j", instance_name="a")
+        again.close()
+    finally:
+        first.close()

@@ -39,6 +39,7 @@ Contract:
 from __future__ import annotations
 
 import bisect
+import fcntl
 import os
 import struct
 import threading
@@ -106,6 +107,33 @@ def _key(txid: int) -> bytes:
     return _U64.pack(txid)
 
 
+WRITER_LOCK_FILE: Final = "amps-py.lock"
+
+
+def _take_writer_lock(path: Path) -> int:
+    """Hold an exclusive lock on ``path/amps-py.lock`` for as long as the journal is
+    open for writing: one writer process per journal (a second instance, or an offline
+    tool while the instance runs, is refused). Returns the lock file's descriptor.
+
+    Raises:
+        JournalError: another process holds the lock (its pid is named).
+    """
+    fd = os.open(path / WRITER_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise JournalError(
+            f"journal {path} is already open for writing (by process {holder}); give "
+            "each instance its own JournalDirectory, and maintain a running instance's "
+            "journals through its admin API (amps-py admin journal ...)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def unpack_u64(raw: bytes) -> int:
     return int(_U64.unpack_from(raw)[0])
 
@@ -153,14 +181,15 @@ class Journal:
         self.durability = durability
         self.map_size = map_size
         self.compression = compression
-        if readonly:
-            if not (self.path / "data.mdb").exists():
-                raise JournalError(
-                    f"{self.path} holds no journal (no data.mdb); pass the instance's "
-                    "TransactionLog/JournalDirectory"
-                )
-        else:
+        if readonly and not (self.path / "data.mdb").exists():
+            raise JournalError(
+                f"{self.path} holds no journal (no data.mdb); pass the instance's "
+                "TransactionLog/JournalDirectory"
+            )
+        self._lock_fd = -1
+        if not readonly:
             self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _take_writer_lock(self.path)
         try:
             self._env = lmdb.open(
                 str(self.path),
@@ -175,7 +204,16 @@ class Journal:
                 max_readers=256,
             )
         except lmdb.Error as exc:
+            self._release_lock()
             raise JournalError(f"cannot open journal at {self.path}: {exc}") from exc
+        try:
+            self._open_databases(instance_name, readonly, compression)
+        except BaseException:
+            self.close()  # a journal of another instance or format: let go of it
+            raise
+
+    def _open_databases(self, instance_name: str | None, readonly: bool, compression: str) -> None:
+        """The sub-databases, the format and owner checks, and the in-memory state."""
         create = not readonly
         self._records = self._env.open_db(b"records", create=create)
         self._bookmarks = self._env.open_db(b"bookmarks", create=create)
@@ -287,6 +325,12 @@ class Journal:
 
     def close(self) -> None:
         self._env.close()
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the file releases the flock
+            self._lock_fd = -1
 
     def __enter__(self) -> Journal:
         return self
