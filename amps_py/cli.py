@@ -5,6 +5,7 @@ amps-py config check FILE              validate a config without starting
 amps-py config show-default            print the embedded default config
 amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routing
 amps-py txlog info|dump|verify PATH    inspect a journal directory
+amps-py txlog compress|archive|remove PATH ID   maintain a stopped instance's journals
 amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
 amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
@@ -255,6 +256,52 @@ def txlog_dump(path: str, from_txid: int, limit: int) -> None:
                     break
         except CorruptRecord as exc:
             _fail(str(exc), 3)
+
+
+def _maintain_offline(path: str, action: str, journal_id: int, archive_dir: str | None) -> None:
+    from txlog import Journal, JournalError
+    from txlog.offline import maintain_offline
+
+    try:
+        with Journal(path, archive_directory=archive_dir) as journal:
+            click.echo(
+                f"{action} through journal {journal_id}: "
+                + maintain_offline(journal, action, journal_id)
+            )
+    except JournalError as exc:
+        _fail(str(exc), 2)
+
+
+@txlog.command("compress")
+@click.argument("path", type=click.Path(file_okay=False, exists=True))
+@click.argument("journal_id", metavar="ID", type=int)
+def txlog_compress(path: str, journal_id: int) -> None:
+    """Compress journal ID and every older one of a stopped instance's journal (a
+    running instance: `amps-py admin journal compress ID`)."""
+    _maintain_offline(path, "compress", journal_id, None)
+
+
+@txlog.command("archive")
+@click.argument("path", type=click.Path(file_okay=False, exists=True))
+@click.argument("journal_id", metavar="ID", type=int)
+@click.option(
+    "--archive-dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Where the segment files go (the instance's JournalArchiveDirectory).",
+)
+def txlog_archive(path: str, journal_id: int, archive_dir: str) -> None:
+    """Archive journal ID and every older one of a stopped instance's journal."""
+    _maintain_offline(path, "archive", journal_id, archive_dir)
+
+
+@txlog.command("remove")
+@click.argument("path", type=click.Path(file_okay=False, exists=True))
+@click.argument("journal_id", metavar="ID", type=int)
+def txlog_remove(path: str, journal_id: int) -> None:
+    """Remove journal ID and every older one of a stopped instance's journal, except
+    what a replication destination has not acknowledged (as last saved)."""
+    _maintain_offline(path, "remove", journal_id, None)
 
 
 @txlog.command("verify")

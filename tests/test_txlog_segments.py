@@ -390,3 +390,44 @@ def test_one_writer_per_journal(tmp_path: Path) -> None:
         again.close()
     finally:
         first.close()
+
+
+def txlog_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amps_py", "txlog", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_offline_maintenance_commands(tmp_path: Path) -> None:
+    """`amps-py txlog compress|archive|remove PATH ID` on a stopped instance's journal:
+    the same state changes as the admin API, removal held by the saved destination
+    positions, and refused while the journal is open for writing."""
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    fill(j, 400)
+    segs = j.segments()
+    j.save_destination_positions({"B": segs[1].last_txid})  # B had journals 1-2
+    # while open for writing (a running instance), the tools refuse
+    busy = txlog_cli("compress", str(tmp_path / "j"), "1")
+    assert busy.returncode == 2 and "already open for writing" in busy.stderr
+    before = payloads(j)
+    j.close()
+    path = str(tmp_path / "j")
+
+    done = txlog_cli("compress", path, "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "compress through journal 2: compressed journals 1, 2"
+    done = txlog_cli("archive", path, "1", "--archive-dir", str(tmp_path / "arch"))
+    assert done.returncode == 0 and "archived journal 1" in done.stdout, done.stderr
+    done = txlog_cli("remove", path, "3")
+    assert done.returncode == 0, done.stderr
+    assert "removed journals 1, 2; kept journal 3: destination B (through txid" in done.stdout
+    current = txlog_cli("remove", path, str(segs[-1].id))
+    assert current.returncode == 2 and "is the current one" in current.stderr
+    with Journal(tmp_path / "j", instance_name="a") as again:
+        assert [s.state for s in again.segments()[:3]] == ["removed", "removed", "live"]
+        assert payloads(again) == [p for p in before if p[0] > segs[1].last_txid]
+        assert again.verify() == []
+    assert not list((tmp_path / "arch").iterdir()), "removal deleted the archived file"

@@ -135,6 +135,14 @@ class Segment:
         )
 
 
+def wants_file(seg: Segment, state: str) -> bool:
+    """Whether ``seg`` needs a new segment file to enter ``state`` (``compressed`` only
+    from live; ``archived`` from live or compressed)."""
+    if state == "compressed":
+        return seg.state == "live"
+    return seg.state in ("live", "compressed")
+
+
 def segment_file_name(instance: str, seg_id: int, compressed: bool) -> str:
     """``<instance>.<id, 10 digits>.journal`` (``.journal.zst`` when compressed)."""
     return f"{instance or 'amps'}.{seg_id:010d}.journal" + (".zst" if compressed else "")

@@ -33,7 +33,8 @@ import trio
 
 from amps_py import events
 from txlog import JournalError
-from txlog.segments import Segment
+from txlog.offline import segment_ids_text
+from txlog.segments import Segment, wants_file
 
 if TYPE_CHECKING:
     from .instance import Instance
@@ -78,10 +79,10 @@ class MaintenanceResult:
         if not self.through:
             return f"{self.action}: no sealed journal segment qualifies"
         text = f"{self.action} through journal {self.through}: " + (
-            f"{past} {_ids(self.done)}" if self.done else f"nothing newly {past}"
+            f"{past} {segment_ids_text(self.done)}" if self.done else f"nothing newly {past}"
         )
         if self.pending:
-            text += f"; {_ids(self.pending)} marked, removed once no longer needed ("
+            text += f"; {segment_ids_text(self.pending)} marked, removed once no longer needed ("
             text += "; ".join(self.blockers) + ")"
         return text
 
@@ -94,10 +95,6 @@ class MaintenanceResult:
             "blockers": self.blockers,
             "summary": self.summary,
         }
-
-
-def _ids(ids: list[int]) -> str:
-    return ("journals " if len(ids) > 1 else "journal ") + ", ".join(map(str, ids))
 
 
 class JournalMaintenance:
@@ -215,7 +212,7 @@ class JournalMaintenance:
                 for seg in self.journal.segments():
                     if seg.id > target:
                         break
-                    if _should_offload(seg, state):
+                    if wants_file(seg, state):
                         await self._offload(seg, state)
                         result.done.append(seg.id)
             self.counts[action] += 1
@@ -276,7 +273,7 @@ class JournalMaintenance:
             await self.writer.run_exclusive(lambda journal: journal.mark_removed(last_id))
             log.info(
                 "journal maintenance: removed %s",
-                _ids([seg.id for seg in removable]),
+                segment_ids_text([seg.id for seg in removable]),
                 extra=events.extra(events.JOURNAL_MAINTENANCE),
             )
         pending = [seg.id for seg in marked[len(removable) :]]
@@ -335,9 +332,3 @@ class JournalMaintenance:
             self._wake = trio.Event()
             with trio.move_on_after(RECHECK_SECONDS):
                 await self._wake.wait()
-
-
-def _should_offload(seg: Segment, state: str) -> bool:
-    if state == "compressed":
-        return seg.state == "live"
-    return seg.state in ("live", "compressed")
