@@ -431,3 +431,28 @@ def test_offline_maintenance_commands(tmp_path: Path) -> None:
         assert payloads(again) == [p for p in before if p[0] > segs[1].last_txid]
         assert again.verify() == []
     assert not list((tmp_path / "arch").iterdir()), "removal deleted the archived file"
+
+
+def test_one_large_commit_fills_several_segments(tmp_path: Path) -> None:
+    """Segments are cut inside a commit: a batch far larger than JournalSize still
+    yields segments of about JournalSize (at most one record over)."""
+    j = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+    try:
+        fill(j, 10, per_commit=10)  # a partly filled current segment first
+        fill(j, 400, per_commit=400)  # then one commit of ~130 KB: several segments
+        segs = j.segments()
+        assert len(segs) >= 5, segs
+        record = max(len(v) for v in [j._codec.encode(make(1))])
+        for seg in segs[:-1]:
+            assert SEGMENT_SIZE <= seg.size < SEGMENT_SIZE + 2 * record, seg
+        assert segs[-1].size < SEGMENT_SIZE + 2 * record
+        assert sum(s.records for s in segs) == 410
+        for older, newer in itertools.pairwise(segs):
+            assert newer.first_txid == older.last_txid + 1
+        assert segs[-1].last_txid == 410
+        j.close()
+        again = Journal(tmp_path / "j", instance_name="a", segment_size=SEGMENT_SIZE)
+        assert again.segments() == segs, "every row of the commit was stored"
+        again.close()
+    finally:
+        j.close()

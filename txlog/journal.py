@@ -466,12 +466,12 @@ class Journal:
                             txn.put(key_o, _U64.pack(otx), db=self._origins)
                     if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
                         txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
-                    segments = self._segments_after_append(
-                        txid - len(rec_items) + 1, txid, now_us, rec_items
+                    segments, touched = self._segments_after_append(
+                        txid - len(rec_items) + 1, now_us, rec_items
                     )
-                    current = segments[-1]
                     if self._segments_db is not None:
-                        txn.put(_U64.pack(current.id), current.encode(), db=self._segments_db)
+                        for seg in touched:
+                            txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
                 if cursors:
                     for name, (up_txid, up_bm) in cursors.items():
                         value = _U64.pack(up_txid) + up_bm.encode()
@@ -503,17 +503,49 @@ class Journal:
         return txids
 
     def _segments_after_append(
-        self, first: int, last: int, now_us: int, items: list[tuple[bytes, bytes]]
-    ) -> list[Segment]:
-        """The segment table once records ``first..last`` are stored: the current
-        segment extended, or a new one when the current is full (or not live)."""
-        added = sum(len(value) for _, value in items)
-        segments = self._segments
+        self, first: int, now_us: int, items: list[tuple[bytes, bytes]]
+    ) -> tuple[list[Segment], list[Segment]]:
+        """The segment table once ``items`` (txids from ``first``) are stored, and the
+        rows that changed. Records fill the current segment until it holds at least
+        ``segment_size`` bytes, then the next one: a commit may fill several, and a
+        segment outgrows the size by at most one record."""
+        segments = list(self._segments)
         current = segments[-1] if segments else None
-        if current is None or current.state != "live" or current.size >= self.segment_size:
-            new_id = current.id + 1 if current else 1
-            return [*segments, Segment(new_id, first, last, now_us, now_us, added, len(items))]
-        return [*segments[:-1], current.extended(last, now_us, added, len(items))]
+        limit = self.segment_size
+        open_room = 0
+        if current is not None and current.state == "live" and current.size < limit:
+            open_room = limit - current.size
+        if current is not None and open_room:
+            added = sum(map(len, [value for _, value in items]))
+            if added < open_room:  # the usual case: no boundary in this commit
+                grown = current.extended(first + len(items) - 1, now_us, added, len(items))
+                segments[-1] = grown
+                return segments, [grown]
+        touched: list[Segment] = []
+        next_id = current.id + 1 if current is not None else 1
+        i, n, txid = 0, len(items), first
+        if current is not None and open_room:
+            size = count = 0
+            while i < n and size < open_room:
+                size += len(items[i][1])
+                count += 1
+                i += 1
+            grown = current.extended(txid + count - 1, now_us, size, count)
+            segments[-1] = grown
+            touched.append(grown)
+            txid += count
+        while i < n:
+            size = count = 0
+            while i < n and size < limit:
+                size += len(items[i][1])
+                count += 1
+                i += 1
+            seg = Segment(next_id, txid, txid + count - 1, now_us, now_us, size, count)
+            segments.append(seg)
+            touched.append(seg)
+            next_id += 1
+            txid += count
+        return segments, touched
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
         """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
