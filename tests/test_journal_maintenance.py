@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 from cluster import Cluster, destination_xml, replication_xml
-from harness import assert_journal_sound, start_instance, wait_until
+from harness import ServerProcess, assert_journal_sound, start_instance, wait_until
 
 from amps_py.client import open_client
 from txlog import format_bookmark, publisher_hash
@@ -42,6 +42,16 @@ def add_pair(cluster: Cluster, archive: Path, *, sync: bool) -> None:
 
     cluster.add_instance("A", "g", a_body, journal_extra=JOURNAL_XML.format(archive))
     cluster.add_instance("B", "g", lambda view: "")
+
+
+def start_maintained(tmp_path: Path, name: str) -> ServerProcess:
+    """A standalone instance with 10 MB journals, ``tmp_path/archive`` and the admin API."""
+    return start_instance(
+        tmp_path,
+        name,
+        extra="<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>",
+        journal_extra=JOURNAL_XML.format(tmp_path / "archive"),
+    )
 
 
 def admin_base(cluster: Cluster) -> str:
@@ -337,13 +347,7 @@ async def test_kill_9_during_journal_maintenance_loses_nothing(tmp_path: Path) -
     journal lives, and the journal verifies sound."""
     rng = random.Random(SEED)
     print(f"seed {SEED}")
-    archive = tmp_path / "archive"
-    server = start_instance(
-        tmp_path,
-        "crashy",
-        extra="<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>",
-        journal_extra=JOURNAL_XML.format(archive),
-    )
+    server = start_maintained(tmp_path, "crashy")
     pad = "p" * PAYLOAD_PAD
     try:
         async with open_client(server.uri, "pub") as pub:
@@ -403,13 +407,7 @@ async def test_a_failing_purge_is_logged_and_retried_and_the_instance_serves_on(
     """An archived journal's file that cannot be deleted (here a directory stands in
     its place) makes the background purge fail: logged with 05-0005, counted, retried;
     publishing and replay go on."""
-    archive = tmp_path / "archive"
-    server = start_instance(
-        tmp_path,
-        "stubborn",
-        extra="<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>",
-        journal_extra=JOURNAL_XML.format(archive),
-    )
+    server = start_maintained(tmp_path, "stubborn")
     try:
         ready = json.loads(server.ready_file.read_text())
         base = f"http://127.0.0.1:{ready['transports']['admin']}"
