@@ -428,6 +428,8 @@ async def test_a_failing_purge_is_logged_and_retried_and_the_instance_serves_on(
         await wait_until(failed, 30)
         logged = [line for line in server.log_file.read_text().splitlines() if "05-0005" in line]
         assert logged and "stubborn.0000000001.journal" in logged[0], "it names the file"
+        status = admin(base, "status")
+        assert "journal maintenance step(s) failed (log 05-0005)" in status.stdout, status.stdout
         async with open_client(server.uri, "after") as client:
             await client.publish_persisted("orders", b'{"n":0}', timeout=10)
             async with client.subscribe("orders", bookmark="0") as sub:

@@ -160,6 +160,8 @@ def status_screen(instance: dict[str, Any]) -> Group:
         if pending:
             held = "; ".join(map(str, maintenance.get("held_by") or [])) or "in progress"
             line(f"  removal pending for journals {', '.join(map(str, pending))}: {held}")
+        if maintenance.get("failures"):
+            line(f"  {maintenance['failures']} journal maintenance step(s) failed (log 05-0005)")
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
     line(f"transports {transports}")
     if instance.get("replication", {}).get("destinations"):
@@ -327,8 +329,15 @@ def segments_table(journal: dict[str, Any]) -> Table:
         )
     maintenance = journal.get("maintenance") or {}
     held = maintenance.get("held_by") or []
+    notes = []
     if maintenance.get("pending_removal") and held:
-        table.caption = "removal waits for: " + "; ".join(map(str, held))
+        notes.append("removal waits for: " + "; ".join(map(str, held)))
+    if maintenance.get("failures"):
+        notes.append(
+            f"{maintenance['failures']} maintenance step(s) failed and were retried (log 05-0005)"
+        )
+    if notes:
+        table.caption = "\n".join(notes)
     return table
 
 
