@@ -27,6 +27,7 @@ Numbers are plain decimals (``10``, ``1.5``, ``.5``); signs, exponents, ``inf`` 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -97,6 +98,14 @@ def _split(text: str, kind: str, accepted: str) -> tuple[Fraction, str]:
     if match is None:
         raise UnitError(text, kind, accepted)
     return Fraction(match.group(1)), match.group(2).lower()
+
+
+def utc_iso(ts: float) -> str:
+    """A wall-clock time (seconds since the epoch) as ISO 8601 UTC to the second, e.g.
+    ``2026-11-23T17:47:00Z``; ``""`` for 0 (never)."""
+    if not ts:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def parse_duration(text: str) -> float:

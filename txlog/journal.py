@@ -43,7 +43,6 @@ import fcntl
 import os
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,7 +50,15 @@ from typing import Final, TypeVar
 
 import lmdb
 
-from .record import CorruptRecord, DeliveryView, Record, RecordCodec, ReplicaRecord, RouteView
+from .record import (
+    CorruptRecord,
+    DeliveryView,
+    Record,
+    RecordCodec,
+    ReplicaRecord,
+    RouteView,
+    check_stored,
+)
 from .segments import (
     Segment,
     SegmentFile,
@@ -72,7 +79,6 @@ DEFAULT_MAP_SIZE: Final = 64 * 1024**3
 #: AMPS's default JournalSize
 DEFAULT_SEGMENT_SIZE: Final = 1024**3
 _U64_MAX: Final = (1 << 64) - 1
-_CRC = struct.Struct(">I")
 _BOOKMARK_AT: Final = 16  # offset of (pub_hash, seq) in a stored record value
 
 
@@ -926,8 +932,7 @@ class Journal:
         """
 
         def checked(value: bytes, txid: int) -> tuple[int, bytes]:
-            if len(value) < 4 or _CRC.unpack_from(value)[0] != zlib.crc32(memoryview(value)[4:]):
-                raise CorruptRecord(txid, "CRC mismatch")
+            check_stored(value, txid)
             return txid, value
 
         after = seg.first_txid - 1

@@ -558,6 +558,16 @@ class DeliveryView(NamedTuple):
     payload: bytes
 
 
+def check_stored(value: bytes, txid: int) -> None:
+    """Check a stored record as every read does (length, CRC, format version, txid)
+    without decoding it.
+
+    Raises:
+        CorruptRecord: naming what is wrong.
+    """
+    _checked_header(value, txid)
+
+
 def _checked_header(value: bytes, expected_txid: int | None) -> tuple[tuple[int, ...], int]:
     """The fixed fields of a stored record and where its payload starts, after checking
     length, CRC, format version and txid.

@@ -50,6 +50,7 @@ from lxml import etree
 
 from amps_py import __version__, events
 from amps_py.server.session import MAX_CLIENT_BACKLOG
+from amps_py.units import utc_iso
 
 from .metrics import render_metrics
 
@@ -187,7 +188,7 @@ def client_entry(session: Session) -> dict[str, Any]:
     ``authenticated_id``, ``client_name_hash``, ``subscription_count``,
     ``queued_bytes_out``) are given too, for tools written against AMPS.
     """
-    connect_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.connected_at))
+    connect_time = utc_iso(session.connected_at)
     return {
         "client_name": session.client_name,
         "connection": session.conn_id,

@@ -31,6 +31,7 @@ import trio
 from amps_py import events
 from amps_py.config import MIN_TLS_VERSION, DestinationConfig, LinkCredentialsError
 from amps_py.trio_util import unwrapping_groups
+from amps_py.units import utc_iso
 
 from .incoming import UpstreamConnection
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
@@ -746,18 +747,11 @@ class Destination:
             authenticated_id=self.authenticated_id,
             destination_name=self.remote_name,
             destination_group_name=self.remote_group,
-            connect_time=_iso(self.connect_time),
-            disconnect_time=_iso(self.disconnect_time),
+            connect_time=utc_iso(self.connect_time),
+            disconnect_time=utc_iso(self.disconnect_time),
             messages_out_per_sec=messages_rate,
             bytes_out_per_sec=bytes_rate,
         )
-
-
-def _iso(ts: float) -> str:
-    """A wall-clock time as ISO 8601 UTC ("" for never)."""
-    if not ts:
-        return ""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 class _Rates:
