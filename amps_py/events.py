@@ -29,6 +29,11 @@ JOURNAL_CORRUPT_RECORD: Final = "05-0003"
 JOURNAL_MAINTENANCE: Final = "05-0004"
 #: a background journal maintenance step failed; it is retried
 JOURNAL_MAINTENANCE_FAILED: Final = "05-0005"
+#: one record could not be stored (a field longer than the journal stores); the rest
+#: of its commit was stored
+JOURNAL_RECORD_REJECTED: Final = "05-0010"
+#: journal writes are accepted again after a failed commit (e.g. space returned)
+JOURNAL_WRITES_RESUMED: Final = "05-0011"
 
 CLIENT_CONNECTED: Final = "07-0001"
 CLIENT_LOGON: Final = "07-0002"

@@ -84,6 +84,18 @@ _U64_MAX: Final = (1 << 64) - 1
 _BOOKMARK_AT: Final = 16  # offset of (pub_hash, seq) in a stored record value
 
 
+def _unstorable(exc: Exception) -> str:
+    """Why a record cannot be stored, in words (the codec's struct errors name no
+    field)."""
+    if isinstance(exc, struct.error):
+        return (
+            "a field is longer than the journal stores (topic, client name, correlation "
+            "id, SOW key, message type, origin and path: at most 65,535 UTF-8 bytes each) "
+            f"or a number is out of range ({exc})"
+        )
+    return f"a field cannot be encoded ({exc})"
+
+
 class JournalError(Exception):
     """The journal cannot be opened or used as asked; the message says how to fix it."""
 
@@ -367,6 +379,7 @@ class Journal:
         on_staged: Callable[[], None] | None = None,
         cursors: Mapping[str, tuple[int, str]] | None = None,
         encoded: list[bytes] | None = None,
+        rejected: dict[int, str] | None = None,
     ) -> list[int]:
         """Store ``records`` in one transaction (one fsync) and return their txids.
 
@@ -387,6 +400,11 @@ class Journal:
         ``encoded``, when given, receives the stored value of every stored record, in
         txid order (after a successful commit only): replication sends fresh records
         from memory instead of reading them back.
+
+        A record that cannot be stored (a string longer than its stored length of
+        65,535 UTF-8 bytes, a seq outside 0..2**64-1, ...) gets txid ``-1`` and is left
+        out; the others commit. ``rejected``, when given, receives its index in
+        ``records`` and the reason. One bad record never fails a batch.
 
         ``on_staged`` is called once every put is done, just before the commit (the
         fsync). The server uses it to keep its event loop off the GIL while the puts
@@ -411,14 +429,19 @@ class Journal:
         try:
             with self._env.begin(write=True) as txn:
                 bookmarks = self._bookmarks
-                for rec in records:
+                for index, rec in enumerate(records):
                     ph = rec.pub_hash
                     seq = rec.seq
                     last = cached_seq(ph)
                     if last is None:
                         last = self._last_seq(txn, ph)
-                    bm_key = pack_mark(ph, seq)
-                    if seq <= last:
+                    try:
+                        bm_key = pack_mark(ph, seq)
+                    except struct.error:
+                        txids.append(self._reject(rejected, index, f"seq {seq} is out of range"))
+                        continue
+                    fresh = seq > last
+                    if not fresh:
                         # at or below the high-water mark: exact lookup (replicated
                         # copies arrive over several paths in any order, and a client
                         # may reorder its publishes after a failover); one at or below
@@ -432,31 +455,41 @@ class Journal:
                         if bm_key in marks or txn.get(bm_key, db=bookmarks) is not None:
                             txids.append(0)
                             continue
-                        marks.add(bm_key)
-                    else:
-                        cache[ph] = seq
-                        pub_updates[ph] = rec
-                        if marks is not None:
-                            marks.add(bm_key)
                     txid += 1
                     key = pack_key(txid)
+                    own_origin = False
+                    try:
+                        if type(rec) is ReplicaRecord:
+                            value = rec.restamp(txid, now_us)
+                        else:
+                            rec.txid = txid
+                            rec.local_ts = now_us
+                            if not rec.origin_ts:
+                                rec.origin_ts = now_us
+                            if rec.origin_txid == 0:
+                                rec.origin_txid = txid
+                                own_origin = True
+                            value = encode(rec)
+                    except (struct.error, ValueError) as exc:
+                        txid -= 1
+                        if own_origin:
+                            rec.origin_txid = 0
+                        rec.txid = 0
+                        txids.append(self._reject(rejected, index, _unstorable(exc)))
+                        continue
+                    if fresh:
+                        cache[ph] = seq
+                        pub_updates[ph] = rec
+                    if marks is not None:
+                        marks.add(bm_key)
                     bm_items.append((bm_key, key))
                     txids.append(txid)
-                    if type(rec) is ReplicaRecord:
-                        rec_items.append((key, rec.restamp(txid, now_us)))
-                        origin = rec.origin
-                        if origin and rec.origin_txid > origin_updates.get(origin, 0):
-                            origin_updates[origin] = rec.origin_txid
+                    rec_items.append((key, value))
+                    origin = rec.origin
+                    if own_origin or not origin:
                         continue
-                    rec.txid = txid
-                    rec.local_ts = now_us
-                    if not rec.origin_ts:
-                        rec.origin_ts = now_us
-                    if rec.origin_txid == 0:
-                        rec.origin_txid = txid
-                    elif rec.origin and rec.origin_txid > origin_updates.get(rec.origin, 0):
-                        origin_updates[rec.origin] = rec.origin_txid
-                    rec_items.append((key, encode(rec)))
+                    if rec.origin_txid > origin_updates.get(origin, 0):
+                        origin_updates[origin] = rec.origin_txid
                 if rec_items:
                     txn.cursor(db=self._records).putmulti(rec_items, append=True)
                     txn.cursor(db=bookmarks).putmulti(bm_items)
@@ -505,6 +538,12 @@ class Journal:
             self._appended += len(rec_items)
         self._duplicates += len(records) - len(rec_items)
         return txids
+
+    @staticmethod
+    def _reject(rejected: dict[int, str] | None, index: int, why: str) -> int:
+        if rejected is not None:
+            rejected[index] = why
+        return -1
 
     def _segments_after_append(
         self, first: int, now_us: int, items: list[tuple[bytes, bytes]]

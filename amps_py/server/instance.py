@@ -38,7 +38,7 @@ from txlog.record import DeliveryView
 
 from .durability import PublisherLedger
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
-from .session import CommandFailed, Session
+from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -286,6 +286,8 @@ class Instance:
         self.stats_published += 1
         writer = self.writer
         if writer is not None and self.journals_topic(topic):
+            if writer.failure:
+                raise CommandFailed(JOURNAL_UNAVAILABLE, writer.failure)
             ph = session.pub_hash
             ledger = self._ledgers.get(ph) or self.ledger(ph)
             if seq <= ledger.high:
@@ -377,6 +379,68 @@ class Instance:
         event = self._commit_event
         self._commit_event = trio.Event()
         event.set()
+
+    def _on_rejected(self, rejected: list[tuple[Record, str]]) -> None:
+        """Records the journal could not store (the rest of their commit was)."""
+        for rec, why in rejected:
+            if rec.path:
+                log.error(
+                    "a record received from %s (bookmark %s, topic %.80r) cannot be "
+                    "stored and is missing on this instance: %s",
+                    rec.path[-1][0],
+                    rec.bookmark,
+                    rec.topic,
+                    why,
+                    extra=events.extra(events.REPLICATION_HOLE),
+                )
+                continue
+            log.error(
+                "publish seq %d of client %r (topic %.80r) was not stored: %s",
+                rec.seq,
+                rec.client_name,
+                rec.topic,
+                why,
+                extra=events.extra(events.JOURNAL_RECORD_REJECTED),
+            )
+            self._fail_publishes([rec], "journal write failed", why)
+
+    def _on_commit_failed(self, records: list[Record], reason: str) -> None:
+        """A commit stored nothing; the writer refuses writes until it recovers."""
+        local = [rec for rec in records if not rec.path]
+        log.error(
+            "journal commit failed; %d queued publish(es) failed and %d replicated "
+            "record(s) will be resent by their upstreams; journaled publishes are "
+            "refused until writes succeed again: %s",
+            len(local),
+            len(records) - len(local),
+            reason,
+            extra=events.extra(events.JOURNAL_COMMIT_FAILED),
+        )
+        self._fail_publishes(local, "journal write failed", reason)
+        if self.replication is not None:
+            # the positions they acknowledged may ride on the failed batch: start over
+            self.replication.reset_upstreams("this instance's journal writes are failing")
+
+    def _on_writes_resumed(self) -> None:
+        log.warning(
+            "journal writes are accepted again (%s)",
+            self.journal.path if self.journal is not None else "",
+            extra=events.extra(events.JOURNAL_WRITES_RESUMED),
+        )
+
+    def _fail_publishes(self, records: list[Record], reason: str, detail: str) -> None:
+        """Tell each publisher that these of its publishes were not stored: a persisted
+        failure ack per seq; they no longer hold back its acks."""
+        by_pub: dict[int, list[int]] = {}
+        for rec in records:
+            by_pub.setdefault(rec.pub_hash, []).append(rec.seq)
+        for ph, seqs in by_pub.items():
+            ledger = self._ledgers.get(ph)
+            if ledger is not None:
+                ledger.fail(seqs)
+            session = self._pub_sessions.get(ph)
+            if session is not None:
+                session.publishes_failed(seqs, reason, detail)
 
     @property
     def committed_txid(self) -> int:
@@ -695,7 +759,13 @@ class Instance:
                             tl.durability,
                             extra=events.extra(events.JOURNAL_OPENED),
                         )
-                    self.writer = JournalWriter(self.journal, self._on_commit)
+                    self.writer = JournalWriter(
+                        self.journal,
+                        self._on_commit,
+                        on_rejected=self._on_rejected,
+                        on_failed=self._on_commit_failed,
+                        on_recovered=self._on_writes_resumed,
+                    )
                     if self.journal.last_txid:
                         self.last_durable_bookmark = self.bookmark_of(self.journal.last_txid)
                     nursery.start_soon(self._run_writer)
@@ -750,8 +820,8 @@ class Instance:
             await self.writer.run()
         except Exception as exc:
             log.critical(
-                "journal commit failed, stopping the instance so no unstored message is "
-                "acknowledged: %s",
+                "the journal writer failed unexpectedly, stopping the instance so no "
+                "unstored message is acknowledged: %s",
                 exc,
                 extra=events.extra(events.JOURNAL_COMMIT_FAILED),
             )
