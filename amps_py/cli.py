@@ -1,6 +1,7 @@
 """The ``amps-py`` command. Thin: every subcommand calls a library API.
 
-amps-py serve [--config FILE]          run an instance (embedded default without FILE)
+amps-py serve [--config FILE]          run an instance (embedded default without FILE;
+                                       --allow-empty-journal: see docs/GUARANTEES.md)
 amps-py config check FILE              validate a config without starting
 amps-py config show-default            print the embedded default config
 amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routing

@@ -13,6 +13,7 @@ traceback, and leave the files as they were.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -97,8 +98,6 @@ class Serve:
 
     @property
     def uri(self) -> str:
-        import json
-
         port = json.loads(self.ready.read_text())["transports"]["json-tcp"]
         return f"tcp://127.0.0.1:{port}/amps/json"
 

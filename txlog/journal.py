@@ -92,8 +92,8 @@ class JournalError(Exception):
 
 class JournalDamaged(JournalError):
     """The journal's files are damaged (truncated, empty where a journal was, a damaged
-    page or newest record); the message names the file and what to do. Nothing was
-    changed on disk by the open that raised it."""
+    page or newest record); the message names the file and what to do. The open that
+    raised it changed nothing in ``data.mdb`` or the segment files."""
 
 
 @dataclass(frozen=True)
@@ -1028,17 +1028,19 @@ class Journal:
 
         Each record is found by a search (``set_range`` of the next txid), not by
         LMDB's step to the next page: that step asserts, killing the process, when the
-        next page is damaged, while a search reports ``MDB_CORRUPTED``. Within a page
-        a search costs no more than a step.
+        next page is damaged, while a search reports ``MDB_CORRUPTED``. LMDB looks in
+        the cursor's current page first, so a search costs little more than a step.
         """
         after: bytes | None = None
         while True:
             with self._env.begin(db=self._records, buffers=False) as txn:
                 cur = txn.cursor()
                 try:
-                    while cur.set_range(_next_key(after)) if after is not None else cur.first():
+                    found = cur.first() if after is None else cur.set_range(_next_key(after))
+                    while found:
                         after = cur.key()
                         yield after, cur.value()
+                        found = cur.set_range(_next_key(after))
                     return
                 except LMDB_DAMAGE_ERRORS as exc:
                     damage = exc
