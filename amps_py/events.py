@@ -34,6 +34,11 @@ JOURNAL_MAINTENANCE_FAILED: Final = "05-0005"
 JOURNAL_RECORD_REJECTED: Final = "05-0010"
 #: journal writes are accepted again after a failed commit (e.g. space returned)
 JOURNAL_WRITES_RESUMED: Final = "05-0011"
+#: the journal was refused at start (damaged or truncated files, an empty journal where
+#: one existed, a damaged newest record, held by another process); the instance exits
+JOURNAL_OPEN_REFUSED: Final = "05-0020"
+#: ``--allow-empty-journal`` started an empty journal where one existed
+JOURNAL_STARTED_EMPTY: Final = "05-0021"
 
 CLIENT_CONNECTED: Final = "07-0001"
 CLIENT_LOGON: Final = "07-0002"

@@ -31,9 +31,10 @@ import orjson
 import trio
 
 from amps_py import auth, events
-from amps_py.config import InstanceConfig, TransportConfig
+from amps_py.config import InstanceConfig, TransactionLogConfig, TransportConfig
 from amps_py.replication import ReplicationManager
-from txlog import Journal, Record, publisher_hash
+from txlog import Journal, JournalError, Record, publisher_hash
+from txlog.preflight import describe_traces
 from txlog.record import DeliveryView
 
 from .durability import PublisherLedger
@@ -97,8 +98,10 @@ class ConfigurationError(Exception):
 class Instance:
     """The running state of one instance. Create it, then ``await serve()``."""
 
-    def __init__(self, config: InstanceConfig) -> None:
+    def __init__(self, config: InstanceConfig, *, allow_empty_journal: bool = False) -> None:
         self.config = config
+        #: start an empty journal where one existed (``serve --allow-empty-journal``)
+        self.allow_empty_journal = allow_empty_journal
         self.name = config.name
         self.journal: Journal | None = None
         self.writer: JournalWriter | None = None
@@ -733,17 +736,7 @@ class Instance:
         try:
             async with trio.open_nursery() as nursery:
                 if tl is not None:
-                    self.journal = await trio.to_thread.run_sync(
-                        lambda: Journal(
-                            tl.journal_directory,
-                            instance_name=self.name,
-                            durability=tl.durability,
-                            compression=tl.compression,
-                            map_size=tl.map_size,
-                            segment_size=tl.journal_size,
-                            archive_directory=tl.archive_directory,
-                        )
-                    )
+                    self.journal = await trio.to_thread.run_sync(self._open_journal, tl)
                     log.info(
                         "journal %s opened: last txid %d, durability %s, compression %s",
                         tl.journal_directory,
@@ -813,6 +806,45 @@ class Instance:
             if self.journal is not None:
                 self.journal.close()
             log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))
+
+    def _open_journal(self, tl: TransactionLogConfig) -> Journal:
+        """Open the journal (in a worker thread). A refusal (damaged files, an empty
+        journal where one was, a journal held by another process) is logged and
+        raised as the :class:`txlog.JournalError` whose one line names the fix; a start
+        on an empty journal allowed over a former one is logged as a warning.
+        """
+        try:
+            journal = Journal(
+                tl.journal_directory,
+                instance_name=self.name,
+                durability=tl.durability,
+                compression=tl.compression,
+                map_size=tl.map_size,
+                segment_size=tl.journal_size,
+                archive_directory=tl.archive_directory,
+                allow_empty=self.allow_empty_journal,
+            )
+        except JournalError as exc:
+            log.critical(
+                "journal %s not opened, instance not started: %s",
+                tl.journal_directory,
+                exc,
+                extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+            )
+            raise
+        if journal.started_empty_over:
+            aside = ", ".join(str(p) for p in journal.set_aside_to)
+            log.warning(
+                "journal %s STARTED EMPTY (--allow-empty-journal): a journal existed there "
+                "(%s) but its data.mdb was empty or missing; every message it held is "
+                "absent from this instance, and replication peers resync only what they "
+                "replicate to it%s",
+                tl.journal_directory,
+                describe_traces(journal.started_empty_over),
+                f"; its segment files were moved to {aside}" if aside else "",
+                extra=events.extra(events.JOURNAL_STARTED_EMPTY),
+            )
+        return journal
 
     async def _run_writer(self) -> None:
         assert self.writer is not None
@@ -1059,14 +1091,16 @@ async def serve_instance(
     ready_file: str | os.PathLike[str] | None = None,
     stats_file: str | os.PathLike[str] | None = None,
     stats_interval: float = 0.25,
+    allow_empty_journal: bool = False,
     task_status: trio.TaskStatus[Instance] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run an instance until cancelled; write ``ready_file`` (JSON) once listening.
 
     The ready file holds ``{"name": ..., "pid": ..., "transports": {name: port}}`` and
-    is written atomically, so a test or script can poll for it.
+    is written atomically, so a test or script can poll for it. ``allow_empty_journal``
+    lets the journal start empty where one existed (see :class:`txlog.Journal`).
     """
-    instance = Instance(config)
+    instance = Instance(config, allow_empty_journal=allow_empty_journal)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(instance.serve)
         if stats_file is not None:
