@@ -509,6 +509,8 @@ class Instance:
             session = by_pub.get(ph)
             if session is not None:
                 session.persisted_progress()
+            elif ledger.idle:
+                del ledgers[ph]  # its publisher left; rebuilt from the journal on need
 
     def disable_transport(self, name: str) -> str:
         """Stop listening on client transport ``name`` and disconnect its clients."""
