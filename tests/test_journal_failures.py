@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from cluster import Cluster, InstanceView, destination_xml, replication_xml
 from harness import ServerProcess, free_port, wait_until, write_config
 
 from amps_py.client import CommandError, open_client
@@ -175,3 +176,54 @@ async def fill_the_disk_and_recover(server: ServerProcess, disk: Path) -> None:
     text = server.log_file.read_text()
     assert "05-0002" in text and "no space left on device" in text
     assert "05-0011" in text, "the instance must say when writes are accepted again"
+
+
+async def test_a_downstream_with_a_full_disk_resyncs_once_space_returns(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A replicates to B (sync); B's disk fills. A's publisher gets no persisted ack
+    for what B could not store; once B has room again, A's stream resumes and every
+    message is on both instances once."""
+    with small_tmpfs(tmp_path, "16m") as disk:
+        (disk / "ballast").write_bytes(b"\0" * 6 * 1024 * 1024)
+
+        def a_body(view: InstanceView) -> str:
+            return replication_xml(
+                destination_xml("B", "b", True, view.addr("B"), exclude=("replicate",))
+            )
+
+        cluster.add_instance("A", "a", a_body, replication_transport=False)
+        cluster.add_instance("B", "b", None, replication_transport=True)
+        (disk / "journal").mkdir()
+        cluster.server("B").journal_dir.parent.mkdir(parents=True, exist_ok=True)
+        cluster.server("B").journal_dir.symlink_to(disk / "journal")
+        cluster.start("B")
+        cluster.start("A")
+        body = b'{"pad":"' + b"x" * 32_000 + b'"}'
+        sent = 0
+        async with open_client(cluster.uri("A"), "pub") as pub:
+            # publish until A's acks stop: B's disk is full
+            while True:
+                sent = await pub.publish("orders", body)
+                try:
+                    await pub.wait_persisted(sent, timeout=3)
+                except TimeoutError:
+                    break
+                assert sent < 2000, "B's 16 MB disk never filled up"
+            stalled_at = pub.persisted_seq
+            assert "05-0002" in cluster.log("B"), "B must log the failed commit"
+            assert cluster.alive("B") and cluster.alive("A")
+            (disk / "ballast").unlink()
+            await pub.wait_persisted(sent, timeout=60)
+            assert sent > stalled_at
+        for name in "AB":
+            async with open_client(cluster.uri(name), "check") as checker, checker.subscribe(
+                "orders", bookmark="0"
+            ) as replay:
+                seqs = [int((await replay.get(10)).bookmark.split("|")[1]) for _ in range(sent)]
+                assert seqs == list(range(1, sent + 1)), name
+                with trio.move_on_after(0.3):
+                    extra = await replay.get(1)
+                    pytest.fail(f"{name} replays more than was published: {extra.bookmark}")
+        cluster.stop("A")
+        cluster.stop("B")
