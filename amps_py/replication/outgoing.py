@@ -402,6 +402,8 @@ class Destination:
             detail = "the destination is this instance itself; fix Destination/Transport/InetAddr"
             await stream.send_all(link.refuse("replicates to itself", detail, now()))
             raise LinkError("replicates to itself", detail)
+        # the welcome passed every check: full-size frames (the peer's stream back) from now
+        stream.handshake_done()
         self.remote_name = welcome.name
         self.remote_group = welcome.group
         self.authenticated_id = credentials[0] if credentials else ""
