@@ -22,6 +22,7 @@ import orjson
 import pytest
 import trio
 import zstandard
+from cluster import destination_xml, replication_xml
 from harness import ServerProcess, assert_journal_sound, wait_until, write_config
 
 from amps_py.client import open_client
@@ -150,11 +151,14 @@ class Peer:
         await self.send({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body))
 
     async def receive(self, timeout: float = 10) -> tuple[dict[str, Any], Any]:
-        """The next frame other than a heartbeat: (header, JSON payload or None);
-        ``({}, None)`` once the other end has closed the connection."""
+        """The next frame other than a heartbeat: (header, JSON payload or None; the
+        raw payload of a data frame); ``({}, None)`` once the other end has closed the
+        connection."""
         with trio.fail_after(timeout):
             while True:
                 for frame in self._decoder.frames():
+                    if frame.command == "repl_data":
+                        return frame.header, frame.payload
                     if frame.command != "repl_hb":
                         body = orjson.loads(frame.payload) if frame.payload else None
                         return frame.header, body
@@ -398,3 +402,102 @@ async def test_seq_far_above_the_publishers_is_logged(tmp_path: Path) -> None:
         await b.wait_records(5)
     finally:
         b.stop()
+
+
+# -------------------------------------------------------------------- forged downstream
+
+
+async def test_forged_downstream_is_refused_and_the_upstream_carries_on(tmp_path: Path) -> None:
+    """An upstream instance A dials a "downstream" that is this test: a welcome whose
+    name is a list is refused naming the field; a 250 MB frame before the welcome ends
+    the connection once its length prefix arrives; a proper welcome after that gets
+    A's journal, so A kept working throughout."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    destination = destination_xml("B", "B", False, f"127.0.0.1:{port}", exclude=("replicate",))
+    reconnect = "<ReconnectTimeout>100ms</ReconnectTimeout></Transport>"
+    config = write_config(
+        tmp_path, "A", 0, extra=replication_xml(destination.replace("</Transport>", reconnect))
+    )
+    a = ServerProcess(config, tmp_path, 0, "A")
+    a.start()
+    try:
+        a.port = json.loads(a.ready_file.read_text())["transports"]["json-tcp"]
+        async with open_client(a.uri, "pub") as pub:
+            await pub.publish_persisted("orders", b'{"n":1}', timeout=20)
+
+        async def accept() -> Peer:
+            with trio.fail_after(20):
+                stream = await listeners[0].accept()
+            p = Peer(stream)
+            header, hello = await p.receive()
+            assert header.get("c") == "repl_hello" and hello["name"] == "A", (header, hello)
+            return p
+
+        first = await accept()
+        await first.send(
+            {"c": "repl_welcome"}, orjson.dumps({"name": [1], "group": "B", "cursor_txid": 0})
+        )
+        refusal = await first.refusal()
+        assert refusal["reason"] == "malformed welcome" and "'name'" in refusal["detail"]
+        await trio.aclose_forcefully(first.stream)
+
+        second = await accept()
+        sent = 0
+        try:
+            with trio.fail_after(60):
+                await second.stream.send_all(struct.pack(">I", 250_000_000))
+                while sent < 250_000_000:
+                    await second.stream.send_all(bytes(1024 * 1024))
+                    sent += 1024 * 1024
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        await trio.aclose_forcefully(second.stream)
+        print(f"sent {sent} bytes before A closed the connection")
+        assert sent < 64 * 1024 * 1024, f"A read {sent} bytes of a frame before the welcome"
+
+        third = await accept()
+        welcome = {"name": "B", "group": "B", "cursor_txid": 0, "cursor_bm": ""}
+        await third.send({"c": "repl_welcome"}, orjson.dumps(welcome))
+        header, _ = await third.receive()
+        assert header.get("c") == "repl_data" and header.get("n") == 1, header
+        await trio.aclose_forcefully(third.stream)
+
+        log = a.log_file.read_text()
+        assert "malformed welcome: repl_welcome field 'name'" in log
+        assert "a frame of 250000000 bytes arrived before the replication handshake" in log
+        async with open_client(a.uri, "pub") as pub:
+            await pub.publish_persisted("orders", b'{"n":2}', timeout=20)
+    finally:
+        for listener in listeners:
+            await listener.aclose()
+        assert a.stop() == 0, a.tail()
+    assert_journal_sound(a.journal_dir)
+
+
+# ------------------------------------------------------------------ the gap rule, pure
+
+
+def test_sequence_gap_watch() -> None:
+    from amps_py.replication.incoming import SequenceGapWatch
+
+    journal = {1: 3}  # publisher hash -> highest seq journaled
+    lookups: list[int] = []
+
+    def held(pub_hash: int) -> int:
+        lookups.append(pub_hash)
+        return journal.get(pub_hash, 0)
+
+    watch = SequenceGapWatch(1000, held)
+    assert watch.check(1, 4) is None  # next in line
+    assert watch.check(1, 1004) is None  # exactly the threshold above 4
+    assert watch.check(1, 1_000_000) == 1004  # far above: the previous high
+    assert watch.check(1, 1_000_001) is None  # the stream goes on from there
+    assert watch.check(2, 1001) == 0  # an unknown publisher counts from 0
+    assert lookups == [1, 1, 2]  # once per publisher, again only on a suspected gap
+    # published here meanwhile (the journal moved on): no false alarm
+    journal[3] = 0
+    assert watch.check(3, 5) is None
+    journal[3] = 50_000
+    assert watch.check(3, 50_001) is None
+    assert SequenceGapWatch(0, held).check(9, 10**9) is None  # 0: off

@@ -49,6 +49,7 @@ cannot make this end allocate more than a plain frame could.
 from __future__ import annotations
 
 import itertools
+import json
 import struct
 from dataclasses import dataclass, field
 from enum import Enum
@@ -346,7 +347,7 @@ def _shown(value: object) -> str:
         type(None): "null",
     }
     kind = kinds.get(type(value), type(value).__name__)
-    text = orjson.dumps(value).decode(errors="replace") if value is not None else ""
+    text = json.dumps(value, default=repr) if value is not None else ""
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{kind} {text}".rstrip()
