@@ -168,6 +168,9 @@ class UpstreamConnection:
         link = self._link = DownstreamLink(now(), HEARTBEAT_INTERVAL)
         try:
             hello, refusal = await self._receive_hello(link)
+            writer = self.instance.writer
+            if refusal is None and writer is not None and writer.failure:
+                refusal = ("journal unavailable", writer.failure)
             if refusal is not None or hello is None:
                 reason, detail = refusal or ("refused", "")
                 log.error(
@@ -339,6 +342,9 @@ class UpstreamConnection:
             transport.sequence_gap_threshold if transport else DEFAULT_SEQUENCE_GAP_THRESHOLD,
             journal.publisher_last_seq,
         )
+        # a failed commit drops what was queued: positions acknowledged on this
+        # connection after that would skip records, so the connection starts over
+        failures = writer.failed_commits
         while True:
             frames = await self.stream.receive_frames()
             if not frames:
@@ -348,6 +354,12 @@ class UpstreamConnection:
                     raise LinkError(event.reason, event.detail)
                 if not isinstance(event, Data):
                     continue
+                if writer.failed_commits != failures:
+                    raise LinkError(
+                        "journal unavailable",
+                        "this instance's journal commit failed; the upstream resends "
+                        "after it reconnects",
+                    )
                 records: list[Record] = []
                 for raw in event.records:
                     try:
@@ -367,6 +379,7 @@ class UpstreamConnection:
                     records.append(rec)
                 self.messages_in += len(records)
                 upto = event.upto
+                self.instance.note_replicated(records)
                 writer.submit_replicated(
                     records,
                     self.name,

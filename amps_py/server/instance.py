@@ -31,13 +31,15 @@ import orjson
 import trio
 
 from amps_py import auth, events
-from amps_py.config import InstanceConfig, TransportConfig
+from amps_py.config import InstanceConfig, TransactionLogConfig, TransportConfig
 from amps_py.replication import ReplicationManager
-from txlog import Journal, Record, publisher_hash
+from txlog import Journal, JournalError, Record, publisher_hash
+from txlog.preflight import describe_traces
 from txlog.record import DeliveryView
 
+from .durability import PublisherLedger
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
-from .session import CommandFailed, Session
+from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -96,8 +98,10 @@ class ConfigurationError(Exception):
 class Instance:
     """The running state of one instance. Create it, then ``await serve()``."""
 
-    def __init__(self, config: InstanceConfig) -> None:
+    def __init__(self, config: InstanceConfig, *, allow_empty_journal: bool = False) -> None:
         self.config = config
+        #: start an empty journal where one existed (``serve --allow-empty-journal``)
+        self.allow_empty_journal = allow_empty_journal
         self.name = config.name
         self.journal: Journal | None = None
         self.writer: JournalWriter | None = None
@@ -110,8 +114,11 @@ class Instance:
         self._names: dict[str, Session] = {}
         self._pub_sessions: dict[int, Session] = {}
         self._conn_ids = itertools.count(1)
-        self._pub_enqueued: dict[int, int] = {}
-        self._pub_durable: dict[int, int] = {}
+        #: per publisher hash: what it has in flight here (see durability.py)
+        self._ledgers: dict[int, PublisherLedger] = {}
+        #: (txid bound, publisher, seq) of publishes the journal found already stored:
+        #: settled once the bound is durable (the copy stored earlier is, by then)
+        self._dup_waiters: collections.deque[tuple[int, int, int]] = collections.deque()
         self._topic_json: dict[str, bytes] = {}
         self._journaled: dict[str, bool] = {}
         self._filters: dict[str, Any] = {}
@@ -209,8 +216,8 @@ class Instance:
                 extra=events.extra(events.NAME_IN_USE),
             )
             current.close("name in use")
-            # the new session inherits what the old one still waits for
-            session.inflight = list(current.inflight)
+        # the new session inherits what an earlier one still waits for: the ledger
+        # lives on the instance
         self._names[name] = session
         self._pub_sessions[publisher_hash(name)] = session
         return ""
@@ -223,20 +230,36 @@ class Instance:
         if session.client_name and self._names.get(session.client_name) is session:
             del self._names[session.client_name]
             self._pub_sessions.pop(session.pub_hash, None)
+            ledger = self._ledgers.get(session.pub_hash)
+            if ledger is not None and ledger.idle:
+                del self._ledgers[session.pub_hash]  # rebuilt from the journal on need
 
-    def publisher_durable_seq(self, pub_hash: int) -> int:
-        seq = self._pub_durable.get(pub_hash)
-        if seq is None:
-            seq = self.journal.publisher_last_seq(pub_hash) if self.journal is not None else 0
-            self._pub_durable[pub_hash] = seq
-        return seq
+    def held_seq(self, pub_hash: int) -> int:
+        """The highest seq this instance's journal holds for ``pub_hash``, from any
+        source (published here or received by replication), durable or not: what a
+        logon ack reports. It does not wait for sync destinations."""
+        return self.journal.publisher_last_seq(pub_hash) if self.journal is not None else 0
 
-    def _publisher_enqueued_seq(self, pub_hash: int) -> int:
-        seq = self._pub_enqueued.get(pub_hash)
-        if seq is None:
-            seq = self.publisher_durable_seq(pub_hash)
-            self._pub_enqueued[pub_hash] = seq
-        return seq
+    def ledger(self, pub_hash: int) -> PublisherLedger:
+        """The publisher's ledger, built from the journal and the writer's queue on
+        first use."""
+        ledger = self._ledgers.get(pub_hash)
+        if ledger is None:
+            queued = self.writer.queued_high(pub_hash) if self.writer is not None else 0
+            ledger = self._ledgers[pub_hash] = PublisherLedger(self.held_seq(pub_hash), queued)
+        return ledger
+
+    def note_replicated(self, records: Sequence[Record]) -> None:
+        """Records received by replication were queued for the journal: seqs the
+        server assigns later go above theirs."""
+        ledgers = self._ledgers
+        if not ledgers:
+            return
+        get = ledgers.get
+        for rec in records:
+            ledger = get(rec.pub_hash)
+            if ledger is not None:
+                ledger.saw(rec.seq)
 
     def bookmark_of(self, txid: int) -> str:
         if self.journal is None or txid <= 0:
@@ -264,15 +287,32 @@ class Instance:
     ) -> str:
         """Accept one publish. Returns ``queued`` (waits for the journal), ``pending``
         (a duplicate of a message not yet durable) or ``done`` (duplicate already
-        durable, or a topic that is not journaled and was delivered at once)."""
+        durable, or a topic that is not journaled and was delivered at once).
+
+        A publish is a duplicate only if that exact ``(publisher, seq)`` is journaled
+        or in flight here; a seq below the publisher's highest that is neither is
+        stored (a client may reorder its publishes after a failover). Seqs above the
+        highest take the fast path: one comparison.
+        """
         self.stats_published += 1
         writer = self.writer
         if writer is not None and self.journals_topic(topic):
+            if writer.failure:
+                raise CommandFailed(JOURNAL_UNAVAILABLE, writer.failure)
             ph = session.pub_hash
-            if seq <= self._publisher_enqueued_seq(ph):
-                self.stats_duplicates += 1
-                return "done" if seq <= self.publisher_durable_seq(ph) else "pending"
-            self._pub_enqueued[ph] = seq
+            ledger = self._ledgers.get(ph) or self.ledger(ph)
+            if seq <= ledger.high:
+                if ledger.is_pending(seq):
+                    self.stats_duplicates += 1
+                    return "pending"
+                held = self._held_txid(ph, seq)
+                if held is not None:
+                    self.stats_duplicates += 1
+                    if held <= self.durable_txid:
+                        return "done"
+                    ledger.accept(seq)  # settled when that record is durable
+                    return "pending"
+            ledger.accept(seq)
             writer.submit(
                 Record(
                     topic=topic,
@@ -291,8 +331,25 @@ class Instance:
             self._fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
         return "done"
 
-    def _on_commit(self, records: list[Record]) -> None:
+    def _held_txid(self, pub_hash: int, seq: int) -> int | None:
+        """The txid holding ``(pub_hash, seq)`` in the journal; 0 when it was there
+        and removal deleted it; ``None`` when this instance never stored it."""
+        assert self.journal is not None
+        txid = self.journal.lookup_bookmark(pub_hash, seq)
+        if txid is None and seq <= self.journal.publisher_floor(pub_hash):
+            return 0
+        return txid
+
+    def _on_commit(self, records: list[Record], dropped: list[Record]) -> None:
         """After a journal commit: fan out, then advance persisted acks."""
+        if dropped:
+            # published here, but the journal already held that bookmark (a copy
+            # received by replication, queued after the lookup in publish): settled
+            # once everything committed so far is durable
+            bound = self.committed_txid
+            self._dup_waiters.extend((bound, rec.pub_hash, rec.seq) for rec in dropped)
+            if not records:
+                self._advance_durable(self.durable_txid)
         if not records:
             return
         registry = self.registry
@@ -322,15 +379,79 @@ class Instance:
             self._undurable.extend(records)
             self._advance_durable(records[-1].txid)
         else:
-            durable: dict[int, int] = {}
-            get = durable.get
+            durable: dict[int, list[int]] = {}
             for rec in records:
-                if rec.seq > get(rec.pub_hash, 0):
-                    durable[rec.pub_hash] = rec.seq
+                seqs = durable.get(rec.pub_hash)
+                if seqs is None:
+                    durable[rec.pub_hash] = [rec.seq]
+                else:
+                    seqs.append(rec.seq)
             self._records_durable(durable, records[-1])
         event = self._commit_event
         self._commit_event = trio.Event()
         event.set()
+
+    def _on_rejected(self, rejected: list[tuple[Record, str]]) -> None:
+        """Records the journal could not store (the rest of their commit was)."""
+        for rec, why in rejected:
+            if rec.path:
+                log.error(
+                    "a record received from %s (bookmark %s, topic %.80r) cannot be "
+                    "stored and is missing on this instance: %s",
+                    rec.path[-1][0],
+                    rec.bookmark,
+                    rec.topic,
+                    why,
+                    extra=events.extra(events.REPLICATION_HOLE),
+                )
+                continue
+            log.error(
+                "publish seq %d of client %r (topic %.80r) was not stored: %s",
+                rec.seq,
+                rec.client_name,
+                rec.topic,
+                why,
+                extra=events.extra(events.JOURNAL_RECORD_REJECTED),
+            )
+            self._fail_publishes([rec], "journal write failed", why)
+
+    def _on_commit_failed(self, records: list[Record], reason: str) -> None:
+        """A commit stored nothing; the writer refuses writes until it recovers."""
+        local = [rec for rec in records if not rec.path]
+        log.error(
+            "journal commit failed; %d queued publish(es) failed and %d replicated "
+            "record(s) will be resent by their upstreams; journaled publishes are "
+            "refused until writes succeed again: %s",
+            len(local),
+            len(records) - len(local),
+            reason,
+            extra=events.extra(events.JOURNAL_COMMIT_FAILED),
+        )
+        self._fail_publishes(local, "journal write failed", reason)
+        if self.replication is not None:
+            # the positions they acknowledged may ride on the failed batch: start over
+            self.replication.reset_upstreams("this instance's journal writes are failing")
+
+    def _on_writes_resumed(self) -> None:
+        log.warning(
+            "journal writes are accepted again (%s)",
+            self.journal.path if self.journal is not None else "",
+            extra=events.extra(events.JOURNAL_WRITES_RESUMED),
+        )
+
+    def _fail_publishes(self, records: list[Record], reason: str, detail: str) -> None:
+        """Tell each publisher that these of its publishes were not stored: a persisted
+        failure ack per seq; they no longer hold back its acks."""
+        by_pub: dict[int, list[int]] = {}
+        for rec in records:
+            by_pub.setdefault(rec.pub_hash, []).append(rec.seq)
+        for ph, seqs in by_pub.items():
+            ledger = self._ledgers.get(ph)
+            if ledger is not None:
+                ledger.fail(seqs)
+            session = self._pub_sessions.get(ph)
+            if session is not None:
+                session.publishes_failed(seqs, reason, detail)
 
     @property
     def committed_txid(self) -> int:
@@ -345,14 +466,20 @@ class Instance:
             upto = self.replication.durable_txid(self.committed_txid)
         pending = self._undurable
         if not pending or pending[0].txid > upto:
+            if self._dup_waiters and self._dup_waiters[0][0] <= self.durable_txid:
+                self._records_durable({}, None)
             return
-        durable: dict[int, int] = {}
+        durable: dict[int, list[int]] = {}
         last = pending[0]
         registry = self.registry
         waiting_subs = registry.fully_durable > 0
         while pending and pending[0].txid <= upto:
             last = pending.popleft()
-            durable[last.pub_hash] = max(durable.get(last.pub_hash, 0), last.seq)
+            seqs = durable.get(last.pub_hash)
+            if seqs is None:
+                durable[last.pub_hash] = [last.seq]
+            else:
+                seqs.append(last.seq)
             if waiting_subs:
                 subs = tuple(s for s in registry.match(last.topic) if s.fully_durable)
                 if subs:
@@ -370,18 +497,26 @@ class Instance:
         self._commit_event = trio.Event()
         event.set()
 
-    def _records_durable(self, durable: dict[int, int], last: Record) -> None:
-        """Record ``durable`` (publisher -> highest durable seq) and send persisted acks."""
-        self.durable_txid = last.txid
-        self.last_durable_bookmark = last.bookmark
-        pub_durable = self._pub_durable
+    def _records_durable(self, durable: dict[int, list[int]], last: Record | None) -> None:
+        """Record ``durable`` (publisher -> its seqs now durable, ``last`` the newest
+        durable record) and send persisted acks."""
+        if last is not None:
+            self.durable_txid = last.txid
+            self.last_durable_bookmark = last.bookmark
+        waiters = self._dup_waiters
+        while waiters and waiters[0][0] <= self.durable_txid:
+            _, ph, seq = waiters.popleft()
+            durable.setdefault(ph, []).append(seq)
+        ledgers = self._ledgers
         by_pub = self._pub_sessions
-        for ph, seq in durable.items():
-            if seq > pub_durable.get(ph, 0):
-                pub_durable[ph] = seq
+        for ph, seqs in durable.items():
+            ledger = ledgers.get(ph)
+            if ledger is None:
+                continue  # nobody publishing as it here: its ledger starts from the journal
+            ledger.settle(seqs)
             session = by_pub.get(ph)
             if session is not None:
-                session.durable_upto(seq)
+                session.persisted_progress()
 
     def disable_transport(self, name: str) -> str:
         """Stop listening on client transport ``name`` and disconnect its clients."""
@@ -427,7 +562,7 @@ class Instance:
         and dedup rules as a client's publish."""
         name = f"{self.name}-internal"
         publisher = InternalPublisher(publisher_hash(name), name)
-        seq = self._publisher_enqueued_seq(publisher.pub_hash) + 1
+        seq = self.ledger(publisher.pub_hash).high + 1
         return self.publish(publisher, topic, seq, payload, {})
 
     def bytes_after(self, txid: int) -> int:
@@ -609,17 +744,7 @@ class Instance:
         try:
             async with trio.open_nursery() as nursery:
                 if tl is not None:
-                    self.journal = await trio.to_thread.run_sync(
-                        lambda: Journal(
-                            tl.journal_directory,
-                            instance_name=self.name,
-                            durability=tl.durability,
-                            compression=tl.compression,
-                            map_size=tl.map_size,
-                            segment_size=tl.journal_size,
-                            archive_directory=tl.archive_directory,
-                        )
-                    )
+                    self.journal = await trio.to_thread.run_sync(self._open_journal, tl)
                     log.info(
                         "journal %s opened: last txid %d, durability %s, compression %s",
                         tl.journal_directory,
@@ -635,7 +760,13 @@ class Instance:
                             tl.durability,
                             extra=events.extra(events.JOURNAL_OPENED),
                         )
-                    self.writer = JournalWriter(self.journal, self._on_commit)
+                    self.writer = JournalWriter(
+                        self.journal,
+                        self._on_commit,
+                        on_rejected=self._on_rejected,
+                        on_failed=self._on_commit_failed,
+                        on_recovered=self._on_writes_resumed,
+                    )
                     if self.journal.last_txid:
                         self.last_durable_bookmark = self.bookmark_of(self.journal.last_txid)
                     nursery.start_soon(self._run_writer)
@@ -684,14 +815,53 @@ class Instance:
                 self.journal.close()
             log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))
 
+    def _open_journal(self, tl: TransactionLogConfig) -> Journal:
+        """Open the journal (in a worker thread). A refusal (damaged files, an empty
+        journal where one was, a journal held by another process) is logged and
+        raised as the :class:`txlog.JournalError` whose one line names the fix; a start
+        on an empty journal allowed over a former one is logged as a warning.
+        """
+        try:
+            journal = Journal(
+                tl.journal_directory,
+                instance_name=self.name,
+                durability=tl.durability,
+                compression=tl.compression,
+                map_size=tl.map_size,
+                segment_size=tl.journal_size,
+                archive_directory=tl.archive_directory,
+                allow_empty=self.allow_empty_journal,
+            )
+        except JournalError as exc:
+            log.critical(
+                "journal %s not opened, instance not started: %s",
+                tl.journal_directory,
+                exc,
+                extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+            )
+            raise
+        if journal.started_empty_over:
+            aside = ", ".join(str(p) for p in journal.set_aside_to)
+            log.warning(
+                "journal %s STARTED EMPTY (--allow-empty-journal): a journal existed there "
+                "(%s) but its data.mdb was empty or missing; every message it held is "
+                "absent from this instance, and replication peers resync only what they "
+                "replicate to it%s",
+                tl.journal_directory,
+                describe_traces(journal.started_empty_over),
+                f"; its segment files were moved to {aside}" if aside else "",
+                extra=events.extra(events.JOURNAL_STARTED_EMPTY),
+            )
+        return journal
+
     async def _run_writer(self) -> None:
         assert self.writer is not None
         try:
             await self.writer.run()
         except Exception as exc:
             log.critical(
-                "journal commit failed, stopping the instance so no unstored message is "
-                "acknowledged: %s",
+                "the journal writer failed unexpectedly, stopping the instance so no "
+                "unstored message is acknowledged: %s",
                 exc,
                 extra=events.extra(events.JOURNAL_COMMIT_FAILED),
             )
@@ -929,14 +1099,16 @@ async def serve_instance(
     ready_file: str | os.PathLike[str] | None = None,
     stats_file: str | os.PathLike[str] | None = None,
     stats_interval: float = 0.25,
+    allow_empty_journal: bool = False,
     task_status: trio.TaskStatus[Instance] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run an instance until cancelled; write ``ready_file`` (JSON) once listening.
 
     The ready file holds ``{"name": ..., "pid": ..., "transports": {name: port}}`` and
-    is written atomically, so a test or script can poll for it.
+    is written atomically, so a test or script can poll for it. ``allow_empty_journal``
+    lets the journal start empty where one existed (see :class:`txlog.Journal`).
     """
-    instance = Instance(config)
+    instance = Instance(config, allow_empty_journal=allow_empty_journal)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(instance.serve)
         if stats_file is not None:
