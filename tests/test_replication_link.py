@@ -3,10 +3,21 @@ with time passed in. Every exchange is also fed byte by byte."""
 
 from __future__ import annotations
 
-import pytest
+import functools
+import json
 
+import orjson
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amps_py.config import InstanceConfig, parse_config
 from amps_py.protocol import encode_frame
 from amps_py.replication.link import (
+    MAX_HANDSHAKE_FRAME,
+    MAX_REFUSAL_DETAIL,
+    MAX_REPLICATION_FRAME,
     PROTOCOL_VERSION,
     Ack,
     Data,
@@ -16,7 +27,11 @@ from amps_py.replication.link import (
     Refused,
     UpstreamLink,
     Welcome,
+    _Inflater,
+    parse_hello,
+    parse_welcome,
 )
+from amps_py.replication.validation import TopicDescriptor, validate
 from txlog import Record, RecordCodec, publisher_hash
 
 
@@ -165,14 +180,6 @@ def test_record_lengths_that_do_not_add_up_are_bad_data() -> None:
 
 # ---------------------------------------------------------------- what a peer may send
 
-from amps_py.replication.link import (  # noqa: E402
-    MAX_HANDSHAKE_FRAME,
-    MAX_REFUSAL_DETAIL,
-    MAX_REPLICATION_FRAME,
-    _Inflater,
-    parse_hello,
-    parse_welcome,
-)
 
 GOOD_HELLO = {
     "version": PROTOCOL_VERSION,
@@ -245,7 +252,7 @@ def test_malformed_hello_fields_are_named(changes: dict[str, object], field: str
     assert info.value.reason == "malformed hello"
     assert f"repl_hello field {field}: expected " in info.value.detail
     # the same through the link, whole and byte by byte: the downstream refuses it
-    frame = encode_frame({"c": "repl_hello"}, __import__("orjson").dumps(hello_with(changes)))
+    frame = encode_frame({"c": "repl_hello"}, orjson.dumps(hello_with(changes)))
     for bytewise in (False, True):
         down = DownstreamLink(0.0, 1.0)
         with pytest.raises(LinkError, match="malformed hello"):
@@ -278,7 +285,7 @@ def test_a_forged_welcome_is_refused(welcome: dict[str, object], field: str) -> 
     assert f"repl_welcome field {field}" in info.value.detail
     up = UpstreamLink(0.0, 1.0)
     up.hello(name="a", group="g", destination="b", sync="async", topics=[], now=0)
-    payload = __import__("json").dumps(welcome).encode()
+    payload = json.dumps(welcome).encode()
     with pytest.raises(LinkError, match="malformed welcome"):
         up.receive_data(encode_frame({"c": "repl_welcome"}, payload), 0)
     assert up.max_frame_size == MAX_HANDSHAKE_FRAME  # never opened up
@@ -329,8 +336,6 @@ def test_realistic_hellos_fit_the_handshake_limit() -> None:
 
 
 def test_a_zstd_bomb_stops_at_the_limit() -> None:
-    import zstandard
-
     compressor = zstandard.ZstdCompressor(level=3).compressobj()
     bomb = compressor.compress(bytes(64 * 1024 * 1024))
     bomb += compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
@@ -378,6 +383,77 @@ def test_data_headers_that_would_not_fit_the_journal(
 ) -> None:
     _, down = handshake()
     full = {"c": "repl_data", "from": 0, "upto": 8, "upto_bm": "", "n": 0, **header}
-    head = __import__("json").dumps(full).encode()
+    head = json.dumps(full).encode()
     with pytest.raises(LinkError, match=fragment):
         down.receive_data(len(head).to_bytes(4, "big") + head, 1.0)
+
+
+# ------------------------------------------------------ any hello: refused or checkable
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=80),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+#: a field of a hello: usually the right kind, sometimes anything
+_FIELDS = {
+    "version": st.just(PROTOCOL_VERSION) | _JSON,
+    "name": st.sampled_from(["a", "b", "a" * 64]) | _JSON,
+    "group": st.sampled_from(["g", ""]) | _JSON,
+    "sync": st.sampled_from(["sync", "async"]) | _JSON,
+    "compression": st.sampled_from(["none", "zstd"]) | _JSON,
+    "topics": st.lists(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "name": st.none() | st.sampled_from([".*", "orders", "o(r"]) | _JSON,
+                "message_type": st.just("json") | _JSON,
+                "filter": st.none() | st.just("/a > 1") | _JSON,
+                "exclude_validation": st.lists(st.sampled_from(["txlog", "replicate"])) | _JSON,
+            },
+        )
+        | _JSON,
+        max_size=3,
+    )
+    | _JSON,
+    "expected_group": st.just("") | _JSON,
+    "user_id": st.just("repl") | _JSON,
+    "pw": st.just("pw") | _JSON,
+    "back": st.booleans() | _JSON,
+}
+_HELLOS = st.fixed_dictionaries({}, optional=_FIELDS)
+
+
+@settings(
+    derandomize=True,
+    max_examples=500,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(_HELLOS)
+def test_any_hello_is_refused_or_safe_to_check(body: dict[str, object]) -> None:
+    """Whatever a peer puts in a hello, it parses into a Hello that the downstream's
+    checks (validation against a real config) handle, or it is refused with a
+    LinkError; nothing else is raised."""
+    try:
+        hello = parse_hello(body)
+    except LinkError as exc:
+        assert exc.reason in ("malformed hello", "protocol version")
+        return
+    descriptors = [TopicDescriptor.from_wire(t) for t in hello.topics]
+    validate(descriptors, _downstream_config(), hello.name, hello.group)
+
+
+@functools.cache
+def _downstream_config() -> InstanceConfig:
+    return parse_config(
+        "<AMPSConfig><Name>b</Name><TransactionLog><JournalDirectory>./j</JournalDirectory>"
+        "<Topic><Name>orders</Name><MessageType>json</MessageType></Topic></TransactionLog>"
+        "</AMPSConfig>",
+        "b.xml",
+        environ={},
+    )

@@ -103,17 +103,22 @@ class SequenceGapWatch:
     def check(self, pub_hash: int, seq: int) -> int | None:
         """The publisher's previous highest seq if ``seq`` is more than the threshold
         above it, else ``None``. Either way ``seq`` now counts as held."""
-        if not self.threshold:
+        threshold = self.threshold
+        if not threshold:
             return None
         high = self._high.get(pub_hash)
+        if high is not None and seq <= high + threshold:  # the usual case: in step
+            if seq > high:
+                self._high[pub_hash] = seq
+            return None
         if high is None:
             if len(self._high) >= self.MAX_TRACKED:
                 self._high.clear()
             high = self._held(pub_hash)
-        elif seq > high + self.threshold:
+        else:  # a suspected jump: did this publisher reach the journal meanwhile?
             high = max(high, self._held(pub_hash))
         self._high[pub_hash] = max(high, seq)
-        return high if seq - high > self.threshold else None
+        return high if seq - high > threshold else None
 
 
 @functools.lru_cache(maxsize=4096)
