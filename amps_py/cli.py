@@ -166,8 +166,13 @@ def config() -> None:
 @config.command("check")
 @click.argument("path", type=click.Path(dir_okay=False))
 def config_check(path: str) -> None:
-    """Validate FILE against the schema and the semantic rules, without starting."""
-    from amps_py.config import ConfigError, load_config
+    """Validate FILE against the schema and the semantic rules, without starting.
+
+    Settings that work but leave the instance open (a replication transport without
+    authentication reachable beyond this machine) are printed as warnings on stderr;
+    they do not change the exit status.
+    """
+    from amps_py.config import ConfigError, load_config, security_warnings
 
     try:
         cfg = load_config(path)
@@ -175,6 +180,8 @@ def config_check(path: str) -> None:
         _fail(str(exc), 2)
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror or exc}", 2)
+    for warning in security_warnings(cfg):
+        click.echo(f"{path}: warning: {warning}", err=True)
     transports = ", ".join(f"{t.name}={t.host}:{t.port}" for t in cfg.transports)
     journal = cfg.transaction_log.journal_directory if cfg.transaction_log else "none"
     admin = f"{cfg.admin[0]}:{cfg.admin[1]}" if cfg.admin else "none"

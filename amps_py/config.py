@@ -54,7 +54,7 @@ from lxml import etree
 
 from amps_py import __version__, auth
 from amps_py.filters import FilterError, compile_filter
-from amps_py.units import UnitError, parse_bytes, parse_duration, parse_percent
+from amps_py.units import UnitError, parse_bytes, parse_count, parse_duration, parse_percent
 
 __all__ = [
     "DEFAULT_ACK_CONFLATION_INTERVAL",
@@ -64,6 +64,7 @@ __all__ = [
     "DEFAULT_MAP_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_RECONNECT_TIMEOUTS",
+    "DEFAULT_SEQUENCE_GAP_THRESHOLD",
     "LOG_LEVELS",
     "MIN_TLS_VERSION",
     "NON_EXCLUDABLE_VALIDATION_CHECKS",
@@ -92,6 +93,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "schema_path",
+    "security_warnings",
     "server_ssl_context",
 ]
 
@@ -115,6 +117,10 @@ DEFAULT_MAP_SIZE: Final = 64 * 1024**3
 MIN_MAP_SIZE: Final = 1024**2
 #: Instance names prefix files and travel in replication paths; keep them short.
 MAX_NAME_LENGTH: Final = 64
+#: A replicated record whose publisher seq is more than this above the highest seq the
+#: instance holds for that publisher is logged (15-0011) and counted; see
+#: ``Transport/SequenceGapThreshold`` in config/amps.xsd.
+DEFAULT_SEQUENCE_GAP_THRESHOLD: Final = 100_000
 
 #: The transport Type of the one listener that accepts replication from upstream instances.
 REPLICATION_TRANSPORT_TYPE: Final = "amps-replication"
@@ -195,7 +201,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "AMPSConfig/Transports/Transport": frozenset(
         {
-            "Authentication",
             "ClientMaxCapacity",
             "ClientMessageAgeLimit",
             "Entitlement",
@@ -354,6 +359,13 @@ class TransportConfig:
         private_key: the PEM private key of ``certificate``, or ``None``.
         ciphers: an OpenSSL cipher string limiting the TLS 1.2 ciphers, or ``None``
             for OpenSSL's defaults.
+        authentication: for the replication transport: ``Transport/Authentication``,
+            who may replicate in; ``None``: ``AMPSConfig/Authentication`` applies (see
+            :attr:`InstanceConfig.replication_authentication`).
+        sequence_gap_threshold: for the replication transport
+            (``SequenceGapThreshold``): a received record whose publisher seq is more
+            than this above the highest this instance holds for that publisher is
+            logged and counted; 0 turns the check off.
     """
 
     name: str
@@ -367,6 +379,8 @@ class TransportConfig:
     certificate: Path | None = None
     private_key: Path | None = None
     ciphers: str | None = None
+    authentication: AuthenticationConfig | None = None
+    sequence_gap_threshold: int = DEFAULT_SEQUENCE_GAP_THRESHOLD
 
     @property
     def secure(self) -> bool:
@@ -859,6 +873,15 @@ class InstanceConfig:
             if transport.is_replication:
                 return transport
         return None
+
+    @property
+    def replication_authentication(self) -> AuthenticationConfig:
+        """Who may replicate into this instance: the replication transport's own
+        ``Authentication`` if it has one, else ``AMPSConfig/Authentication``."""
+        transport = self.replication_transport
+        if transport is not None and transport.authentication is not None:
+            return transport.authentication
+        return self.authentication
 
     @property
     def client_transports(self) -> tuple[TransportConfig, ...]:
@@ -1650,6 +1673,7 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
         state_el = _first(transport, "InitialState")
         state = _text(state_el, problems) if state_el is not None else "enabled"
         tls = _transport_tls(transport, type_el, kind, problems)
+        incoming = _incoming_replication(transport, kind, problems)
 
         if (
             name is None
@@ -1660,6 +1684,7 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
             or size is None
             or state is None
             or tls is None
+            or incoming is None
         ):
             continue
         transports.append(
@@ -1675,9 +1700,57 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                 certificate=tls[0],
                 private_key=tls[1],
                 ciphers=tls[2],
+                authentication=incoming[0],
+                sequence_gap_threshold=incoming[1],
             )
         )
     return tuple(transports)
+
+
+def _incoming_replication(
+    transport: etree._Element, kind: str | None, problems: _Problems
+) -> tuple[AuthenticationConfig | None, int] | None:
+    """(``Authentication``, ``SequenceGapThreshold``) of a Transport: settings of the
+    replication listener only; None (and problems) when wrong."""
+    auth_el = _first(transport, "Authentication")
+    gap_el = _first(transport, "SequenceGapThreshold")
+    if kind is not None and kind not in REPLICATION_TRANSPORT_TYPES:
+        for el, fix in (
+            (
+                auth_el,
+                "move it to AMPSConfig/Authentication (which every client transport "
+                "uses), or remove it",
+            ),
+            (gap_el, "remove it; it applies to records received by replication"),
+        ):
+            if el is not None:
+                problems.add(
+                    el,
+                    f"<{el.tag}> is read on the amps-replication transport only, and "
+                    f"this transport's Type is {kind}",
+                    fix,
+                )
+        if auth_el is not None or gap_el is not None:
+            return None
+        return None, DEFAULT_SEQUENCE_GAP_THRESHOLD
+    ok = True
+    authentication = None
+    if auth_el is not None:
+        authentication = _authentication_config(auth_el, problems)
+        ok = not problems.faulty(auth_el)
+    threshold = DEFAULT_SEQUENCE_GAP_THRESHOLD
+    gap_text = _text(gap_el, problems)
+    if gap_el is not None and gap_text is not None:
+        try:
+            threshold = parse_count(gap_text)
+        except UnitError as exc:
+            problems.add(
+                gap_el,
+                f"{exc.text!r} is not a valid count for SequenceGapThreshold",
+                f"{exc.accepted}; 100k is the default, 0 turns the check off",
+            )
+            ok = False
+    return (authentication, threshold) if ok else None
 
 
 # ---------------------------------------------------------------------------- TLS
@@ -2894,6 +2967,11 @@ def _build_authentication(root: etree._Element, problems: _Problems) -> Authenti
     section = _first(root, "Authentication")
     if section is None:
         return AuthenticationConfig()
+    return _authentication_config(section, problems)
+
+
+def _authentication_config(section: etree._Element, problems: _Problems) -> AuthenticationConfig:
+    """An ``Authentication`` element (of AMPSConfig or of the replication Transport)."""
     module, path = _module_file(
         section,
         "PasswordFile",
@@ -3166,6 +3244,43 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         admin=_build_admin(root, problems),
         actions=_build_actions(root, problems),
     )
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether a listener bound to ``host`` is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # "" (every interface) or a host name
+        return host.lower() == "localhost" or host.lower().endswith(".localhost")
+
+
+def security_warnings(config: InstanceConfig) -> list[str]:
+    """What loads and runs, but leaves the instance open to anyone on the network, in
+    sentences naming the setting and the fix (``amps-py config check`` prints them; they
+    never stop an instance)."""
+    warnings: list[str] = []
+    transport = config.replication_transport
+    if (
+        transport is not None
+        and config.replication_authentication.module == auth.DEFAULT_AUTHENTICATION_MODULE
+        and not _loopback_only(transport.host)
+    ):
+        where = (
+            "every interface"
+            if transport.host in ("", "0.0.0.0", "::")
+            else f"{transport.host}, beyond this machine"
+        )
+        warnings.append(
+            f"replication transport {transport.name!r} ({transport.type}) listens on "
+            f"{transport.address} ({where}) without authentication: any program that "
+            "reaches it and names itself after a peer may write into this instance's "
+            "journal (see Replication trust in docs/GUARANTEES.md). Fix: add "
+            "<Authentication><Module>amps-password-file</Module><Options><PasswordFile>"
+            "FILE</PasswordFile></Options></Authentication> to the transport (create FILE "
+            "with `amps-py users add FILE USER`) and an Authenticator with that user to "
+            "each upstream's Destination/Transport; or listen on 127.0.0.1 only"
+        )
+    return warnings
 
 
 # ------------------------------------------------------------------ 5. XSD backstop

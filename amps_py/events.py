@@ -68,6 +68,10 @@ REPLICATION_VALIDATION_FAILED: Final = "15-0008"
 REPLICATION_DOWNGRADED: Final = "15-0009"
 #: a downgraded destination is sync again
 REPLICATION_UPGRADED: Final = "15-0010"
+#: a replicated record's publisher seq is far above (SequenceGapThreshold) the highest
+#: this instance held for that publisher; stored, logged and counted (a forged record
+#: from an unauthenticated peer looks like this)
+REPLICATION_SEQUENCE_GAP: Final = "15-0011"
 
 #: a Do module of an Action failed (the rest of that run is skipped)
 ACTION_FAILED: Final = "16-0001"

@@ -256,12 +256,41 @@ CASES = [
             "  <Transports>",
             "    <Transport>",
             "      <Name>t</Name><Type>tcp</Type><InetAddr>9007</InetAddr>",
-            "      <Authentication><Module>x</Module></Authentication>",
+            "      <Entitlement><Module>x</Module></Entitlement>",
             "    </Transport>",
             "  </Transports>",
         ),
-        "<Authentication> is a recognised AMPS element, not supported by amps-py yet",
+        "<Entitlement> is a recognised AMPS element, not supported by amps-py yet",
         6,
+    ),
+    Case(
+        "Authentication on a client transport",
+        doc(
+            "  <Transports>",
+            "    <Transport>",
+            "      <Name>t</Name><Type>tcp</Type><InetAddr>9007</InetAddr>",
+            "      <Authentication><Module>amps-default-authentication-module</Module>",
+            "      </Authentication>",
+            "    </Transport>",
+            "  </Transports>",
+        ),
+        "<Authentication> is read on the amps-replication transport only, and this "
+        "transport's Type is tcp. Fix: move it to AMPSConfig/Authentication",
+        6,
+    ),
+    Case(
+        "SequenceGapThreshold that is not a count",
+        doc(
+            "  <Transports>",
+            "    <Transport>",
+            "      <Name>r</Name><Type>amps-replication</Type><InetAddr>9004</InetAddr>",
+            "      <SequenceGapThreshold>lots</SequenceGapThreshold>",
+            "    </Transport>",
+            "  </Transports>",
+        ),
+        "'lots' is not a valid count for SequenceGapThreshold",
+        6,
+        count=2,  # and: no TransactionLog for the replication transport
     ),
     Case(
         "unsupported transport type",

@@ -3,6 +3,8 @@ one gets (each with file:line and a fix, never with the password in it)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,3 +269,97 @@ def test_authenticator_given_twice() -> None:
     )
     found = problems(text)
     assert any("<Authenticator> is given more than once" in p for p in found), found
+
+
+# ------------------------------------------------- the replication transport's own
+
+
+def instance_doc(inet: str, transport_extra: str = "", root_extra: str = "") -> str:
+    return (
+        "<AMPSConfig><Name>amps-b</Name>"
+        "<TransactionLog><JournalDirectory>./data</JournalDirectory></TransactionLog>"
+        "<Transports><Transport><Name>json-tcp</Name><Type>tcp</Type>"
+        "<InetAddr>127.0.0.1:9207</InetAddr></Transport>"
+        "<Transport><Name>repl-in</Name><Type>amps-replication</Type>"
+        f"<InetAddr>{inet}</InetAddr>{transport_extra}</Transport></Transports>"
+        f"{root_extra}</AMPSConfig>"
+    )
+
+
+def users_file(tmp_path: Path) -> Path:
+    from amps_py import auth
+
+    path = tmp_path / "replication-users.pw"
+    auth.PasswordFile(str(path)).with_user("repl", SECRET).save()
+    return path
+
+
+def auth_xml(users: Path) -> str:
+    return (
+        "<Authentication><Module>amps-password-file</Module>"
+        f"<Options><PasswordFile>{users}</PasswordFile></Options></Authentication>"
+    )
+
+
+def test_replication_transport_authentication(tmp_path: Path) -> None:
+    users = users_file(tmp_path)
+    config = parse_config(instance_doc("9204", auth_xml(users)), "b.xml", environ={})
+    transport = config.replication_transport
+    assert transport is not None and transport.authentication is not None
+    assert config.replication_authentication == transport.authentication
+    assert config.replication_authentication.password_file == users
+    assert config.authentication.module == "amps-default-authentication-module"
+    assert transport.sequence_gap_threshold == 100_000
+    # without one, the instance's Authentication applies to replication too
+    plain = parse_config(
+        instance_doc("9204", "<SequenceGapThreshold>2M</SequenceGapThreshold>", auth_xml(users)),
+        "b.xml",
+        environ={},
+    )
+    assert plain.replication_authentication == plain.authentication
+    assert plain.replication_transport is not None
+    assert plain.replication_transport.sequence_gap_threshold == 2_000_000
+
+
+@pytest.mark.parametrize(
+    ("inet", "transport_extra", "root_extra", "warned"),
+    [
+        ("9204", "", "", "0.0.0.0:9204 (every interface)"),  # a bare port: every interface
+        ("0.0.0.0:9204", "", "", "0.0.0.0:9204 (every interface)"),
+        ("[::]:9204", "", "", "[::]:9204 (every interface)"),
+        ("10.1.2.3:9204", "", "", "10.1.2.3:9204 (10.1.2.3, beyond this machine)"),
+        ("127.0.0.1:9204", "", "", None),
+        ("[::1]:9204", "", "", None),
+        ("localhost:9204", "", "", None),
+        ("0.0.0.0:9204", "AUTH", "", None),  # the transport's own Authentication
+        ("0.0.0.0:9204", "", "AUTH", None),  # the instance's
+    ],
+)
+def test_config_check_warns_about_an_open_replication_port(
+    tmp_path: Path, inet: str, transport_extra: str, root_extra: str, warned: str | None
+) -> None:
+    """``amps-py config check`` warns (exit status 0) when the replication transport
+    has no authentication and listens beyond loopback, naming the transport and fix."""
+    users = users_file(tmp_path)
+    text = instance_doc(
+        inet,
+        auth_xml(users) if transport_extra == "AUTH" else "",
+        auth_xml(users) if root_extra == "AUTH" else "",
+    )
+    path = tmp_path / "amps-b.xml"
+    path.write_text(text)
+    res = subprocess.run(
+        [sys.executable, "-m", "amps_py", "config", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0 and ": OK" in res.stdout, res.stdout + res.stderr
+    if warned is None:
+        assert res.stderr == "", res.stderr
+        return
+    assert res.stderr.startswith(f"{path}: warning: replication transport 'repl-in' "), res.stderr
+    assert f"listens on {warned} without authentication" in res.stderr, res.stderr
+    assert "<Authentication><Module>amps-password-file</Module>" in res.stderr
+    assert "amps-py users add FILE USER" in res.stderr

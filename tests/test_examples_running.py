@@ -1,6 +1,7 @@
 """The shipped example configs (config/examples), run as they are.
 
-Each example's XML files are copied into ``tmp_path`` with two kinds of edits only:
+Each example's XML files are copied into ``tmp_path`` (with the files they name by
+``${AMPS_CONFIG_DIRECTORY}``: the replication password files) with two kinds of edits only:
 every port named in an ``InetAddr`` element (client, replication and Admin) is mapped to
 a freshly allocated free port (the same map for every file of the example, so the
 instances still find each other),
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -41,6 +43,7 @@ _INET = re.compile(r"(<InetAddr>\s*)(?:([^<]*):)?(\d+)(\s*</InetAddr>)")
 _JOURNAL = re.compile(r"<JournalDirectory>[^<]*</JournalDirectory>")
 _FILENAME = re.compile(r"<FileName>([^<]*)</FileName>")
 _EDITABLE_LINE = re.compile(r"<(InetAddr|JournalDirectory|FileName)>")
+_BESIDE = re.compile(r"\$\{AMPS_CONFIG_DIRECTORY\}/([^<\s]+)")
 
 
 # ---------------------------------------------------------------------- running examples
@@ -84,6 +87,10 @@ def copy_example(files: Sequence[Path], workdir: Path) -> dict[str, ServerProces
     """
     workdir.mkdir(parents=True, exist_ok=True)
     texts = {path: path.read_text() for path in files}
+    # the files the configs name beside themselves (${AMPS_CONFIG_DIRECTORY}/...)
+    for folder in {path.parent for path in files}:
+        for name in sorted({n for t in texts.values() for n in _BESIDE.findall(t)}):
+            shutil.copy(folder / name, workdir / name)
     ports = {int(m.group(3)) for text in texts.values() for m in _INET.finditer(text)}
     mapping = _fresh_ports(ports)
     servers: dict[str, ServerProcess] = {}
@@ -212,6 +219,14 @@ async def test_hot_hot_example_runs(tmp_path: Path, running: list[ServerProcess]
                 f"({len(set(got))} distinct), want the {2 * n} published; "
                 f"missing {sorted(expected - set(got))[:10]}"
             )
+
+    # the pair logs on to each other with the example's replication user
+    def authenticated() -> str | None:
+        ids = {p: s.destination(p)["authenticated_id"] for s, p in ((a, "amps-b"), (b, "amps-a"))}
+        wrong = {p: i for p, i in ids.items() if i != "replication"}
+        return f"destinations log on as {wrong}, want 'replication'" if wrong else None
+
+    await wait_until(authenticated, 10)
 
     # replay right after the acks, without waiting for anything: sync means stored
     stored = await replay_all(servers)
@@ -514,6 +529,11 @@ def test_example_passes_config_check(path: Path) -> None:
     assert res.returncode == 0 and ": OK" in res.stdout, (
         f"amps-py config check {path} exited {res.returncode}\n{res.stdout}{res.stderr}"
     )
-    admin = load_config(path, environ={}).admin
+    config = load_config(path, environ={})
+    admin = config.admin
     shown = f"; admin {admin[0]}:{admin[1]}" if admin else "; admin none"
     assert res.stdout.rstrip().endswith(shown), res.stdout
+    assert res.stderr == "", f"config check warns about an example: {res.stderr}"
+    if config.replication_transport is not None:  # replicating examples authenticate
+        assert config.replication_authentication.module == "amps-password-file"
+        assert all(d.authenticator is not None for d in config.replication)

@@ -92,11 +92,18 @@ def test_hot_hot_passes() -> None:
 # ------------------------------------------------------------------ broken variants
 
 
+def copy_secrets(example: Path, target: Path) -> None:
+    """The example's replication password files, which its configs name beside them."""
+    for name in ("replication-users.pw", "replication.secret"):
+        shutil.copy(example / name, target / name)
+
+
 def copy_geo_ha(tmp_path: Path) -> Path:
     target = tmp_path / "geo-ha"
     target.mkdir()
     for path in GEO_HA.glob("*.xml"):
         shutil.copy(path, target / path.name)
+    copy_secrets(GEO_HA, target)
     return target
 
 
@@ -343,6 +350,7 @@ def test_plain_destination_to_a_tls_listener_is_flagged(tmp_path: Path) -> None:
         blob.write_to_path(str(cert), append=True)
     server.private_key_pem.write_to_path(str(key))
     shutil.copy(HOT_HOT / "amps-a.xml", tmp_path / "amps-a.xml")
+    copy_secrets(HOT_HOT, tmp_path)
     b = (HOT_HOT / "amps-b.xml").read_text()
     secure = re.sub(
         r"<Type>amps-replication</Type>(\s*<InetAddr>[^<]*</InetAddr>)",
@@ -362,6 +370,7 @@ def _dmz_variant(tmp_path: Path, *, peer_dials: bool) -> Path:
     """The hot-hot example with amps-b's destination reduced to no Transport (it only
     replicates back over amps-a's connection); without ``peer_dials`` amps-a has no
     destination at all."""
+    copy_secrets(HOT_HOT, tmp_path)
     b = (HOT_HOT / "amps-b.xml").read_text()
     dmz = re.sub(r"(<Destination>.*?)\s*<Transport>.*?</Transport>", r"\1", b, count=1, flags=re.S)
     assert dmz != b, "the hot-hot example changed shape; update this test"

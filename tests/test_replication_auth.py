@@ -148,3 +148,71 @@ async def test_user_without_replication_logon_is_not_entitled(
     assert stored(cluster, "B") == 0
     for name in "AB":
         assert PASSWORD not in logs(cluster, name), f"{name} logged the password"
+
+
+async def test_replication_transport_authentication_leaves_clients_open(tmp_path: Path) -> None:
+    """``Transport/Authentication`` on the amps-replication transport: upstreams must
+    log on with a user of that password file (one without credentials, or with a wrong
+    password, is refused with ``auth failure``) while clients of the same instance need
+    no credentials (AMPSConfig/Authentication is the default module)."""
+    from harness import ServerProcess, wait_until, write_config
+
+    users = password_file(tmp_path)
+    transport = (
+        "<Transport><Name>amps-replication</Name><Type>amps-replication</Type>"
+        "<InetAddr>127.0.0.1:0</InetAddr>"
+        f"{authentication_xml(users)}</Transport>"
+    )
+    b = ServerProcess(write_config(tmp_path, "B", 0, extra_transport=transport), tmp_path, 0, "B")
+    b.start()
+    ready = json.loads(b.ready_file.read_text())
+    b.port = ready["transports"]["json-tcp"]
+    b_repl = ready["transports"]["amps-replication"]
+    upstreams: list[ServerProcess] = []
+
+    def upstream(name: str, options: str | None) -> ServerProcess:
+        dest = destination_xml("B", "B", False, f"127.0.0.1:{b_repl}", exclude=("replicate",))
+        if options is not None:
+            dest = dest.replace(
+                "</Transport>",
+                "<Authenticator><Module>amps-password-authenticator</Module>"
+                f"<Options>{options}</Options></Authenticator></Transport>",
+            )
+        config = write_config(tmp_path, name, 0, extra=replication_xml(dest))
+        server = ServerProcess(config, tmp_path, 0, name)
+        upstreams.append(server)
+        server.start()
+        server.port = json.loads(server.ready_file.read_text())["transports"]["json-tcp"]
+        return server
+
+    try:
+        # a client of B needs no credentials
+        async with open_client(b.uri, "local") as client:
+            await client.publish_persisted("orders", b'{"local":1}', timeout=20)
+        anonymous = upstream("Anon", None)
+        wrong = upstream("Wrong", f"<Username>{USER}</Username><Password>{WRONG}</Password>")
+        right = upstream("Right", f"<Username>{USER}</Username><Password>{PASSWORD}</Password>")
+        for server in (anonymous, wrong, right):
+            await publish(server.uri, 2)
+
+        def settled() -> str | None:
+            log = b.log_file.read_text()
+            missing = [
+                f"{who} refused"
+                for who in ("Anon", "Wrong")
+                if f"refused replication from {who}" not in log
+            ]
+            n = int(b.statistics()["journal"]["records"])
+            if n != 3:
+                missing.append(f"B holds {n} records, want 3 (its own and Right's two)")
+            return "; ".join(missing) or None
+
+        await wait_until(settled, 30)
+        log = b.log_file.read_text()
+        refusals = [line for line in log.splitlines() if "refused replication from" in line]
+        assert all("auth failure" in line for line in refusals), refusals
+        assert "(no credentials sent)" in next(r for r in refusals if "Anon" in r)
+        assert PASSWORD not in log and WRONG not in log
+    finally:
+        for server in (*upstreams, b):
+            server.stop()

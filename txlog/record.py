@@ -525,6 +525,12 @@ class ReplicaReader:
         except UnicodeDecodeError as exc:
             raise CorruptRecord(None, f"path is not UTF-8 ({exc})") from None
         new_path = _encode_path(path)
+        if len(new_path) > 0xFFFF:  # stored with a u16 length: it would fail the commit
+            raise CorruptRecord(
+                None,
+                f"its path of {len(path)} hops would take {len(new_path)} bytes with this "
+                "hop added, more than the 65535 a record holds",
+            )
         client, origin, topic, mtype, sow_key, cid = texts
         strings = _Strings(
             client,

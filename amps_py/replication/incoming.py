@@ -2,26 +2,38 @@
 how far this journal holds its stream, store what it sends, acknowledge after commit.
 
 An upstream is authenticated like a client: the ``user_id``/``pw`` of its hello go to
-this instance's Authentication module (the default module accepts anyone, with or
-without credentials), and the Entitlement module must then grant that user
-``replication_logon``. Refusals carry the reasons ``auth failure`` and
-``not entitled``; the password is never logged.
+the replication transport's Authentication module (``Transport/Authentication``, else
+the instance's; the default module accepts anyone, with or without credentials), and
+the Entitlement module must then grant that user ``replication_logon``. Refusals carry
+the reasons ``auth failure`` and ``not entitled``; the password is never logged.
+
+A hello whose fields have the wrong types is refused with reason ``malformed hello``
+(the detail names the field); nothing else of the peer is looked at. Frames are
+limited to the handshake size until the hello has passed every check.
+
+Records are stored as received (after their CRC check). One that makes its publisher's
+seq jump more than ``SequenceGapThreshold`` above what this instance holds for that
+publisher is logged loudly (``15-0011``) and counted (``sequence_gaps``), not refused:
+see "Replication trust" in docs/GUARANTEES.md.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import trio
 
 from amps_py import events
+from amps_py.config import DEFAULT_SEQUENCE_GAP_THRESHOLD
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
 
-from .link import PROTOCOL_VERSION, Data, DownstreamLink, Hello, LinkError, Refused
+from .link import Data, DownstreamLink, Hello, LinkError, Refused
 from .mux import RoleStream, SharedConnection
 from .validation import TopicDescriptor, describe, validate
 
@@ -33,6 +45,21 @@ log = logging.getLogger("amps_py.replication.incoming")
 HELLO_TIMEOUT: Final = 10.0
 #: heartbeat interval of the receiving end
 HEARTBEAT_INTERVAL: Final = 1.0
+#: link errors that mean the hello itself is refused (logged as a refusal)
+_HELLO_REFUSALS: Final = frozenset({"malformed hello", "protocol version"})
+#: link errors after which the peer is told why before the connection closes
+_TOLD_REASONS: Final = frozenset(
+    {
+        "not a replication peer",
+        "protocol violation",
+        "bad data",
+        "data too large",
+        "frame too large",
+    }
+)
+#: at most one sequence-gap warning per upstream connection in this many seconds
+#: (the rest are counted and summed up in the next one)
+GAP_LOG_INTERVAL: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +72,53 @@ class UpstreamStatistics:
     duplicates: int
     bytes_in: int
     cursor_txid: int
+    #: records whose publisher seq jumped more than SequenceGapThreshold (15-0011)
+    sequence_gaps: int = 0
+
+
+class SequenceGapWatch:
+    """Notices replicated records whose publisher seq is far above anything this
+    instance holds for that publisher (pure: the journal lookup is passed in).
+
+    Args:
+        threshold: report a record more than this many above the publisher's highest
+            seq; 0 reports nothing.
+        held: the highest seq this instance holds for a publisher hash (the journal's
+            publisher index: published here or replicated in, from any upstream).
+
+    The highest seq seen from this upstream is remembered per publisher (records still
+    waiting for their commit count too); a suspected jump is checked against the
+    journal again before it is reported, so publishes that reached this instance
+    meanwhile are no false alarm.
+    """
+
+    #: publishers remembered at most (then forgotten and looked up again)
+    MAX_TRACKED: Final = 65_536
+
+    def __init__(self, threshold: int, held: Callable[[int], int]) -> None:
+        self.threshold = threshold
+        self._held = held
+        self._high: dict[int, int] = {}
+
+    def check(self, pub_hash: int, seq: int) -> int | None:
+        """The publisher's previous highest seq if ``seq`` is more than the threshold
+        above it, else ``None``. Either way ``seq`` now counts as held."""
+        threshold = self.threshold
+        if not threshold:
+            return None
+        high = self._high.get(pub_hash)
+        if high is not None and seq <= high + threshold:  # the usual case: in step
+            if seq > high:
+                self._high[pub_hash] = seq
+            return None
+        if high is None:
+            if len(self._high) >= self.MAX_TRACKED:
+                self._high.clear()
+            high = self._held(pub_hash)
+        else:  # a suspected jump: did this publisher reach the journal meanwhile?
+            high = max(high, self._held(pub_hash))
+        self._high[pub_hash] = max(high, seq)
+        return high if seq - high > threshold else None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -76,6 +150,9 @@ class UpstreamConnection:
         self.messages_in = 0
         self.duplicates = 0
         self.cursor_txid = 0
+        self.sequence_gaps = 0
+        self._gaps_unlogged = 0
+        self._gap_logged_at = -math.inf
         self._link: DownstreamLink | None = None
         self._acked = 0
         self._pending_ack = 0
@@ -95,23 +172,25 @@ class UpstreamConnection:
         now = trio.current_time
         link = self._link = DownstreamLink(now(), HEARTBEAT_INTERVAL)
         try:
-            hello = await self._await_hello(link)
-            refusal = self._check_hello(hello)
+            hello, refusal = await self._receive_hello(link)
             writer = self.instance.writer
             if refusal is None and writer is not None and writer.failure:
                 refusal = ("journal unavailable", writer.failure)
-            if refusal is not None:
-                reason, detail = refusal
+            if refusal is not None or hello is None:
+                reason, detail = refusal or ("refused", "")
                 log.error(
                     "refused replication from %s (%s): %s — %s",
-                    hello.name,
+                    hello.name if hello is not None else "an unidentified peer",
                     self.peer,
                     reason,
                     detail,
                     extra=events.extra(events.REPLICATION_REFUSED),
                 )
-                await self.stream.send_all(link.refuse(reason, detail, now()))
+                with trio.move_on_after(1):
+                    await self.stream.send_all(link.refuse(reason, detail, now()))
                 return
+            # a peer that passed every check may send full-size data frames
+            self.stream.handshake_done()
             self.name, self.group = hello.name, hello.group
             self.back_offered = hello.back
             journal = self.instance.journal
@@ -153,7 +232,7 @@ class UpstreamConnection:
                 exc,
                 extra=events.extra(events.REPLICATION_LINK_ERROR),
             )
-            if exc.reason in ("not a replication peer", "protocol violation", "bad data"):
+            if exc.reason in _TOLD_REASONS:
                 with trio.move_on_after(1):
                     await self.stream.send_all(link.refuse(exc.reason, exc.detail, now()))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -163,6 +242,24 @@ class UpstreamConnection:
                 self.instance.replication.upstream_disconnected(self)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
+
+    async def _receive_hello(
+        self, link: DownstreamLink
+    ) -> tuple[Hello | None, tuple[str, str] | None]:
+        """The peer's hello and why it is refused (``None``: accepted); ``(None, why)``
+        for a hello too malformed to read.
+
+        Raises:
+            LinkError: no hello at all (the peer closed, sent something else, or
+                nothing within :data:`HELLO_TIMEOUT`).
+        """
+        try:
+            hello = await self._await_hello(link)
+        except LinkError as exc:
+            if exc.reason not in _HELLO_REFUSALS:
+                raise
+            return None, (exc.reason, exc.detail)
+        return hello, self._check_hello(hello)
 
     async def _await_hello(self, link: DownstreamLink) -> Hello:
         with trio.move_on_after(HELLO_TIMEOUT):
@@ -178,12 +275,7 @@ class UpstreamConnection:
         raise LinkError("no hello", f"nothing valid received within {HELLO_TIMEOUT:g} s")
 
     def _check_hello(self, hello: Hello) -> tuple[str, str] | None:
-        if hello.version != PROTOCOL_VERSION:
-            return (
-                "protocol version",
-                f"peer speaks replication protocol version {hello.version}, this instance "
-                f"speaks {PROTOCOL_VERSION}; run the same amps-py version on both",
-            )
+        """Why ``hello`` (well-formed, of this protocol version) is refused, if it is."""
         refusal = self._check_credentials(hello)
         if refusal is not None:
             return refusal
@@ -223,12 +315,13 @@ class UpstreamConnection:
         instance = self.instance
         user = hello.user_id
         shown = repr(user) if user else "(no credentials sent)"
-        authenticator = instance.authenticator
+        authenticator = instance.replication_authenticator
         if not authenticator.authenticate(user, hello.pw).ok:
             return (
                 "auth failure",
                 f"upstream {hello.name} failed to authenticate as user {shown} with this "
-                f"instance's {authenticator.module} module; fix the Username and password of "
+                f"instance's {authenticator.module} module (the replication transport's "
+                "Authentication, else AMPSConfig/Authentication); fix the Username and password of "
                 f"the Authenticator in {hello.name}'s Destination/Transport, or add the user "
                 "here with `amps-py users add FILE USER`",
             )
@@ -247,6 +340,13 @@ class UpstreamConnection:
         assert writer is not None
         own = self.instance.name
         replica = ReplicaReader((self.name, self.group))
+        journal = self.instance.journal
+        assert journal is not None
+        transport = self.instance.config.replication_transport
+        watch = SequenceGapWatch(
+            transport.sequence_gap_threshold if transport else DEFAULT_SEQUENCE_GAP_THRESHOLD,
+            journal.publisher_last_seq,
+        )
         # a failed commit drops what was queued: positions acknowledged on this
         # connection after that would skip records, so the connection starts over
         failures = writer.failed_commits
@@ -271,11 +371,16 @@ class UpstreamConnection:
                         rec = replica(raw)
                     except CorruptRecord as exc:
                         raise LinkError(
-                            "bad data", f"a record failed its CRC in transit: {exc}"
+                            "bad data",
+                            f"a received record cannot be stored: {exc.problem} (damaged in "
+                            "transit, or not sent by an amps-py instance)",
                         ) from None
                     if rec.origin == own or _passes(rec.path, own):
                         self.duplicates += 1  # came back around a loop: never store twice
                         continue
+                    previous = watch.check(rec.pub_hash, rec.seq)
+                    if previous is not None:
+                        self._sequence_gap(rec, previous, watch.threshold)
                     records.append(rec)
                 self.messages_in += len(records)
                 upto = event.upto
@@ -286,6 +391,34 @@ class UpstreamConnection:
                     (upto, event.upto_bm),
                     functools.partial(self._durable, upto),
                 )
+
+    def _sequence_gap(self, rec: Record, previous: int, threshold: int) -> None:
+        """Count a record whose seq jumps far above its publisher's; log it (at most
+        one line per :data:`GAP_LOG_INTERVAL`, with the count of the others)."""
+        self.sequence_gaps += 1
+        now = trio.current_time()
+        if now - self._gap_logged_at < GAP_LOG_INTERVAL:
+            self._gaps_unlogged += 1
+            return
+        others = self._gaps_unlogged
+        self._gap_logged_at, self._gaps_unlogged = now, 0
+        log.warning(
+            "replication from %s (%s): publisher %r seq %d is %d above the highest seq this "
+            "instance held for it (%d), more than SequenceGapThreshold %d; stored. A trusted "
+            "peer does this after routing filters or journal removal skipped that "
+            "publisher's messages; from an untrusted peer it may be a forged record that "
+            "makes the publisher's next messages look like duplicates: require "
+            "authentication on the replication transport%s",
+            self.name,
+            self.peer,
+            rec.client_name,
+            rec.seq,
+            rec.seq - previous,
+            previous,
+            threshold,
+            f" ({others} more such records since the last report)" if others else "",
+            extra=events.extra(events.REPLICATION_SEQUENCE_GAP),
+        )
 
     def _durable(self, upto: int) -> None:
         if upto > self._pending_ack:
@@ -318,4 +451,5 @@ class UpstreamConnection:
             duplicates=self.duplicates,
             bytes_in=self.stream.bytes_in,
             cursor_txid=self.cursor_txid,
+            sequence_gaps=self.sequence_gaps,
         )

@@ -35,11 +35,21 @@ clear inside the hello, so the link is only as private as its transport: use
 ``upto`` covers records the upstream read but did not route to this destination, so
 acknowledged positions advance even when nothing matches. Each class below is a
 state machine that never touches a socket or a clock: callers pass ``now``.
+
+Nothing a peer sends is trusted to have the right shape. Every field of a hello or
+welcome is type-checked (:func:`parse_hello`, :func:`parse_welcome`): a wrong one
+raises :class:`LinkError` with reason ``malformed hello`` / ``malformed welcome`` and a
+detail naming the field and what was expected. Until the handshake completes a frame
+may be at most :data:`MAX_HANDSHAKE_FRAME` bytes (a hello, a welcome, a refusal),
+afterwards :data:`MAX_REPLICATION_FRAME`; a zstd data frame is inflated with the same
+hard limit on its output (reason ``data too large``), so a small compressed frame
+cannot make this end allocate more than a plain frame could.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import struct
 from dataclasses import dataclass, field
 from enum import Enum
@@ -48,11 +58,27 @@ from typing import Any, Final
 import orjson
 import zstandard
 
-from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError, encode_frame
 
 PROTOCOL_VERSION: Final = 2
 #: replication frames carry batches of records: allow larger frames than clients
 MAX_REPLICATION_FRAME: Final = 256 * 1024 * 1024
+#: the largest frame accepted before the handshake completes (hello, welcome, refusal,
+#: heartbeat). A hello is about 120 bytes plus ~90 bytes per replicated Topic entry
+#: (more with a Filter): 1,000 Topic entries with 150-byte Filters fit in 256 KiB.
+#: Anything larger before the hello is not a peer: it is refused as soon as its length
+#: prefix arrives, before any of it is buffered.
+MAX_HANDSHAKE_FRAME: Final = 256 * 1024
+#: the longest refusal detail sent to the peer (the refusing side logs all of it)
+MAX_REFUSAL_DETAIL: Final = 8 * 1024
+#: the largest zstd window a compressed stream may ask for; the upstream compresses at
+#: level 3 (a 2 MiB window), so a stream asking for more is not ours
+MAX_ZSTD_WINDOW: Final = 8 * 1024 * 1024
+#: instance names and groups are at most this long (as in the config)
+MAX_NAME_LENGTH: Final = 64
+_U64_MAX: Final = (1 << 64) - 1
+#: the longest bookmark or free-text field accepted in a handshake or data header
+_MAX_LABEL: Final = 256
 
 
 class LinkError(Exception):
@@ -170,9 +196,18 @@ class _Link:
 
     def __init__(self, now: float, heartbeat_interval: float) -> None:
         self.state = LinkState.HANDSHAKE
-        self._decoder = FrameDecoder(MAX_REPLICATION_FRAME)
+        self._decoder = FrameDecoder(MAX_HANDSHAKE_FRAME)
         self._live = _Liveness(heartbeat_interval, 5 * heartbeat_interval, now, now)
-        self._decompressor: Any = None
+
+    @property
+    def max_frame_size(self) -> int:
+        """The largest frame accepted now: :data:`MAX_HANDSHAKE_FRAME` until the
+        handshake completes, then :data:`MAX_REPLICATION_FRAME`."""
+        return self._decoder.max_frame_size
+
+    def _handshake_done(self) -> None:
+        self.state = LinkState.STREAMING
+        self._decoder.max_frame_size = MAX_REPLICATION_FRAME
 
     # -- time
     def next_deadline(self) -> float:
@@ -215,6 +250,10 @@ class _Link:
         try:
             self._decoder.receive_data(data)
             frames = list(self._decoder.frames())
+        except FrameTooLarge as exc:
+            self.state = LinkState.CLOSED
+            handshaking = self.max_frame_size < MAX_REPLICATION_FRAME
+            raise frame_too_large(exc, handshaking=handshaking) from None
         except ProtocolError as exc:
             self.state = LinkState.CLOSED
             raise not_a_peer(exc) from None
@@ -238,15 +277,23 @@ class _Link:
         if command == "repl_refuse":
             self.state = LinkState.CLOSED
             body = _json(frame.payload, "repl_refuse")
-            return Refused(str(body.get("reason", "refused")), str(body.get("detail", "")))
+            reason, detail = body.get("reason"), body.get("detail")
+            return Refused(
+                reason[:_MAX_LABEL] if isinstance(reason, str) and reason else "refused",
+                detail[:MAX_REFUSAL_DETAIL] if isinstance(detail, str) else "",
+            )
         return self._command(frame)
 
     def _command(self, frame: Frame) -> Event | None:
         raise NotImplementedError
 
     def refuse(self, reason: str, detail: str, now: float) -> bytes:
-        """The frame that tells the peer why the link is refused (then close)."""
+        """The frame that tells the peer why the link is refused (then close). A
+        detail longer than :data:`MAX_REFUSAL_DETAIL` is cut (log it in full here)."""
         self.state = LinkState.CLOSED
+        if len(detail) > MAX_REFUSAL_DETAIL:
+            cut = len(detail) - MAX_REFUSAL_DETAIL + 80
+            detail = f"{detail[:-cut]} ... ({cut} more characters in this instance's log)"
         return self._sent(
             encode_frame(
                 {"c": "repl_refuse", "r": self.ROLE},
@@ -268,6 +315,235 @@ def not_a_peer(exc: ProtocolError) -> LinkError:
         "not a replication peer",
         f"{exc}; is an AMPS client or another program connected to the replication port?",
     )
+
+
+def frame_too_large(exc: FrameTooLarge, *, handshaking: bool) -> LinkError:
+    """The error for a frame whose length prefix is over the limit (refused before
+    any of its body is buffered)."""
+    if handshaking:
+        return LinkError(
+            "not a replication peer",
+            f"a frame of {exc.size} bytes arrived before the replication handshake "
+            f"completed, but at most {exc.limit} bytes (the handshake frame limit) are "
+            "accepted until then, and a hello describes the replicated topics in far "
+            "less; is an AMPS client or another program connected to the replication port?",
+        )
+    return LinkError(
+        "frame too large",
+        f"a frame of {exc.size} bytes exceeds the replication frame limit of {exc.limit} "
+        "bytes; the peer is not an amps-py instance of this version, or is misbehaving",
+    )
+
+
+def _shown(value: object) -> str:
+    """A JSON value as a log can show it: its JSON type and a short excerpt."""
+    kinds = {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }
+    kind = kinds.get(type(value), type(value).__name__)
+    text = json.dumps(value, default=repr) if value is not None else ""
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}".rstrip()
+
+
+class _Fields:
+    """Reads the fields of one handshake payload. Any field of the wrong type or
+    value raises :class:`LinkError` (reason ``malformed <what>``) naming the field and
+    what was expected."""
+
+    def __init__(self, what: str, body: dict[str, Any]) -> None:
+        self.what = what
+        self.body = body
+
+    def bad(self, key: str, expected: str, value: object) -> LinkError:
+        return LinkError(
+            f"malformed {self.what}",
+            f"repl_{self.what} field {key!r}: expected {expected}, got {_shown(value)}; "
+            "the peer is not an amps-py instance of this version, or is forged",
+        )
+
+    def name(self, key: str, *, required: bool = False) -> str:
+        """An instance name or group: 1 to 64 printable characters, no path separator
+        (the config's rule); ``""`` when absent, null or empty (refused when
+        ``required``)."""
+        value = self.body.get(key)
+        if value in (None, "") and not required:
+            return ""
+        if (
+            not isinstance(value, str)
+            or not 0 < len(value) <= MAX_NAME_LENGTH
+            or "/" in value
+            or "\\" in value
+            or not value.isprintable()  # no control characters: logs, journal paths
+        ):
+            expected = (
+                f"an instance name (1 to {MAX_NAME_LENGTH} printable characters, no '/' or '\\')"
+            )
+            raise self.bad(key, expected, value)
+        return value
+
+    def text(self, key: str, *, limit: int = _MAX_LABEL) -> str:
+        """A string of at most ``limit`` characters; ``""`` when absent."""
+        value = self.body.get(key, "")
+        if not isinstance(value, str) or len(value) > limit:
+            raise self.bad(key, f"a string of at most {limit} characters", value)
+        return value
+
+    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
+        value = self.body.get(key, default)
+        if value not in options or not isinstance(value, str):
+            raise self.bad(key, " or ".join(repr(o) for o in options), value)
+        return value
+
+    def count(self, key: str, default: int = 0) -> int:
+        """An integer from 0 to 2**64-1 (a txid)."""
+        value = self.body.get(key, default)
+        if type(value) is not int or not 0 <= value <= _U64_MAX:
+            raise self.bad(key, "an integer from 0 to 2**64-1", value)
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.body.get(key, False)
+        if not isinstance(value, bool):
+            raise self.bad(key, "true or false", value)
+        return value
+
+    def topics(self, key: str) -> tuple[dict[str, Any], ...]:
+        """The replicated Topic descriptors (see :mod:`.validation`): a list of
+        objects with ``name`` (string or null), ``message_type`` (a non-empty string),
+        ``filter`` (string or null) and ``exclude_validation`` (a list of strings);
+        a missing key takes its default, other keys are ignored."""
+        value = self.body.get(key, [])
+        shape = (
+            'a list of topic objects {"name": string|null, "message_type": string, '
+            '"filter": string|null, "exclude_validation": [string, ...]}'
+        )
+        if not isinstance(value, list):
+            raise self.bad(key, shape, value)
+        for i, topic in enumerate(value):
+            where = f"{key}[{i}]"
+            if not isinstance(topic, dict):
+                raise self.bad(where, shape, topic)
+            name, mtype = topic.get("name"), topic.get("message_type", "json")
+            if name is not None and not isinstance(name, str):
+                raise self.bad(f"{where}.name", "a topic name or regex (string) or null", name)
+            if not isinstance(mtype, str) or not 0 < len(mtype) <= MAX_NAME_LENGTH:
+                raise self.bad(f"{where}.message_type", "a message type such as json", mtype)
+            flt = topic.get("filter")
+            if flt is not None and not isinstance(flt, str):
+                raise self.bad(f"{where}.filter", "a content filter (string) or null", flt)
+            excluded = topic.get("exclude_validation")
+            if excluded is not None and not (
+                isinstance(excluded, list)
+                and all(isinstance(c, str) and len(c) <= MAX_NAME_LENGTH for c in excluded)
+            ):
+                raise self.bad(
+                    f"{where}.exclude_validation", "a list of check names (strings)", excluded
+                )
+        return tuple(value)
+
+
+def parse_hello(body: dict[str, Any]) -> Hello:
+    """The :class:`Hello` of a ``repl_hello`` payload, every field type-checked.
+
+    Raises:
+        LinkError: reason ``protocol version`` when the peer speaks another version
+            (checked first: another version may shape its fields differently), else
+            ``malformed hello`` naming the first field that is missing or wrong.
+    """
+    fields = _Fields("hello", body)
+    version = body.get("version")
+    if type(version) is not int:
+        raise fields.bad(
+            "version", f"the replication protocol version ({PROTOCOL_VERSION})", version
+        )
+    if version != PROTOCOL_VERSION:
+        name = body.get("name")
+        who = f"peer {name!r}" if isinstance(name, str) and len(name) <= 64 else "the peer"
+        raise LinkError(
+            "protocol version",
+            f"{who} speaks replication protocol version {version}, this instance speaks "
+            f"{PROTOCOL_VERSION}; run the same amps-py version on both",
+        )
+    name = fields.name("name", required=True)
+    return Hello(
+        version=version,
+        name=name,
+        group=fields.name("group") or name,
+        destination=fields.text("destination"),
+        sync=fields.choice("sync", ("sync", "async"), "async"),
+        compression=fields.choice("compression", ("none", "zstd"), "none"),
+        topics=fields.topics("topics"),
+        expected_group=fields.name("expected_group"),
+        user_id=fields.text("user_id"),
+        pw=fields.text("pw", limit=4096),
+        back=fields.flag("back"),
+    )
+
+
+def parse_welcome(body: dict[str, Any]) -> Welcome:
+    """The :class:`Welcome` of a ``repl_welcome`` payload, every field type-checked.
+
+    Raises:
+        LinkError: reason ``malformed welcome`` naming the first field that is
+            missing or wrong.
+    """
+    fields = _Fields("welcome", body)
+    name = fields.name("name", required=True)
+    return Welcome(
+        name=name,
+        group=fields.name("group") or name,
+        cursor_txid=fields.count("cursor_txid"),
+        cursor_bm=fields.text("cursor_bm"),
+    )
+
+
+class _Inflater:
+    """One link's zstd stream, inflated frame by frame with a hard limit on the output
+    of each frame: a frame that would inflate past ``limit`` bytes raises
+    :class:`LinkError` (reason ``data too large``) having produced at most ``limit``
+    bytes plus one step's worth (~2 MiB), however small it was compressed."""
+
+    #: the most output one compressed byte may stand for: a 4-byte RLE block is a
+    #: whole 128 KiB block
+    _MAX_RATIO: Final = 128 * 1024 // 4
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._stream = zstandard.ZstdDecompressor(max_window_size=MAX_ZSTD_WINDOW).decompressobj()
+
+    def inflate(self, data: bytes) -> bytes:
+        """Raises:
+        LinkError: ``data too large`` past the limit, ``bad data`` if it does not decode."""
+        view = memoryview(data)
+        parts: list[bytes] = []
+        total = 0
+        pos = 0
+        try:
+            while pos < len(view):
+                # never feed more than could inflate to the room left (at least 64 bytes)
+                step = max(64, (self.limit - total) // self._MAX_RATIO)
+                part = self._stream.decompress(view[pos : pos + step])
+                pos += step
+                total += len(part)
+                if total > self.limit:
+                    raise LinkError(
+                        "data too large",
+                        f"a compressed data frame of {len(data)} bytes inflates past "
+                        f"{self.limit} bytes, the replication frame limit (stopped there): "
+                        "a decompression bomb, or a corrupted stream",
+                    )
+                parts.append(part)
+        except zstandard.ZstdError as exc:
+            raise LinkError("bad data", f"compressed data does not decode ({exc})") from None
+        return b"".join(parts)
 
 
 def _json(payload: bytes, what: str) -> dict[str, Any]:
@@ -323,28 +599,32 @@ class UpstreamLink(_Link):
             body["back"] = True
         if credentials is not None:
             body["user_id"], body["pw"] = credentials
-        return self._sent(
-            encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body)), now
-        )
+        frame = encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body))
+        if len(frame) - 4 > MAX_HANDSHAKE_FRAME:
+            self.state = LinkState.CLOSED
+            raise LinkError(
+                "hello too large",
+                f"destination {destination} describes {len(topics)} Topic entries in a hello "
+                f"of {len(frame) - 4} bytes, but a peer accepts at most {MAX_HANDSHAKE_FRAME} "
+                "bytes before the handshake; use fewer, broader Topic entries (a regex Name "
+                "covers many topics) or shorter Filters",
+            )
+        return self._sent(frame, now)
 
     def _command(self, frame: Frame) -> Event | None:
         command = frame.command
         if command == "repl_welcome":
             if self.state is not LinkState.HANDSHAKE:
                 raise self._unexpected(command)
-            body = _json(frame.payload, "repl_welcome")
-            self.state = LinkState.STREAMING
+            try:
+                welcome = parse_welcome(_json(frame.payload, "repl_welcome"))
+            except LinkError:
+                self.state = LinkState.CLOSED
+                raise
+            self._handshake_done()
             if self.compression == "zstd":
                 self._compressor = zstandard.ZstdCompressor(level=3).compressobj()
-            try:
-                return Welcome(
-                    name=str(body["name"]),
-                    group=str(body.get("group", body["name"])),
-                    cursor_txid=int(body.get("cursor_txid", 0)),
-                    cursor_bm=str(body.get("cursor_bm", "")),
-                )
-            except (KeyError, TypeError, ValueError):
-                raise LinkError("protocol violation", "repl_welcome lacks name or cursor") from None
+            return welcome
         if command == "repl_ack":
             if self.state is not LinkState.STREAMING:
                 raise self._unexpected(command)
@@ -395,31 +675,18 @@ class DownstreamLink(_Link):
         self.hello_info: Hello | None = None
         #: how far this end holds the upstream's stream (checked against each frame)
         self.position = 0
+        self._inflater: _Inflater | None = None
 
     def _command(self, frame: Frame) -> Event | None:
         command = frame.command
         if command == "repl_hello":
             if self.hello_info is not None:
                 raise self._unexpected(command)
-            body = _json(frame.payload, "repl_hello")
             try:
-                hello = Hello(
-                    version=int(body.get("version", frame.header.get("v", 0))),
-                    name=str(body["name"]),
-                    group=str(body.get("group") or body["name"]),
-                    destination=str(body.get("destination", "")),
-                    sync=str(body.get("sync", "async")),
-                    compression=str(body.get("compression", "none")),
-                    topics=tuple(t for t in body.get("topics", []) if isinstance(t, dict)),
-                    expected_group=str(body.get("expected_group") or ""),
-                    user_id=str(body.get("user_id") or ""),
-                    pw=str(body.get("pw") or ""),
-                    back=body.get("back") is True,
-                )
-            except (KeyError, TypeError, ValueError):
-                raise LinkError(
-                    "protocol violation", "repl_hello lacks the instance name"
-                ) from None
+                hello = parse_hello(_json(frame.payload, "repl_hello"))
+            except LinkError:
+                self.state = LinkState.CLOSED
+                raise
             self.hello_info = hello
             return hello
         if command == "repl_data":
@@ -427,10 +694,15 @@ class DownstreamLink(_Link):
                 raise self._unexpected(command)
             header = frame.header
             upto = header.get("upto")
-            if not isinstance(upto, int) or upto < 0:
+            if type(upto) is not int or not 0 <= upto <= _U64_MAX:
                 raise LinkError("protocol violation", f"repl_data with bad upto {upto!r}")
+            upto_bm = header.get("upto_bm", "")
+            if not isinstance(upto_bm, str) or len(upto_bm) > _MAX_LABEL:
+                raise LinkError("protocol violation", "repl_data with a bad upto_bm")
             start = header.get("from", 0)
-            if not isinstance(start, int) or start > self.position:
+            if type(start) is not int or start < 0:
+                raise LinkError("protocol violation", f"repl_data with bad from {start!r}")
+            if start > self.position:
                 self.state = LinkState.CLOSED
                 raise LinkError(
                     "bad data",
@@ -439,27 +711,22 @@ class DownstreamLink(_Link):
                     "resynchronises",
                 )
             self.position = max(self.position, upto)
+            n = header.get("n")
+            if type(n) is not int or n < 0:
+                raise LinkError("protocol violation", f"repl_data with bad record count {n!r}")
             payload = frame.payload
             if header.get("z"):
-                if self._decompressor is None:
-                    self._decompressor = zstandard.ZstdDecompressor().decompressobj()
-                try:
-                    payload = self._decompressor.decompress(payload)
-                except zstandard.ZstdError as exc:
-                    raise LinkError(
-                        "bad data", f"compressed data does not decode ({exc})"
-                    ) from None
-            n = header.get("n")
-            if not isinstance(n, int):
-                raise LinkError("protocol violation", f"repl_data with bad record count {n!r}")
+                if self._inflater is None:
+                    self._inflater = _Inflater(MAX_REPLICATION_FRAME)
+                payload = self._inflater.inflate(payload)
             records = split_records(payload, n)
-            return Data(records, upto, str(header.get("upto_bm", "")))
+            return Data(records, upto, upto_bm)
         raise self._unexpected(command)
 
     def welcome(self, *, name: str, group: str, cursor: tuple[int, str], now: float) -> bytes:
         if self.hello_info is None:
             raise RuntimeError("welcome() before a hello was received")
-        self.state = LinkState.STREAMING
+        self._handshake_done()
         self.position = cursor[0]
         body = {"name": name, "group": group, "cursor_txid": cursor[0], "cursor_bm": cursor[1]}
         return self._sent(encode_frame({"c": "repl_welcome"}, orjson.dumps(body)), now)

@@ -14,6 +14,10 @@ downstream role; ``repl_welcome`` and ``repl_ack`` go to the upstream role;
 
 Lifetime: the connection lives as long as the stream of the instance that opened it;
 the stream sent back over it is a passenger that ends with it.
+
+Frames are limited to :data:`~.link.MAX_HANDSHAKE_FRAME` bytes until one of the links
+on the connection has completed its handshake (:meth:`RoleStream.handshake_done`: a
+hello accepted, or a welcome received), then to :data:`~.link.MAX_REPLICATION_FRAME`.
 """
 
 from __future__ import annotations
@@ -23,9 +27,15 @@ from typing import Final, Literal
 
 import trio
 
-from amps_py.protocol import Frame, FrameDecoder, ProtocolError
+from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError
 
-from .link import MAX_REPLICATION_FRAME, LinkError, not_a_peer
+from .link import (
+    MAX_HANDSHAKE_FRAME,
+    MAX_REPLICATION_FRAME,
+    LinkError,
+    frame_too_large,
+    not_a_peer,
+)
 
 Role = Literal["up", "down", "both"]
 
@@ -80,6 +90,11 @@ class RoleStream:
             raise trio.ClosedResourceError(f"the {self.role} role of this connection is closed")
         await self._shared.send_all(data)
 
+    def handshake_done(self) -> None:
+        """This role's link completed its handshake with a peer that passed every
+        check: the connection now accepts frames up to the replication limit."""
+        self._shared.handshake_done()
+
     async def receive_frames(self) -> list[Frame]:
         """The next frames for this role; ``[]`` once the connection has ended.
 
@@ -115,6 +130,11 @@ class SharedConnection:
         self.down = RoleStream(self, "down")
         self._send_lock = trio.Lock()
         self.ended = trio.Event()
+        self._decoder = FrameDecoder(MAX_HANDSHAKE_FRAME)
+
+    def handshake_done(self) -> None:
+        """Accept frames up to :data:`~.link.MAX_REPLICATION_FRAME` from now on."""
+        self._decoder.max_frame_size = MAX_REPLICATION_FRAME
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         async with self._send_lock:
@@ -123,7 +143,7 @@ class SharedConnection:
     async def run(self) -> None:
         """Read the socket and hand the frames to their roles, until the peer closes,
         sends something that is not a replication frame, or the task is cancelled."""
-        decoder = FrameDecoder(MAX_REPLICATION_FRAME)
+        decoder = self._decoder
         try:
             while True:
                 data = await self.stream.receive_some(256 * 1024)
@@ -143,7 +163,11 @@ class SharedConnection:
                 if down:
                     self.down._deliver(down, len(data))
         except ProtocolError as exc:
-            error = not_a_peer(exc)
+            if isinstance(exc, FrameTooLarge):
+                handshaking = decoder.max_frame_size < MAX_REPLICATION_FRAME
+                error = frame_too_large(exc, handshaking=handshaking)
+            else:
+                error = not_a_peer(exc)
             self.down._deliver(error)
             self.up._deliver(error)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -59,6 +59,10 @@ CONNECTION_FAILURES: Final = (
 )
 #: reason of the LinkError raised when the TLS handshake of a secure destination fails
 TLS_FAILURE_REASON: Final = "tls"
+#: link errors in the handshake the peer is told about before the connection closes
+_TOLD_REASONS: Final = frozenset(
+    {"malformed welcome", "not a replication peer", "protocol violation"}
+)
 
 
 @dataclass(frozen=True)
@@ -389,7 +393,13 @@ class Destination:
                 back=back,
             )
         )
-        welcome = await self._await_welcome(stream, link)
+        try:
+            welcome = await self._await_welcome(stream, link)
+        except LinkError as exc:
+            if exc.reason in _TOLD_REASONS:  # tell the peer why (it may be misconfigured)
+                with trio.move_on_after(1):
+                    await stream.send_all(link.refuse(exc.reason, exc.detail, now()))
+            raise
         if cfg.group is not None and welcome.group != cfg.group:
             detail = (
                 f"destination {cfg.name} expects Group {cfg.group!r} but instance "
@@ -402,6 +412,8 @@ class Destination:
             detail = "the destination is this instance itself; fix Destination/Transport/InetAddr"
             await stream.send_all(link.refuse("replicates to itself", detail, now()))
             raise LinkError("replicates to itself", detail)
+        # the welcome passed every check: full-size frames (the peer's stream back) from now
+        stream.handshake_done()
         self.remote_name = welcome.name
         self.remote_group = welcome.group
         self.authenticated_id = credentials[0] if credentials else ""

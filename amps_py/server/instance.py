@@ -149,6 +149,14 @@ class Instance:
             self.entitler: auth.Entitler = auth.open_entitler(
                 config.entitlement.module, config.entitlement.rules_file
             )
+            incoming = config.replication_authentication
+            #: checks upstream instances' credentials (the replication transport's own
+            #: Authentication, else the instance's)
+            self.replication_authenticator: auth.Authenticator = (
+                self.authenticator
+                if incoming is config.authentication
+                else auth.open_authenticator(incoming.module, incoming.password_file)
+            )
         except (auth.AuthFileError, ValueError) as exc:
             raise ConfigurationError(str(exc)) from None
         self._transports = {t.name: t for t in config.transports}
