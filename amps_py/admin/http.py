@@ -49,7 +49,6 @@ import trio
 from lxml import etree
 
 from amps_py import __version__, events
-from amps_py.server.session import MAX_CLIENT_BACKLOG
 from amps_py.units import utc_iso
 
 from .metrics import render_metrics
@@ -202,7 +201,7 @@ def client_entry(session: Session) -> dict[str, Any]:
         "messages_in": session.messages_in,
         "messages_out": session.messages_out,
         "queued_bytes": session.out_bytes,
-        "queued_limit_bytes": MAX_CLIENT_BACKLOG,
+        "queued_limit_bytes": session.queue_limit,
         "awaiting_persisted_ack": len(session.inflight),
         "heartbeat_s": session.heartbeat_interval,
         "closing": session.close_reason or None,
