@@ -52,7 +52,7 @@ class BytePool:
         setting: the config element that sets ``limit``, for log lines.
         limit: bytes.
         total: bytes held now.
-        peak: the highest ``total`` seen when :meth:`note_peak` was called.
+        peak: the highest ``total`` so far (holders update it when they add bytes).
     """
 
     setting: str

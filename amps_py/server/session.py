@@ -347,9 +347,10 @@ class Session:
         self._incomplete_held = held
         pool = self._incomplete_pool
         pool.total += delta
-        if delta > 0 and pool.total > pool.limit:
+        if delta > 0:
             pool.note_peak()
-            self._enforce_incomplete_pool()
+            if pool.total > pool.limit:
+                self._enforce_incomplete_pool()
 
     def _enforce_incomplete_pool(self) -> None:
         # Close the biggest holder rather than the connection whose bytes tipped the
@@ -393,7 +394,6 @@ class Session:
         biggest first, until both hold."""
         limits = self.instance.limits
         pool = self._queued_pool
-        pool.note_peak()
         if self.out_bytes > self.queue_limit:
             limits.slow_client_capacity += 1
             self._disconnect_slow(
@@ -535,6 +535,8 @@ class Session:
         self.out_bytes += size
         pool = self._queued_pool
         pool.total += size
+        if pool.total > pool.peak:
+            pool.peak = pool.total
         self._wake.set()
         if self.out_bytes > self.queue_limit or pool.total > pool.limit:
             self._queue_over_limit()
