@@ -20,6 +20,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -370,23 +371,30 @@ def slow_disconnects(server: ServerProcess) -> list[str]:
     return log_lines(server, "70-0004")
 
 
-async def read_slow_client_end(conn: RawClient, server: ServerProcess) -> str:
-    """After its disconnect is logged, the slow client reads what is left and must
-    see EOF; if the stream ended on a frame boundary, the last frame is the notice."""
+async def read_slow_client_end(conn: RawClient, line: str) -> None:
+    """After its disconnect is logged (``line``), the slow client reads what is left
+    and must see EOF. The server writes whole frames and then a ``slow client`` notice
+    if the client reads within CLOSE_FLUSH_TIMEOUT (1 s), so a reader that starts soon
+    gets exactly that; one that starts later may see a cut frame instead."""
+    logged = datetime.fromisoformat(line.split()[0])
+    lag = (datetime.now(UTC) - logged).total_seconds()
     began = trio.current_time()
     end = await conn.read_to_end(10)
     took = trio.current_time() - began
     leftover = conn.decoder.buffered
     print(
-        f"slow client read {conn.received} bytes, {len(conn.frames)} frames, then {end} "
-        f"{took:.2f} s after its disconnect was logged; {leftover} bytes of a cut frame"
+        f"slow client started reading {lag:.2f} s after its disconnect was logged, read "
+        f"{conn.received} bytes, {len(conn.frames)} frames, then {end} {took:.2f} s later; "
+        f"{leftover} bytes of a cut frame"
     )
     assert end == "eof", f"expected a clean close, got {end}"
-    if leftover == 0:
+    if lag < 0.5:
+        assert leftover == 0, f"the stream ended inside a frame ({leftover} bytes of it)"
         last = conn.frames[-1].header
         assert last.get("reason") == "slow client", last
         assert "resume by bookmark" in last.get("detail", ""), last
-    return end
+    else:
+        print("reader started too late to be owed the notice; not checking it")
 
 
 async def test_subscriber_that_stops_reading_is_disconnected_and_sees_eof(
@@ -410,7 +418,7 @@ async def test_subscriber_that_stops_reading_is_disconnected_and_sees_eof(
             )
             (line,) = slow_disconnects(server)
             assert "'sleepy'" in line and "ClientMaxCapacity of 1048576 bytes" in line, line
-            await read_slow_client_end(slow, server)
+            await read_slow_client_end(slow, line)
             # the publisher was acknowledged throughout, and still is
             extra = await publish_until(pub, [("feed", payload)], lambda n: n >= 64)
             print(f"published {pushed} x 16 KB until the disconnect, {extra} after")
@@ -452,7 +460,7 @@ async def test_instance_limit_disconnects_the_biggest_of_two_slow_subscribers(
             held, total = int(figures[1]), int(figures[2])
             # the sum passed the limit, not the big one alone: the small one held the rest
             assert held <= limit < total, (held, total)
-            await read_slow_client_end(big, server)
+            await read_slow_client_end(big, line)
             # the small one stays: it reads its backlog, then answers a command
             ack = await small.command({"c": "flush"}, timeout=20)
             assert ack.header["status"] == "success", ack.header

@@ -269,8 +269,8 @@ class Session:
             except Disconnect as exc:
                 reason = exc.reason
             else:
-                if self.close_reason:
-                    return  # closed while handling (e.g. over IncompleteMessageMemoryLimit)
+                # (a close while handling, e.g. over IncompleteMessageMemoryLimit, cancels
+                # the next receive; a slow-client close keeps reading until it is done)
                 continue
             await self._stop_reading(reason)
             return
