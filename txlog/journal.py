@@ -27,8 +27,10 @@ Contract:
   worker thread); each call is one LMDB transaction and, in ``fsync`` durability, one
   fsync. Readers may run concurrently from any thread; every read opens and closes
   its own short transaction, so no transaction ever spans an ``await``.
-- A publish whose ``(pub_hash, seq)`` is at or below the publisher's stored high-water
-  mark is a duplicate: it is not stored and :meth:`append` returns ``0`` for it.
+- A record whose bookmark ``(pub_hash, seq)`` is already stored (or at or below what
+  removal deleted of that publisher) is a duplicate: it is not stored and
+  :meth:`append` returns ``0`` for it. A seq below the publisher's highest that is not
+  stored is stored (exact dedup; the high-water mark only makes higher seqs cheap).
 - Opening costs the same whatever the journal size: no scan happens at start.
 - Segment maintenance (:meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
   :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
@@ -371,13 +373,11 @@ class Journal:
         Each record gets the next txid and ``local_ts = now_us``; a record with no
         ``origin_txid`` becomes its own origin (``origin_txid = txid``).
 
-        Duplicates get txid ``0`` and are not stored:
-
-        - a record published here (empty ``path``) whose seq is at or below its
-          publisher's high-water mark (the AMPS publisher-sequence rule);
-        - a replicated record (non-empty ``path``) whose bookmark is already stored.
-          Exact matching, because copies may arrive over several paths in any order
-          and a later-arriving lower seq is not a duplicate.
+        Duplicates get txid ``0`` and are not stored: a record whose bookmark is
+        already stored, or at or below the publisher's removal floor. Exact matching,
+        because replicated copies arrive over several paths in any order and a client
+        may reorder its publishes: a later-arriving lower seq is not a duplicate. Seqs
+        above the publisher's high-water mark need no lookup.
 
         ``cursors`` maps upstream instance names to ``(upstream txid, bookmark of that
         upstream record)``: how far this journal holds each upstream's replication
@@ -419,13 +419,11 @@ class Journal:
                         last = self._last_seq(txn, ph)
                     bm_key = pack_mark(ph, seq)
                     if seq <= last:
-                        if not rec.path:
-                            txids.append(0)  # published here: the publisher-sequence rule
-                            continue
-                        # a replicated copy at or below the high-water mark: exact lookup
-                        # (copies may arrive over several paths in any order); one at or
-                        # below what removal deleted of this publisher is a late copy
-                        # of a removed record, not new
+                        # at or below the high-water mark: exact lookup (replicated
+                        # copies arrive over several paths in any order, and a client
+                        # may reorder its publishes after a failover); one at or below
+                        # what removal deleted of this publisher is a late copy of a
+                        # removed record, not new
                         if seq <= self._floor(txn, ph):
                             txids.append(0)
                             continue

@@ -206,7 +206,7 @@ def client_entry(session: Session) -> dict[str, Any]:
         "messages_out": session.messages_out,
         "queued_bytes": session.out_bytes,
         "queued_limit_bytes": session.queue_limit,
-        "awaiting_persisted_ack": len(session.inflight),
+        "awaiting_persisted_ack": session.awaiting_persisted,
         "heartbeat_s": session.heartbeat_interval,
         "closing": session.close_reason or None,
         # AMPS's names

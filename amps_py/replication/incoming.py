@@ -267,6 +267,7 @@ class UpstreamConnection:
                     records.append(rec)
                 self.messages_in += len(records)
                 upto = event.upto
+                self.instance.note_replicated(records)
                 writer.submit_replicated(
                     records,
                     self.name,

@@ -41,6 +41,7 @@ from amps_py.replication import ReplicationManager
 from txlog import Journal, Record, publisher_hash
 from txlog.record import DeliveryView
 
+from .durability import PublisherLedger
 from .limits import InstanceLimits
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
 from .session import CommandFailed, Session
@@ -118,8 +119,11 @@ class Instance:
         self._names: dict[str, Session] = {}
         self._pub_sessions: dict[int, Session] = {}
         self._conn_ids = itertools.count(1)
-        self._pub_enqueued: dict[int, int] = {}
-        self._pub_durable: dict[int, int] = {}
+        #: per publisher hash: what it has in flight here (see durability.py)
+        self._ledgers: dict[int, PublisherLedger] = {}
+        #: (txid bound, publisher, seq) of publishes the journal found already stored:
+        #: settled once the bound is durable (the copy stored earlier is, by then)
+        self._dup_waiters: collections.deque[tuple[int, int, int]] = collections.deque()
         self._topic_json: dict[str, bytes] = {}
         self._journaled: dict[str, bool] = {}
         self._filters: dict[str, Any] = {}
@@ -222,8 +226,8 @@ class Instance:
                 extra=events.extra(events.NAME_IN_USE),
             )
             current.close("name in use")
-            # the new session inherits what the old one still waits for
-            session.inflight = list(current.inflight)
+        # the new session inherits what an earlier one still waits for: the ledger
+        # lives on the instance
         self._names[name] = session
         self._pub_sessions[publisher_hash(name)] = session
         return ""
@@ -236,20 +240,36 @@ class Instance:
         if session.client_name and self._names.get(session.client_name) is session:
             del self._names[session.client_name]
             self._pub_sessions.pop(session.pub_hash, None)
+            ledger = self._ledgers.get(session.pub_hash)
+            if ledger is not None and ledger.idle:
+                del self._ledgers[session.pub_hash]  # rebuilt from the journal on need
 
-    def publisher_durable_seq(self, pub_hash: int) -> int:
-        seq = self._pub_durable.get(pub_hash)
-        if seq is None:
-            seq = self.journal.publisher_last_seq(pub_hash) if self.journal is not None else 0
-            self._pub_durable[pub_hash] = seq
-        return seq
+    def held_seq(self, pub_hash: int) -> int:
+        """The highest seq this instance's journal holds for ``pub_hash``, from any
+        source (published here or received by replication), durable or not: what a
+        logon ack reports. It does not wait for sync destinations."""
+        return self.journal.publisher_last_seq(pub_hash) if self.journal is not None else 0
 
-    def _publisher_enqueued_seq(self, pub_hash: int) -> int:
-        seq = self._pub_enqueued.get(pub_hash)
-        if seq is None:
-            seq = self.publisher_durable_seq(pub_hash)
-            self._pub_enqueued[pub_hash] = seq
-        return seq
+    def ledger(self, pub_hash: int) -> PublisherLedger:
+        """The publisher's ledger, built from the journal and the writer's queue on
+        first use."""
+        ledger = self._ledgers.get(pub_hash)
+        if ledger is None:
+            queued = self.writer.queued_high(pub_hash) if self.writer is not None else 0
+            ledger = self._ledgers[pub_hash] = PublisherLedger(self.held_seq(pub_hash), queued)
+        return ledger
+
+    def note_replicated(self, records: Sequence[Record]) -> None:
+        """Records received by replication were queued for the journal: seqs the
+        server assigns later go above theirs."""
+        ledgers = self._ledgers
+        if not ledgers:
+            return
+        get = ledgers.get
+        for rec in records:
+            ledger = get(rec.pub_hash)
+            if ledger is not None:
+                ledger.saw(rec.seq)
 
     def bookmark_of(self, txid: int) -> str:
         if self.journal is None or txid <= 0:
@@ -277,15 +297,30 @@ class Instance:
     ) -> str:
         """Accept one publish. Returns ``queued`` (waits for the journal), ``pending``
         (a duplicate of a message not yet durable) or ``done`` (duplicate already
-        durable, or a topic that is not journaled and was delivered at once)."""
+        durable, or a topic that is not journaled and was delivered at once).
+
+        A publish is a duplicate only if that exact ``(publisher, seq)`` is journaled
+        or in flight here; a seq below the publisher's highest that is neither is
+        stored (a client may reorder its publishes after a failover). Seqs above the
+        highest take the fast path: one comparison.
+        """
         self.stats_published += 1
         writer = self.writer
         if writer is not None and self.journals_topic(topic):
             ph = session.pub_hash
-            if seq <= self._publisher_enqueued_seq(ph):
-                self.stats_duplicates += 1
-                return "done" if seq <= self.publisher_durable_seq(ph) else "pending"
-            self._pub_enqueued[ph] = seq
+            ledger = self._ledgers.get(ph) or self.ledger(ph)
+            if seq <= ledger.high:
+                if ledger.is_pending(seq):
+                    self.stats_duplicates += 1
+                    return "pending"
+                held = self._held_txid(ph, seq)
+                if held is not None:
+                    self.stats_duplicates += 1
+                    if held <= self.durable_txid:
+                        return "done"
+                    ledger.accept(seq)  # settled when that record is durable
+                    return "pending"
+            ledger.accept(seq)
             writer.submit(
                 Record(
                     topic=topic,
@@ -304,8 +339,25 @@ class Instance:
             self._fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
         return "done"
 
-    def _on_commit(self, records: list[Record]) -> None:
+    def _held_txid(self, pub_hash: int, seq: int) -> int | None:
+        """The txid holding ``(pub_hash, seq)`` in the journal; 0 when it was there
+        and removal deleted it; ``None`` when this instance never stored it."""
+        assert self.journal is not None
+        txid = self.journal.lookup_bookmark(pub_hash, seq)
+        if txid is None and seq <= self.journal.publisher_floor(pub_hash):
+            return 0
+        return txid
+
+    def _on_commit(self, records: list[Record], dropped: list[Record]) -> None:
         """After a journal commit: fan out, then advance persisted acks."""
+        if dropped:
+            # published here, but the journal already held that bookmark (a copy
+            # received by replication, queued after the lookup in publish): settled
+            # once everything committed so far is durable
+            bound = self.committed_txid
+            self._dup_waiters.extend((bound, rec.pub_hash, rec.seq) for rec in dropped)
+            if not records:
+                self._advance_durable(self.durable_txid)
         if not records:
             return
         registry = self.registry
@@ -335,11 +387,13 @@ class Instance:
             self._undurable.extend(records)
             self._advance_durable(records[-1].txid)
         else:
-            durable: dict[int, int] = {}
-            get = durable.get
+            durable: dict[int, list[int]] = {}
             for rec in records:
-                if rec.seq > get(rec.pub_hash, 0):
-                    durable[rec.pub_hash] = rec.seq
+                seqs = durable.get(rec.pub_hash)
+                if seqs is None:
+                    durable[rec.pub_hash] = [rec.seq]
+                else:
+                    seqs.append(rec.seq)
             self._records_durable(durable, records[-1])
         event = self._commit_event
         self._commit_event = trio.Event()
@@ -358,14 +412,20 @@ class Instance:
             upto = self.replication.durable_txid(self.committed_txid)
         pending = self._undurable
         if not pending or pending[0].txid > upto:
+            if self._dup_waiters and self._dup_waiters[0][0] <= self.durable_txid:
+                self._records_durable({}, None)
             return
-        durable: dict[int, int] = {}
+        durable: dict[int, list[int]] = {}
         last = pending[0]
         registry = self.registry
         waiting_subs = registry.fully_durable > 0
         while pending and pending[0].txid <= upto:
             last = pending.popleft()
-            durable[last.pub_hash] = max(durable.get(last.pub_hash, 0), last.seq)
+            seqs = durable.get(last.pub_hash)
+            if seqs is None:
+                durable[last.pub_hash] = [last.seq]
+            else:
+                seqs.append(last.seq)
             if waiting_subs:
                 subs = tuple(s for s in registry.match(last.topic) if s.fully_durable)
                 if subs:
@@ -383,18 +443,26 @@ class Instance:
         self._commit_event = trio.Event()
         event.set()
 
-    def _records_durable(self, durable: dict[int, int], last: Record) -> None:
-        """Record ``durable`` (publisher -> highest durable seq) and send persisted acks."""
-        self.durable_txid = last.txid
-        self.last_durable_bookmark = last.bookmark
-        pub_durable = self._pub_durable
+    def _records_durable(self, durable: dict[int, list[int]], last: Record | None) -> None:
+        """Record ``durable`` (publisher -> its seqs now durable, ``last`` the newest
+        durable record) and send persisted acks."""
+        if last is not None:
+            self.durable_txid = last.txid
+            self.last_durable_bookmark = last.bookmark
+        waiters = self._dup_waiters
+        while waiters and waiters[0][0] <= self.durable_txid:
+            _, ph, seq = waiters.popleft()
+            durable.setdefault(ph, []).append(seq)
+        ledgers = self._ledgers
         by_pub = self._pub_sessions
-        for ph, seq in durable.items():
-            if seq > pub_durable.get(ph, 0):
-                pub_durable[ph] = seq
+        for ph, seqs in durable.items():
+            ledger = ledgers.get(ph)
+            if ledger is None:
+                continue  # nobody publishing as it here: its ledger starts from the journal
+            ledger.settle(seqs)
             session = by_pub.get(ph)
             if session is not None:
-                session.durable_upto(seq)
+                session.persisted_progress()
 
     def disable_transport(self, name: str) -> str:
         """Stop listening on client transport ``name`` and disconnect its clients."""
@@ -440,7 +508,7 @@ class Instance:
         and dedup rules as a client's publish."""
         name = f"{self.name}-internal"
         publisher = InternalPublisher(publisher_hash(name), name)
-        seq = self._publisher_enqueued_seq(publisher.pub_hash) + 1
+        seq = self.ledger(publisher.pub_hash).high + 1
         return self.publish(publisher, topic, seq, payload, {})
 
     def bytes_after(self, txid: int) -> int:

@@ -21,7 +21,6 @@ still take it, then its socket is closed (it sees EOF).
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import time
@@ -37,6 +36,7 @@ from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, publisher_hash
 
 from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
+from .durability import PublisherLedger
 from .limits import CLOSE_FLUSH_TIMEOUT, ReadDeadline, biggest, read_deadline
 from .replay import BookmarkNotFound, plan_replay, run_replay
 from .subscriptions import BadTopic, Subscription, compile_topic
@@ -52,6 +52,8 @@ REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
 #: how often bookmark subscriptions that asked for persisted acks get one
 PERSISTED_ACK_INTERVAL: Final = 1.0
 SERVER_VERSION: Final = "amps-py-0.1.0"
+#: the largest publisher seq (the journal stores it as an unsigned 64-bit integer)
+MAX_SEQ: Final = (1 << 64) - 1
 #: the send loop writes at most about this many bytes per ``send_all`` (never one join
 #: of a whole backlog), so bytes leave the outbox, and its count, steadily
 SEND_CHUNK: Final = 1024 * 1024
@@ -154,11 +156,10 @@ class Session:
         self.out_bytes = 0
         self._wake = trio.Event()
         self._drained = trio.Event()
-        # persisted-ack state (see DESIGN section 1)
+        # persisted-ack state (see DESIGN section 1): the ledger is the instance's,
+        # shared with an earlier connection of the same client name
         self.wants_persisted = False
-        self.inflight: list[int] = []  # journaled seqs not yet durable, ascending
-        self.done_seq = 0  # highest seq whose fate is settled
-        self.acked_seq = 0  # highest seq sent in a persisted ack
+        self.ledger: PublisherLedger | None = None
         self._flush_waiters: list[tuple[str, frozenset[str]]] = []
         self._auto_seq = 0
         self.last_receive = trio.current_time()
@@ -613,41 +614,35 @@ class Session:
         for ack_type in wanted:
             self._ack(header, ack_type, "failure", **extra)
 
-    def _persisted_progress(self) -> None:
+    @property
+    def awaiting_persisted(self) -> int:
+        """How many of this publisher's seqs wait to be durable."""
+        return len(self.ledger.pending) if self.ledger is not None else 0
+
+    def persisted_progress(self) -> None:
         """Send a conflated persisted ack if the safe sequence moved forward."""
-        safe = self.done_seq
-        if self.inflight:
-            safe = min(safe, self.inflight[0] - 1)
-        if safe > self.acked_seq:
-            self.acked_seq = safe
-            if self.wants_persisted:
-                self.send(
-                    encode_frame(
-                        {
-                            "c": "ack",
-                            "a": "persisted",
-                            "status": "success",
-                            "s": safe,
-                            "bm": f"{self.pub_hash}|{safe}|",
-                        }
-                    )
+        ledger = self.ledger
+        if ledger is None:
+            return
+        safe = ledger.advance()
+        if safe is not None and self.wants_persisted:
+            self.send(
+                encode_frame(
+                    {
+                        "c": "ack",
+                        "a": "persisted",
+                        "status": "success",
+                        "s": safe,
+                        "bm": f"{self.pub_hash}|{safe}|",
+                    }
                 )
-        if not self.inflight and self._flush_waiters:
+            )
+        if not ledger.pending and self._flush_waiters:
             for cid, types in self._flush_waiters:
                 self._ack({"cid": cid}, "persisted")
                 if "completed" in types:
                     self._ack({"cid": cid}, "completed")
             self._flush_waiters.clear()
-
-    def durable_upto(self, seq: int) -> None:
-        """The instance reports that this publisher's messages up to ``seq`` are durable."""
-        inflight = self.inflight
-        if inflight and inflight[0] <= seq:
-            idx = bisect.bisect_right(inflight, seq)
-            del inflight[:idx]
-        if seq > self.done_seq:
-            self.done_seq = seq
-        self._persisted_progress()
 
     # ---------------------------------------------------------------- commands
     def _on_logon(self, frame: Frame) -> None:
@@ -701,11 +696,16 @@ class Session:
         self.user_id = user
         self.pub_hash = publisher_hash(name) if name else 0
         self.logged_on = True
-        last = self.instance.publisher_durable_seq(self.pub_hash) if name else 0
-        self.done_seq = self.acked_seq = last
+        instance = self.instance
+        last = 0
+        if name and instance.journal is not None:
+            # the highest seq held here from any source, durable or not (a publisher
+            # that failed over must never reuse a seq that names another message)
+            last = instance.held_seq(self.pub_hash)
+            self.ledger = instance.ledger(self.pub_hash)
         opts = _options(header)
         log.info(
-            "client %r logged on from %s (user %r, last persisted seq %d, version %s)",
+            "client %r logged on from %s (user %r, last seq held %d, version %s)",
             name,
             self.peer,
             user,
@@ -767,24 +767,23 @@ class Session:
         acks = _ack_types(header)
         self.messages_in += 1
         seq = header.get("s")
+        ledger = self.ledger
         if seq is None:
-            self._auto_seq = (
-                max(self._auto_seq, self.done_seq, self.inflight[-1] if self.inflight else 0) + 1
+            # above every seq held or queued here for this name, from any source
+            if ledger is not None:
+                seq = ledger.high + 1
+            else:  # no journal: the seq only numbers the acks
+                self._auto_seq += 1
+                seq = self._auto_seq
+        elif type(seq) is not int or not 0 <= seq <= MAX_SEQ:
+            raise CommandFailed(
+                "invalid seq", f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
             )
-            seq = self._auto_seq
-        elif seq < 0:
-            raise CommandFailed("invalid seq", f"seq must be a positive integer, got {seq}")
         if "persisted" in acks:
             self.wants_persisted = True
         outcome = self.instance.publish(self, topic, seq, frame.payload, header)
-        if outcome != "done":
-            inflight = self.inflight
-            if not inflight or seq > inflight[-1]:
-                inflight.append(seq)
-            else:
-                bisect.insort(inflight, seq)
-        elif seq > self.done_seq:
-            self.done_seq = seq
+        if outcome == "done" and ledger is not None:
+            ledger.settle((seq,))
         if "received" in acks:
             self._ack(header, "received", s=seq)
         if "processed" in acks:
@@ -792,7 +791,7 @@ class Session:
         if "completed" in acks:
             self._ack(header, "completed", s=seq)
         if outcome == "done":
-            self._persisted_progress()
+            self.persisted_progress()
 
     def _build_subscription(self, header: dict[str, Any]) -> Subscription:
         topic = header.get("t")
@@ -987,7 +986,7 @@ class Session:
             if kind in acks:
                 self._ack(header, kind)
         if "persisted" in acks:
-            if self.inflight:
+            if self.awaiting_persisted:
                 self._flush_waiters.append((header.get("cid", ""), acks))
                 return
             self._ack(header, "persisted")

@@ -127,17 +127,22 @@ class JournalWriter:
     Args:
         journal: the instance's journal (the writer is its only writer).
         on_commit: called in the trio thread, after each commit, with the records
-            that were stored (duplicates removed), in txid order.
+            that were stored (duplicates removed), in txid order, and the records
+            published here that the journal found already stored (their bookmark
+            is held by an earlier record: a copy received by replication).
 
     Error handling: if a commit fails (disk full, I/O error) nothing of that batch was
     stored; the error propagates out of :meth:`run`, which stops the instance: an
     instance that cannot persist must not keep acknowledging.
     """
 
-    def __init__(self, journal: Journal, on_commit: Callable[[list[Record]], None]) -> None:
+    def __init__(
+        self, journal: Journal, on_commit: Callable[[list[Record], list[Record]], None]
+    ) -> None:
         self.journal = journal
         self._on_commit = on_commit
         self._queue: list[Record] = []
+        self._batch: list[Record] = []  # the batch being committed
         self._submitted = 0  # records ever queued; markers refer to positions in it
         self._taken = 0  # records ever taken into a batch
         self._done = 0  # records whose commit finished
@@ -198,13 +203,23 @@ class JournalWriter:
     def queued(self) -> int:
         return len(self._queue)
 
+    def queued_high(self, pub_hash: int) -> int:
+        """The highest seq of ``pub_hash`` among the records queued or being committed
+        (0 if none). A scan of the queue: for a logon, not for every publish."""
+        high = 0
+        for batch in (self._batch, self._queue):
+            for rec in batch:
+                if rec.pub_hash == pub_hash and rec.seq > high:
+                    high = rec.seq
+        return high
+
     async def run(self) -> None:
         """Commit queued records forever (until cancelled)."""
         while True:
             if not self._queue and not self._markers:
                 self._wake = trio.Event()
                 await self._wake.wait()
-            batch = self._queue[:MAX_BATCH]
+            batch = self._batch = self._queue[:MAX_BATCH]
             del self._queue[:MAX_BATCH]
             self._taken += len(batch)
             markers: list[_Marker] = []
@@ -214,7 +229,15 @@ class JournalWriter:
             now_us = time.time_ns() // 1000
             values: list[bytes] = []
             txids = await self._append(batch, now_us, cursors, values)
+            self._batch = []
             stored = [rec for rec, txid in zip(batch, txids, strict=True) if txid]
+            dropped: list[Record] = []
+            if len(stored) != len(batch):
+                dropped = [
+                    rec
+                    for rec, txid in zip(batch, txids, strict=True)
+                    if not txid and not rec.path
+                ]
             self.recent.add(stored, values)
             self._commits += 1
             self._records += len(stored)
@@ -224,7 +247,7 @@ class JournalWriter:
             if stored:
                 self.committed_txid = stored[-1].txid
             self._done = self._taken
-            self._on_commit(stored)
+            self._on_commit(stored, dropped)
             for marker in markers:
                 marker.on_durable()
             riders, self._riders = self._riders, []

@@ -1,0 +1,124 @@
+"""Per-publisher persisted-ack bookkeeping: pure (no trio, no I/O).
+
+One :class:`PublisherLedger` per client name that publishes here. It lives on the
+instance, not on a connection, so a publisher that reconnects (or a second logon that
+takes the name over) finds what its earlier connection still has in flight.
+
+The rules it keeps (docs/GUARANTEES.md, "Persisted acks"):
+
+- A publish is a duplicate only if that exact ``(publisher, seq)`` is journaled or in
+  flight; any other seq is stored, also one below the publisher's highest (a client
+  that reorders after a failover). :meth:`PublisherLedger.is_pending` answers the "in
+  flight" half; the journal's bookmark index answers the other.
+- A persisted ack for N never covers a seq below N that this publisher sent here and
+  that is neither durable nor settled by a failure ack: the acked seq is the highest
+  settled seq, capped below the lowest seq still pending.
+- ``high`` bounds every seq this instance holds or has queued for the publisher (from
+  any source), so the server's own next seq (a publish without ``s``) never names an
+  existing message.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+
+class PublisherLedger:
+    """What one publisher has in flight here and what it was told.
+
+    Attributes:
+        high: the highest seq accepted here or known to be held or queued here for
+            this publisher; seqs above it take the fast path (no lookup).
+        pending: seqs accepted here and not yet durable (queued for the journal, or
+            duplicates of a record that is not durable yet), ascending, no repeats.
+        done: the highest seq settled: durable here, or answered with a failure ack.
+        acked: the highest seq already sent in a persisted ack.
+        reack: a seq at or below ``acked`` was accepted again (resent after a
+            failover): once it is durable, the persisted ack is sent again, so the
+            publisher learns it too.
+    """
+
+    __slots__ = ("acked", "done", "high", "pending", "reack")
+
+    def __init__(self, held: int, queued: int = 0) -> None:
+        """``held``: the highest seq in the journal for this publisher; ``queued``:
+        the highest one queued for it (received by replication, not yet committed)."""
+        self.high = max(held, queued)
+        self.done = held
+        self.acked = held
+        self.pending: list[int] = []
+        self.reack = False
+
+    def accept(self, seq: int) -> None:
+        """``seq`` was queued for the journal, or waits for a copy that is not durable."""
+        pending = self.pending
+        if not pending or seq > pending[-1]:
+            pending.append(seq)
+        else:
+            at = bisect.bisect_left(pending, seq)
+            if at == len(pending) or pending[at] != seq:
+                pending.insert(at, seq)
+        if seq > self.high:
+            self.high = seq
+        elif seq <= self.acked:
+            self.reack = True
+
+    def is_pending(self, seq: int) -> bool:
+        pending = self.pending
+        if not pending or seq > pending[-1] or seq < pending[0]:
+            return False
+        at = bisect.bisect_left(pending, seq)
+        return pending[at] == seq
+
+    def saw(self, seq: int) -> None:
+        """A record of this publisher with ``seq`` is queued or stored here (for
+        example received by replication): later server-assigned seqs go above it."""
+        if seq > self.high:
+            self.high = seq
+
+    def settle(self, seqs: Iterable[int]) -> None:
+        """These seqs are durable here (or were answered with a failure ack)."""
+        pending = self.pending
+        top = self.done
+        n = len(pending)
+        matched = 0  # the usual case: durable in the order accepted, a prefix
+        others: list[int] = []
+        for seq in seqs:
+            if seq > top:
+                top = seq
+            if matched < n and pending[matched] == seq:
+                matched += 1
+            elif n:
+                others.append(seq)
+        if matched:
+            del pending[:matched]
+        for seq in others:
+            if pending and pending[0] <= seq <= pending[-1]:
+                at = bisect.bisect_left(pending, seq)
+                if pending[at] == seq:
+                    del pending[at]
+        self.done = top
+        if top > self.high:
+            self.high = top
+
+    def safe(self) -> int:
+        """The highest seq a persisted ack may carry now."""
+        pending = self.pending
+        if pending and pending[0] <= self.done:
+            return pending[0] - 1
+        return self.done
+
+    def advance(self) -> int | None:
+        """The seq of the persisted ack to send now, or ``None`` if nothing moved."""
+        safe = self.safe()
+        if safe > self.acked or (self.reack and safe >= self.acked):
+            self.acked = safe
+            self.reack = False
+            return safe
+        return None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight: the ledger can be rebuilt from the journal if dropped."""
+        return not self.pending
