@@ -1,6 +1,7 @@
 """The ``amps-py`` command. Thin: every subcommand calls a library API.
 
-amps-py serve [--config FILE]          run an instance (embedded default without FILE)
+amps-py serve [--config FILE]          run an instance (embedded default without FILE;
+                                       --allow-empty-journal: see docs/GUARANTEES.md)
 amps-py config check FILE              validate a config without starting
 amps-py config show-default            print the embedded default config
 amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routing
@@ -16,11 +17,13 @@ the CA to trust when the server's certificate is not signed by a system CA).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +85,19 @@ def tune_garbage_collector() -> None:
     default=None,
     help="Rewrite the instance's statistics (JSON) here four times a second.",
 )
+@click.option(
+    "--allow-empty-journal",
+    is_flag=True,
+    help="Start with an empty journal even where a journal existed (its data.mdb is "
+    "empty or missing): every message it held is absent from this instance. Without "
+    "it such a start is refused.",
+)
 def serve(
-    config_path: str | None, data_dir: str, ready_file: str | None, stats_file: str | None
+    config_path: str | None,
+    data_dir: str,
+    ready_file: str | None,
+    stats_file: str | None,
+    allow_empty_journal: bool,
 ) -> None:
     """Run an instance until SIGTERM or Ctrl-C.
 
@@ -115,7 +129,12 @@ def serve(
     ) -> None:
         task_status.started()
         try:
-            await serve_instance(config, ready_file=ready_file, stats_file=stats_file)
+            await serve_instance(
+                config,
+                ready_file=ready_file,
+                stats_file=stats_file,
+                allow_empty_journal=allow_empty_journal,
+            )
         except BaseException:
             nursery.cancel_scope.cancel()
             raise
@@ -212,30 +231,55 @@ def config_fabric(paths: tuple[str, ...], topics: tuple[str, ...]) -> None:
 # ---------------------------------------------------------------------------- txlog
 @main.group()
 def txlog() -> None:
-    """Inspect a journal directory (safe on a running instance's journal)."""
+    """Inspect a journal directory (safe on a running instance's journal).
+
+    Every error is one line on stderr naming the file and what to do. Exit status: 0
+    sound, 2 the journal cannot be opened or used as asked, 3 the journal is damaged
+    (a damaged record, a truncated or damaged data.mdb, a damaged LMDB page).
+    """
 
 
-def _open_journal(path: str) -> Any:
-    from txlog import Journal, JournalError
+@contextlib.contextmanager
+def _journal_tool(path: str) -> Iterator[None]:
+    """Turn every error a txlog tool meets into one line and a non-zero exit (3 when
+    the journal is damaged, else 2): LMDB's own errors included, never a traceback."""
+    import lmdb
+
+    from txlog import CorruptRecord, JournalDamaged, JournalError
+    from txlog.journal import lmdb_error
+    from txlog.segments import SegmentFileError
 
     try:
-        return Journal(path, readonly=True)
+        yield
+    except lmdb.Error as exc:
+        error = lmdb_error(Path(path), exc)
+        _fail(str(error), 3 if isinstance(error, JournalDamaged) else 2)
+    except JournalDamaged as exc:
+        _fail(str(exc), 3)
     except JournalError as exc:
         _fail(str(exc), 2)
+    except (CorruptRecord, SegmentFileError) as exc:
+        _fail(str(exc), 3)
+    except OSError as exc:
+        _fail(f"journal {path}: {exc.strerror or exc} ({exc.filename or path})", 2)
 
 
 @txlog.command("info")
 @click.argument("path", type=click.Path(file_okay=False))
 def txlog_info(path: str) -> None:
     """Print the journal's summary as JSON."""
-    with _open_journal(path) as journal:
+    from txlog import Journal
+
+    with _journal_tool(path), Journal(path, readonly=True) as journal:
+        if journal.damage is not None:
+            raise journal.damage
         stats = journal.statistics().__dict__
         stats["origins"] = journal.origin_high_water()
         stats["segment_table"] = [
             seg.__dict__ for seg in journal.segments() if seg.state != "removed"
         ]
         stats["pending_removal_through"] = journal.pending_removal()
-        click.echo(json.dumps(stats, indent=2))
+    click.echo(json.dumps(stats, indent=2))
 
 
 @txlog.command("dump")
@@ -244,32 +288,28 @@ def txlog_info(path: str) -> None:
 @click.option("--limit", type=int, default=0, help="Stop after this many records (0 = all).")
 def txlog_dump(path: str, from_txid: int, limit: int) -> None:
     """Print records as JSON lines; a damaged record stops the dump with an error."""
-    from txlog import CorruptRecord
+    from txlog import Journal
 
     count = 0
-    with _open_journal(path) as journal:
-        try:
-            for rec in journal.iter_records(from_txid):
-                sys.stdout.write(orjson.dumps(rec.to_json()).decode() + "\n")
-                count += 1
-                if limit and count >= limit:
-                    break
-        except CorruptRecord as exc:
-            _fail(str(exc), 3)
+    with _journal_tool(path), Journal(path, readonly=True) as journal:
+        if journal.damage is not None:
+            raise journal.damage  # LMDB would abort on the damaged page
+        for rec in journal.iter_records(from_txid):
+            sys.stdout.write(orjson.dumps(rec.to_json()).decode() + "\n")
+            count += 1
+            if limit and count >= limit:
+                break
 
 
 def _maintain_offline(path: str, action: str, journal_id: int, archive_dir: str | None) -> None:
-    from txlog import Journal, JournalError
+    from txlog import Journal
     from txlog.offline import maintain_offline
 
-    try:
-        with Journal(path, archive_directory=archive_dir) as journal:
-            click.echo(
-                f"{action} through journal {journal_id}: "
-                + maintain_offline(journal, action, journal_id)
-            )
-    except JournalError as exc:
-        _fail(str(exc), 2)
+    with _journal_tool(path), Journal(path, archive_directory=archive_dir) as journal:
+        click.echo(
+            f"{action} through journal {journal_id}: "
+            + maintain_offline(journal, action, journal_id)
+        )
 
 
 @txlog.command("compress")
@@ -307,18 +347,19 @@ def txlog_remove(path: str, journal_id: int) -> None:
 @txlog.command("verify")
 @click.argument("path", type=click.Path(file_okay=False))
 def txlog_verify(path: str) -> None:
-    """Check every record's CRC; exit 3 and list the damaged txids if any."""
-    with _open_journal(path) as journal:
+    """Check data.mdb against LMDB's meta pages, every LMDB page on the way to a
+    record, and every record's CRC; exit 3 and list the damage if any."""
+    from txlog import Journal
+
+    with _journal_tool(path), Journal(path, readonly=True) as journal:
         stats = journal.statistics()
         problems = journal.verify()
     if problems:
         for p in problems:
             click.echo(f"CORRUPT txid {p.txid}: {p.problem}")
-        _fail(
-            f"{len(problems)} damaged record(s) in {path}; restore the journal from a "
-            "replica or backup",
-            3,
-        )
+        from txlog.preflight import repair_advice
+
+        _fail(f"{len(problems)} damaged record(s) in {path}; Fix: {repair_advice(Path(path))}", 3)
     click.echo(f"{path}: OK — {stats.records} records, txids {stats.first_txid}..{stats.last_txid}")
 
 

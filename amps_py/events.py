@@ -29,6 +29,16 @@ JOURNAL_CORRUPT_RECORD: Final = "05-0003"
 JOURNAL_MAINTENANCE: Final = "05-0004"
 #: a background journal maintenance step failed; it is retried
 JOURNAL_MAINTENANCE_FAILED: Final = "05-0005"
+#: one record could not be stored (a field longer than the journal stores); the rest
+#: of its commit was stored
+JOURNAL_RECORD_REJECTED: Final = "05-0010"
+#: journal writes are accepted again after a failed commit (e.g. space returned)
+JOURNAL_WRITES_RESUMED: Final = "05-0011"
+#: the journal was refused at start (damaged or truncated files, an empty journal where
+#: one existed, a damaged newest record, held by another process); the instance exits
+JOURNAL_OPEN_REFUSED: Final = "05-0020"
+#: ``--allow-empty-journal`` started an empty journal where one existed
+JOURNAL_STARTED_EMPTY: Final = "05-0021"
 
 CLIENT_CONNECTED: Final = "07-0001"
 CLIENT_LOGON: Final = "07-0002"

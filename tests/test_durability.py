@@ -61,6 +61,13 @@ def test_a_resent_seq_below_the_last_ack_is_acked_again_once_durable() -> None:
     assert ledger.advance() is None
 
 
+def test_a_resent_seq_that_is_already_durable_is_acked_again() -> None:
+    ledger = PublisherLedger(held=50)
+    ledger.resent_durable(30)
+    assert ledger.advance() == 50
+    assert ledger.advance() is None
+
+
 @given(st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=60, unique=True))
 def test_acks_only_cover_settled_seqs(order: list[int]) -> None:
     """Any arrival order, settled in a random order in random chunks: every ack N

@@ -8,6 +8,7 @@ from .identity import BadBookmark, format_bookmark, parse_bookmark, publisher_ha
 from .journal import (
     DURABILITY_MODES,
     Journal,
+    JournalDamaged,
     JournalError,
     JournalStatistics,
     VerifyProblem,
@@ -20,6 +21,7 @@ __all__ = [
     "CorruptRecord",
     "Flags",
     "Journal",
+    "JournalDamaged",
     "JournalError",
     "JournalStatistics",
     "Kind",

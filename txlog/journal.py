@@ -45,6 +45,7 @@ import fcntl
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +53,7 @@ from typing import Final, TypeVar
 
 import lmdb
 
+from . import preflight
 from .record import (
     CorruptRecord,
     DeliveryView,
@@ -84,8 +86,26 @@ _U64_MAX: Final = (1 << 64) - 1
 _BOOKMARK_AT: Final = 16  # offset of (pub_hash, seq) in a stored record value
 
 
+def _unstorable(exc: Exception) -> str:
+    """Why a record cannot be stored, in words (the codec's struct errors name no
+    field)."""
+    if isinstance(exc, struct.error):
+        return (
+            "a field is longer than the journal stores (topic, client name, correlation "
+            "id, SOW key, message type, origin and path: at most 65,535 UTF-8 bytes each) "
+            f"or a number is out of range ({exc})"
+        )
+    return f"a field cannot be encoded ({exc})"
+
+
 class JournalError(Exception):
     """The journal cannot be opened or used as asked; the message says how to fix it."""
+
+
+class JournalDamaged(JournalError):
+    """The journal's files are damaged (truncated, empty where a journal was, a damaged
+    page or newest record); the message names the file and what to do. The open that
+    raised it changed nothing in ``data.mdb`` or the segment files."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,40 @@ def _take_writer_lock(path: Path) -> int:
     return fd
 
 
+#: LMDB errors that mean the file's pages are not what LMDB wrote
+LMDB_DAMAGE_ERRORS: Final = (
+    lmdb.CorruptedError,
+    lmdb.PageNotFoundError,
+    lmdb.InvalidError,
+    lmdb.VersionMismatchError,
+)
+
+
+def lmdb_error(path: Path, exc: lmdb.Error) -> JournalError:
+    """``exc`` from LMDB on the journal in ``path``, as a :class:`JournalError` (a
+    :class:`JournalDamaged` when the file is damaged) whose text names the file and
+    what to do, in one line."""
+    if isinstance(exc, LMDB_DAMAGE_ERRORS):
+        return lmdb_damage(path, exc)
+    return JournalError(f"journal {path}: LMDB failed on {path / preflight.DATA_FILE}: {exc}")
+
+
+def lmdb_damage(path: Path, exc: lmdb.Error) -> JournalDamaged:
+    """LMDB's report of a damaged page in the journal in ``path``, with the fix."""
+    return JournalDamaged(
+        f"journal {path}: LMDB cannot read {path / preflight.DATA_FILE} ({exc}): the file "
+        f"is damaged. Fix: amps-py txlog verify {path} lists the damage; "
+        f"{preflight.repair_advice(path)}"
+    )
+
+
+def _next_key(key: bytes) -> bytes:
+    """The lowest key above ``key``: the next txid for a txid key."""
+    if len(key) == 8 and key != b"\xff" * 8:
+        return _U64.pack(_U64.unpack(key)[0] + 1)
+    return key + b"\x00"
+
+
 def unpack_u64(raw: bytes) -> int:
     return int(_U64.unpack_from(raw)[0])
 
@@ -163,6 +217,18 @@ class Journal:
             (AMPS ``JournalSize``).
         archive_directory: where archived segment files go
             (``TransactionLog/JournalArchiveDirectory``); archiving needs it.
+        allow_empty: start an empty journal even where one existed before (lock
+            files or segment files, but an empty or missing ``data.mdb``); without
+            it such a directory is refused. Segment files found are moved into a
+            ``discarded-<time>`` directory beside them (:attr:`set_aside_to`), so the
+            new journal never overwrites them.
+
+    Opening checks the files before LMDB sees them (:mod:`txlog.preflight`): a
+    ``data.mdb`` shorter than its LMDB meta pages say, or with invalid meta pages, is
+    refused (LMDB would crash the process with SIGBUS). A writer also reads its newest
+    record, which it continues from. Every refusal raises :class:`JournalDamaged` (or
+    :class:`JournalError`) with the file, the problem and the fix, and happens before
+    anything in ``data.mdb`` or the segment files changes.
     """
 
     def __init__(
@@ -176,6 +242,7 @@ class Journal:
         readonly: bool = False,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         archive_directory: str | os.PathLike[str] | None = None,
+        allow_empty: bool = False,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise JournalError(
@@ -189,15 +256,23 @@ class Journal:
         self.durability = durability
         self.map_size = map_size
         self.compression = compression
-        if readonly and not (self.path / "data.mdb").exists():
-            raise JournalError(
-                f"{self.path} holds no journal (no data.mdb); pass the instance's "
-                "TransactionLog/JournalDirectory"
-            )
+        #: with ``allow_empty``: what showed that a journal existed where an empty one
+        #: was started (empty when none did), and where its segment files went
+        self.started_empty_over: tuple[str, ...] = ()
+        self.set_aside_to: tuple[Path, ...] = ()
+        #: a read-only open that met a damaged LMDB page where it reads the newest
+        #: record: what is wrong (``verify`` lists it; reading through it may abort)
+        self.damage: JournalDamaged | None = None
+        traces = self._preflight(instance_name, readonly, allow_empty)
         self._lock_fd = -1
         if not readonly:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock_fd = _take_writer_lock(self.path)
+            if traces:
+                self.started_empty_over = tuple(traces)
+                self.set_aside_to = tuple(
+                    preflight.set_aside(self.path, self.archive_directory, traces, time.time())
+                )
         try:
             self._env = lmdb.open(
                 str(self.path),
@@ -213,12 +288,87 @@ class Journal:
             )
         except lmdb.Error as exc:
             self._release_lock()
-            raise JournalError(f"cannot open journal at {self.path}: {exc}") from exc
+            raise self._lmdb_failure(exc) from exc
         try:
             self._open_databases(instance_name, readonly, compression)
+            if not readonly:
+                self._check_newest_record()
+        except CorruptRecord as exc:
+            self.close()
+            raise self._record_damaged(exc) from exc
+        except lmdb.Error as exc:
+            self.close()
+            raise self._lmdb_failure(exc) from exc
         except BaseException:
             self.close()  # a journal of another instance or format: let go of it
             raise
+
+    def _preflight(self, instance_name: str | None, readonly: bool, allow_empty: bool) -> list[str]:
+        """Check ``data.mdb`` before LMDB opens it (see :mod:`txlog.preflight`).
+
+        Returns the signs of a former journal when ``allow_empty`` lets an empty one
+        start over them (else nothing).
+
+        Raises:
+            JournalDamaged: the file is damaged, or empty/missing where a journal was.
+            JournalError: no journal to read (read-only), or the file is unreadable.
+        """
+        data = self.path / preflight.DATA_FILE
+        try:
+            size: int | None = data.stat().st_size
+        except FileNotFoundError:
+            size = None
+        if readonly and size is None:
+            raise JournalError(
+                f"{self.path} holds no journal (no data.mdb); pass the instance's "
+                "TransactionLog/JournalDirectory"
+            )
+        if not readonly and not size:
+            traces = preflight.find_traces(self.path, self.archive_directory, instance_name)
+            if traces and not allow_empty:
+                state = "missing" if size is None else "empty (0 bytes)"
+                raise JournalDamaged(
+                    f"journal {self.path} held a journal ({preflight.describe_traces(traces)}) "
+                    f"but its data.mdb is {state}: starting would begin an empty journal "
+                    "and lose every message it held; nothing was changed. Fix: restore "
+                    f"{self.path} from a backup, or to start empty on purpose (replication "
+                    "peers then resync what they replicate to this instance) start with "
+                    "amps-py serve --allow-empty-journal"
+                )
+            return traces
+        try:
+            preflight.check_data_file(data)
+        except preflight.DataFileDamage as exc:
+            raise JournalDamaged(
+                f"journal {self.path} is damaged: {exc}; nothing was opened or changed. "
+                f"Fix: {preflight.repair_advice(self.path)}"
+            ) from None
+        except OSError as exc:
+            raise JournalError(f"cannot read {data}: {exc.strerror or exc}") from exc
+        return []
+
+    def _check_newest_record(self) -> None:
+        """A writer continues from its newest record: it must read.
+
+        Raises:
+            CorruptRecord: the newest record is damaged.
+        """
+        if self._last_txid:
+            self.get(self._last_txid)
+
+    def _record_damaged(self, exc: CorruptRecord) -> JournalDamaged:
+        txid = exc.txid if exc.txid is not None else self._last_txid
+        which = "the newest record" if txid == self._last_txid else "the record"
+        return JournalDamaged(
+            f"journal {self.path}: {which}, txid {txid}, is damaged ({exc.problem}); the "
+            "journal cannot be continued from it and nothing was changed. Fix: "
+            f"amps-py txlog verify {self.path} lists every damaged record; "
+            f"{preflight.repair_advice(self.path)}"
+        )
+
+    def _lmdb_failure(self, exc: lmdb.Error) -> JournalError:
+        """An LMDB error while opening, as one line naming the file and the fix."""
+        return lmdb_error(self.path, exc)
 
     def _open_databases(self, instance_name: str | None, readonly: bool, compression: str) -> None:
         """The sub-databases, the format and owner checks, and the in-memory state."""
@@ -235,12 +385,8 @@ class Journal:
         self._floors_db = self._open_optional_db(b"floors", create)
         self._codec = RecordCodec(compress=compression == "zstd")
         self._check_meta(instance_name, readonly)
-        with self._env.begin(db=self._records) as txn:
-            cur = txn.cursor()
-            self._last_txid = _U64.unpack(cur.key())[0] if cur.last() else 0
-        with self._env.begin(db=self._times) as txn:
-            cur = txn.cursor()
-            self._last_time_entry = _U64.unpack(cur.key())[0] if cur.last() else 0
+        self._last_txid = self._newest_key(self._records, readonly)
+        self._last_time_entry = self._newest_key(self._times, readonly)
         self._pub_cache: dict[int, int] = {}
         self._floor_cache: dict[int, int] = {}
         self._commits = 0
@@ -258,6 +404,24 @@ class Journal:
             self._last_txid, max((s.last_txid for s in self._segments), default=0)
         )
         self._removed_through = self._compute_removed_through()
+
+    def _newest_key(self, db: lmdb._Database, readonly: bool) -> int:
+        """The highest (u64) key of ``db``, 0 when empty. A read-only open (the tools)
+        survives a damaged LMDB page here, so ``verify`` can still list the damage: the
+        segment table, written with every commit, then gives the newest txid.
+
+        Raises:
+            lmdb.Error: LMDB cannot read the newest page (a writer's open).
+        """
+        try:
+            with self._env.begin(db=db) as txn:
+                cur = txn.cursor()
+                return int(_U64.unpack(cur.key())[0]) if cur.last() else 0
+        except LMDB_DAMAGE_ERRORS as exc:
+            if not readonly:
+                raise
+            self.damage = lmdb_damage(self.path, exc)
+            return 0
 
     def _open_optional_db(self, name: bytes, create: bool) -> lmdb._Database | None:
         """A sub-database newer versions added; ``None`` when a read-only open finds an
@@ -367,6 +531,7 @@ class Journal:
         on_staged: Callable[[], None] | None = None,
         cursors: Mapping[str, tuple[int, str]] | None = None,
         encoded: list[bytes] | None = None,
+        rejected: dict[int, str] | None = None,
     ) -> list[int]:
         """Store ``records`` in one transaction (one fsync) and return their txids.
 
@@ -387,6 +552,11 @@ class Journal:
         ``encoded``, when given, receives the stored value of every stored record, in
         txid order (after a successful commit only): replication sends fresh records
         from memory instead of reading them back.
+
+        A record that cannot be stored (a string longer than its stored length of
+        65,535 UTF-8 bytes, a seq outside 0..2**64-1, ...) gets txid ``-1`` and is left
+        out; the others commit. ``rejected``, when given, receives its index in
+        ``records`` and the reason. One bad record never fails a batch.
 
         ``on_staged`` is called once every put is done, just before the commit (the
         fsync). The server uses it to keep its event loop off the GIL while the puts
@@ -411,14 +581,19 @@ class Journal:
         try:
             with self._env.begin(write=True) as txn:
                 bookmarks = self._bookmarks
-                for rec in records:
+                for index, rec in enumerate(records):
                     ph = rec.pub_hash
                     seq = rec.seq
                     last = cached_seq(ph)
                     if last is None:
                         last = self._last_seq(txn, ph)
-                    bm_key = pack_mark(ph, seq)
-                    if seq <= last:
+                    try:
+                        bm_key = pack_mark(ph, seq)
+                    except struct.error:
+                        txids.append(self._reject(rejected, index, f"seq {seq} is out of range"))
+                        continue
+                    fresh = seq > last
+                    if not fresh:
                         # at or below the high-water mark: exact lookup (replicated
                         # copies arrive over several paths in any order, and a client
                         # may reorder its publishes after a failover); one at or below
@@ -432,31 +607,41 @@ class Journal:
                         if bm_key in marks or txn.get(bm_key, db=bookmarks) is not None:
                             txids.append(0)
                             continue
-                        marks.add(bm_key)
-                    else:
-                        cache[ph] = seq
-                        pub_updates[ph] = rec
-                        if marks is not None:
-                            marks.add(bm_key)
                     txid += 1
                     key = pack_key(txid)
+                    own_origin = False
+                    try:
+                        if type(rec) is ReplicaRecord:
+                            value = rec.restamp(txid, now_us)
+                        else:
+                            rec.txid = txid
+                            rec.local_ts = now_us
+                            if not rec.origin_ts:
+                                rec.origin_ts = now_us
+                            if rec.origin_txid == 0:
+                                rec.origin_txid = txid
+                                own_origin = True
+                            value = encode(rec)
+                    except (struct.error, ValueError) as exc:
+                        txid -= 1
+                        if own_origin:
+                            rec.origin_txid = 0
+                        rec.txid = 0
+                        txids.append(self._reject(rejected, index, _unstorable(exc)))
+                        continue
+                    if fresh:
+                        cache[ph] = seq
+                        pub_updates[ph] = rec
+                    if marks is not None:
+                        marks.add(bm_key)
                     bm_items.append((bm_key, key))
                     txids.append(txid)
-                    if type(rec) is ReplicaRecord:
-                        rec_items.append((key, rec.restamp(txid, now_us)))
-                        origin = rec.origin
-                        if origin and rec.origin_txid > origin_updates.get(origin, 0):
-                            origin_updates[origin] = rec.origin_txid
+                    rec_items.append((key, value))
+                    origin = rec.origin
+                    if own_origin or not origin:
                         continue
-                    rec.txid = txid
-                    rec.local_ts = now_us
-                    if not rec.origin_ts:
-                        rec.origin_ts = now_us
-                    if rec.origin_txid == 0:
-                        rec.origin_txid = txid
-                    elif rec.origin and rec.origin_txid > origin_updates.get(rec.origin, 0):
-                        origin_updates[rec.origin] = rec.origin_txid
-                    rec_items.append((key, encode(rec)))
+                    if rec.origin_txid > origin_updates.get(origin, 0):
+                        origin_updates[origin] = rec.origin_txid
                 if rec_items:
                     txn.cursor(db=self._records).putmulti(rec_items, append=True)
                     txn.cursor(db=bookmarks).putmulti(bm_items)
@@ -505,6 +690,12 @@ class Journal:
             self._appended += len(rec_items)
         self._duplicates += len(records) - len(rec_items)
         return txids
+
+    @staticmethod
+    def _reject(rejected: dict[int, str] | None, index: int, why: str) -> int:
+        if rejected is not None:
+            rejected[index] = why
+        return -1
 
     def _segments_after_append(
         self, first: int, now_us: int, items: list[tuple[bytes, bytes]]
@@ -849,22 +1040,85 @@ class Journal:
             except SegmentFileError as exc:
                 problems.append(VerifyProblem(None, str(exc)))
         prev = 0
-        with self._env.begin(db=self._records, buffers=False) as txn:
-            for key, value in txn.cursor():
-                txid = _U64.unpack(key)[0] if len(key) == 8 else None
-                if txid is None:
-                    problems.append(VerifyProblem(None, f"bad record key {key.hex()}"))
-                    continue
-                if txid <= prev:
-                    problems.append(VerifyProblem(txid, f"txid not after previous {prev}"))
-                prev = txid
-                if txid <= self._removed_through:
-                    continue  # left over from a removal still in progress
-                try:
-                    decode(value, txid)
-                except CorruptRecord as exc:
-                    problems.append(VerifyProblem(txid, exc.problem))
+        for item in self._walk_records():
+            if isinstance(item, VerifyProblem):
+                problems.append(item)
+                continue
+            key, value = item
+            txid = _U64.unpack(key)[0] if len(key) == 8 else None
+            if txid is None:
+                problems.append(VerifyProblem(None, f"bad record key {key.hex()}"))
+                continue
+            if txid <= prev:
+                problems.append(VerifyProblem(txid, f"txid not after previous {prev}"))
+            prev = txid
+            if txid <= self._removed_through:
+                continue  # left over from a removal still in progress
+            try:
+                decode(value, txid)
+            except CorruptRecord as exc:
+                problems.append(VerifyProblem(txid, exc.problem))
         return problems
+
+    def _walk_records(self) -> Iterator[tuple[bytes, bytes] | VerifyProblem]:
+        """Every (key, value) of the LMDB records database in key order; a damaged
+        LMDB page is reported as a :class:`VerifyProblem` naming the txids it hides,
+        and the walk goes on after it.
+
+        Each record is found by a search (``set_range`` of the next txid), not by
+        LMDB's step to the next page: that step asserts, killing the process, when the
+        next page is damaged, while a search reports ``MDB_CORRUPTED``. LMDB looks in
+        the cursor's current page first, so a search costs little more than a step.
+        """
+        after: bytes | None = None
+        while True:
+            with self._env.begin(db=self._records, buffers=False) as txn:
+                cur = txn.cursor()
+                try:
+                    found = cur.first() if after is None else cur.set_range(_next_key(after))
+                    while found:
+                        after = cur.key()
+                        yield after, cur.value()
+                        found = cur.set_range(_next_key(after))
+                    return
+                except LMDB_DAMAGE_ERRORS as exc:
+                    damage = exc
+            if after is not None and len(after) != 8:
+                yield VerifyProblem(None, f"LMDB cannot read past key {after.hex()} ({damage})")
+                return
+            first = _U64.unpack(after)[0] + 1 if after is not None else 1
+            resume = self._readable_from(first)
+            hidden = f"txids {first} to {resume - 1}" if resume else f"txids from {first}"
+            yield VerifyProblem(
+                first, f"{hidden} unreadable: LMDB reports a damaged page ({damage})"
+            )
+            if resume is None:
+                return
+            after = _U64.pack(resume - 1)
+
+    def _readable_from(self, damaged: int) -> int | None:
+        """The lowest txid above ``damaged`` from which LMDB reads again (records from
+        there on are on sound pages), or None when nothing after it reads. Each probe
+        runs in its own read transaction (an LMDB error spoils the one it happens in)."""
+
+        def reads(txid: int) -> bool:
+            with self._env.begin(db=self._records) as txn:
+                try:
+                    txn.cursor().set_range(_U64.pack(txid))
+                except LMDB_DAMAGE_ERRORS:
+                    return False
+                return True
+
+        lo, hi = damaged, max(self._last_txid, damaged) + 1  # lo does not read
+        if not reads(hi):
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if reads(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
 
     # ------------------------------------------------------------------ segments
     def bytes_through(self, txid: int) -> int:

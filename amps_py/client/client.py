@@ -138,6 +138,8 @@ class Client:
         self._persisted_changed = trio.Event()
         self.seq = 0
         self.persisted_seq = 0
+        #: publishes the server reported as not stored: seq -> the failure ack
+        self.failed_publishes: dict[int, dict[str, Any]] = {}
         self.logon_ack: dict[str, Any] = {}
         self.closed: BaseException | None = None
         #: a failure ack the server sent about the connection itself (no cid, sub_id
@@ -277,11 +279,15 @@ class Client:
             return
         if ack_type == "persisted" and "s" in header and sub_id is None:
             seq = int(header["s"])
-            if header.get("status") == "success" and seq > self.persisted_seq:
+            if header.get("status") != "success":
+                self.failed_publishes[seq] = header
+            elif seq > self.persisted_seq:
                 self.persisted_seq = seq
-                event = self._persisted_changed
-                self._persisted_changed = trio.Event()
-                event.set()
+            else:
+                return
+            event = self._persisted_changed
+            self._persisted_changed = trio.Event()
+            event.set()
 
     # ---------------------------------------------------------------- API
     async def logon(self, *, timeout: float = 10, **fields: Any) -> dict[str, Any]:
@@ -305,6 +311,7 @@ class Client:
             seq = self.seq
         else:
             self.seq = max(self.seq, seq)
+        self.failed_publishes.pop(seq, None)  # sent again: its new fate counts
         header: dict[str, Any] = {"c": "p", "t": topic, "s": seq}
         if ack:
             header["a"] = "persisted"
@@ -321,11 +328,15 @@ class Client:
         """Wait for a persisted ack covering ``seq``.
 
         Raises:
+            CommandError: the server reported that ``seq`` was not stored (a failure
+                ack, e.g. reason ``journal write failed`` when its disk is full).
             TimeoutError: with the last persisted seq, when it does not come in time.
             ConnectionLost: the connection closed first.
         """
         with trio.move_on_after(timeout):
             while self.persisted_seq < seq:
+                if seq in self.failed_publishes:
+                    raise CommandError("publish", self.failed_publishes[seq])
                 if self.closed is not None:
                     raise ConnectionLost(f"connection closed before seq {seq} was persisted")
                 await self._persisted_changed.wait()

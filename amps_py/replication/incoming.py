@@ -97,6 +97,9 @@ class UpstreamConnection:
         try:
             hello = await self._await_hello(link)
             refusal = self._check_hello(hello)
+            writer = self.instance.writer
+            if refusal is None and writer is not None and writer.failure:
+                refusal = ("journal unavailable", writer.failure)
             if refusal is not None:
                 reason, detail = refusal
                 log.error(
@@ -244,6 +247,9 @@ class UpstreamConnection:
         assert writer is not None
         own = self.instance.name
         replica = ReplicaReader((self.name, self.group))
+        # a failed commit drops what was queued: positions acknowledged on this
+        # connection after that would skip records, so the connection starts over
+        failures = writer.failed_commits
         while True:
             frames = await self.stream.receive_frames()
             if not frames:
@@ -253,6 +259,12 @@ class UpstreamConnection:
                     raise LinkError(event.reason, event.detail)
                 if not isinstance(event, Data):
                     continue
+                if writer.failed_commits != failures:
+                    raise LinkError(
+                        "journal unavailable",
+                        "this instance's journal commit failed; the upstream resends "
+                        "after it reconnects",
+                    )
                 records: list[Record] = []
                 for raw in event.records:
                     try:

@@ -121,6 +121,19 @@ class ReplicationManager:
                 return d
         return None
 
+    def reset_upstreams(self, why: str) -> None:
+        """Close every incoming replication connection (each upstream reconnects and
+        resends from what this journal holds)."""
+        for conn in list(self.upstreams.values()):
+            log.warning(
+                "closing replication from %s (%s): %s",
+                conn.name,
+                conn.peer,
+                why,
+                extra=events.extra(events.REPLICATION_DISCONNECTED),
+            )
+            conn.close()
+
     def upstream_disconnected(self, conn: UpstreamConnection) -> None:
         if self.upstreams.get(conn.name) is conn:
             del self.upstreams[conn.name]

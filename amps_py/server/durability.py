@@ -32,7 +32,8 @@ class PublisherLedger:
             this publisher; seqs above it take the fast path (no lookup).
         pending: seqs accepted here and not yet durable (queued for the journal, or
             duplicates of a record that is not durable yet), ascending, no repeats.
-        done: the highest seq settled: durable here, or answered with a failure ack.
+        done: the highest seq durable here (a seq answered with a failure ack leaves
+            ``pending`` without moving it).
         acked: the highest seq already sent in a persisted ack.
         reack: a seq at or below ``acked`` was accepted again (resent after a
             failover): once it is durable, the persisted ack is sent again, so the
@@ -78,7 +79,7 @@ class PublisherLedger:
             self.high = seq
 
     def settle(self, seqs: Iterable[int]) -> None:
-        """These seqs are durable here (or were answered with a failure ack)."""
+        """These seqs are durable here."""
         pending = self.pending
         top = self.done
         n = len(pending)
@@ -101,6 +102,23 @@ class PublisherLedger:
         self.done = top
         if top > self.high:
             self.high = top
+
+    def resent_durable(self, seq: int) -> None:
+        """``seq`` was sent again and is already durable here: settle it, and if an
+        ack already covered it, send that ack again (the publisher waits for one)."""
+        self.settle((seq,))
+        if seq <= self.acked:
+            self.reack = True
+
+    def fail(self, seqs: Iterable[int]) -> None:
+        """These seqs were not stored (answered with a failure ack): they stop holding
+        back acks, and no success ack is sent for them (``done`` does not move)."""
+        pending = self.pending
+        for seq in seqs:
+            if pending and pending[0] <= seq <= pending[-1]:
+                at = bisect.bisect_left(pending, seq)
+                if pending[at] == seq:
+                    del pending[at]
 
     def safe(self) -> int:
         """The highest seq a persisted ack may carry now."""

@@ -35,16 +35,18 @@ from amps_py.config import (
     DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
     DEFAULT_LOGON_TIMEOUT,
     InstanceConfig,
+    TransactionLogConfig,
     TransportConfig,
 )
 from amps_py.replication import ReplicationManager
-from txlog import Journal, Record, publisher_hash
+from txlog import Journal, JournalError, Record, publisher_hash
+from txlog.preflight import describe_traces
 from txlog.record import DeliveryView
 
 from .durability import PublisherLedger
 from .limits import InstanceLimits
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
-from .session import CommandFailed, Session
+from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -105,8 +107,10 @@ class ConfigurationError(Exception):
 class Instance:
     """The running state of one instance. Create it, then ``await serve()``."""
 
-    def __init__(self, config: InstanceConfig) -> None:
+    def __init__(self, config: InstanceConfig, *, allow_empty_journal: bool = False) -> None:
         self.config = config
+        #: start an empty journal where one existed (``serve --allow-empty-journal``)
+        self.allow_empty_journal = allow_empty_journal
         self.name = config.name
         self.journal: Journal | None = None
         self.writer: JournalWriter | None = None
@@ -307,6 +311,8 @@ class Instance:
         self.stats_published += 1
         writer = self.writer
         if writer is not None and self.journals_topic(topic):
+            if writer.failure:
+                raise CommandFailed(JOURNAL_UNAVAILABLE, writer.failure)
             ph = session.pub_hash
             ledger = self._ledgers.get(ph) or self.ledger(ph)
             if seq <= ledger.high:
@@ -399,6 +405,68 @@ class Instance:
         self._commit_event = trio.Event()
         event.set()
 
+    def _on_rejected(self, rejected: list[tuple[Record, str]]) -> None:
+        """Records the journal could not store (the rest of their commit was)."""
+        for rec, why in rejected:
+            if rec.path:
+                log.error(
+                    "a record received from %s (bookmark %s, topic %.80r) cannot be "
+                    "stored and is missing on this instance: %s",
+                    rec.path[-1][0],
+                    rec.bookmark,
+                    rec.topic,
+                    why,
+                    extra=events.extra(events.REPLICATION_HOLE),
+                )
+                continue
+            log.error(
+                "publish seq %d of client %r (topic %.80r) was not stored: %s",
+                rec.seq,
+                rec.client_name,
+                rec.topic,
+                why,
+                extra=events.extra(events.JOURNAL_RECORD_REJECTED),
+            )
+            self._fail_publishes([rec], "journal write failed", why)
+
+    def _on_commit_failed(self, records: list[Record], reason: str) -> None:
+        """A commit stored nothing; the writer refuses writes until it recovers."""
+        local = [rec for rec in records if not rec.path]
+        log.error(
+            "journal commit failed; %d queued publish(es) failed and %d replicated "
+            "record(s) will be resent by their upstreams; journaled publishes are "
+            "refused until writes succeed again: %s",
+            len(local),
+            len(records) - len(local),
+            reason,
+            extra=events.extra(events.JOURNAL_COMMIT_FAILED),
+        )
+        self._fail_publishes(local, "journal write failed", reason)
+        if self.replication is not None:
+            # the positions they acknowledged may ride on the failed batch: start over
+            self.replication.reset_upstreams("this instance's journal writes are failing")
+
+    def _on_writes_resumed(self) -> None:
+        log.warning(
+            "journal writes are accepted again (%s)",
+            self.journal.path if self.journal is not None else "",
+            extra=events.extra(events.JOURNAL_WRITES_RESUMED),
+        )
+
+    def _fail_publishes(self, records: list[Record], reason: str, detail: str) -> None:
+        """Tell each publisher that these of its publishes were not stored: a persisted
+        failure ack per seq; they no longer hold back its acks."""
+        by_pub: dict[int, list[int]] = {}
+        for rec in records:
+            by_pub.setdefault(rec.pub_hash, []).append(rec.seq)
+        for ph, seqs in by_pub.items():
+            ledger = self._ledgers.get(ph)
+            if ledger is not None:
+                ledger.fail(seqs)
+            session = self._pub_sessions.get(ph)
+            if session is not None:
+                session.publishes_failed(seqs, reason, detail)
+
     @property
     def committed_txid(self) -> int:
         """The newest txid committed to the local journal (0 without a journal)."""
@@ -463,6 +531,8 @@ class Instance:
             session = by_pub.get(ph)
             if session is not None:
                 session.persisted_progress()
+            elif ledger.idle:
+                del ledgers[ph]  # its publisher left; rebuilt from the journal on need
 
     def disable_transport(self, name: str) -> str:
         """Stop listening on client transport ``name`` and disconnect its clients."""
@@ -690,17 +760,7 @@ class Instance:
         try:
             async with trio.open_nursery() as nursery:
                 if tl is not None:
-                    self.journal = await trio.to_thread.run_sync(
-                        lambda: Journal(
-                            tl.journal_directory,
-                            instance_name=self.name,
-                            durability=tl.durability,
-                            compression=tl.compression,
-                            map_size=tl.map_size,
-                            segment_size=tl.journal_size,
-                            archive_directory=tl.archive_directory,
-                        )
-                    )
+                    self.journal = await trio.to_thread.run_sync(self._open_journal, tl)
                     log.info(
                         "journal %s opened: last txid %d, durability %s, compression %s",
                         tl.journal_directory,
@@ -716,7 +776,13 @@ class Instance:
                             tl.durability,
                             extra=events.extra(events.JOURNAL_OPENED),
                         )
-                    self.writer = JournalWriter(self.journal, self._on_commit)
+                    self.writer = JournalWriter(
+                        self.journal,
+                        self._on_commit,
+                        on_rejected=self._on_rejected,
+                        on_failed=self._on_commit_failed,
+                        on_recovered=self._on_writes_resumed,
+                    )
                     if self.journal.last_txid:
                         self.last_durable_bookmark = self.bookmark_of(self.journal.last_txid)
                     nursery.start_soon(self._run_writer)
@@ -765,14 +831,53 @@ class Instance:
                 self.journal.close()
             log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))
 
+    def _open_journal(self, tl: TransactionLogConfig) -> Journal:
+        """Open the journal (in a worker thread). A refusal (damaged files, an empty
+        journal where one was, a journal held by another process) is logged and
+        raised as the :class:`txlog.JournalError` whose one line names the fix; a start
+        on an empty journal allowed over a former one is logged as a warning.
+        """
+        try:
+            journal = Journal(
+                tl.journal_directory,
+                instance_name=self.name,
+                durability=tl.durability,
+                compression=tl.compression,
+                map_size=tl.map_size,
+                segment_size=tl.journal_size,
+                archive_directory=tl.archive_directory,
+                allow_empty=self.allow_empty_journal,
+            )
+        except JournalError as exc:
+            log.critical(
+                "journal %s not opened, instance not started: %s",
+                tl.journal_directory,
+                exc,
+                extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+            )
+            raise
+        if journal.started_empty_over:
+            aside = ", ".join(str(p) for p in journal.set_aside_to)
+            log.warning(
+                "journal %s STARTED EMPTY (--allow-empty-journal): a journal existed there "
+                "(%s) but its data.mdb was empty or missing; every message it held is "
+                "absent from this instance, and replication peers resync only what they "
+                "replicate to it%s",
+                tl.journal_directory,
+                describe_traces(journal.started_empty_over),
+                f"; its segment files were moved to {aside}" if aside else "",
+                extra=events.extra(events.JOURNAL_STARTED_EMPTY),
+            )
+        return journal
+
     async def _run_writer(self) -> None:
         assert self.writer is not None
         try:
             await self.writer.run()
         except Exception as exc:
             log.critical(
-                "journal commit failed, stopping the instance so no unstored message is "
-                "acknowledged: %s",
+                "the journal writer failed unexpectedly, stopping the instance so no "
+                "unstored message is acknowledged: %s",
                 exc,
                 extra=events.extra(events.JOURNAL_COMMIT_FAILED),
             )
@@ -1011,14 +1116,16 @@ async def serve_instance(
     ready_file: str | os.PathLike[str] | None = None,
     stats_file: str | os.PathLike[str] | None = None,
     stats_interval: float = 0.25,
+    allow_empty_journal: bool = False,
     task_status: trio.TaskStatus[Instance] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run an instance until cancelled; write ``ready_file`` (JSON) once listening.
 
     The ready file holds ``{"name": ..., "pid": ..., "transports": {name: port}}`` and
-    is written atomically, so a test or script can poll for it.
+    is written atomically, so a test or script can poll for it. ``allow_empty_journal``
+    lets the journal start empty where one existed (see :class:`txlog.Journal`).
     """
-    instance = Instance(config)
+    instance = Instance(config, allow_empty_journal=allow_empty_journal)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(instance.serve)
         if stats_file is not None:

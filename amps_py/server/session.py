@@ -54,9 +54,24 @@ PERSISTED_ACK_INTERVAL: Final = 1.0
 SERVER_VERSION: Final = "amps-py-0.1.0"
 #: the largest publisher seq (the journal stores it as an unsigned 64-bit integer)
 MAX_SEQ: Final = (1 << 64) - 1
+#: the longest topic, client name or correlation id the journal stores (UTF-8 bytes)
+MAX_FIELD_BYTES: Final = 65535
+#: the failure reason of a journaled publish while journal writes are failing
+JOURNAL_UNAVAILABLE: Final = "journal unavailable"
 #: the send loop writes at most about this many bytes per ``send_all`` (never one join
 #: of a whole backlog), so bytes leave the outbox, and its count, steadily
 SEND_CHUNK: Final = 1024 * 1024
+
+
+def check_field_size(value: str, what: str, reason: str) -> None:
+    """Refuse a string the journal could not store (longer than 65,535 UTF-8 bytes),
+    naming the field and the limit; cheap for the usual short strings."""
+    if len(value) > MAX_FIELD_BYTES // 4 and len(value.encode()) > MAX_FIELD_BYTES:
+        raise CommandFailed(
+            reason,
+            f"the {what} is {len(value.encode())} bytes; the limit is {MAX_FIELD_BYTES} "
+            "bytes (UTF-8): shorten it",
+        )
 
 
 def _pieces(batch: list[bytes]) -> Iterator[bytes]:
@@ -644,6 +659,26 @@ class Session:
                     self._ack({"cid": cid}, "completed")
             self._flush_waiters.clear()
 
+    def publishes_failed(self, seqs: list[int], reason: str, detail: str) -> None:
+        """These publishes were not stored: a persisted failure ack for each (when
+        this connection asked for persisted acks), so the publisher never waits for
+        them."""
+        if not self.wants_persisted:
+            return
+        for seq in seqs:
+            self.send(
+                encode_frame(
+                    {
+                        "c": "ack",
+                        "a": "persisted",
+                        "status": "failure",
+                        "s": seq,
+                        "reason": reason,
+                        "detail": detail,
+                    }
+                )
+            )
+
     # ---------------------------------------------------------------- commands
     def _on_logon(self, frame: Frame) -> None:
         header = frame.header
@@ -651,6 +686,11 @@ class Session:
         if self.logged_on:
             raise CommandFailed("invalid logon", "this connection is already logged on")
         name = str(header.get("client_name", "")).strip()
+        try:
+            check_field_size(name, "client name", "invalid client name")
+        except CommandFailed as exc:
+            self._fail(header, exc, force=True)
+            raise Disconnect(exc.reason) from None
         if not name and self.instance.journal is not None:
             self._fail(
                 header,
@@ -763,6 +803,10 @@ class Session:
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
             raise CommandFailed("no topic", "publish needs a topic (t)")
+        check_field_size(topic, "topic", "invalid topic")
+        cid = header.get("x")
+        if cid is not None:
+            check_field_size(str(cid), "correlation id (x)", "invalid correlation id")
         self._require_entitled(topic, write=True)
         acks = _ack_types(header)
         self.messages_in += 1
@@ -783,7 +827,7 @@ class Session:
             self.wants_persisted = True
         outcome = self.instance.publish(self, topic, seq, frame.payload, header)
         if outcome == "done" and ledger is not None:
-            ledger.settle((seq,))
+            ledger.resent_durable(seq)
         if "received" in acks:
             self._ack(header, "received", s=seq)
         if "processed" in acks:

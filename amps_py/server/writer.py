@@ -11,7 +11,9 @@ weaker durability.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +34,36 @@ MAX_BATCH = 8192
 COMMIT_SECONDS_BUCKETS: Final = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 #: upper bounds (records) of the batch-size histogram; the last bucket is +Inf
 BATCH_SIZE_BUCKETS: Final = (1, 10, 100, 1000, 4096, MAX_BATCH)
+#: after a failed commit: first and longest wait before journal writes are tried again
+RETRY_FIRST: Final = 0.5
+RETRY_LONGEST: Final = 10.0
+#: free bytes the journal's file system needs (beyond the failed batch) before writes
+#: are tried again after a commit failed for lack of space
+SPACE_MARGIN: Final = 4 * 1024 * 1024
+
+
+def describe_commit_failure(exc: BaseException, path: str, needed: int) -> tuple[str, bool]:
+    """What an operator should read about a failed commit, and whether it was for
+    lack of space on the journal's file system. LMDB reports a full disk as
+    ``Input/output error`` from ``mdb_txn_commit``, so the free space decides."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        free = -1
+    no_space = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+        0 <= free < needed + SPACE_MARGIN
+    )
+    if no_space:
+        return (
+            f"no space left on device: the file system of {path} has {free} bytes free "
+            f"and this commit needed about {needed}; free space there (or move the "
+            "JournalDirectory to a larger disk); journal writes resume by themselves "
+            "once there is room"
+        ), True
+    return (
+        f"the journal commit failed ({exc}); check the disk holding {path} and the "
+        "system log; journal writes are retried with back-off"
+    ), False
 
 
 class RecentRecords:
@@ -119,6 +151,12 @@ class WriterStatistics:
     commit_seconds_histogram: tuple[int, ...] = ()
     #: commits per batch-size bucket (BATCH_SIZE_BUCKETS, then +Inf); not cumulative
     batch_size_histogram: tuple[int, ...] = ()
+    #: commits that failed (nothing of their batch stored)
+    failed_commits: int = 0
+    #: records refused alone (a field the journal cannot store)
+    rejected_records: int = 0
+    #: why journal writes are refused now ("" while they are accepted)
+    failure: str = ""
 
 
 class JournalWriter:
@@ -131,16 +169,41 @@ class JournalWriter:
             published here that the journal found already stored (their bookmark
             is held by an earlier record: a copy received by replication).
 
-    Error handling: if a commit fails (disk full, I/O error) nothing of that batch was
-    stored; the error propagates out of :meth:`run`, which stops the instance: an
-    instance that cannot persist must not keep acknowledging.
+    Error handling:
+
+    - A record the journal cannot store (a field longer than its stored length, an
+      unencodable value) is rejected alone: ``on_rejected`` gets it with the reason,
+      the rest of its batch commits.
+    - A failed commit (disk full, I/O error, a full MapSize) stored nothing of the
+      batch. Every record queued or in that batch is handed to ``on_failed`` with the
+      reason, markers and riders are dropped (their positions are not durable), and
+      the writer is *failed*: :attr:`failure` says why, :meth:`submit` must not be
+      called (the instance refuses journaled publishes) and :meth:`submit_replicated`
+      drops records without acknowledging them. The writer retries with back-off
+      (after a lack of space, only once the file system has room again), then calls
+      ``on_recovered`` and commits as before. The instance stays up throughout.
     """
 
     def __init__(
-        self, journal: Journal, on_commit: Callable[[list[Record], list[Record]], None]
+        self,
+        journal: Journal,
+        on_commit: Callable[[list[Record], list[Record]], None],
+        *,
+        on_rejected: Callable[[list[tuple[Record, str]]], None] | None = None,
+        on_failed: Callable[[list[Record], str], None] | None = None,
+        on_recovered: Callable[[], None] | None = None,
     ) -> None:
         self.journal = journal
         self._on_commit = on_commit
+        self._on_rejected = on_rejected
+        self._on_failed = on_failed
+        self._on_recovered = on_recovered
+        #: why journal writes are refused now ("" while the writer is healthy)
+        self.failure = ""
+        self._failed_commits = 0
+        self._rejected_records = 0
+        self._no_space = False
+        self._needed = 0
         self._queue: list[Record] = []
         self._batch: list[Record] = []  # the batch being committed
         self._submitted = 0  # records ever queued; markers refer to positions in it
@@ -178,7 +241,10 @@ class JournalWriter:
     ) -> None:
         """Queue records received from ``upstream`` with the stream position they
         bring this journal to; ``on_durable`` runs (in the trio thread) after the
-        commit that stores both."""
+        commit that stores both. While the writer is failed, they are dropped and
+        ``on_durable`` never runs (the upstream resends after it reconnects)."""
+        if self.failure:
+            return
         if not records:
             # A position-only frame: no commit of its own (it would cost two fsyncs).
             if self._submitted <= self._done:
@@ -203,6 +269,12 @@ class JournalWriter:
     def queued(self) -> int:
         return len(self._queue)
 
+    @property
+    def failed_commits(self) -> int:
+        """How many commits failed so far (a connection that saw this change lost
+        what it had queued)."""
+        return self._failed_commits
+
     def queued_high(self, pub_hash: int) -> int:
         """The highest seq of ``pub_hash`` among the records queued or being committed
         (0 if none). A scan of the queue: for a logon, not for every publish."""
@@ -216,6 +288,8 @@ class JournalWriter:
     async def run(self) -> None:
         """Commit queued records forever (until cancelled)."""
         while True:
+            if self.failure:
+                await self._recover()
             if not self._queue and not self._markers:
                 self._wake = trio.Event()
                 await self._wake.wait()
@@ -228,9 +302,15 @@ class JournalWriter:
             cursors = {m.upstream: m.cursor for m in markers}
             now_us = time.time_ns() // 1000
             values: list[bytes] = []
-            txids = await self._append(batch, now_us, cursors, values)
+            rejected: dict[int, str] = {}
+            try:
+                txids = await self._append(batch, now_us, cursors, values, rejected)
+            except Exception as exc:  # nothing of the batch was stored
+                self._batch = []
+                self._commit_failed(batch, exc)
+                continue
             self._batch = []
-            stored = [rec for rec, txid in zip(batch, txids, strict=True) if txid]
+            stored = [rec for rec, txid in zip(batch, txids, strict=True) if txid > 0]
             dropped: list[Record] = []
             if len(stored) != len(batch):
                 dropped = [
@@ -238,10 +318,14 @@ class JournalWriter:
                     for rec, txid in zip(batch, txids, strict=True)
                     if not txid and not rec.path
                 ]
+                if rejected:
+                    self._rejected_records += len(rejected)
+                    if self._on_rejected is not None:
+                        self._on_rejected([(batch[i], why) for i, why in rejected.items()])
             self.recent.add(stored, values)
             self._commits += 1
             self._records += len(stored)
-            self._duplicates += len(batch) - len(stored)
+            self._duplicates += len(batch) - len(stored) - len(rejected)
             self._last_batch = len(batch)
             self._max_batch = max(self._max_batch, len(batch))
             if stored:
@@ -259,19 +343,59 @@ class JournalWriter:
             await trio.lowlevel.checkpoint()
             await trio.lowlevel.checkpoint()
 
+    def _commit_failed(self, batch: list[Record], exc: Exception) -> None:
+        """A commit stored nothing: fail the batch and everything queued behind it,
+        forget the replication positions that rode on them, and refuse writes until
+        :meth:`_recover` lets them through again."""
+        failed = batch + self._queue
+        self._queue = []
+        self._markers.clear()
+        self._riders.clear()
+        self._taken = self._done = self._submitted
+        self._failed_commits += 1
+        needed = sum(len(rec.payload) + 256 for rec in batch)
+        reason, self._no_space = describe_commit_failure(exc, str(self.journal.path), needed)
+        self._needed = needed
+        self.failure = reason
+        if self._on_failed is not None:
+            self._on_failed(failed, reason)
+        else:
+            raise exc
+
+    async def _recover(self) -> None:
+        """Wait with back-off until journal writes may be tried again (after a lack of
+        space: until the file system has room for the failed batch)."""
+        delay = RETRY_FIRST
+        path = str(self.journal.path)
+        while True:
+            await trio.sleep(delay)
+            delay = min(delay * 2, RETRY_LONGEST)
+            if self._no_space:
+                try:
+                    free = shutil.disk_usage(path).free
+                except OSError:
+                    continue
+                if free < self._needed + SPACE_MARGIN:
+                    continue
+            break
+        self.failure = ""
+        if self._on_recovered is not None:
+            self._on_recovered()
+
     async def _append(
         self,
         batch: list[Record],
         now_us: int,
         cursors: dict[str, tuple[int, str]],
         values: list[bytes],
+        rejected: dict[int, str],
     ) -> list[int]:
         """Run ``journal.append`` on a worker thread; block this thread during the puts
         (see :meth:`_staged`)."""
         t0 = time.perf_counter()
         txids, t1 = await self._staged(
             lambda journal, on_staged: journal.append(
-                batch, now_us, on_staged, cursors or None, values
+                batch, now_us, on_staged, cursors or None, values, rejected
             )
         )
         t2 = time.perf_counter()
@@ -334,4 +458,7 @@ class JournalWriter:
             sync_seconds=round(self._sync_seconds, 6),
             commit_seconds_histogram=tuple(self._latency_counts),
             batch_size_histogram=tuple(self._batch_counts),
+            failed_commits=self._failed_commits,
+            rejected_records=self._rejected_records,
+            failure=self.failure,
         )
