@@ -36,6 +36,7 @@ Adding support for an AMPS element (Admin, Actions, SOW, ...):
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.resources
 import importlib.resources.abc
@@ -58,9 +59,13 @@ from amps_py.units import UnitError, parse_bytes, parse_count, parse_duration, p
 
 __all__ = [
     "DEFAULT_ACK_CONFLATION_INTERVAL",
+    "DEFAULT_CLIENT_MAX_CAPACITY",
     "DEFAULT_FLUSH_INTERVAL",
     "DEFAULT_HEARTBEAT_INTERVAL",
+    "DEFAULT_INCOMPLETE_MESSAGE_MEMORY_LIMIT",
+    "DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT",
     "DEFAULT_JOURNAL_SIZE",
+    "DEFAULT_LOGON_TIMEOUT",
     "DEFAULT_MAP_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_RECONNECT_TIMEOUTS",
@@ -76,6 +81,7 @@ __all__ = [
     "UNSUPPORTED_AMPS_ELEMENTS",
     "UNSUPPORTED_AMPS_VALUES",
     "AuthenticationConfig",
+    "ClientCapacity",
     "ConfigError",
     "ConfigProblem",
     "DestinationConfig",
@@ -90,6 +96,7 @@ __all__ = [
     "TransportConfig",
     "default_config",
     "default_config_xml",
+    "default_message_memory_limit",
     "load_config",
     "parse_config",
     "schema_path",
@@ -102,6 +109,24 @@ __all__ = [
 #: Default largest frame a client may send on a transport (AMPS has no documented
 #: default; 16 MiB is far above normal messages and still bounds a hostile sender).
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024**2
+#: How long a new client connection may take to log on (amps-py's Transport/LogonTimeout;
+#: AMPS has no such setting). AMPS clients log on as soon as they connect, so 30 s is
+#: generous, and it still closes connections that never say anything.
+DEFAULT_LOGON_TIMEOUT: Final = 30.0
+#: How long a client may take to send one frame once its first byte has arrived
+#: (Transport/IncompleteMessageTimeout): 16 MiB (the default MaxMessageSize) at about
+#: 2 Mbit/s. A frame not complete by then is a stalled or hostile sender.
+DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT: Final = 60.0
+#: Default IncompleteMessageMemoryLimit: bytes of unfinished frames all client
+#: connections together may hold. The default is this or twice the largest client
+#: MaxMessageSize, whichever is more.
+DEFAULT_INCOMPLETE_MESSAGE_MEMORY_LIMIT: Final = 256 * 1024**2
+#: Default ClientMaxCapacity: AMPS's 50% of MessageMemoryLimit, but at most
+#: MAX_DEFAULT_CLIENT_CAPACITY while a backlog can only live in memory (no offlining).
+DEFAULT_CLIENT_MAX_CAPACITY: Final = 0.5
+MAX_DEFAULT_CLIENT_CAPACITY: Final = 512 * 1024**2
+#: MessageMemoryLimit when the host's memory cannot be read.
+FALLBACK_MESSAGE_MEMORY_LIMIT: Final = 1024**3
 #: AMPS documents 100ms as the default FlushInterval, allowed from 1us to 1000ms.
 DEFAULT_FLUSH_INTERVAL: Final = 0.1
 MIN_FLUSH_INTERVAL: Final = 1e-6
@@ -179,7 +204,6 @@ LOG_LEVELS: Final[tuple[str, ...]] = (
 UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig": frozenset(
         {
-            "ClientMaxCapacity",
             "ClientMessageAgeLimit",
             "ConfigCycleDetectionThreshold",
             "ConfigIncludeCommentDefault",
@@ -187,7 +211,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "Include",
             "MessageDiskLimit",
             "MessageDiskPath",
-            "MessageMemoryLimit",
             "MessageTypes",
             "MiniDumpDirectory",
             "Modules",
@@ -201,7 +224,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "AMPSConfig/Transports/Transport": frozenset(
         {
-            "ClientMaxCapacity",
             "ClientMessageAgeLimit",
             "Entitlement",
             "FileName",
@@ -336,6 +358,54 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class ClientCapacity:
+    """``ClientMaxCapacity``: how many bytes may wait to be sent to one client.
+
+    AMPS gives it as a share of ``MessageMemoryLimit`` (``fraction``, from ``50%``);
+    amps-py also accepts a byte size (``size``, from ``64MB``). Exactly one is set.
+    """
+
+    fraction: float | None = None
+    size: int | None = None
+
+    def of(self, message_memory_limit: int) -> int:
+        """The limit in bytes for an instance whose MessageMemoryLimit is given."""
+        if self.size is not None:
+            return self.size
+        return max(1, int(message_memory_limit * (self.fraction or 0.0)))
+
+    def __str__(self) -> str:
+        if self.size is not None:
+            return f"{self.size} bytes"
+        return f"{(self.fraction or 0.0) * 100:g}%"
+
+
+def default_message_memory_limit() -> int:
+    """AMPS's default MessageMemoryLimit: 10% of the memory this process may use (the
+    host's RAM, or less when ``ulimit -m`` or the cgroup memory limit says so);
+    :data:`FALLBACK_MESSAGE_MEMORY_LIMIT` when none of these can be read."""
+    candidates: list[int] = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        candidates.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_RSS)[0]
+        if soft > 0 and soft != resource.RLIM_INFINITY:
+            candidates.append(soft)
+    except (ImportError, ValueError, OSError):
+        pass
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if text.isdigit():
+            candidates.append(int(text))
+    except OSError:
+        pass
+    usable = [c for c in candidates if c > 0]
+    return min(usable) // 10 if usable else FALLBACK_MESSAGE_MEMORY_LIMIT
+
+
+@dataclass(frozen=True)
 class TransportConfig:
     """A listener (``AMPSConfig/Transports/Transport``).
 
@@ -366,6 +436,12 @@ class TransportConfig:
             (``SequenceGapThreshold``): a received record whose publisher seq is more
             than this above the highest this instance holds for that publisher is
             logged and counted; 0 turns the check off.
+        logon_timeout: seconds a new client connection has to log on before it is
+            closed (client transports only).
+        incomplete_message_timeout: seconds a client has to finish a frame once its
+            first byte arrived (client transports only).
+        client_max_capacity: this transport's ClientMaxCapacity, or ``None`` for the
+            instance's.
     """
 
     name: str
@@ -381,6 +457,9 @@ class TransportConfig:
     ciphers: str | None = None
     authentication: AuthenticationConfig | None = None
     sequence_gap_threshold: int = DEFAULT_SEQUENCE_GAP_THRESHOLD
+    logon_timeout: float = DEFAULT_LOGON_TIMEOUT
+    incomplete_message_timeout: float = DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT
+    client_max_capacity: ClientCapacity | None = None
 
     @property
     def secure(self) -> bool:
@@ -864,6 +943,40 @@ class InstanceConfig:
     admin: tuple[str, int] | None = None
     #: ``Actions/Action``, in file order
     actions: tuple[ActionConfig, ...] = ()
+    #: ``MessageMemoryLimit`` in bytes; ``None``: :func:`default_message_memory_limit`
+    message_memory_limit: int | None = None
+    #: ``ClientMaxCapacity`` at instance level; ``None``: the default (see
+    #: :meth:`client_capacity`)
+    client_max_capacity: ClientCapacity | None = None
+    #: ``IncompleteMessageMemoryLimit`` in bytes; ``None``: the default (see
+    #: :meth:`incomplete_message_budget`)
+    incomplete_message_memory_limit: int | None = None
+
+    def message_memory_budget(self) -> int:
+        """Bytes that may wait to be sent to all clients together (MessageMemoryLimit)."""
+        if self.message_memory_limit is not None:
+            return self.message_memory_limit
+        return default_message_memory_limit()
+
+    def client_capacity(self, transport: TransportConfig | None, pool: int) -> int:
+        """Bytes that may wait to be sent to one client of ``transport``, for a
+        MessageMemoryLimit of ``pool``: the transport's ClientMaxCapacity, else the
+        instance's, else 50% of ``pool`` capped at 512 MiB."""
+        capacity = (transport.client_max_capacity if transport else None) or (
+            self.client_max_capacity
+        )
+        if capacity is not None:
+            return capacity.of(pool)
+        return min(MAX_DEFAULT_CLIENT_CAPACITY, int(pool * DEFAULT_CLIENT_MAX_CAPACITY))
+
+    def incomplete_message_budget(self) -> int:
+        """Bytes of unfinished frames all client connections together may hold
+        (IncompleteMessageMemoryLimit; default: 256 MiB or twice the largest client
+        MaxMessageSize, whichever is more)."""
+        if self.incomplete_message_memory_limit is not None:
+            return self.incomplete_message_memory_limit
+        largest = max((t.max_message_size for t in self.client_transports), default=0)
+        return max(DEFAULT_INCOMPLETE_MESSAGE_MEMORY_LIMIT, 2 * largest)
 
     @property
     def replication_transport(self) -> TransportConfig | None:
@@ -1674,6 +1787,18 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
         state = _text(state_el, problems) if state_el is not None else "enabled"
         tls = _transport_tls(transport, type_el, kind, problems)
         incoming = _incoming_replication(transport, kind, problems)
+        logon_timeout = _positive_duration(
+            transport, "LogonTimeout", DEFAULT_LOGON_TIMEOUT, problems, zero_ok=False
+        )
+        frame_timeout = _positive_duration(
+            transport,
+            "IncompleteMessageTimeout",
+            DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
+            problems,
+            zero_ok=False,
+        )
+        capacity_el = _first(transport, "ClientMaxCapacity")
+        capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
 
         if (
             name is None
@@ -1685,6 +1810,9 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
             or state is None
             or tls is None
             or incoming is None
+            or logon_timeout is None
+            or frame_timeout is None
+            or (capacity_el is not None and capacity is None)
         ):
             continue
         transports.append(
@@ -1702,6 +1830,9 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                 ciphers=tls[2],
                 authentication=incoming[0],
                 sequence_gap_threshold=incoming[1],
+                logon_timeout=logon_timeout,
+                incomplete_message_timeout=frame_timeout,
+                client_max_capacity=capacity,
             )
         )
     return tuple(transports)
@@ -1751,6 +1882,59 @@ def _incoming_replication(
             )
             ok = False
     return (authentication, threshold) if ok else None
+
+
+def _capacity_value(el: etree._Element, problems: _Problems) -> ClientCapacity | None:
+    """ClientMaxCapacity: a percentage of MessageMemoryLimit above 0 and at most 100%,
+    or a byte size above 0; None (and a problem) otherwise."""
+    text = _text(el, problems)
+    if text is None:
+        return None
+    if text.endswith("%"):
+        try:
+            fraction = parse_percent(text)
+        except UnitError as exc:
+            _unit_error(el, exc, problems)
+            return None
+        if not 0 < fraction <= 1:
+            problems.add(
+                el,
+                f"ClientMaxCapacity {text} must be above 0% and at most 100%",
+                "give a share of MessageMemoryLimit such as 50%, or a byte size such as 64MB",
+            )
+            return None
+        return ClientCapacity(fraction=fraction)
+    size = _bytes_value(el, problems)
+    return ClientCapacity(size=size) if size is not None else None
+
+
+def _build_memory_limits(
+    root: etree._Element, transports: tuple[TransportConfig, ...], problems: _Problems
+) -> tuple[int | None, ClientCapacity | None, int | None]:
+    """MessageMemoryLimit, ClientMaxCapacity and IncompleteMessageMemoryLimit of the
+    instance (``None`` where not given)."""
+    memory_el = _first(root, "MessageMemoryLimit")
+    memory = _bytes_value(memory_el, problems) if memory_el is not None else None
+    capacity_el = _first(root, "ClientMaxCapacity")
+    capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
+    incomplete_el = _first(root, "IncompleteMessageMemoryLimit")
+    incomplete = _bytes_value(incomplete_el, problems) if incomplete_el is not None else None
+    if incomplete_el is not None and incomplete is not None:
+        for transport in transports:
+            if not transport.is_replication and transport.max_message_size > incomplete:
+                problems.add(
+                    incomplete_el,
+                    f"IncompleteMessageMemoryLimit {_text(incomplete_el, problems)} is smaller "
+                    f"than MaxMessageSize of transport {transport.name!r} "
+                    f"({transport.max_message_size} bytes): a message of that size could "
+                    "never be received",
+                    "raise IncompleteMessageMemoryLimit to at least the largest MaxMessageSize "
+                    "(a few times it lets several large messages arrive at once), or lower "
+                    "MaxMessageSize",
+                )
+                incomplete = None
+                break
+    return memory, capacity, incomplete
 
 
 # ---------------------------------------------------------------------------- TLS
@@ -3229,6 +3413,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     replication = _build_replication(root, own, transaction_log, problems)
     authentication = _build_authentication(root, problems)
     entitlement = _build_entitlement(root, problems)
+    memory_limit, capacity, incomplete_limit = _build_memory_limits(root, transports, problems)
     return InstanceConfig(
         name=name or "",
         group=group or "",
@@ -3243,6 +3428,9 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         entitlement=entitlement,
         admin=_build_admin(root, problems),
         actions=_build_actions(root, problems),
+        message_memory_limit=memory_limit,
+        client_max_capacity=capacity,
+        incomplete_message_memory_limit=incomplete_limit,
     )
 
 

@@ -53,6 +53,17 @@ CLIENT_AUTH_FAILED: Final = "07-0050"
 #: A command was refused by the entitlement module (reason ``not entitled``); the
 #: connection stays open.
 CLIENT_NOT_ENTITLED: Final = "07-0051"
+#: A connection did not log on within its transport's LogonTimeout; it is closed.
+CLIENT_LOGON_TIMEOUT: Final = "07-0070"
+#: A client did not finish a frame within its transport's IncompleteMessageTimeout;
+#: the connection is closed.
+CLIENT_INCOMPLETE_MESSAGE_TIMEOUT: Final = "07-0071"
+#: Partial frames of all connections passed IncompleteMessageMemoryLimit; the connection
+#: holding the largest one is closed.
+CLIENT_INCOMPLETE_MESSAGE_MEMORY: Final = "07-0072"
+#: A client was disconnected as a slow client (its ClientMaxCapacity, or the biggest
+#: backlog when MessageMemoryLimit was passed); AMPS's code for the same event.
+CLIENT_SLOW_DISCONNECTED: Final = "70-0004"
 
 SUBSCRIPTION_REPLAY_FAILED: Final = "08-0001"
 

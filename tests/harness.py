@@ -45,9 +45,11 @@ def write_config(
     extra: str = "",
     max_message_size: str | None = None,
     journal_extra: str = "",
+    transport_extra: str = "",
 ) -> Path:
     """Write ``<directory>/<name>.xml`` for an instance with one client transport
-    (``journal_extra`` goes inside ``TransactionLog``)."""
+    (``journal_extra`` goes inside ``TransactionLog``, ``transport_extra`` inside that
+    client ``Transport``)."""
     directory.mkdir(parents=True, exist_ok=True)
     topic_xml = "".join(
         f"<Topic><Name>{n}</Name><MessageType>{m}</MessageType></Topic>" for n, m in topics
@@ -65,7 +67,7 @@ def write_config(
   <Transports>
     <Transport>
       <Name>json-tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:{port}</InetAddr>
-      <Protocol>amps</Protocol><MessageType>json</MessageType>{mms}
+      <Protocol>amps</Protocol><MessageType>json</MessageType>{mms}{transport_extra}
     </Transport>
     {extra_transport}
   </Transports>

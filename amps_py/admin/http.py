@@ -6,7 +6,9 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
 - ``/amps/instance[/...]`` — name, version, uptime, ``clients`` (one entry per
   connection, see :func:`client_sessions`), ``client_count``, subscriptions,
   ``statistics``, ``transaction_log``, ``replication`` (``destinations`` and
-  ``upstreams`` keyed by name), ``transports``. Any subtree can be asked for by path,
+  ``upstreams`` keyed by name), ``transports``, ``limits`` (bytes queued for all
+  clients and in partly received messages, their limits, and the connections they
+  closed). Any subtree can be asked for by path,
   e.g. ``/amps/instance/replication/destinations/B.json``.
 - ``/amps/host[/...]`` — host name, CPUs, load, memory, and ``disks``: space on the
   file systems of the journal and the archive directory.
@@ -49,7 +51,6 @@ import trio
 from lxml import etree
 
 from amps_py import __version__, events
-from amps_py.server.session import MAX_CLIENT_BACKLOG
 from amps_py.units import utc_iso
 
 from .metrics import render_metrics
@@ -109,6 +110,7 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
         },
         "transports": {name: {"port": port} for name, port in stats.listeners.items()},
         "actions": instance.actions.statistics() if instance.actions is not None else [],
+        "limits": stats.limits or {},
     }
 
 
@@ -183,9 +185,10 @@ def client_entry(session: Session) -> dict[str, Any]:
     """What the admin API shows of one connection (the user, never a password).
 
     ``queued_bytes`` are bytes waiting to be written to the client: a client that does
-    not keep up shows a growing figure, and is disconnected as a slow client at
-    ``queued_limit_bytes``. The AMPS monitoring names (``connect_time``,
-    ``authenticated_id``, ``client_name_hash``, ``subscription_count``,
+    not keep up shows a growing figure, and is disconnected as a slow client past
+    ``queued_limit_bytes`` (its ClientMaxCapacity), or earlier when all clients together
+    pass MessageMemoryLimit (``/amps/instance/limits``). The AMPS monitoring names
+    (``connect_time``, ``authenticated_id``, ``client_name_hash``, ``subscription_count``,
     ``queued_bytes_out``) are given too, for tools written against AMPS.
     """
     connect_time = utc_iso(session.connected_at)
@@ -202,7 +205,7 @@ def client_entry(session: Session) -> dict[str, Any]:
         "messages_in": session.messages_in,
         "messages_out": session.messages_out,
         "queued_bytes": session.out_bytes,
-        "queued_limit_bytes": MAX_CLIENT_BACKLOG,
+        "queued_limit_bytes": session.queue_limit,
         "awaiting_persisted_ack": session.awaiting_persisted,
         "heartbeat_s": session.heartbeat_interval,
         "closing": session.close_reason or None,

@@ -8,7 +8,7 @@ label.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -103,6 +103,49 @@ class InstanceCollector(Collector):
         yield from self._disks(stats.name)
         yield from self._replication(stats.name, stats.replication)
         yield from self._clients(stats.name)
+        if stats.limits:
+            yield from self._limits(stats.limits, gauge, counter)
+
+    @staticmethod
+    def _limits(
+        limits: dict[str, Any],
+        gauge: Callable[[str, str, float], GaugeMetricFamily],
+        counter: Callable[[str, str, float], CounterMetricFamily],
+    ) -> Iterator[Metric]:
+        """The client memory pools and the connections the limits closed."""
+        queued, incomplete = limits["queued"], limits["incomplete_messages"]
+        slow = queued["slow_client_disconnects"]
+        yield gauge(
+            "amps_clients_queued_bytes",
+            "Bytes waiting to be sent to all clients together",
+            queued["bytes"],
+        )
+        yield gauge("amps_message_memory_limit_bytes", "MessageMemoryLimit", queued["limit_bytes"])
+        yield counter(
+            "amps_slow_client_disconnects",
+            "Clients disconnected as slow clients (ClientMaxCapacity or MessageMemoryLimit)",
+            slow["client_max_capacity"] + slow["message_memory_limit"],
+        )
+        yield gauge(
+            "amps_incomplete_message_bytes",
+            "Bytes of partly received messages over all client connections",
+            incomplete["bytes"],
+        )
+        yield gauge(
+            "amps_incomplete_message_memory_limit_bytes",
+            "IncompleteMessageMemoryLimit",
+            incomplete["limit_bytes"],
+        )
+        yield counter(
+            "amps_incomplete_message_closes",
+            "Connections closed over IncompleteMessageTimeout or IncompleteMessageMemoryLimit",
+            incomplete["closed_timeout"] + incomplete["closed_over_limit"],
+        )
+        yield counter(
+            "amps_logon_timeouts",
+            "Connections closed for no logon in time",
+            limits["logon_timeouts"],
+        )
 
     def _disks(self, name: str) -> Iterator[Metric]:
         from .http import disks_of

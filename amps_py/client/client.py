@@ -142,6 +142,9 @@ class Client:
         self.failed_publishes: dict[int, dict[str, Any]] = {}
         self.logon_ack: dict[str, Any] = {}
         self.closed: BaseException | None = None
+        #: a failure ack the server sent about the connection itself (no cid, sub_id
+        #: or s), e.g. reason ``slow client`` just before it closed the connection
+        self.server_notice: dict[str, Any] | None = None
         self.heartbeats = 0
         self._nursery: trio.Nursery | None = None
 
@@ -195,7 +198,9 @@ class Client:
             while True:
                 data = await stream.receive_some(256 * 1024)
                 if not data:
-                    raise ConnectionLost("server closed the connection")
+                    notice = self.server_notice
+                    why = f": {notice.get('reason')} ({notice.get('detail')})" if notice else ""
+                    raise ConnectionLost(f"server closed the connection{why}")
                 decoder.receive_data(data)
                 for frame in decoder.frames():
                     self._dispatch(frame)
@@ -268,6 +273,9 @@ class Client:
                 acks.append(header)
                 if len(acks) >= want or header.get("status") == "failure":
                     event.set()
+            return
+        if sub_id is None and "s" not in header and header.get("status") == "failure":
+            self.server_notice = header  # about the connection, not one command
             return
         if ack_type == "persisted" and "s" in header and sub_id is None:
             seq = int(header["s"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -201,6 +201,17 @@ def _header_end(frame: bytes) -> int:
     return -1
 
 
+class PartialFrame(NamedTuple):
+    """The frame a decoder holds in part (see :meth:`FrameDecoder.partial_frame`)."""
+
+    #: bytes of the frame buffered so far, its 4-byte length prefix included
+    received: int
+    #: the whole frame's size with its prefix, or None while the prefix is incomplete
+    expected: int | None
+    #: the ``now`` given to the ``receive_data`` call that brought the frame's first byte
+    since: float
+
+
 class FrameDecoder:
     """Incremental frame decoder: ``receive_data`` bytes, then iterate ``frames()``.
 
@@ -215,17 +226,50 @@ class FrameDecoder:
         self.max_frame_size = max_frame_size
         self._buffer = bytearray()
         self._error: ProtocolError | None = None
+        # when the first byte of the frame now buffered in part arrived, and the time
+        # of the latest receive_data (a frame that starts in it began then)
+        self._partial_since = 0.0
+        self._last_receive = 0.0
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
         return len(self._buffer)
 
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Add bytes read from the peer (``trio``'s ``receive_some`` may give a bytearray)."""
+    def receive_data(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> None:
+        """Add bytes read from the peer (``trio``'s ``receive_some`` may give a bytearray).
+
+        ``now`` is the caller's clock when the bytes arrived; it only feeds
+        :meth:`partial_frame` (which frame started when), so a caller that does not
+        ask may leave it out.
+        """
         if self._error is not None:
             raise self._error
+        if not self._buffer:
+            self._partial_since = now
+        self._last_receive = now
         self._buffer += data
+
+    def partial_frame(self) -> PartialFrame | None:
+        """The frame received in part, or None when no byte of a next frame is buffered.
+
+        Meant to be asked after ``frames()`` has been drained (the buffer then holds
+        only the start of the next frame); ``since`` is exact when ``frames()`` is
+        drained after every ``receive_data``. A broken decoder holds nothing.
+        """
+        buf = self._buffer
+        if not buf or self._error is not None:
+            return None
+        expected = _LEN.unpack_from(buf)[0] + 4 if len(buf) >= 4 else None
+        return PartialFrame(len(buf), expected, self._partial_since)
+
+    def discard(self, reason: str) -> None:
+        """Free every buffered byte now and break the decoder: from then on
+        ``receive_data`` and ``frames()`` raise :class:`ProtocolError` with ``reason``
+        (for a connection being closed whose buffer must not wait for its task)."""
+        self._buffer = bytearray()
+        if self._error is None:
+            self._error = ProtocolError(reason, reason="connection closed")
 
     def frames(self) -> Iterator[Frame]:
         """Yield every complete frame buffered so far; leave partial data buffered."""
@@ -258,6 +302,9 @@ class FrameDecoder:
         finally:
             if pos and self._error is None:
                 del buf[:pos]
+                # under the drain-after-each-receive contract, what is left started
+                # in the latest chunk
+                self._partial_since = self._last_receive
 
     def next_frame(self) -> Frame | None:
         """Return the next complete frame, or None when more bytes are needed."""

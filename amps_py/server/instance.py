@@ -31,13 +31,20 @@ import orjson
 import trio
 
 from amps_py import auth, events
-from amps_py.config import InstanceConfig, TransactionLogConfig, TransportConfig
+from amps_py.config import (
+    DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
+    DEFAULT_LOGON_TIMEOUT,
+    InstanceConfig,
+    TransactionLogConfig,
+    TransportConfig,
+)
 from amps_py.replication import ReplicationManager
 from txlog import Journal, JournalError, Record, publisher_hash
 from txlog.preflight import describe_traces
 from txlog.record import DeliveryView
 
 from .durability import PublisherLedger
+from .limits import InstanceLimits
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
 from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
 from .subscriptions import Subscription, SubscriptionRegistry
@@ -73,6 +80,8 @@ class InstanceStatistics:
     listeners: dict[str, int] = field(default_factory=dict)
     replication: dict[str, Any] | None = None
     durable_txid: int = 0
+    #: the client memory pools and the connections they closed (InstanceLimits)
+    limits: dict[str, Any] | None = None
 
 
 class Publisher(Protocol):
@@ -161,6 +170,10 @@ class Instance:
             raise ConfigurationError(str(exc)) from None
         self._transports = {t.name: t for t in config.transports}
         self._message_type = "json"
+        #: MessageMemoryLimit and IncompleteMessageMemoryLimit pools (sessions update them)
+        self.limits = InstanceLimits(
+            config.message_memory_budget(), config.incomplete_message_budget()
+        )
 
     # ---------------------------------------------------------------- helpers for sessions
     def next_connection_id(self) -> int:
@@ -169,6 +182,15 @@ class Instance:
     def max_frame_size(self, transport: str) -> int:
         t = self._transports.get(transport)
         return t.max_message_size if t is not None else 16 * 1024 * 1024
+
+    def client_limits(self, transport: str) -> tuple[float, float, int]:
+        """(LogonTimeout s, IncompleteMessageTimeout s, ClientMaxCapacity bytes) for a
+        connection to client transport ``transport``."""
+        t = self._transports.get(transport)
+        capacity = self.config.client_capacity(t, self.limits.queued.limit)
+        if t is None:
+            return DEFAULT_LOGON_TIMEOUT, DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT, capacity
+        return t.logon_timeout, t.incomplete_message_timeout, capacity
 
     def compile_filter(self, text: str) -> Any:
         flt = self._filters.get(text)
@@ -978,6 +1000,7 @@ class Instance:
             listeners={n: p for n, (_, p) in self.listeners.items()},
             replication=self.replication.statistics() if self.replication else None,
             durable_txid=self.durable_txid,
+            limits=self.limits.statistics(),
         )
 
 

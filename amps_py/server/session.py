@@ -10,13 +10,21 @@ outbox size.
 Error handling: a frame the codec rejects closes the connection with a logged
 reason; a command the server refuses gets a failure ack (when the command asked for
 one) and the connection stays open. Nothing a client sends can stop the instance.
+
+Limits (see :mod:`amps_py.server.limits`): a connection that does not log on within
+its transport's LogonTimeout, or leaves a frame unfinished past IncompleteMessageTimeout,
+is closed; partial frames count against the instance's IncompleteMessageMemoryLimit and
+bytes waiting to be sent against its MessageMemoryLimit and the client's
+ClientMaxCapacity. A slow client is sent a last ``slow client`` failure ack when it can
+still take it, then its socket is closed (it sees EOF).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -29,6 +37,7 @@ from txlog import CorruptRecord, publisher_hash
 
 from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
 from .durability import PublisherLedger
+from .limits import CLOSE_FLUSH_TIMEOUT, ReadDeadline, biggest, read_deadline
 from .replay import BookmarkNotFound, plan_replay, run_replay
 from .subscriptions import BadTopic, Subscription, compile_topic
 
@@ -49,6 +58,9 @@ MAX_SEQ: Final = (1 << 64) - 1
 MAX_FIELD_BYTES: Final = 65535
 #: the failure reason of a journaled publish while journal writes are failing
 JOURNAL_UNAVAILABLE: Final = "journal unavailable"
+#: the send loop writes at most about this many bytes per ``send_all`` (never one join
+#: of a whole backlog), so bytes leave the outbox, and its count, steadily
+SEND_CHUNK: Final = 1024 * 1024
 
 
 def check_field_size(value: str, what: str, reason: str) -> None:
@@ -60,8 +72,25 @@ def check_field_size(value: str, what: str, reason: str) -> None:
             f"the {what} is {len(value.encode())} bytes; the limit is {MAX_FIELD_BYTES} "
             "bytes (UTF-8): shorten it",
         )
-#: bytes a client may leave unread before it is disconnected as a slow client
-MAX_CLIENT_BACKLOG: Final = 512 * 1024 * 1024
+
+
+def _pieces(batch: list[bytes]) -> Iterator[bytes]:
+    """The bytes of ``batch`` joined into pieces of about :data:`SEND_CHUNK` (one
+    piece may be larger when a single item is)."""
+    if len(batch) == 1:
+        yield batch[0]
+        return
+    group: list[bytes] = []
+    size = 0
+    for data in batch:
+        group.append(data)
+        size += len(data)
+        if size >= SEND_CHUNK:
+            yield b"".join(group)
+            group = []
+            size = 0
+    if group:
+        yield b"".join(group)
 
 
 class Disconnect(Exception):
@@ -156,6 +185,20 @@ class Session:
         self.messages_in = 0
         self.messages_out = 0
         self.connected_at = time.time()
+        # limits (see amps_py.server.limits)
+        limits = instance.limits
+        self._queued_pool = limits.queued
+        self._incomplete_pool = limits.incomplete
+        logon_timeout, self._frame_timeout, self.queue_limit = instance.client_limits(transport)
+        self._logon_timeout = logon_timeout
+        self._logon_deadline = trio.current_time() + logon_timeout
+        #: bytes of the partial frame counted in the IncompleteMessageMemoryLimit pool
+        self._incomplete_held = 0
+        #: set once the connection is being closed as a slow client (or has ended):
+        #: nothing more is queued and its bytes no longer count in the pool
+        self._discarding = False
+        #: a replay pauses while this many bytes wait (well below ClientMaxCapacity)
+        self._replay_high_water = min(REPLAY_HIGH_WATER, max(1, self.queue_limit // 4))
 
     # ---------------------------------------------------------------- lifecycle
     async def run(self) -> None:
@@ -178,6 +221,7 @@ class Session:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.close_reason = self.close_reason or "connection closed"
         finally:
+            self._release_memory()
             self.instance.session_ended(self)
             self.instance.fire_action("disconnect-client", client_variables(self, connected=False))
             log.info(
@@ -187,8 +231,10 @@ class Session:
                 self.close_reason or "connection closed",
                 extra=events.extra(events.CLIENT_DISCONNECTED),
             )
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                await self.stream.aclose()
+            # forcefully: a send blocked on a client that does not read is abandoned,
+            # the socket is closed at once (the client sees EOF after what its kernel
+            # already holds), and TLS does not wait for a close_notify exchange
+            await trio.aclose_forcefully(self.stream)
 
     def close(self, reason: str) -> None:
         """End the session (idempotent); the first reason given is the one logged."""
@@ -202,14 +248,29 @@ class Session:
         decoder = self.decoder
         handlers = self._handlers()
         while True:
-            data = await stream.receive_some(RECEIVE_SIZE)
+            deadline = read_deadline(
+                logon_deadline=None if self.logged_on else self._logon_deadline,
+                partial=decoder.partial_frame() if self._incomplete_held else None,
+                frame_timeout=self._frame_timeout,
+            )
+            data: bytes | bytearray | None = None
+            with trio.move_on_at(deadline.at if deadline is not None else math.inf):
+                data = await stream.receive_some(RECEIVE_SIZE)
+            if data is None:
+                assert deadline is not None
+                await self._stop_reading(self._deadline_passed(deadline))
+                return
             if not data:
                 return
-            self.last_receive = trio.current_time()
+            if self._discarding:
+                continue  # closing as a slow client: read (so the close is clean), ignore
+            now = trio.current_time()
+            self.last_receive = now
             try:
-                decoder.receive_data(data)
+                decoder.receive_data(data, now)
                 for frame in decoder.frames():
                     self._dispatch(frame, handlers)
+                self._count_incomplete()
             except ProtocolError as exc:
                 log.warning(
                     "closing connection %d (client %r, %s): %s",
@@ -224,13 +285,199 @@ class Session:
             except Disconnect as exc:
                 reason = exc.reason
             else:
+                # (a close while handling, e.g. over IncompleteMessageMemoryLimit, cancels
+                # the next receive; a slow-client close keeps reading until it is done)
                 continue
-            if not self.close_reason:
-                self.close_reason = reason
-            # let the sender flush what was already queued (acks, the failure ack)
-            with trio.move_on_after(1):
-                await self._wait_drained(0)
+            await self._stop_reading(reason)
             return
+
+    async def _stop_reading(self, reason: str) -> None:
+        """End the read loop: give the sender a moment to flush what is queued (acks,
+        a failure ack), then let the session close."""
+        if not self.close_reason:
+            self.close_reason = reason
+        self._drop_partial_frame(reason)
+        # let the sender flush what was already queued (acks, the failure ack)
+        with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
+            await self._wait_drained(0)
+
+    def _deadline_passed(self, deadline: ReadDeadline) -> str:
+        """Log why the connection is closed for ``deadline``, queue a failure ack
+        saying so, and return the close reason."""
+        limits = self.instance.limits
+        if deadline.kind == "logon":
+            limits.logon_timeouts += 1
+            log.warning(
+                "closing connection %d from %s: no logon within LogonTimeout of %g s "
+                "(transport %s)",
+                self.conn_id,
+                self.peer,
+                self._logon_timeout,
+                self.transport,
+                extra=events.extra(events.CLIENT_LOGON_TIMEOUT),
+            )
+            reason = "logon timeout"
+            detail = (
+                f"no logon within {self._logon_timeout:g} s of connecting (LogonTimeout of "
+                f"transport {self.transport}); log on first"
+            )
+        else:
+            limits.incomplete_timeouts += 1
+            partial = self.decoder.partial_frame()
+            received = partial.received if partial else 0
+            expected = (
+                str(partial.expected) if partial and partial.expected is not None else "unknown"
+            )
+            log.warning(
+                "closing connection %d (client %r, %s): it sent %d of %s bytes of a frame "
+                "and did not finish it within IncompleteMessageTimeout of %g s (transport %s)",
+                self.conn_id,
+                self.client_name,
+                self.peer,
+                received,
+                expected,
+                self._frame_timeout,
+                self.transport,
+                extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_TIMEOUT),
+            )
+            reason = "incomplete message timeout"
+            detail = (
+                f"a frame was still incomplete ({received} of {expected} bytes) "
+                f"{self._frame_timeout:g} s after its first byte (IncompleteMessageTimeout "
+                f"of transport {self.transport})"
+            )
+        self.send_frame(
+            {"c": "ack", "a": "processed", "status": "failure", "reason": reason, "detail": detail}
+        )
+        return reason
+
+    # ---------------------------------------------------------------- memory limits
+    def _count_incomplete(self) -> None:
+        """Count the partial frame the decoder now holds in the instance's
+        IncompleteMessageMemoryLimit pool; if the pool is over, close the connection(s)
+        holding the largest partial frames until it is not."""
+        held = self.decoder.buffered
+        delta = held - self._incomplete_held
+        if not delta:
+            return
+        self._incomplete_held = held
+        pool = self._incomplete_pool
+        pool.total += delta
+        if delta > 0:
+            pool.note_peak()
+            if pool.total > pool.limit:
+                self._enforce_incomplete_pool()
+
+    def _enforce_incomplete_pool(self) -> None:
+        # Close the biggest holder rather than the connection whose bytes tipped the
+        # pool over: a hostile client holding large partial frames goes first, and a
+        # small message that happens to arrive at the wrong moment is not the victim.
+        pool = self._incomplete_pool
+        while pool.total > pool.limit:
+            found = biggest((s, s._incomplete_held) for s in self.instance.sessions)
+            if found is None:
+                break
+            victim, held = found
+            self.instance.limits.incomplete_pool += 1
+            partial = victim.decoder.partial_frame()
+            expected = partial.expected if partial and partial.expected is not None else "?"
+            log.warning(
+                "closing connection %d (client %r, %s): its unfinished frame holds %d of %s "
+                "bytes, the largest of all connections, and unfinished frames together hold "
+                "%d bytes, over IncompleteMessageMemoryLimit of %d bytes",
+                victim.conn_id,
+                victim.client_name,
+                victim.peer,
+                held,
+                expected,
+                pool.total,
+                pool.limit,
+                extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_MEMORY),
+            )
+            victim._drop_partial_frame("incomplete message memory limit")
+            victim.close("incomplete message memory limit")
+
+    def _drop_partial_frame(self, reason: str) -> None:
+        """Free the partial frame now (not when the task ends) and uncount it."""
+        if self._incomplete_held:
+            self._incomplete_pool.total -= self._incomplete_held
+            self._incomplete_held = 0
+            self.decoder.discard(reason)
+
+    def _queue_over_limit(self) -> None:
+        """Called by :meth:`send` when this client is past its ClientMaxCapacity or all
+        clients together are past MessageMemoryLimit: disconnect slow clients, the
+        biggest first, until both hold."""
+        limits = self.instance.limits
+        pool = self._queued_pool
+        if self.out_bytes > self.queue_limit:
+            limits.slow_client_capacity += 1
+            self._disconnect_slow(
+                f"{self.out_bytes} bytes wait to be sent to it, over its ClientMaxCapacity "
+                f"of {self.queue_limit} bytes"
+            )
+        while pool.total > pool.limit:
+            found = biggest((s, s.out_bytes) for s in self.instance.sessions if not s._discarding)
+            if found is None:
+                break
+            victim, held = found
+            limits.slow_client_pool += 1
+            victim._disconnect_slow(
+                f"it has the most bytes waiting ({held}) and all clients together have "
+                f"{pool.total}, over MessageMemoryLimit of {pool.limit} bytes"
+            )
+
+    def _disconnect_slow(self, why: str) -> None:
+        """Disconnect this client as a slow client: drop what it has not been sent yet
+        and its subscriptions, queue a ``slow client`` failure ack behind what is being
+        written, and close the socket once that is out or after
+        :data:`CLOSE_FLUSH_TIMEOUT`, whichever comes first."""
+        if self._discarding:
+            return
+        log.warning(
+            "disconnecting client %r (connection %d, %s) as a slow client: %s; it can "
+            "resume by bookmark",
+            self.client_name,
+            self.conn_id,
+            self.peer,
+            why,
+            extra=events.extra(events.CLIENT_SLOW_DISCONNECTED),
+        )
+        self._discarding = True
+        if not self.close_reason:
+            self.close_reason = "slow client"
+        self._queued_pool.total -= self.out_bytes
+        # What waits in the outbox is dropped; what the send loop is writing ends on a
+        # frame boundary (it took whole frames), so the notice can follow it.
+        self.out_bytes -= sum(len(data) for data in self._out)
+        self._out.clear()
+        for sub in list(self.subscriptions.values()):
+            self._drop_subscription(sub)
+        notice = encode_frame(
+            {
+                "c": "ack",
+                "a": "processed",
+                "status": "failure",
+                "reason": "slow client",
+                "detail": f"disconnected as a slow client: {why}; resume by bookmark",
+            }
+        )
+        self._out.append(notice)
+        self.out_bytes += len(notice)
+        self._wake.set()
+        if self._cancel is not None:
+            self._cancel.deadline = min(
+                self._cancel.deadline, trio.current_time() + CLOSE_FLUSH_TIMEOUT
+            )
+
+    def _release_memory(self) -> None:
+        """The session ends: uncount its queued bytes and partial frame."""
+        if not self._discarding:
+            self._discarding = True
+            self._queued_pool.total -= self.out_bytes
+        self._out.clear()
+        self.out_bytes = 0
+        self._drop_partial_frame("connection closed")
 
     def _handlers(self) -> dict[str, Callable[[Frame], None]]:
         return {
@@ -291,46 +538,66 @@ class Session:
     def send(self, data: bytes) -> None:
         """Queue bytes for the client (never blocks).
 
-        A client that lets more than :data:`MAX_CLIENT_BACKLOG` bytes pile up is
-        disconnected (reason ``slow client``) rather than allowed to exhaust memory; it
-        can resume by bookmark. (Offlining to disk is a later feature.)
+        A client with more than its ClientMaxCapacity (:attr:`queue_limit`) waiting, or
+        the client with the most waiting when all clients together pass the instance's
+        MessageMemoryLimit, is disconnected (reason ``slow client``) rather than allowed
+        to exhaust memory; it can resume by bookmark. (Offlining to disk is a later
+        feature.) Bytes sent to a client being disconnected are dropped.
         """
+        if self._discarding:
+            return
         self._out.append(data)
-        self.out_bytes += len(data)
+        size = len(data)
+        self.out_bytes += size
+        pool = self._queued_pool
+        pool.total += size
+        if pool.total > pool.peak:
+            pool.peak = pool.total
         self._wake.set()
-        if self.out_bytes > MAX_CLIENT_BACKLOG and not self.close_reason:
-            log.warning(
-                "client %r has %d bytes queued (limit %d); disconnecting as a slow client",
-                self.client_name,
-                self.out_bytes,
-                MAX_CLIENT_BACKLOG,
-                extra=events.extra(events.CLIENT_DISCONNECTED),
-            )
-            self.close("slow client")
+        if self.out_bytes > self.queue_limit or pool.total > pool.limit:
+            self._queue_over_limit()
 
     def send_frame(self, header: dict[str, Any], payload: bytes = b"") -> None:
         self.send(encode_frame(header, payload))
 
     async def _send_loop(self) -> None:
-        """Write queued bytes; ``out_bytes`` counts queued plus in-flight bytes."""
+        """Write queued bytes; ``out_bytes`` counts queued plus in-flight bytes.
+
+        Each round takes the whole outbox (so what is being written always ends on a
+        frame boundary) and writes it in pieces of about :data:`SEND_CHUNK`. Once a
+        slow client's notice is written, the session is closed.
+        """
         stream = self.stream
+        pool = self._queued_pool
         while True:
             if not self._out:
+                if self._discarding:
+                    self.close(self.close_reason or "slow client")
+                    return
                 self._wake = trio.Event()
                 await self._wake.wait()
-            data = b"".join(self._out)
-            self._out.clear()
-            await stream.send_all(data)
-            self.out_bytes -= len(data)
-            self._drained.set()
+                continue
+            batch = self._out
+            self._out = []
+            for piece in _pieces(batch):
+                await stream.send_all(piece)
+                size = len(piece)
+                self.out_bytes -= size
+                if not self._discarding:
+                    pool.total -= size
+                self._drained.set()
 
     async def _wait_drained(self, high_water: int) -> None:
         while self.out_bytes > high_water:
             self._drained = trio.Event()
             await self._drained.wait()
 
-    async def wait_outbox_below(self, high_water: int = REPLAY_HIGH_WATER) -> None:
-        """Wait until at most ``high_water`` bytes are queued (replay pacing)."""
+    async def wait_outbox_below(self, high_water: int | None = None) -> None:
+        """Wait until at most ``high_water`` bytes are queued (replay pacing); the
+        default is :data:`REPLAY_HIGH_WATER` or a quarter of ClientMaxCapacity, whichever
+        is less, so a replay never makes its own client a slow client."""
+        if high_water is None:
+            high_water = self._replay_high_water
         if self.out_bytes > high_water:
             await self._wait_drained(high_water // 2)
 

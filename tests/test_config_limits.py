@@ -1,0 +1,129 @@
+"""amps_py.config: the client limits (slow clients, partial frames, logon deadline)."""
+
+from __future__ import annotations
+
+import pytest
+from test_config_errors import Case, assert_plain, doc, parse_config, transport
+
+from amps_py.config import (
+    DEFAULT_INCOMPLETE_MESSAGE_MEMORY_LIMIT,
+    DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
+    DEFAULT_LOGON_TIMEOUT,
+    ClientCapacity,
+    ConfigError,
+    default_config,
+    default_message_memory_limit,
+)
+from amps_py.config import parse_config as _parse_config
+
+MiB = 1024 * 1024
+
+
+def test_limits_are_read_with_amps_units() -> None:
+    cfg = _parse_config(
+        doc(
+            "  <MessageMemoryLimit>8MB</MessageMemoryLimit>",
+            "  <ClientMaxCapacity>25%</ClientMaxCapacity>",
+            "  <IncompleteMessageMemoryLimit>64MB</IncompleteMessageMemoryLimit>",
+            "  <Transports>",
+            *transport(
+                LogonTimeout="2s",
+                IncompleteMessageTimeout="500ms",
+                ClientMaxCapacity="1MB",
+            ),
+            *transport("9008", name="other"),
+            "  </Transports>",
+        ),
+        environ={},
+    )
+    first, other = cfg.transports
+    assert (first.logon_timeout, first.incomplete_message_timeout) == (2.0, 0.5)
+    assert first.client_max_capacity == ClientCapacity(size=MiB)
+    assert (other.logon_timeout, other.incomplete_message_timeout) == (
+        DEFAULT_LOGON_TIMEOUT,
+        DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
+    )
+    assert cfg.message_memory_budget() == 8 * MiB
+    assert cfg.incomplete_message_budget() == 64 * MiB
+    # a transport's own ClientMaxCapacity wins; else the instance's share of the pool
+    assert cfg.client_capacity(first, 8 * MiB) == MiB
+    assert cfg.client_capacity(other, 8 * MiB) == 2 * MiB
+
+
+def test_defaults() -> None:
+    cfg = default_config()
+    pool = cfg.message_memory_budget()
+    assert pool == default_message_memory_limit() > 0
+    # AMPS's 50% of MessageMemoryLimit, but never more than 512 MiB held for one client
+    assert cfg.client_capacity(cfg.transports[0], pool) == min(512 * MiB, pool // 2)
+    assert cfg.incomplete_message_budget() == DEFAULT_INCOMPLETE_MESSAGE_MEMORY_LIMIT
+    big = _parse_config(
+        doc("  <Transports>", *transport(MaxMessageSize="1GB"), "  </Transports>"), environ={}
+    )
+    # the default budget always has room for two messages of the largest size
+    assert big.incomplete_message_budget() == 2 * 1024 * MiB
+
+
+CASES = [
+    Case(
+        "ClientMaxCapacity above 100%",
+        doc("  <ClientMaxCapacity>150%</ClientMaxCapacity>"),
+        "ClientMaxCapacity 150% must be above 0% and at most 100%",
+        3,
+    ),
+    Case(
+        "ClientMaxCapacity neither a share nor a size",
+        doc("  <Transports>", *transport(ClientMaxCapacity="lots"), "  </Transports>"),
+        "'lots' is not a valid byte size for ClientMaxCapacity",
+        5,
+    ),
+    Case(
+        "MessageMemoryLimit of zero",
+        doc("  <MessageMemoryLimit>0</MessageMemoryLimit>"),
+        "MessageMemoryLimit must be more than 0 bytes",
+        3,
+    ),
+    Case(
+        "IncompleteMessageMemoryLimit below MaxMessageSize",
+        doc(
+            "  <IncompleteMessageMemoryLimit>1MB</IncompleteMessageMemoryLimit>",
+            "  <Transports>",
+            *transport(MaxMessageSize="2MB"),
+            "  </Transports>",
+        ),
+        "IncompleteMessageMemoryLimit 1MB is smaller than MaxMessageSize of transport "
+        "'json-tcp' (2097152 bytes): a message of that size could never be received",
+        3,
+    ),
+    Case(
+        "LogonTimeout of zero",
+        doc("  <Transports>", *transport(LogonTimeout="0s"), "  </Transports>"),
+        "LogonTimeout 0s must be more than 0",
+        5,
+    ),
+    Case(
+        "IncompleteMessageTimeout without a unit AMPS knows",
+        doc("  <Transports>", *transport(IncompleteMessageTimeout="soon"), "  </Transports>"),
+        "'soon' is not a valid duration for IncompleteMessageTimeout",
+        5,
+    ),
+    Case(
+        "a per-transport memory pool is not supported yet",
+        doc("  <Transports>", *transport(MessageMemoryLimit="1GB"), "  </Transports>"),
+        "<MessageMemoryLimit> is a recognised AMPS element, not supported by amps-py yet",
+        5,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_limit(case: Case) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(case.text, case.environ)
+    problems = info.value.problems
+    matching = [p for p in problems if case.fragment in str(p)]
+    assert matching, f"no problem contains {case.fragment!r}:\n{info.value}"
+    assert matching[0].line == case.line, str(info.value)
+    assert len(problems) == case.count, str(info.value)
+    for problem in problems:
+        assert_plain(problem)
