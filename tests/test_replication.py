@@ -293,6 +293,18 @@ async def test_resync_after_upstream_restart(cluster: Cluster) -> None:
     assert resync_records(cluster, "A", "B") == 0
 
 
+async def wait_remote(cluster: Cluster, source: str, dest_name: str, remote: str) -> None:
+    """Until ``source``'s statistics show destination ``dest_name`` connected to instance
+    ``remote`` (the statistics file is rewritten 4 times a second: poll, never read once)."""
+
+    def check() -> str | None:
+        d = cluster.server(source).destination(dest_name)
+        ok = d["is_connected"] and d["remote_name"] == remote
+        return None if ok else f"{source}->{dest_name} reaches {d['remote_name']!r}, not {remote!r}"
+
+    await wait_until(check, 10)
+
+
 async def test_failover_to_the_other_member_of_a_group(cluster: Cluster) -> None:
     def a_body(view) -> str:  # type: ignore[no-untyped-def]
         return replication_xml(
@@ -311,11 +323,11 @@ async def test_failover_to_the_other_member_of_a_group(cluster: Cluster) -> None
     cluster.start_all()
     await publish(cluster.uri("A"), "pa", 60)
     await wait_stored(cluster, {"B1": 60, "B2": 60})
-    assert cluster.server("A").destination("site-b")["remote_name"] == "B1"
+    await wait_remote(cluster, "A", "site-b", "B1")
     cluster.kill("B1")
     await publish(cluster.uri("A"), "pa", 40, start=60)
     await wait_stored(cluster, {"B2": 100})
-    assert cluster.server("A").destination("site-b")["remote_name"] == "B2"
+    await wait_remote(cluster, "A", "site-b", "B2")
     cluster.start("B1")
     await wait_stored(cluster, {"B1": 100, "B2": 100})
     for member in ("B1", "B2"):
