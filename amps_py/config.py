@@ -819,7 +819,8 @@ class DestinationConfig:
             failover equivalents in priority order; a bare port in the XML means
             ``127.0.0.1``. Empty: wait for the remote instance to connect.
         reconnect_timeouts: seconds to wait after a round in which every address
-            failed; round n waits ``reconnect_timeouts[n]``, the last value repeating.
+            failed; round n waits ``reconnect_timeouts[n]``, the last value repeating
+            (counted after the quick retries of :mod:`amps_py.replication.backoff`).
         ack_conflation_interval: seconds the destination may hold back its acks.
         compression: ``none`` or ``zstd`` (the stream to this destination is
             compressed; the receiver detects it).

@@ -230,9 +230,12 @@ async def test_resync_after_downstream_restart_sends_only_the_missing_tail(
     cluster.stop("B")
 
     def link_down() -> str | None:
-        # statistics written after the link dropped include everything it sent
-        connected = cluster.server("A").destination("B")["is_connected"]
-        return "A still shows B connected" if connected else None
+        # statistics written after the link dropped include everything it sent (a file
+        # from before the first connection also says "not connected": count the drop)
+        d = cluster.server("A").destination("B")
+        if d["is_connected"] or d["disconnect_count"] < 1:
+            return f"A shows B connected={d['is_connected']}, drops={d['disconnect_count']}"
+        return None
 
     await wait_until(link_down, 10)
     await publish(cluster.uri("A"), "pa", 40, start=300)
@@ -290,6 +293,18 @@ async def test_resync_after_upstream_restart(cluster: Cluster) -> None:
     assert resync_records(cluster, "A", "B") == 0
 
 
+async def wait_remote(cluster: Cluster, source: str, dest_name: str, remote: str) -> None:
+    """Until ``source``'s statistics show destination ``dest_name`` connected to instance
+    ``remote`` (the statistics file is rewritten 4 times a second: poll, never read once)."""
+
+    def check() -> str | None:
+        d = cluster.server(source).destination(dest_name)
+        ok = d["is_connected"] and d["remote_name"] == remote
+        return None if ok else f"{source}->{dest_name} reaches {d['remote_name']!r}, not {remote!r}"
+
+    await wait_until(check, 10)
+
+
 async def test_failover_to_the_other_member_of_a_group(cluster: Cluster) -> None:
     def a_body(view) -> str:  # type: ignore[no-untyped-def]
         return replication_xml(
@@ -308,11 +323,11 @@ async def test_failover_to_the_other_member_of_a_group(cluster: Cluster) -> None
     cluster.start_all()
     await publish(cluster.uri("A"), "pa", 60)
     await wait_stored(cluster, {"B1": 60, "B2": 60})
-    assert cluster.server("A").destination("site-b")["remote_name"] == "B1"
+    await wait_remote(cluster, "A", "site-b", "B1")
     cluster.kill("B1")
     await publish(cluster.uri("A"), "pa", 40, start=60)
     await wait_stored(cluster, {"B2": 100})
-    assert cluster.server("A").destination("site-b")["remote_name"] == "B2"
+    await wait_remote(cluster, "A", "site-b", "B2")
     cluster.start("B1")
     await wait_stored(cluster, {"B1": 100, "B2": 100})
     for member in ("B1", "B2"):

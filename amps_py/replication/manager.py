@@ -92,6 +92,10 @@ class ReplicationManager:
             )
 
     def upstream_connected(self, conn: UpstreamConnection) -> None:
+        """``conn`` (a connection the peer opened, or a stream back over one this
+        instance opened) passed its hello checks: record it, take this instance's
+        stream back over it when the tie rule says so (:meth:`Destination.attach`),
+        else end the reconnect back-off of the destination to that peer."""
         old = self.upstreams.get(conn.name)
         if old is not None and old is not conn:
             log.warning(
@@ -103,10 +107,18 @@ class ReplicationManager:
             )
             old.close()
         self.upstreams[conn.name] = conn
-        if conn.back_offered and conn.shared is not None:
+        if conn.shared is None:
+            return  # a stream back over a connection this instance opened
+        if conn.back_offered:
             destination = self.back_destination(conn.name, conn.group)
-            if destination is not None:
-                destination.attach(conn.shared, conn.name)
+            if destination is not None and destination.attach(conn.shared, conn.name):
+                return
+        # the peer opened a connection to this instance, so it is up: a destination to
+        # it that waits out its reconnect back-off dials now (the tie rule keeps the
+        # connection the lower name opens, so this one may not carry the stream)
+        for d in self.destinations:
+            if d.config.inet_addrs and conn.name in (d.name, d.remote_name):
+                d.peer_connected(conn.name)
 
     def back_destination(self, name: str, group: str) -> Destination | None:
         """The destination that may replicate back over a connection from instance

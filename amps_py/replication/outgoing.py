@@ -1,8 +1,11 @@
 """Outgoing replication: one task per Destination pushes this instance's journal.
 
-Connects to the destination's ``InetAddr`` list in priority order with growing
-back-off (reset after a successful handshake), resyncs from the cursor the downstream
-reports, then streams journal records as they commit and processes acks.
+Connects to the destination's ``InetAddr`` list in priority order, resyncs from the
+cursor the downstream reports, then streams journal records as they commit and
+processes acks. Between rounds of attempts it waits as :class:`.ReconnectBackoff`
+decides (quick retries after losing a connection that was up, then the configured
+``ReconnectTimeout`` back-off); a wait ends early when the peer connects to this
+instance (:meth:`Destination.peer_connected`), since then it is up again.
 
 A ``secure`` destination (Transport Type ``amps-replication-secure``) wraps each TCP
 connection in TLS and completes the TLS handshake before the link's hello: the peer's
@@ -29,10 +32,16 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from amps_py import events
-from amps_py.config import MIN_TLS_VERSION, DestinationConfig, LinkCredentialsError
+from amps_py.config import (
+    DEFAULT_RECONNECT_TIMEOUTS,
+    MIN_TLS_VERSION,
+    DestinationConfig,
+    LinkCredentialsError,
+)
 from amps_py.trio_util import unwrapping_groups
 from amps_py.units import utc_iso
 
+from .backoff import ReconnectBackoff
 from .incoming import UpstreamConnection
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
 from .mux import RoleStream, SharedConnection
@@ -89,6 +98,8 @@ class DestinationStatistics:
     downgrades: int = 0
     upgrades: int = 0
     upgrade_pending: bool = False
+    #: the reconnect back-off wait in progress (seconds); 0 while connected or dialling
+    reconnect_wait: float = 0.0
     # AMPS's monitoring names (AMPS-NOTES 7.7)
     client_name: str = ""
     client_type: str = "destination"
@@ -145,6 +156,11 @@ class Destination:
         self._dial_scope: trio.CancelScope | None = None
         self._attach_wanted = trio.Event()
         self._upgrade_why = ""
+        self._backoff = ReconnectBackoff(config.reconnect_timeouts or DEFAULT_RECONNECT_TIMEOUTS)
+        #: set when the peer connects to this instance: a back-off wait ends at once
+        self._peer_up = trio.Event()
+        #: the back-off wait in progress (seconds), 0 while connecting or connected
+        self.reconnect_wait = 0.0
 
     def _client_tls_context(self) -> ssl.SSLContext:
         """The client-side TLS context (built once): CA from ``ca_file`` or the system."""
@@ -279,63 +295,98 @@ class Destination:
             with trio.CancelScope(shield=True):
                 await shared.up.aclose()
 
+    def peer_connected(self, peer_name: str) -> None:
+        """Instance ``peer_name``, this destination's peer, connected to this instance:
+        it is up, so a back-off wait in progress ends now and the next round of
+        attempts starts (nothing changes while this destination is connected)."""
+        if self.connected or self._peer_up.is_set():
+            return
+        self._peer_up.set()
+        if self.reconnect_wait:
+            log.info(
+                "destination %s: its peer %s connected to this instance; dialling it now "
+                "instead of after the %g s back-off",
+                self.name,
+                peer_name,
+                self.reconnect_wait,
+                extra=events.extra(events.REPLICATION_WAITING),
+            )
+
+    async def _wait_to_dial(self) -> None:
+        """Wait until the back-off policy says the next round is due, or until the peer
+        connects to this instance (:meth:`peer_connected`)."""
+        delay = self._backoff.delay(trio.current_time())
+        if delay <= 0:
+            return
+        self.reconnect_wait = self._backoff.wait
+        try:
+            with trio.move_on_after(delay):
+                await self._peer_up.wait()
+        finally:
+            self.reconnect_wait = 0.0
+
     async def _dial(self) -> None:
-        """Try the ``InetAddr`` list in order with growing back-off until cancelled."""
-        timeouts = self.config.reconnect_timeouts or (1.0,)
-        failures = 0
+        """Try the ``InetAddr`` list in rounds until cancelled, waiting between rounds as
+        :meth:`_wait_to_dial` says. A connection that was up ends its round: the next
+        starts again from the first (preferred) address."""
         while True:
+            await self._wait_to_dial()
+            # the peer connecting from now on (e.g. while this round fails) ends the
+            # next wait
+            self._peer_up = trio.Event()
             for host, port in self.config.inet_addrs:
-                address = f"{host}:{port}"
-                try:
-                    with trio.fail_after(CONNECT_TIMEOUT):
-                        stream = await trio.open_tcp_stream(host, port)
-                except (OSError, trio.TooSlowError) as exc:
-                    self.last_error = f"connect to {address}: {exc}"
-                    log.debug("destination %s: %s", self.name, self.last_error)
-                    continue
-                self.address = address
-                handshook = False
-                link_stream: trio.abc.Stream = stream
-                try:
-                    if self.config.secure:
-                        link_stream = await self._secure(stream, host, address)
-                    handshook = await self._session(link_stream, address)
-                except LinkError as exc:
-                    self.last_error = str(exc)
-                    log.warning(
-                        "replication to %s (%s) ended: %s",
-                        self.name,
-                        address,
-                        exc,
-                        extra=events.extra(events.REPLICATION_LINK_ERROR),
-                    )
-                except (
-                    trio.BrokenResourceError,
-                    trio.ClosedResourceError,
-                    OSError,
-                    trio.TooSlowError,
-                ) as exc:
-                    self.last_error = f"connection lost: {exc}"
-                    log.info(
-                        "replication to %s (%s): connection lost (%s)",
-                        self.name,
-                        address,
-                        exc,
-                        extra=events.extra(events.REPLICATION_DISCONNECTED),
-                    )
-                finally:
-                    self._session_ended()
-                    with trio.CancelScope(shield=True), trio.move_on_after(1):
-                        await link_stream.aclose()
-                    if link_stream is not stream:  # TLS: make sure the socket is closed
-                        await trio.aclose_forcefully(stream)
-                if handshook:
-                    failures = 0
-                    break  # start again from the first (preferred) address
+                if await self._attempt(host, port):
+                    break
             else:
-                delay = timeouts[min(failures, len(timeouts) - 1)]
-                failures += 1
-                await trio.sleep(delay)
+                self._backoff.failed(trio.current_time())
+
+    async def _attempt(self, host: str, port: int) -> bool:
+        """One connection to ``host:port``, streamed until it ends. Returns whether it
+        completed its handshake (then the back-off policy has been told it was lost)."""
+        address = f"{host}:{port}"
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT):
+                stream = await trio.open_tcp_stream(host, port)
+        except (OSError, trio.TooSlowError) as exc:
+            self.last_error = f"connect to {address}: {exc}"
+            log.debug("destination %s: %s", self.name, self.last_error)
+            return False
+        self.address = address
+        link_stream: trio.abc.Stream = stream
+        try:
+            if self.config.secure:
+                link_stream = await self._secure(stream, host, address)
+            await self._session(link_stream, address)
+        except LinkError as exc:
+            self.last_error = str(exc)
+            log.warning(
+                "replication to %s (%s) ended: %s",
+                self.name,
+                address,
+                exc,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            OSError,
+            trio.TooSlowError,
+        ) as exc:
+            self.last_error = f"connection lost: {exc}"
+            log.info(
+                "replication to %s (%s): connection lost (%s)",
+                self.name,
+                address,
+                exc,
+                extra=events.extra(events.REPLICATION_DISCONNECTED),
+            )
+        finally:
+            was_up = self._session_ended()
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await link_stream.aclose()
+            if link_stream is not stream:  # TLS: make sure the socket is closed
+                await trio.aclose_forcefully(stream)
+        return was_up
 
     async def _session(self, stream: trio.abc.Stream, peer: str) -> bool:
         """One connection this instance opened: handshake, resync, stream. Returns True
@@ -421,6 +472,8 @@ class Destination:
         self.sent_txid = self.acked_txid = self._sending_upto = start
         self.connected = True
         self.connect_time = time.time()
+        self._backoff.connected(now())
+        self._peer_up = trio.Event()  # a connection of the peer's from before does not count
         self.resyncs += 1
         resync_end = instance.committed_txid
         self._resync_end = resync_end
@@ -710,15 +763,19 @@ class Destination:
             self._resync_end = None
             self.instance.fire_action("replication-resync-complete", self._action_variables())
 
-    def _session_ended(self) -> None:
-        """Bookkeeping when a connection (dialled or attached) ends."""
+    def _session_ended(self) -> bool:
+        """Bookkeeping when a connection (dialled or attached) ends; returns whether it
+        had completed its handshake."""
         self._resync_end = None
-        if self.connected:
+        was_up = self.connected
+        if was_up:
+            self._backoff.lost(trio.current_time())
             self.disconnect_count += 1
             self.disconnect_time = time.time()
             self.connected = False
             self.instance.fire_action("disconnect-replication", self._action_variables())
         self.instance.replication_changed()
+        return was_up
 
     @property
     def upgrade_pending(self) -> bool:
@@ -755,6 +812,7 @@ class Destination:
             downgrades=self.downgrades,
             upgrades=self.upgrades,
             upgrade_pending=self._upgrade_at is not None,
+            reconnect_wait=self.reconnect_wait,
             client_name=f"{self.instance.name}->{self.name}",
             authenticated_id=self.authenticated_id,
             destination_name=self.remote_name,
