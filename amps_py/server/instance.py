@@ -323,7 +323,12 @@ class Instance:
                 raise CommandFailed(JOURNAL_UNAVAILABLE, writer.failure)
             ph = session.pub_hash
             ledger = self._ledgers.get(ph) or self.ledger(ph)
-            if seq <= ledger.high:
+            if seq > ledger.high:
+                # the fast path: above every seq held, queued or in flight (so also
+                # above every pending one: appending keeps ``pending`` ascending)
+                ledger.high = seq
+                ledger.pending.append(seq)
+            else:
                 if ledger.is_pending(seq):
                     self.stats_duplicates += 1
                     return "pending"
@@ -334,7 +339,7 @@ class Instance:
                         return "done"
                     ledger.accept(seq)  # settled when that record is durable
                     return "pending"
-            ledger.accept(seq)
+                ledger.accept(seq)
             writer.submit(
                 Record(
                     topic=topic,

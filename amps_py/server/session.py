@@ -248,18 +248,22 @@ class Session:
         decoder = self.decoder
         handlers = self._handlers()
         while True:
-            deadline = read_deadline(
-                logon_deadline=None if self.logged_on else self._logon_deadline,
-                partial=decoder.partial_frame() if self._incomplete_held else None,
-                frame_timeout=self._frame_timeout,
-            )
             data: bytes | bytearray | None = None
-            with trio.move_on_at(deadline.at if deadline is not None else math.inf):
+            if self.logged_on and not self._incomplete_held:
+                # the steady state: no deadline applies (no cancel scope to pay for)
                 data = await stream.receive_some(RECEIVE_SIZE)
-            if data is None:
-                assert deadline is not None
-                await self._stop_reading(self._deadline_passed(deadline))
-                return
+            else:
+                deadline = read_deadline(
+                    logon_deadline=None if self.logged_on else self._logon_deadline,
+                    partial=decoder.partial_frame() if self._incomplete_held else None,
+                    frame_timeout=self._frame_timeout,
+                )
+                with trio.move_on_at(deadline.at if deadline is not None else math.inf):
+                    data = await stream.receive_some(RECEIVE_SIZE)
+                if data is None:
+                    assert deadline is not None
+                    await self._stop_reading(self._deadline_passed(deadline))
+                    return
             if not data:
                 return
             if self._discarding:
@@ -803,7 +807,8 @@ class Session:
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
             raise CommandFailed("no topic", "publish needs a topic (t)")
-        check_field_size(topic, "topic", "invalid topic")
+        if len(topic) > MAX_FIELD_BYTES // 4:
+            check_field_size(topic, "topic", "invalid topic")
         cid = header.get("x")
         if cid is not None:
             check_field_size(str(cid), "correlation id (x)", "invalid correlation id")
