@@ -563,6 +563,12 @@ def parse_config(text: str, environ: dict[str, str] | None = None) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_config(case: Case) -> None:
+    check_refused(case)
+
+
+def check_refused(case: Case) -> None:
+    """The config is refused: a problem holding ``case.fragment`` on ``case.line``,
+    ``case.count`` problems in all, each in plain words."""
     with pytest.raises(ConfigError) as info:
         parse_config(case.text, case.environ)
     problems = info.value.problems
