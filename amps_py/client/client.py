@@ -38,6 +38,7 @@ import orjson
 import trio
 
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol.compression import CompressionError, Deflater, Inflater
 from amps_py.trio_util import unwrapping_groups
 
 from .uri import BadURI, ServerURI, parse_uri
@@ -476,6 +477,37 @@ async def _start_tls(
     return secured
 
 
+class ZlibStream(trio.abc.Stream):
+    """A stream whose bytes travel zlib-compressed both ways (the URI option
+    ``compression=zlib``); see :mod:`amps_py.protocol.compression`."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self._inner = inner
+        self._deflater = Deflater()
+        self._inflater = Inflater()
+        self._ready: list[bytes] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._inner.send_all(self._deflater.compress(bytes(data)))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        while not self._ready:
+            data = await self._inner.receive_some(max_bytes)
+            if not data:
+                return b""
+            try:
+                self._ready.extend(self._inflater.feed(data))
+            except CompressionError as exc:
+                raise trio.BrokenResourceError(str(exc)) from None
+        return self._ready.pop(0)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 @asynccontextmanager
 async def open_client(
     uri: str,
@@ -527,6 +559,8 @@ async def open_client(
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
+    if target.compression == "zlib":
+        connection = ZlibStream(connection)
     client = Client(name, connection)
     try:
         async with unwrapping_groups(), trio.open_nursery() as nursery:

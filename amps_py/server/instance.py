@@ -84,6 +84,12 @@ class InstanceStatistics:
     limits: dict[str, Any] | None = None
 
 
+#: what a session of an unknown transport gets (tests drive sessions directly)
+_DEFAULT_TRANSPORT: Final = TransportConfig(
+    name="", type="tcp", host="", port=0, protocol="amps", message_type=None
+)
+
+
 class Publisher(Protocol):
     """Who publishes: a client session, or the instance itself (actions)."""
 
@@ -178,6 +184,10 @@ class Instance:
     # ---------------------------------------------------------------- helpers for sessions
     def next_connection_id(self) -> int:
         return next(self._conn_ids)
+
+    def transport_config(self, transport: str) -> TransportConfig:
+        """The config of transport ``transport`` (a default one for an unknown name)."""
+        return self._transports.get(transport) or _DEFAULT_TRANSPORT
 
     def max_frame_size(self, transport: str) -> int:
         t = self._transports.get(transport)
@@ -732,6 +742,7 @@ class Instance:
         parts: list[bytes] = []
         append = parts.append
         n = 0
+        last = views[0] if views else None
         for view in views:
             topic = view.topic
             if exact:
@@ -742,6 +753,7 @@ class Instance:
             payload = view.payload
             if flt is not None and not flt.matches(_parse(payload)):
                 continue
+            last = view
             h = topic_head(topic) + suffix + b'%d|%d|"' % (view.pub_hash, view.seq)
             if view.correlation_id:
                 h += b',"x":' + orjson.dumps(view.correlation_id)
@@ -752,8 +764,9 @@ class Instance:
             append(h)
             append(payload)
             n += 1
-        if n:
+        if n and last is not None:
             session.send(b"".join(parts))
+            sub.resume_bookmark = f"{last.pub_hash}|{last.seq}|"
         session.messages_out += n
         self.stats_delivered += n
 
