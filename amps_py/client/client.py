@@ -295,7 +295,13 @@ class Client:
         """Log on as ``self.name``; returns the logon ack (``s`` = last persisted seq)."""
         header = {"c": "logon", "client_name": self.name, "a": "processed", "v": "amps-py-client"}
         header.update(fields)
-        (ack,) = await self.command(header, timeout=timeout)
+        try:
+            (ack,) = await self.command(header, timeout=timeout)
+        except ConnectionLost as exc:
+            raise ConnectionLost(
+                f"{exc}; the server closed the connection without answering the logon: "
+                "if its transport is tcps, connect with a tcps:// URI (and its CA file)"
+            ) from None
         self.logon_ack = ack
         self.seq = max(self.seq, int(ack.get("s", 0) or 0))
         self.persisted_seq = max(self.persisted_seq, self.seq)
