@@ -331,19 +331,50 @@ def _journal_tool(path: str) -> Iterator[None]:
 @txlog.command("info")
 @click.argument("path", type=click.Path(file_okay=False))
 def txlog_info(path: str) -> None:
-    """Print the journal's summary as JSON."""
+    """Print the journal's summary as JSON.
+
+    Counts are of what the journal holds now, in LMDB and in compressed or archived
+    segment files, removed journals excluded: records, first_txid and last_txid,
+    publishers (with records held; publishers_known also counts those whose records
+    were all removed, whose last seq logon acks still report), segments. A figure that
+    is an estimate is named in "about" with the reason (e.g. while a removal is still
+    being purged); "about" is empty when every figure is exact.
+    """
     from txlog import Journal
 
     with _journal_tool(path), Journal(path, readonly=True) as journal:
         if journal.damage is not None:
             raise journal.damage
-        stats = journal.statistics().__dict__
-        stats["origins"] = journal.origin_high_water()
-        stats["segment_table"] = [
-            seg.__dict__ for seg in journal.segments() if seg.state != "removed"
-        ]
-        stats["pending_removal_through"] = journal.pending_removal()
-    click.echo(json.dumps(stats, indent=2))
+        stats = journal.statistics()
+        held = [seg for seg in journal.segments() if seg.state != "removed"]
+        about: dict[str, str] = {}
+        if journal.removal_pending():
+            about["publishers"] = (
+                "about: a removal is still being purged, so publishers whose records "
+                "were all removed may still count"
+            )
+        segment_file_bytes = 0
+        for seg in held:
+            if seg.file:
+                with contextlib.suppress(OSError):
+                    segment_file_bytes += journal.segment_path(seg).stat().st_size
+        info = {
+            "path": stats.path,
+            "instance_name": stats.instance_name,
+            "records": stats.records,
+            "first_txid": stats.first_txid,
+            "last_txid": stats.last_txid,
+            "publishers": journal.held_publishers(),
+            "publishers_known": journal.known_publishers(),
+            "segments": len(held),
+            "file_bytes": stats.file_bytes,
+            "segment_file_bytes": segment_file_bytes,
+            "about": about,
+            "origins": journal.origin_high_water(),
+            "segment_table": [seg.__dict__ for seg in held],
+            "pending_removal_through": journal.pending_removal(),
+        }
+    click.echo(json.dumps(info, indent=2))
 
 
 @txlog.command("dump")
@@ -355,7 +386,7 @@ def txlog_dump(path: str, from_txid: int, limit: int) -> None:
     from txlog import Journal
 
     count = 0
-    with _journal_tool(path), Journal(path, readonly=True) as journal:
+    with _journal_tool(path), Journal(path, readonly=True) as journal, _reader_may_leave():
         if journal.damage is not None:
             raise journal.damage  # LMDB would abort on the damaged page
         for rec in journal.iter_records(from_txid):
@@ -363,17 +394,42 @@ def txlog_dump(path: str, from_txid: int, limit: int) -> None:
             count += 1
             if limit and count >= limit:
                 break
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """End quietly when whoever reads stdout stops reading (``| head``)."""
+    try:
+        yield
+    except BrokenPipeError:
+        import os
+
+        # stdout is gone: point it at /dev/null so the interpreter's final flush
+        # does not complain again, and exit as `head` expects of a writer
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
 
 
 def _maintain_offline(path: str, action: str, journal_id: int, archive_dir: str | None) -> None:
+    from amps_py.cli_client import progress
     from txlog import Journal
     from txlog.offline import maintain_offline
 
     with _journal_tool(path), Journal(path, archive_directory=archive_dir) as journal:
-        click.echo(
-            f"{action} through journal {journal_id}: "
-            + maintain_offline(journal, action, journal_id)
-        )
+        steps = {
+            "compress": "compressing",
+            "archive": "archiving",
+            "remove": "removing",
+            "purge": "purging LMDB",
+        }
+        with progress(f"{steps[action]} through journal {journal_id}", None) as bar:
+
+            def report(step: str, done: int, total: int) -> None:
+                bar.update(completed=done, total=total, what=f"{steps[step]} (records)")
+
+            summary = maintain_offline(journal, action, journal_id, report)
+        click.echo(f"{action} through journal {journal_id}: {summary}")
 
 
 @txlog.command("compress")
@@ -413,11 +469,13 @@ def txlog_remove(path: str, journal_id: int) -> None:
 def txlog_verify(path: str) -> None:
     """Check data.mdb against LMDB's meta pages, every LMDB page on the way to a
     record, and every record's CRC; exit 3 and list the damage if any."""
+    from amps_py.cli_client import progress
     from txlog import Journal
 
     with _journal_tool(path), Journal(path, readonly=True) as journal:
         stats = journal.statistics()
-        problems = journal.verify()
+        with progress(f"verifying {path}", stats.records) as bar:
+            problems = journal.verify(lambda done: bar.update(completed=done))
     if problems:
         for p in problems:
             click.echo(f"CORRUPT txid {p.txid}: {p.problem}")
@@ -723,8 +781,7 @@ def subscribe(
                     out.flush()
                     if count:
                         raise _Failed(
-                            f"only {n} of {count} message(s) arrived: none came for "
-                            f"{timeout:g} s"
+                            f"only {n} of {count} message(s) arrived: none came for {timeout:g} s"
                         ) from None
                     click.echo(
                         f"amps-py: no message for {timeout:g} s; stopping after {n} message(s)",

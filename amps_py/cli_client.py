@@ -128,6 +128,13 @@ def fetch_instance(url: str, credentials: Credentials) -> dict[str, Any] | str:
             password=credentials.password,
         )
     except AdminError as exc:
+        if ": HTTP 401" in str(exc):
+            return (
+                f"{url} answered HTTP 401: it needs the logon of a user with the admin "
+                "right; give one with --user (password as for the logon)"
+            )
+        if ": HTTP 403" in str(exc):
+            return f"{url} answered HTTP 403: user {credentials.user!r} has no admin right"
         return str(exc)
     if not isinstance(document, dict):
         return f"{url}/amps/instance.json is not an amps-py instance document"
@@ -204,10 +211,13 @@ class Progress:
         self._bar = bar
         self._task = task
 
-    def update(self, *, completed: float | None = None, **fields: Any) -> None:
-        """Set the amount done and/or the text fields (``what``, ``detail``)."""
+    def update(
+        self, *, completed: float | None = None, total: float | None = None, **fields: Any
+    ) -> None:
+        """Set the amount done, the total, and/or the text fields (``what``,
+        ``detail``)."""
         if self._bar is not None:
-            self._bar.update(self._task, completed=completed, **fields)
+            self._bar.update(self._task, completed=completed, total=total, **fields)
 
 
 def stderr_is_terminal() -> bool:
