@@ -151,17 +151,18 @@ def waiting_destinations(instance: Mapping[str, Any]) -> list[str]:
     for name, d in sorted(destinations.items()):
         if d.get("replication_type") != "sync":
             continue
-        address = d.get("address") or "no address"
+        address = d.get("address") or ""
         if not d.get("is_connected"):
+            where = f" to {address}" if address else ""
             error = d.get("last_error") or ""
-            found.append(f"{name} (not connected: {address}{f'; {error}' if error else ''})")
+            found.append(f"{name} (not connected{where}{f'; {error}' if error else ''})")
             continue
         behind = last_txid - int(d.get("acked_txid", 0) or 0)
         if behind > 0:
             seconds = float(d.get("seconds_behind", 0) or 0)
             found.append(
-                f"{name} (connected to {address}, {behind} record(s) and {seconds:.1f} s "
-                "not acknowledged)"
+                f"{name} (connected{f' to {address}' if address else ''}, {behind} "
+                f"record(s) and {seconds:.1f} s not acknowledged)"
             )
     return found
 

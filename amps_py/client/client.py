@@ -359,7 +359,7 @@ class Client:
                 await self._persisted_changed.wait()
             return
         raise TimeoutError(
-            f"no persisted ack for seq {seq} within {timeout} s "
+            f"no persisted ack for seq {seq} within {timeout:g} s "
             f"(last persisted {self.persisted_seq})"
         )
 
