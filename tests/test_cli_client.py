@@ -153,7 +153,7 @@ def test_publish_file_shows_progress_on_a_terminal_only(
 ) -> None:
     lines = tmp_path / "orders.jsonl"
     lines.write_text("".join(f'{{"n": {i}}}\n' for i in range(3000)))
-    code, out, screen = run_on_terminal(
+    code, _, screen = run_on_terminal(
         "publish", default_serve.uri, "orders", "--file", str(lines), "--name", "tty-pub",
         cwd=tmp_path,
     )  # fmt: skip
