@@ -12,7 +12,10 @@ amps-py subscribe URI TOPIC            print messages as JSON lines
 amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
 
 URIs are tcp://host:port/amps/json, or tcps://... for a TLS transport (--ca-file names
-the CA to trust when the server's certificate is not signed by a system CA).
+the CA to trust when the server's certificate is not signed by a system CA). Client
+credentials: --user NAME and the password in $AMPS_PY_PASSWORD, or
+tcp://user:password@host:port/amps/json. Long work shows progress on stderr when it is
+a terminal, and nothing extra when piped.
 """
 
 from __future__ import annotations

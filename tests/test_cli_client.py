@@ -251,3 +251,36 @@ def test_persisted_ack_timeout_names_the_sync_destination_it_waits_for(
     finally:
         other.stop()
         server.stop()
+
+
+def test_waiting_destinations_are_the_sync_ones_down_or_behind() -> None:
+    """The pure part of the persisted-wait message, on an admin document: async and
+    caught-up destinations are not blamed; a connected one behind says by how much."""
+    from amps_py.cli_client import explain_persisted_wait, waiting_destinations
+
+    def dest(kind: str, connected: bool, acked: int, **extra: object) -> dict[str, object]:
+        return {"replication_type": kind, "is_connected": connected, "acked_txid": acked,
+                "address": "10.0.0.9:9100", **extra}  # fmt: skip
+
+    document = {
+        "name": "A",
+        "clients": {"pub": {}},
+        "transaction_log": {"last_txid": 40},
+        "replication": {
+            "destinations": {
+                "async-down": dest("async", False, 0),
+                "caught-up": dest("sync", True, 40),
+                "slow": dest("sync", True, 28, seconds_behind=3.25),
+                "gone": dest("sync", False, 12, address="", last_error="connection refused"),
+            }
+        },
+    }
+    assert waiting_destinations(document) == [
+        "gone (not connected; connection refused)",
+        "slow (connected to 10.0.0.9:9100, 12 record(s) and 3.2 s not acknowledged)",
+    ]
+    text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
+    assert "downgrade gone`" in text
+    document["replication"] = {"destinations": {"caught-up": dest("sync", True, 40)}}
+    text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
+    assert "no sync replication destination that is down or behind" in text
