@@ -744,6 +744,7 @@ def subscribe(
     progress line (messages, rate) goes to stderr every few seconds on long runs.
     """
     from amps_py.client import AMPSError, open_client
+    from amps_py.trio_util import unwrapping_groups
 
     out = sys.stdout
     credentials = _credentials(uri, user, password_env)
@@ -756,6 +757,7 @@ def subscribe(
         async with (
             open_client(uri, client_name, ca_file=ca_file, **credentials.logon_fields()) as client,
             client.subscribe(topic, filter=filter_, bookmark=bookmark, options=options) as sub,
+            unwrapping_groups(),
             trio.open_nursery() as nursery,
         ):
 

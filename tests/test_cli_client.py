@@ -205,6 +205,31 @@ def test_subscribe_says_when_the_replay_ends_and_live_starts(
     assert [json.loads(line)["data"] for line in rest.splitlines()] == [{"i": 3}]
 
 
+def test_subscribe_whose_server_goes_away_exits_1_with_the_reason(tmp_path: Path) -> None:
+    serve = DefaultServe(tmp_path / "serve")
+    proc = subprocess.Popen(
+        [*amps_py_command(), "subscribe", serve.uri, "ticks", "--bookmark", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+    )
+    assert proc.stderr is not None
+    try:
+        line = proc.stderr.readline()  # subscribed: the (empty) replay is complete
+        assert line.startswith("amps-py: replay complete (0 message(s) replayed)"), line
+        assert serve.stop() == 0, serve.log()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1 and out == ""
+    assert "subscription ended after 0 message(s): server closed the connection" in err, err
+    assert "Traceback" not in err
+
+
 def test_persisted_ack_timeout_names_the_sync_destination_it_waits_for(
     tmp_path: Path,
 ) -> None:
