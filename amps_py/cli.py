@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import orjson
@@ -36,6 +36,9 @@ import trio
 import trio.lowlevel
 
 from amps_py import __version__
+
+if TYPE_CHECKING:
+    from amps_py.cli_client import Credentials
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -525,7 +528,7 @@ _password_env_option = click.option(
 )
 
 
-def _credentials(uri: str, user: str | None, password_env: str) -> Any:
+def _credentials(uri: str, user: str | None, password_env: str) -> Credentials:
     import os
 
     from amps_py.cli_client import CredentialsError, resolve_credentials
@@ -542,7 +545,9 @@ class _Failed(Exception):
 
 
 @contextlib.contextmanager
-def _client_errors(credentials: Any, client_name: str, password_env: str, topic: str) -> Any:
+def _client_errors(
+    credentials: Credentials, client_name: str, password_env: str, topic: str
+) -> Iterator[None]:
     """Turn what a client command meets into one line and exit status 1."""
     from amps_py.cli_client import explain_refusal
     from amps_py.client import AMPSError, BadURI, CommandError
@@ -559,12 +564,7 @@ async def _lines(file_: Any) -> Any:
     """The non-blank lines of ``file_`` (binary) without their line ends, with the
     bytes read so far: ``(line, bytes_read)``. A regular file is read directly; a pipe
     or terminal in a worker thread, so waiting for input does not stall the client."""
-    import os
-    import stat
-
-    regular = False
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        regular = stat.S_ISREG(os.fstat(file_.fileno()).st_mode)
+    regular = _file_size(file_) is not None
     read = 0
     pending = b""
     while True:
@@ -589,6 +589,7 @@ async def _lines(file_: Any) -> Any:
 
 
 def _file_size(file_: Any) -> int | None:
+    """The size of ``file_`` when it is a regular file (None: a pipe, a terminal)."""
     import os
     import stat
 

@@ -14,13 +14,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from amps_py.client import CommandError, parse_uri
 
-#: the environment variable the client commands read the logon password from
-PASSWORD_ENV: Final = "AMPS_PY_PASSWORD"
 #: the admin API port of the embedded default (``Admin/InetAddr`` 127.0.0.1:8085)
 DEFAULT_ADMIN_PORT: Final = 8085
 
@@ -40,12 +38,13 @@ class Credentials:
     """
 
     user: str
-    password: str
-    password_from: str
+    password: str = field(repr=False)  # never in a repr, a log or a message
+    password_from: str = ""
 
-    def logon_fields(self) -> dict[str, str]:
-        """The logon header fields carrying these credentials."""
-        fields = {}
+    def logon_fields(self) -> dict[str, Any]:
+        """The logon header fields carrying these credentials (``open_client``'s
+        ``logon_fields``)."""
+        fields: dict[str, Any] = {}
         if self.user:
             fields["user_id"] = self.user
         if self.password:
