@@ -1,0 +1,74 @@
+"""The Spark session the pipeline jobs run in: local by default, any master by flag.
+
+Defaults are quiet and safe offline: no web UI, the driver bound to 127.0.0.1 (unless
+a remote master is given), WARN logs, and no packages fetched at run time. ``conf``
+pairs override any of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_MASTER: Final = "local[*]"
+
+#: settings every session gets unless ``conf`` says otherwise
+QUIET_DEFAULTS: Final = (
+    ("spark.ui.enabled", "false"),
+    ("spark.ui.showConsoleProgress", "false"),
+    ("spark.sql.session.timeZone", "UTC"),
+    ("spark.sql.execution.arrow.pyspark.enabled", "true"),
+    ("spark.sql.shuffle.partitions", "8"),
+)
+
+
+class SparkUnavailable(RuntimeError):
+    """pyspark (or Java) is missing; the message says what to install."""
+
+
+def spark_session(
+    app: str,
+    master: str | None = None,
+    conf: Iterable[tuple[str, str]] = (),
+) -> SparkSession:
+    """A Spark session named ``app`` on ``master`` (default ``local[*]``).
+
+    Raises:
+        SparkUnavailable: pyspark is not installed, or Java cannot be found.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailable(
+            "the Spark pipeline needs pyspark: pip install -e '.[spark]' (Java 17 or "
+            "newer must be installed too)"
+        ) from None
+    if not os.environ.get("JAVA_HOME") and not _on_path("java"):
+        raise SparkUnavailable(
+            "Spark needs Java (17 or newer): install a JDK (e.g. apt-get install "
+            "openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    chosen = master or DEFAULT_MASTER
+    builder = SparkSession.builder.appName(app).master(chosen)
+    settings = dict(QUIET_DEFAULTS)
+    if chosen.startswith("local"):
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+        settings["spark.driver.host"] = "127.0.0.1"
+    settings.update(conf)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def _on_path(program: str) -> bool:
+    return any(
+        os.access(os.path.join(folder, program), os.X_OK)
+        for folder in os.environ.get("PATH", "").split(os.pathsep)
+        if folder
+    )
