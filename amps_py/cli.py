@@ -142,19 +142,30 @@ def serve(
     tune_garbage_collector()
     try:
         trio.run(run)
-    except OSError as exc:
-        _fail(f"cannot start: {exc}; is another instance using the same port?", 1)
-    except BaseExceptionGroup as group:
-        first = group.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        if isinstance(first, OSError):
-            _fail(f"cannot start: {first}; is another instance using the same port?", 1)
-        from txlog import JournalError
+    except (OSError, BaseExceptionGroup) as exc:
+        message = _startup_failure(exc)
+        if message is None:
+            raise
+        _fail(message, 1)
 
-        if isinstance(first, JournalError):
-            _fail(str(first), 1)
-        raise
+
+def _startup_failure(exc: BaseException) -> str | None:
+    """The line to print for an instance that could not start: the refusal's own text
+    (a listener that cannot bind, a journal directory that cannot be written, a
+    journal refused at open), or for another OS error its text and file. None: not a
+    start failure (a bug), let it propagate."""
+    from amps_py.server.instance import ConfigurationError
+    from txlog import JournalError
+
+    first = exc
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    if isinstance(first, ConfigurationError | JournalError):
+        return f"cannot start: {first}"
+    if isinstance(first, OSError):
+        where = f" ({first.filename})" if first.filename else ""
+        return f"cannot start: {first.strerror or first}{where}"
+    return None
 
 
 # ---------------------------------------------------------------------------- config
