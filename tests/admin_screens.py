@@ -46,8 +46,8 @@ def admin_cli(url: str, *args: str, columns: int | None = 80) -> subprocess.Comp
 
 
 def admin_json(url: str, *args: str) -> Any:
-    """``amps-py admin --url URL ARGS --json``, parsed."""
-    result = admin_cli(url, *args, "--json")
+    """``amps-py admin --url URL --json ARGS``, parsed."""
+    result = admin_cli(url, "--json", *args)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

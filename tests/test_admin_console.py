@@ -124,10 +124,10 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
 # ---------------------------------------------------------------------- --json
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", [*COMMANDS, "watch --count 1"])
 def test_json_is_accepted_after_the_subcommand_too(fabric: Fabric, command: str) -> None:
-    before = admin_cli(fabric.url, "--json", command)
-    after = admin_cli(fabric.url, command, "--json")
+    before = admin_cli(fabric.url, "--json", *command.split())
+    after = admin_cli(fabric.url, *command.split(), "--json")
     for result in (before, after):
         assert result.returncode == 0, result.stderr
     first, second = json.loads(before.stdout), json.loads(after.stdout)
