@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import urllib.request
 
 from admin_screens import admin_cli, admin_json, admin_url, words
 from cluster import Cluster, destination_xml, replication_xml
@@ -32,6 +33,15 @@ def a_body(view) -> str:  # type: ignore[no-untyped-def]
 def reports(cluster: Cluster) -> list[str]:
     """A's log lines about B being down."""
     return [line for line in cluster.log("A").splitlines() if f" {REPORT} " in line]
+
+
+def metric(url: str, name: str) -> float:
+    """Destination B's value of Prometheus metric ``name`` at ``url``/metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    prefix = f'{name}{{destination="B",instance="A"}} '
+    (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+    return float(line[len(prefix) :])
 
 
 def most_reports(down_s: float) -> int:
@@ -73,6 +83,8 @@ def test_an_unreachable_sync_destination_is_reported_with_back_off(
     # the admin API: down since when, how many attempts, the last error
     assert d["is_connected"] is False and d["last_error"] == refused, d
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", d["down_since"]), d
+    assert metric(url, "amps_replication_failed_attempts") >= d["failed_attempts"]
+    assert metric(url, "amps_replication_down_seconds") > 0
     # `amps-py admin status`, piped at 80 columns: the destination row and its outage
     status = admin_cli(url, "status")
     assert status.returncode == 0, status.stderr
@@ -117,6 +129,7 @@ def test_an_unreachable_sync_destination_is_reported_with_back_off(
     wait_until_sync(connected, 30, interval=0.2)
     d = b_json()
     assert (d["down_since"], d["down_s"], d["failed_attempts"]) == ("", 0.0, 0), d
+    assert metric(url, "amps_replication_failed_attempts") == 0
     up = re.search(
         r"replication to B \(127\.0\.0\.1:\d+\) is up again after \S+ down \((\d+) failed "
         r"attempts\)",

@@ -89,7 +89,7 @@ def fit_table(
 
 def _natural(column: Column, rows: Sequence[Sequence[str]], i: int) -> int:
     """The width of column ``i`` with nothing wrapped."""
-    return max(cell_len(column.header), *(cell_len(row[i]) for row in rows))
+    return max([cell_len(column.header), *(cell_len(row[i]) for row in rows)])
 
 
 def _narrowest(column: Column, rows: Sequence[Sequence[str]], i: int, width: int) -> int:
