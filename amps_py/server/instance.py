@@ -758,6 +758,16 @@ class Instance:
         session.messages_out += n
         self.stats_delivered += n
 
+    def _setting(self, setting: str) -> str:
+        """``setting`` as a startup error names it; for the embedded default (no config
+        file to edit), with how to get one."""
+        if self.config.source != "<embedded default>":
+            return setting
+        return (
+            f"{setting} in a config of your own (`amps-py config show-default > amps.xml`, "
+            "edit it, `amps-py serve --config amps.xml`)"
+        )
+
     # ---------------------------------------------------------------- serving
     async def serve(
         self, *, task_status: trio.TaskStatus[dict[str, tuple[str, int]]] = trio.TASK_STATUS_IGNORED
@@ -833,7 +843,11 @@ class Instance:
                             raise
                         raise _cannot_listen(
                             listen_failure(
-                                "the admin interface", host, port, bind_error, "Admin/InetAddr"
+                                "the admin interface",
+                                host,
+                                port,
+                                bind_error,
+                                self._setting("Admin/InetAddr"),
                             )
                         ) from exc
                     self.listeners["admin"] = (host, bound)
@@ -937,7 +951,7 @@ class Instance:
                     transport.host,
                     transport.port,
                     exc,
-                    f"the InetAddr of Transport {transport.name}",
+                    self._setting(f"the InetAddr of Transport {transport.name}"),
                 )
             ) from exc
         with trio.CancelScope() as scope:
