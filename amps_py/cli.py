@@ -1,6 +1,6 @@
 """The ``amps-py`` command. Thin: every subcommand calls a library API.
 
-amps-py serve [--config FILE]          run an instance (embedded default without FILE;
+amps-py serve [CONFIG | --config FILE] run an instance (embedded default without one;
                                        --allow-empty-journal: see docs/GUARANTEES.md)
 amps-py config check FILE              validate a config without starting
 amps-py config show-default            print the embedded default config
@@ -12,7 +12,10 @@ amps-py subscribe URI TOPIC            print messages as JSON lines
 amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
 
 URIs are tcp://host:port/amps/json, or tcps://... for a TLS transport (--ca-file names
-the CA to trust when the server's certificate is not signed by a system CA).
+the CA to trust when the server's certificate is not signed by a system CA). Client
+credentials: --user NAME and the password in $AMPS_PY_PASSWORD, or
+tcp://user:password@host:port/amps/json. Long work shows progress on stderr when it is
+a terminal, and nothing extra when piped.
 """
 
 from __future__ import annotations
@@ -25,16 +28,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import orjson
 import trio
+import trio.lowlevel
 
 from amps_py import __version__
 
+if TYPE_CHECKING:
+    from amps_py.cli_client import Credentials
 
-def _fail(message: str, code: int = 1) -> None:
+
+def _fail(message: str, code: int = 1) -> NoReturn:
     click.echo(f"amps-py: {message}", err=True)
     sys.exit(code)
 
@@ -60,24 +67,40 @@ def tune_garbage_collector() -> None:
 
 
 @main.command()
+@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False))
 @click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="AMPS-style XML config; without it the embedded default runs.",
+    help="AMPS-style XML config (the same as giving CONFIG); without either the "
+    "embedded default runs.",
 )
 @click.option(
     "--data-dir",
     default="amps-data",
     show_default=True,
-    help="Journal directory of the embedded default (ignored with --config).",
+    help="Journal directory of the embedded default (ignored with a config).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Embedded default only: the client port instead of 9007 (0: any free port; "
+    "--ready-file tells which).",
+)
+@click.option(
+    "--admin-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Embedded default only: the admin API port instead of 8085 (0: any free port).",
 )
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write {name, pid, transports: {name: port}} as JSON here once listening.",
+    help="Write {name, pid, transports: {name: port}} as JSON here once listening "
+    "(the admin API's port under the name admin).",
 )
 @click.option(
     "--stats-file",
@@ -93,23 +116,39 @@ def tune_garbage_collector() -> None:
     "it such a start is refused.",
 )
 def serve(
+    config_file: str | None,
     config_path: str | None,
     data_dir: str,
+    port: int | None,
+    admin_port: int | None,
     ready_file: str | None,
     stats_file: str | None,
     allow_empty_journal: bool,
 ) -> None:
-    """Run an instance until SIGTERM or Ctrl-C.
+    """Run an instance until SIGTERM or Ctrl-C: `amps-py serve config.xml` (as
+    `ampServer config.xml`), or `amps-py serve --config config.xml`.
 
-    With no --config: a standalone instance journaling every topic under ./amps-data,
-    clients on 127.0.0.1:9007 (tcp://127.0.0.1:9007/amps/json).
+    With no config: the embedded default (`amps-py config show-default` prints it), a
+    standalone instance journaling every topic under ./amps-data, clients on
+    127.0.0.1:9007 (tcp://127.0.0.1:9007/amps/json), the admin API on 127.0.0.1:8085.
     """
+    config_path = _one_config(config_file, config_path)
+    if config_path and (port is not None or admin_port is not None):
+        flag = "--port" if port is not None else "--admin-port"
+        _fail(
+            f"{flag} applies to the embedded default only; with {config_path}, set the "
+            "port in its Transport's (or Admin's) InetAddr",
+            2,
+        )
     from amps_py.config import ConfigError, default_config, load_config
     from amps_py.logs import configure_logging
     from amps_py.server import serve_instance
 
     try:
-        config = load_config(config_path) if config_path else default_config(Path(data_dir))
+        if config_path:
+            config = load_config(config_path)
+        else:
+            config = _with_ports(default_config(Path(data_dir)), port, admin_port)
     except ConfigError as exc:
         _fail(str(exc), 2)
     except OSError as exc:
@@ -166,6 +205,30 @@ def _startup_failure(exc: BaseException) -> str | None:
         where = f" ({first.filename})" if first.filename else ""
         return f"cannot start: {first.strerror or first}{where}"
     return None
+
+
+def _one_config(positional: str | None, option: str | None) -> str | None:
+    """The config file given as CONFIG or --config (both only when they agree)."""
+    if positional and option and Path(positional).resolve() != Path(option).resolve():
+        _fail(
+            f"two configs given: {positional} and --config {option}; give one "
+            f"(amps-py serve {option})",
+            2,
+        )
+    return positional or option
+
+
+def _with_ports(config: Any, port: int | None, admin_port: int | None) -> Any:
+    """The embedded default ``config`` with its client (and admin) port replaced."""
+    import dataclasses
+
+    if port is not None:
+        config = dataclasses.replace(
+            config, transports=tuple(dataclasses.replace(t, port=port) for t in config.transports)
+        )
+    if admin_port is not None and config.admin is not None:
+        config = dataclasses.replace(config, admin=(config.admin[0], admin_port))
+    return config
 
 
 # ---------------------------------------------------------------------------- config
@@ -285,19 +348,50 @@ def _journal_tool(path: str) -> Iterator[None]:
 @txlog.command("info")
 @click.argument("path", type=click.Path(file_okay=False))
 def txlog_info(path: str) -> None:
-    """Print the journal's summary as JSON."""
+    """Print the journal's summary as JSON.
+
+    Counts are of what the journal holds now, in LMDB and in compressed or archived
+    segment files, removed journals excluded: records, first_txid and last_txid,
+    publishers (with records held; publishers_known also counts those whose records
+    were all removed, whose last seq logon acks still report), segments. A figure that
+    is an estimate is named in "about" with the reason (e.g. while a removal is still
+    being purged); "about" is empty when every figure is exact.
+    """
     from txlog import Journal
 
     with _journal_tool(path), Journal(path, readonly=True) as journal:
         if journal.damage is not None:
             raise journal.damage
-        stats = journal.statistics().__dict__
-        stats["origins"] = journal.origin_high_water()
-        stats["segment_table"] = [
-            seg.__dict__ for seg in journal.segments() if seg.state != "removed"
-        ]
-        stats["pending_removal_through"] = journal.pending_removal()
-    click.echo(json.dumps(stats, indent=2))
+        stats = journal.statistics()
+        held = [seg for seg in journal.segments() if seg.state != "removed"]
+        about: dict[str, str] = {}
+        if journal.removal_pending():
+            about["publishers"] = (
+                "about: a removal is still being purged, so publishers whose records "
+                "were all removed may still count"
+            )
+        segment_file_bytes = 0
+        for seg in held:
+            if seg.file:
+                with contextlib.suppress(OSError):
+                    segment_file_bytes += journal.segment_path(seg).stat().st_size
+        info = {
+            "path": stats.path,
+            "instance_name": stats.instance_name,
+            "records": stats.records,
+            "first_txid": stats.first_txid,
+            "last_txid": stats.last_txid,
+            "publishers": journal.held_publishers(),
+            "publishers_known": journal.known_publishers(),
+            "segments": len(held),
+            "file_bytes": stats.file_bytes,
+            "segment_file_bytes": segment_file_bytes,
+            "about": about,
+            "origins": journal.origin_high_water(),
+            "segment_table": [seg.__dict__ for seg in held],
+            "pending_removal_through": journal.pending_removal(),
+        }
+    click.echo(json.dumps(info, indent=2))
 
 
 @txlog.command("dump")
@@ -309,7 +403,7 @@ def txlog_dump(path: str, from_txid: int, limit: int) -> None:
     from txlog import Journal
 
     count = 0
-    with _journal_tool(path), Journal(path, readonly=True) as journal:
+    with _journal_tool(path), Journal(path, readonly=True) as journal, _reader_may_leave():
         if journal.damage is not None:
             raise journal.damage  # LMDB would abort on the damaged page
         for rec in journal.iter_records(from_txid):
@@ -317,17 +411,42 @@ def txlog_dump(path: str, from_txid: int, limit: int) -> None:
             count += 1
             if limit and count >= limit:
                 break
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """End quietly when whoever reads stdout stops reading (``| head``)."""
+    try:
+        yield
+    except BrokenPipeError:
+        import os
+
+        # stdout is gone: point it at /dev/null so the interpreter's final flush
+        # does not complain again, and exit as `head` expects of a writer
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
 
 
 def _maintain_offline(path: str, action: str, journal_id: int, archive_dir: str | None) -> None:
+    from amps_py.cli_client import progress
     from txlog import Journal
     from txlog.offline import maintain_offline
 
     with _journal_tool(path), Journal(path, archive_directory=archive_dir) as journal:
-        click.echo(
-            f"{action} through journal {journal_id}: "
-            + maintain_offline(journal, action, journal_id)
-        )
+        steps = {
+            "compress": "compressing",
+            "archive": "archiving",
+            "remove": "removing",
+            "purge": "purging LMDB",
+        }
+        with progress(f"{steps[action]} through journal {journal_id}", None) as bar:
+
+            def report(step: str, done: int, total: int) -> None:
+                bar.update(completed=done, total=total, what=f"{steps[step]} (records)")
+
+            summary = maintain_offline(journal, action, journal_id, report)
+        click.echo(f"{action} through journal {journal_id}: {summary}")
 
 
 @txlog.command("compress")
@@ -367,11 +486,13 @@ def txlog_remove(path: str, journal_id: int) -> None:
 def txlog_verify(path: str) -> None:
     """Check data.mdb against LMDB's meta pages, every LMDB page on the way to a
     record, and every record's CRC; exit 3 and list the damage if any."""
+    from amps_py.cli_client import progress
     from txlog import Journal
 
     with _journal_tool(path), Journal(path, readonly=True) as journal:
         stats = journal.statistics()
-        problems = journal.verify()
+        with progress(f"verifying {path}", stats.records) as bar:
+            problems = journal.verify(lambda done: bar.update(completed=done))
     if problems:
         for p in problems:
             click.echo(f"CORRUPT txid {p.txid}: {p.problem}")
@@ -396,18 +517,130 @@ _ca_file_option = click.option(
     help="For tcps:// URIs: PEM file of the CA that issued the server's certificate "
     "(the certificate itself if self-signed); default: the system's CAs.",
 )
+_URI_HELP = (
+    "URI is tcp://HOST:PORT/amps/json, or tcps://... for a TLS transport. Credentials: "
+    "--user NAME with the password in the environment variable AMPS_PY_PASSWORD "
+    "(--password-env names another), or the AMPS form "
+    "tcp://USER:PASSWORD@HOST:PORT/amps/json (a password in a URI shows in shell "
+    "history and process lists: prefer the variable)."
+)
+_user_option = click.option(
+    "--user",
+    default=None,
+    help="Log on as this user (or give it in the URI: tcp://USER@HOST:PORT/amps/json).",
+)
+_password_env_option = click.option(
+    "--password-env",
+    default="AMPS_PY_PASSWORD",
+    show_default=True,
+    metavar="VAR",
+    help="Environment variable holding the logon password (there is no password flag: "
+    "it would stay in shell history).",
+)
 
 
-@main.command()
+def _credentials(uri: str, user: str | None, password_env: str) -> Credentials:
+    import os
+
+    from amps_py.cli_client import CredentialsError, resolve_credentials
+    from amps_py.client import BadURI
+
+    try:
+        return resolve_credentials(uri, user, password_env, os.environ)
+    except (BadURI, CredentialsError) as exc:
+        _fail(str(exc))
+
+
+class _Failed(Exception):
+    """A client command failed; the text is the whole line for the user."""
+
+
+@contextlib.contextmanager
+def _client_errors(
+    credentials: Credentials, client_name: str, password_env: str, topic: str
+) -> Iterator[None]:
+    """Turn what a client command meets into one line and exit status 1."""
+    from amps_py.cli_client import explain_refusal
+    from amps_py.client import AMPSError, BadURI, CommandError
+
+    try:
+        yield
+    except CommandError as exc:
+        _fail(explain_refusal(exc, credentials, client_name, password_env, topic))
+    except (_Failed, AMPSError, BadURI, OSError, TimeoutError) as exc:
+        _fail(str(exc))
+
+
+async def _lines(file_: Any) -> Any:
+    """The non-blank lines of ``file_`` (binary) without their line ends, with the
+    bytes read so far: ``(line, bytes_read)``. A regular file is read directly; a pipe
+    or terminal in a worker thread, so waiting for input does not stall the client."""
+    regular = _file_size(file_) is not None
+    read = 0
+    pending = b""
+    while True:
+        if regular:
+            chunk = file_.read(1 << 16)
+        else:
+            chunk = await trio.to_thread.run_sync(
+                getattr(file_, "read1", file_.read), 1 << 16, abandon_on_cancel=True
+            )
+        if not chunk:
+            break
+        read += len(chunk)
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            line = line.rstrip(b"\r")
+            if line.strip():
+                yield line, read - len(pending)
+        await trio.lowlevel.checkpoint()
+    if pending.strip():
+        yield pending.rstrip(b"\r"), read
+
+
+def _file_size(file_: Any) -> int | None:
+    """The size of ``file_`` when it is a regular file (None: a pipe, a terminal)."""
+    import os
+    import stat
+
+    try:
+        info = os.fstat(file_.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+@main.command(epilog=_URI_HELP)
 @click.argument("uri")
 @click.argument("topic")
 @click.argument("data", required=False)
 @click.option(
-    "--file", "file_", type=click.File("rb"), help="Publish each line of FILE ('-' = stdin)."
+    "--file",
+    "file_",
+    type=click.File("rb"),
+    help="Publish each non-blank line of FILE ('-' = stdin); on a terminal a progress "
+    "bar shows how far it got.",
 )
 @click.option("--name", default=None, help="Client name (identifies the publisher).")
-@click.option("--timeout", type=float, default=30, show_default=True)
+@click.option(
+    "--timeout",
+    type=float,
+    default=30,
+    show_default=True,
+    help="Seconds allowed to connect and log on, and for the persisted ack once "
+    "everything is sent.",
+)
 @_ca_file_option
+@_user_option
+@_password_env_option
+@click.option(
+    "--admin-url",
+    default=None,
+    help="The instance's admin API, asked which replication destinations it waits for "
+    "when the persisted ack does not come (default: $AMPS_PY_ADMIN_URL, else port 8085 "
+    "on the URI's host).",
+)
 def publish(
     uri: str,
     topic: str,
@@ -416,34 +649,67 @@ def publish(
     name: str | None,
     timeout: float,
     ca_file: str | None,
+    user: str | None,
+    password_env: str,
+    admin_url: str | None,
 ) -> None:
-    """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted."""
-    from amps_py.client import AMPSError, BadURI, open_client
+    """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted.
+
+    On success prints `published N message(s) to TOPIC; persisted through seq S` on
+    stderr, exit status 0. Otherwise one line says what failed, exit status 1; when the
+    persisted ack does not come within --timeout, it names the sync replication
+    destinations the instance waits for (from its admin API).
+    """
+    import os
+
+    from amps_py.cli_client import admin_url_for, explain_persisted_wait, fetch_instance, progress
+    from amps_py.client import open_client
 
     if data is None and file_ is None:
         _fail("give DATA or --file FILE")
-    payloads = (
-        [data.encode()] if data is not None else [ln.rstrip(b"\r\n") for ln in file_ if ln.strip()]
-    )
+    credentials = _credentials(uri, user, password_env)
+    client_name = _client_name(name, "publish")
 
     async def run() -> tuple[int, int]:
         async with open_client(
-            uri, _client_name(name, "publish"), timeout=timeout, ca_file=ca_file
+            uri, client_name, timeout=timeout, ca_file=ca_file, **credentials.logon_fields()
         ) as client:
-            last = 0
-            for p in payloads:
-                last = await client.publish(topic, p)
-            await client.wait_persisted(last, timeout=timeout)
-            return len(payloads), last
+            first = client.seq
+            n = last = 0
+            size = _file_size(file_) if file_ is not None else None
+            with progress(f"publishing to {topic}", size, "bytes") as bar:
 
-    try:
+                def show(done: int | None = None) -> None:
+                    persisted = max(client.persisted_seq - first, 0)
+                    bar.update(completed=done, detail=f"{n} sent, {persisted} persisted")
+
+                if data is not None:
+                    last = await client.publish(topic, data.encode())
+                    n = 1
+                else:
+                    async for line, done in _lines(file_):
+                        last = await client.publish(topic, line)
+                        n += 1
+                        if n % 512 == 0:
+                            show(done)
+                    show()
+                bar.update(what=f"waiting for the persisted ack of seq {last}")
+                try:
+                    await client.wait_persisted(last, timeout=timeout)
+                except TimeoutError as exc:
+                    url = admin_url_for(uri, admin_url, os.environ)
+                    document = await trio.to_thread.run_sync(fetch_instance, url, credentials)
+                    raise _Failed(
+                        explain_persisted_wait(str(exc), url, document, client_name)
+                    ) from None
+            return n, last
+
+    with _client_errors(credentials, client_name, password_env, topic):
         n, last = trio.run(run)
-    except (AMPSError, BadURI, OSError, TimeoutError) as exc:
-        _fail(str(exc))
     click.echo(f"published {n} message(s) to {topic}; persisted through seq {last}", err=True)
 
 
-@main.command()
+@main.command(epilog=_URI_HELP)
 @click.argument("uri")
 @click.argument("topic")
 @click.option("--filter", "filter_", default=None, help='Content filter, e.g. "/qty > 10".')
@@ -451,16 +717,23 @@ def publish(
     "--bookmark",
     default=None,
     help="Replay from a bookmark: 0 (EPOCH), 0|1| (NOW), <hash>|<seq>|, "
-    "YYYYMMDDTHHMMSS, or a range.",
+    "YYYYMMDDTHHMMSS, or a range. A line on stderr says when the replay is complete "
+    "and live messages start.",
 )
 @click.option("--options", default=None, help="Subscription options, e.g. timestamp,bookmark.")
 @click.option("--count", type=int, default=0, help="Exit after this many messages.")
 @click.option(
-    "--timeout", type=float, default=0, help="Exit after this many idle seconds (0 = never)."
+    "--timeout",
+    type=float,
+    default=0,
+    help="Exit after this many seconds without a message (0 = never): exit status 0, "
+    "or 1 with --count when fewer messages came.",
 )
 @click.option("--raw", is_flag=True, help="Print payloads only, not the JSON envelope.")
 @click.option("--name", default=None, help="Client name.")
 @_ca_file_option
+@_user_option
+@_password_env_option
 def subscribe(
     uri: str,
     topic: str,
@@ -472,26 +745,76 @@ def subscribe(
     raw: bool,
     name: str | None,
     ca_file: str | None,
+    user: str | None,
+    password_env: str,
 ) -> None:
     """Print messages on TOPIC as one JSON object per line: {topic, bookmark, data}.
 
-    A progress line (messages, rate) goes to stderr every few seconds on long runs.
+    Stops after --count messages, after --timeout seconds without a message, or at
+    Ctrl-C. Exit status 0, or 1 with a line on stderr when the subscription was refused
+    or ended (connection lost), or when --timeout came before --count messages. A
+    progress line (messages, rate) goes to stderr every few seconds on long runs.
     """
-    from amps_py.client import AMPSError, BadURI, open_client
+    from amps_py.client import AMPSError, open_client
+    from amps_py.trio_util import unwrapping_groups
 
     out = sys.stdout
+    credentials = _credentials(uri, user, password_env)
+    client_name = _client_name(name, "subscribe")
 
-    async def run() -> int:
+    async def run() -> None:
         n = 0
         started = last_report = time.monotonic()
+        announced = bookmark is None
         async with (
-            open_client(uri, _client_name(name, "subscribe"), ca_file=ca_file) as client,
+            open_client(uri, client_name, ca_file=ca_file, **credentials.logon_fields()) as client,
             client.subscribe(topic, filter=filter_, bookmark=bookmark, options=options) as sub,
+            unwrapping_groups(),
+            trio.open_nursery() as nursery,
         ):
+
+            def announce_replay_end() -> None:
+                nonlocal announced
+                if announced or sub.replayed is None or n < sub.replayed:
+                    return
+                announced = True
+                out.flush()
+                after = "" if (bookmark or "")[:1] in "[(" else "; live messages follow"
+                click.echo(
+                    f"amps-py: replay complete ({sub.replayed} message(s) replayed){after}",
+                    err=True,
+                )
+
+            async def on_completed() -> None:
+                await sub.completed.wait()
+                announce_replay_end()
+
+            if not announced:
+                nursery.start_soon(on_completed)
             while not count or n < count:
                 try:
                     msg = await sub.get(timeout) if timeout else await sub.__anext__()
-                except (TimeoutError, StopAsyncIteration):
+                except TimeoutError:
+                    out.flush()
+                    if count:
+                        raise _Failed(
+                            f"only {n} of {count} message(s) arrived: none came for {timeout:g} s"
+                        ) from None
+                    click.echo(
+                        f"amps-py: no message for {timeout:g} s; stopping after {n} message(s)",
+                        err=True,
+                    )
+                    break
+                except StopAsyncIteration:
+                    out.flush()
+                    if sub.failure:
+                        raise AMPSError(
+                            f"subscription ended: {sub.failure.get('reason')}"
+                        ) from None
+                    if client.closed is not None:
+                        raise AMPSError(
+                            f"subscription ended after {n} message(s): {client.closed}"
+                        ) from None
                     break
                 n += 1
                 if raw:
@@ -503,22 +826,20 @@ def subscribe(
                         data = msg.data.decode(errors="replace")
                     env = {"topic": msg.topic, "bookmark": msg.bookmark, "data": data}
                     out.write(orjson.dumps(env).decode() + "\n")
+                announce_replay_end()
                 now = time.monotonic()
                 if now - last_report >= 5:
                     out.flush()
                     click.echo(f"[{n} messages, {n / (now - started):,.0f} msg/s]", err=True)
                     last_report = now
             out.flush()
-            if sub.failure:
-                raise AMPSError(f"subscription ended: {sub.failure.get('reason')}")
-        return n
+            nursery.cancel_scope.cancel()
 
-    try:
+    with (
+        _client_errors(credentials, client_name, password_env, topic),
+        contextlib.suppress(KeyboardInterrupt),
+    ):
         trio.run(run)
-    except (AMPSError, BadURI, OSError) as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt:
-        pass
 
 
 # ---------------------------------------------------------------------------- users

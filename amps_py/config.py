@@ -460,6 +460,8 @@ class TransportConfig:
     logon_timeout: float = DEFAULT_LOGON_TIMEOUT
     incomplete_message_timeout: float = DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT
     client_max_capacity: ClientCapacity | None = None
+    #: send persisted acks to every client that publishes with ``s``, asked or not
+    always_persisted_acks: bool = False
 
     @property
     def secure(self) -> bool:
@@ -1830,6 +1832,8 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
         )
         capacity_el = _first(transport, "ClientMaxCapacity")
         capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
+        # the schema allows only true/false
+        always_acks = _text(_first(transport, "AlwaysSendPersistedAcks"), problems) == "true"
 
         if (
             name is None
@@ -1864,6 +1868,7 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                 logon_timeout=logon_timeout,
                 incomplete_message_timeout=frame_timeout,
                 client_max_capacity=capacity,
+                always_persisted_acks=always_acks,
             )
         )
     return tuple(transports)

@@ -30,7 +30,7 @@ import trio
 from admin_screens import table
 from harness import REPO, ServerProcess, free_port, wait_until
 
-from amps_py.client import open_client
+from amps_py.client import CommandError, ConnectionLost, open_client
 from amps_py.config import load_config
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -108,7 +108,7 @@ def copy_example(files: Sequence[Path], workdir: Path) -> dict[str, ServerProces
         target.write_text(new)
         cfg = load_config(target, environ={})
         assert cfg.name == name
-        (client,) = [t for t in cfg.transports if t.type == "tcp"]
+        (client,) = [t for t in cfg.transports if t.type in ("tcp", "tcps")]
         servers[name] = ServerProcess(target, workdir, client.port, name)
     return servers
 
@@ -505,6 +505,62 @@ async def test_geo_ha_example_runs(tmp_path: Path, running: list[ServerProcess])
     await wait_records(servers, 3 * n + m)
     stored = await replay_all(servers)
     check_report(classify(published, stored), "geo-ha: ny-1 restarted and caught up", servers)
+
+
+# ---------------------------------------------------------------------- secure
+
+
+async def test_secure_example_runs(tmp_path: Path, running: list[ServerProcess]) -> None:
+    """config/examples/secure: TLS, password logons and per-user entitlements, used the
+    way its README says."""
+    folder = EXAMPLES / "secure"
+    servers = copy_example([folder / "secure.xml"], tmp_path)
+    server = servers["amps-secure"]
+    running.append(server)
+    server.start()
+    ca = tmp_path / "server.pem"
+    port = server.port
+
+    def uri(user: str, password: str) -> str:
+        return f"tcps://{user}:{password}@localhost:{port}/amps/json"
+
+    async with open_client(uri("alice", "example-only-alice-pw"), "alice-1", ca_file=ca) as alice:
+        await alice.publish_persisted(TOPIC, b'{"id":1}')
+        with pytest.raises(CommandError) as denied:
+            await alice.command({"c": "p", "t": "audit", "a": "processed", "s": 9}, b"{}")
+        assert denied.value.reason == "not entitled"
+    async with (
+        open_client(uri("bob", "example-only-bob-pw"), "bob-1", ca_file=ca) as bob,
+        bob.subscribe(TOPIC, bookmark="0") as replay,
+    ):
+        assert (await replay.get(10)).json() == {"id": 1}
+        with pytest.raises(CommandError) as denied:
+            await bob.command({"c": "p", "t": TOPIC, "a": "processed", "s": 1}, b"{}")
+        assert denied.value.reason == "not entitled"
+    with pytest.raises(CommandError) as refused:
+        async with open_client(uri("bob", "wrong"), "bob-2", ca_file=ca):
+            pass
+    assert refused.value.reason == "auth failure"
+    with pytest.raises(ConnectionLost, match="tcps://"):
+        async with open_client(f"tcp://localhost:{port}/amps/json", "plain", timeout=5):
+            pass
+    admin = load_config(tmp_path / "secure.xml", environ={}).admin
+    assert admin is not None
+    url = f"http://127.0.0.1:{admin[1]}"
+    status = [sys.executable, "-m", "amps_py", "admin", "--url", url, "--json", "status"]
+    anonymous = subprocess.run(status, capture_output=True, text=True, timeout=60, check=False)
+    assert anonymous.returncode != 0 and "401" in anonymous.stderr, anonymous.stderr
+    env = {**os.environ, "AMPS_PY_ADMIN_PASSWORD": "example-only-ops-pw"}
+    ops = subprocess.run(
+        [*status[:6], "--user", "ops", *status[6:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert ops.returncode == 0, ops.stderr
+    assert json.loads(ops.stdout)["name"] == "amps-secure"
 
 
 # ---------------------------------------------------------------------- config check

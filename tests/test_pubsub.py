@@ -150,7 +150,7 @@ async def test_same_name_different_user_is_refused(instance: ServerProcess) -> N
         await first.publish_persisted("orders", b"{}")
 
 
-async def test_silent_client_is_disconnected_after_two_heartbeat_intervals(
+async def test_silent_client_is_disconnected_after_three_heartbeat_intervals(
     instance: ServerProcess,
 ) -> None:
     from amps_py.protocol import FrameDecoder, encode_frame
@@ -170,7 +170,8 @@ async def test_silent_client_is_disconnected_after_two_heartbeat_intervals(
             beats += sum(1 for f in decoder.frames() if f.command == "heartbeat")
     silent_for = trio.current_time() - started
     assert beats >= 1, "the server never sent a heartbeat"
-    assert 2 <= silent_for < 10, f"disconnected after {silent_for:.1f} s"
+    # grace: two intervals plus one more (1 s each here), then at the next beat
+    assert 3 <= silent_for < 10, f"disconnected after {silent_for:.1f} s"
     await stream.aclose()
     assert "07-0042" in instance.log_file.read_text()
 

@@ -148,6 +148,21 @@ def test_a_port_in_use_by_a_running_instance_names_the_transport(tmp_path: Path)
     assert f"cannot listen on 127.0.0.1:{first.port}" in log
 
 
+def test_the_embedded_default_on_a_port_in_use_says_which_flag_moves_it(
+    tmp_path: Path, held_port: int
+) -> None:
+    result = amps_py(
+        "serve", "--port", str(held_port), "--admin-port", "0", "--data-dir", "data", cwd=tmp_path
+    )
+    assert result.returncode == 1
+    line = one_line(result)
+    assert (
+        f"transport json-tcp (tcp) cannot listen on 127.0.0.1:{held_port}: the address is "
+        "already in use" in line
+    ), line
+    assert "the embedded default's: run `amps-py serve --port N`, 0 for any free port" in line
+
+
 def test_a_replication_port_in_use_names_the_replication_transport(
     tmp_path: Path, held_port: int
 ) -> None:

@@ -84,6 +84,22 @@ DEFAULT_MAP_SIZE: Final = 64 * 1024**3
 DEFAULT_SEGMENT_SIZE: Final = 1024**3
 _U64_MAX: Final = (1 << 64) - 1
 _BOOKMARK_AT: Final = 16  # offset of (pub_hash, seq) in a stored record value
+#: records between two calls of a tool's progress callback (verify, segment files)
+_PROGRESS_EVERY: Final = 4096
+
+
+def _reporting(
+    values: Iterator[tuple[int, bytes]], progress: Callable[[int], None]
+) -> Iterator[tuple[int, bytes]]:
+    """``values`` as they are, calling ``progress`` with how many passed, every
+    :data:`_PROGRESS_EVERY` and at the end."""
+    done = 0
+    for item in values:
+        yield item
+        done += 1
+        if done % _PROGRESS_EVERY == 0:
+            progress(done)
+    progress(done)
 
 
 def _unstorable(exc: Exception) -> str:
@@ -959,6 +975,34 @@ class Journal:
             raw = txn.get(_U64.pack(pub_hash))
         return _U64.unpack_from(raw)[0] if raw else 0
 
+    def held_publishers(self) -> int:
+        """How many publishers have records in the journal, from the bookmark index
+        (one index search per publisher). Bookmarks of removed records leave the index
+        as their removal is purged: until :meth:`removal_pending` is false, publishers
+        whose every record was removed may still count."""
+        count = 0
+        with self._env.begin(db=self._bookmarks) as txn:
+            cur = txn.cursor()
+            found = cur.first()
+            while found:
+                count += 1
+                pub_hash = _U64.unpack_from(cur.key())[0]
+                if pub_hash == _U64_MAX:
+                    break
+                found = cur.set_range(_U64.pack(pub_hash + 1))
+        return count
+
+    def known_publishers(self) -> int:
+        """How many publishers the journal holds a last seq for (the logon ack's
+        source), including those whose records were all removed."""
+        with self._env.begin() as txn:
+            return int(txn.stat(self._publishers)["entries"])
+
+    def removal_pending(self) -> bool:
+        """Whether a removed segment's records or index entries are still being
+        deleted (:meth:`purge_step`)."""
+        return any(seg.state == "removed" and not seg.cleaned for seg in self._segments)
+
     def origin_high_water(self) -> dict[str, int]:
         """Per origin instance, the highest origin txid stored here (resync)."""
         with self._env.begin(db=self._origins) as txn:
@@ -1011,14 +1055,23 @@ class Journal:
             segments=len(segments),
         )
 
-    def verify(self) -> list[VerifyProblem]:
+    def verify(self, progress: Callable[[int], None] | None = None) -> list[VerifyProblem]:
         """Check every record's CRC and decoding, and that txids strictly increase.
 
         Returns the problems found (empty when the journal is sound); never raises
-        for damaged records.
+        for damaged records. ``progress``, when given, is called with the number of
+        records checked so far, every few thousand records and once at the end.
         """
         problems: list[VerifyProblem] = []
         decode = self._codec.decode
+        checked = 0
+
+        def count() -> None:
+            nonlocal checked
+            checked += 1
+            if progress is not None and checked % _PROGRESS_EVERY == 0:
+                progress(checked)
+
         for seg in self._segments:
             if not seg.offloaded:
                 continue
@@ -1033,6 +1086,7 @@ class Journal:
                             )
                         )
                         continue
+                    count()
                     try:
                         decode(file_value, file_txid)
                     except CorruptRecord as exc:
@@ -1054,10 +1108,13 @@ class Journal:
             prev = txid
             if txid <= self._removed_through:
                 continue  # left over from a removal still in progress
+            count()
             try:
                 decode(value, txid)
             except CorruptRecord as exc:
                 problems.append(VerifyProblem(txid, exc.problem))
+        if progress is not None:
+            progress(checked)
         return problems
 
     def _walk_records(self) -> Iterator[tuple[bytes, bytes] | VerifyProblem]:
@@ -1197,10 +1254,14 @@ class Journal:
                 return
             after = batch[-1][0]
 
-    def write_segment_file(self, seg: Segment, state: str) -> Path:
+    def write_segment_file(
+        self, seg: Segment, state: str, progress: Callable[[int], None] | None = None
+    ) -> Path:
         """Write (or copy) the segment file ``seg`` needs to enter ``state``
         (``compressed``: zstd file in the journal directory; ``archived``: file in the
         archive directory, compressed if the segment was). Any thread; reads only.
+        ``progress``, when given, is called with the number of the segment's records
+        written so far, every few thousand records.
 
         Raises:
             JournalError: archiving without an archive directory.
@@ -1223,9 +1284,10 @@ class Journal:
             if source.resolve() != target.resolve():
                 copy_segment_file(source, target)
         else:
-            written, _ = write_segment_file(
-                target, self._segment_values(seg), compressed=compressed
-            )
+            values = self._segment_values(seg)
+            if progress is not None:
+                values = _reporting(values, progress)
+            written, _ = write_segment_file(target, values, compressed=compressed)
             if written != seg.records:
                 target.unlink(missing_ok=True)
                 raise JournalError(

@@ -9,15 +9,25 @@ journal knows: the positions the instance last saved.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from .journal import Journal, JournalError
 from .segments import wants_file
 
+#: ``progress(what, done, total)``: ``done`` of ``total`` records of the step ``what``
+Progress = Callable[[str, int, int], None]
 
-def maintain_offline(journal: Journal, action: str, through: int) -> str:
+
+def maintain_offline(
+    journal: Journal, action: str, through: int, progress: Progress | None = None
+) -> str:
     """Compress, archive or remove journal segment ``through`` and every older one;
     purge what that frees from LMDB; return what happened, in words.
+
+    ``progress``, when given, is called as the work goes: with ``("compress" or
+    "archive", records written, records to write)``, then ``("purge", records
+    deleted from LMDB, records to delete)``.
 
     Raises:
         JournalError: unknown action or segment, the current segment, or archiving
@@ -37,19 +47,39 @@ def maintain_offline(journal: Journal, action: str, through: int) -> str:
         summary = _remove(journal, through)
     else:
         state = "compressed" if action == "compress" else "archived"
-        done = []
-        for seg in journal.segments():
-            if seg.id > through:
-                break
-            if wants_file(seg, state):
-                old = journal.mark_offloaded(seg.id, state, journal.write_segment_file(seg, state))
-                if old:
-                    Path(old).unlink(missing_ok=True)
-                done.append(seg.id)
+        todo = [s for s in segments if s.id <= through and wants_file(s, state)]
+        total = sum(s.records for s in todo)
+        done: list[int] = []
+        written = 0
+        for seg in todo:
+
+            def report(n: int, before: int = written) -> None:
+                if progress is not None:
+                    progress(action, before + n, total)
+
+            file = journal.write_segment_file(seg, state, report if progress else None)
+            old = journal.mark_offloaded(seg.id, state, file)
+            if old:
+                Path(old).unlink(missing_ok=True)
+            done.append(seg.id)
+            written += seg.records
+            report(0, written)
         summary = f"{state} {segment_ids_text(done)}" if done else f"nothing newly {state}"
-    while journal.purge_step(50_000):
-        pass
+    _purge(journal, progress)
     return summary
+
+
+def _purge(journal: Journal, progress: Progress | None) -> None:
+    """Finish every pending state change's LMDB side (see ``Journal.purge_step``)."""
+    step = 50_000
+    total = sum(seg.records for seg in journal.segments() if not seg.cleaned)
+    deleted = 0
+    while journal.purge_step(step):
+        deleted = min(deleted + step, total)
+        if progress is not None:
+            progress("purge", deleted, total)
+    if progress is not None:
+        progress("purge", total, total)
 
 
 def _remove(journal: Journal, through: int) -> str:

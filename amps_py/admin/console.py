@@ -60,7 +60,10 @@ def fetch(
             detail = json.loads(exc.read()).get("error", "")
         except (ValueError, AttributeError):
             detail = ""
-        raise AdminError(f"{url}{path}: HTTP {exc.code}: {detail or exc.reason}", 1) from None
+        message = f"{url}{path}: HTTP {exc.code}: {detail or exc.reason}"
+        if exc.code == 401:
+            message += f"; {_credentials_hint(user, password)}"
+        raise AdminError(message, 1) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise AdminError(
@@ -68,6 +71,19 @@ def fetch(
             "with an Admin/InetAddr? pass --url http://HOST:PORT",
             2,
         ) from None
+
+
+def _credentials_hint(user: str | None, password: str) -> str:
+    """How to pass admin credentials, after an HTTP 401 (``amps-py admin`` flags)."""
+    how = (
+        "pass a user with the admin right: amps-py admin --user NAME ..., with the "
+        "password in the environment variable AMPS_PY_ADMIN_PASSWORD (--password-env "
+        "names another)"
+    )
+    if user is None:
+        return f"the admin API needs credentials (no user was given): {how}"
+    sent = "with a password" if password else "with no password"
+    return f"user {user!r} {sent} was refused: check the user and password, and {how}"
 
 
 DESTINATION_COLUMNS: Final = (

@@ -38,6 +38,7 @@ import orjson
 import trio
 
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol.compression import CompressionError, Deflater, Inflater
 from amps_py.trio_util import unwrapping_groups
 
 from .uri import BadURI, ServerURI, parse_uri
@@ -54,6 +55,7 @@ class CommandError(AMPSError):
     """The server answered a command with a failure ack."""
 
     def __init__(self, command: str, ack: dict[str, Any]) -> None:
+        self.command = command
         self.reason = str(ack.get("reason", "unknown"))
         self.detail = str(ack.get("detail", ""))
         self.ack = ack
@@ -90,7 +92,10 @@ class Subscription:
     """An active subscription: iterate it for messages.
 
     ``completed`` is set when a bookmark replay reached the live stream (or a range
-    ended); ``completed_bookmark`` is the bookmark the server sent with it.
+    ended); ``completed_bookmark`` is the bookmark the server sent with it, and
+    ``replayed`` how many messages the subscription had delivered before it (the
+    replayed ones: the first ``replayed`` messages the iterator yields; ``None`` until
+    the ``completed`` ack arrives). ``delivered`` counts the messages received so far.
     ``persisted_bookmark`` tracks the periodic persisted acks of bookmark subscriptions.
     """
 
@@ -100,6 +105,8 @@ class Subscription:
         self._send, self._receive = trio.open_memory_channel[Message | None](buffer)
         self.completed = trio.Event()
         self.completed_bookmark = ""
+        self.replayed: int | None = None
+        self.delivered = 0
         self.persisted_bookmark = ""
         self.failure: dict[str, Any] | None = None
 
@@ -116,9 +123,15 @@ class Subscription:
         return msg
 
     async def get(self, timeout: float) -> Message:
-        """The next message, or ``TimeoutError`` after ``timeout`` seconds."""
-        with trio.fail_after(timeout):
+        """The next message.
+
+        Raises:
+            TimeoutError: none arrived within ``timeout`` seconds.
+            StopAsyncIteration: the subscription ended (see :attr:`failure`).
+        """
+        with trio.move_on_after(timeout):
             return await self.__anext__()
+        raise TimeoutError(f"no message on subscription {self.sub_id} within {timeout:g} s")
 
     async def unsubscribe(self) -> None:
         await self.client.unsubscribe(self.sub_id)
@@ -178,8 +191,10 @@ class Client:
         self._waiting[cid] = (event, acks, wait)
         try:
             await self._send(header, payload)
-            with trio.fail_after(timeout):
+            with trio.move_on_after(timeout) as scope:
                 await event.wait()
+            if scope.cancelled_caught:
+                raise TimeoutError(f"no ack for {header['c']} within {timeout:g} s")
         finally:
             self._waiting.pop(cid, None)
         for ack in acks:
@@ -233,6 +248,7 @@ class Client:
                 if sub is not None:
                     try:
                         sub._send.send_nowait(Message(header, frame.payload))
+                        sub.delivered += 1
                     except trio.WouldBlock:
                         # The application is not keeping up; drop the oldest behaviour would
                         # hide loss, so fail loudly instead.
@@ -260,6 +276,8 @@ class Client:
             sub = self._subs[sub_id]
             if ack_type == "completed":
                 sub.completed_bookmark = header.get("bm", "")
+                if sub.replayed is None:
+                    sub.replayed = sub.delivered
                 sub.completed.set()
             elif ack_type == "persisted" and cid is None:
                 sub.persisted_bookmark = header.get("bm", "")
@@ -294,7 +312,13 @@ class Client:
         """Log on as ``self.name``; returns the logon ack (``s`` = last persisted seq)."""
         header = {"c": "logon", "client_name": self.name, "a": "processed", "v": "amps-py-client"}
         header.update(fields)
-        (ack,) = await self.command(header, timeout=timeout)
+        try:
+            (ack,) = await self.command(header, timeout=timeout)
+        except ConnectionLost as exc:
+            raise ConnectionLost(
+                f"{exc}; the server closed the connection without answering the logon: "
+                "if its transport is tcps, connect with a tcps:// URI (and its CA file)"
+            ) from None
         self.logon_ack = ack
         self.seq = max(self.seq, int(ack.get("s", 0) or 0))
         self.persisted_seq = max(self.persisted_seq, self.seq)
@@ -342,7 +366,7 @@ class Client:
                 await self._persisted_changed.wait()
             return
         raise TimeoutError(
-            f"no persisted ack for seq {seq} within {timeout} s "
+            f"no persisted ack for seq {seq} within {timeout:g} s "
             f"(last persisted {self.persisted_seq})"
         )
 
@@ -476,6 +500,37 @@ async def _start_tls(
     return secured
 
 
+class ZlibStream(trio.abc.Stream):
+    """A stream whose bytes travel zlib-compressed both ways (the URI option
+    ``compression=zlib``); see :mod:`amps_py.protocol.compression`."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self._inner = inner
+        self._deflater = Deflater()
+        self._inflater = Inflater()
+        self._ready: list[bytes] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._inner.send_all(self._deflater.compress(bytes(data)))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        while not self._ready:
+            data = await self._inner.receive_some(max_bytes)
+            if not data:
+                return b""
+            try:
+                self._ready.extend(self._inflater.feed(data))
+            except CompressionError as exc:
+                raise trio.BrokenResourceError(str(exc)) from None
+        return self._ready.pop(0)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 @asynccontextmanager
 async def open_client(
     uri: str,
@@ -520,6 +575,10 @@ async def open_client(
         raise OSError(
             f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}"
         ) from exc
+    except trio.TooSlowError:
+        raise OSError(
+            f"cannot connect to {target.host}:{target.port}: no answer within {timeout:g} s"
+        ) from None
     connection: trio.abc.Stream = stream
     if target.secure:
         try:
@@ -527,6 +586,8 @@ async def open_client(
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
+    if target.compression == "zlib":
+        connection = ZlibStream(connection)
     client = Client(name, connection)
     try:
         async with unwrapping_groups(), trio.open_nursery() as nursery:

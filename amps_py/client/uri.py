@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 
 class BadURI(ValueError):
@@ -20,6 +20,8 @@ class ServerURI:
     password: str
     protocol: str
     message_type: str
+    #: transport compression from the URI's ``?compression=zlib`` ("" for none)
+    compression: str = ""
 
     def __str__(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}/{self.protocol}/{self.message_type}"
@@ -53,6 +55,12 @@ def parse_uri(text: str) -> ServerURI:
     message_type = path[1] if len(path) > 1 else "json"
     if protocol not in ("amps", "json"):
         raise BadURI(f"{text!r}: protocol {protocol!r} is not supported; use /amps/json")
+    compression = parse_qs(parts.query).get("compression", [""])[-1]
+    if compression not in ("", "zlib"):
+        raise BadURI(
+            f"{text!r}: compression={compression} is not supported; use compression=zlib "
+            "or leave it out"
+        )
     return ServerURI(
         scheme=parts.scheme,
         host=parts.hostname,
@@ -61,4 +69,5 @@ def parse_uri(text: str) -> ServerURI:
         password=unquote(parts.password or ""),
         protocol=protocol,
         message_type=message_type,
+        compression=compression,
     )

@@ -6,16 +6,19 @@ Accepted forms (AMPS-NOTES section 2.2):
 - ``0|1|`` — NOW: no replay.
 - ``<hash>|<seq>|`` — resume after that message.
 - a comma list of bookmarks — resume after the earliest one found in the journal.
-- ``YYYYMMDDTHHMMSS[Z]`` (optionally with ``.ffffff``) — the first message at or after
-  that UTC instant.
+- a UTC timestamp — the first message at or after that instant: AMPS's
+  ``YYYYMMDDTHHMMSS[Z]``, with optional fractional seconds (``.f`` up to nanoseconds;
+  kept to the microsecond), and the same in ISO-8601's extended form
+  ``YYYY-MM-DDTHH:MM:SS[.f][Z]``. The only zone accepted is ``Z`` (as in AMPS); without
+  it the time is UTC too.
 - a range ``[a:b)``, ``(a:b]``, ... whose ends are any of the above.
 """
 
 from __future__ import annotations
 
-import calendar
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Final
 
 from txlog import BadBookmark, parse_bookmark
@@ -23,7 +26,15 @@ from txlog import BadBookmark, parse_bookmark
 EPOCH: Final = "0"
 NOW: Final = "0|1|"
 
-_TIMESTAMP = re.compile(r"^(\d{8})T(\d{6})(?:\.(\d{1,6}))?Z?$")
+_TIMESTAMP = re.compile(
+    r"^(\d{4})(-?)(\d{2})\2(\d{2})T(\d{2})(:?)(\d{2})\6(\d{2})(?:[.,](\d{1,9}))?(Z?)$"
+)
+#: something that starts like a timestamp (to explain why it was not accepted)
+_LOOKS_LIKE_TIME = re.compile(r"^\d{4}-?\d{2}-?\d{2}T")
+_TIMESTAMP_FORMS: Final = (
+    "20240131T120000, 20240131T120000Z, 20240131T120000.123456Z or "
+    "2024-01-31T12:00:00.123Z (UTC; the only zone accepted is Z)"
+)
 
 
 class BadBookmarkSpec(ValueError):
@@ -52,31 +63,20 @@ class BookmarkSpec:
 
 
 def parse_timestamp_us(text: str) -> int | None:
-    """``YYYYMMDDTHHMMSS[.ffffff][Z]`` (UTC) as µs since the epoch, or None if not one."""
+    """A UTC timestamp (see the module doc) as µs since the epoch, or None if ``text``
+    is not one."""
     m = _TIMESTAMP.match(text)
     if not m:
         return None
-    date, clock, frac = m.groups()
+    year, _, month, day, hour, _, minute, second, frac, _ = m.groups()
     try:
-        secs = calendar.timegm(
-            (
-                int(date[:4]),
-                int(date[4:6]),
-                int(date[6:8]),
-                int(clock[:2]),
-                int(clock[2:4]),
-                int(clock[4:6]),
-                0,
-                0,
-                0,
-            )
+        moment = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=UTC
         )
-    except (ValueError, OverflowError):
+    except ValueError:
         return None
-    if not (1 <= int(date[4:6]) <= 12 and 1 <= int(date[6:8]) <= 31):
-        return None
-    micros = int((frac or "0").ljust(6, "0"))
-    return secs * 1_000_000 + micros
+    micros = int((frac or "0")[:6].ljust(6, "0"))
+    return int(moment.timestamp()) * 1_000_000 + micros
 
 
 def _parse_point(text: str) -> Point:
@@ -88,6 +88,11 @@ def _parse_point(text: str) -> Point:
     ts = parse_timestamp_us(text)
     if ts is not None:
         return Point("time", time_us=ts)
+    if _LOOKS_LIKE_TIME.match(text):
+        raise BadBookmarkSpec(
+            f"{text!r} is not a timestamp amps-py accepts (or not a real date); use "
+            f"{_TIMESTAMP_FORMS}"
+        )
     marks = []
     for part in text.split(","):
         part = part.strip()

@@ -85,6 +85,12 @@ class InstanceStatistics:
     limits: dict[str, Any] | None = None
 
 
+#: what a session of an unknown transport gets (tests drive sessions directly)
+_DEFAULT_TRANSPORT: Final = TransportConfig(
+    name="", type="tcp", host="", port=0, protocol="amps", message_type=None
+)
+
+
 class Publisher(Protocol):
     """Who publishes: a client session, or the instance itself (actions)."""
 
@@ -179,6 +185,10 @@ class Instance:
     # ---------------------------------------------------------------- helpers for sessions
     def next_connection_id(self) -> int:
         return next(self._conn_ids)
+
+    def transport_config(self, transport: str) -> TransportConfig:
+        """The config of transport ``transport`` (a default one for an unknown name)."""
+        return self._transports.get(transport) or _DEFAULT_TRANSPORT
 
     def max_frame_size(self, transport: str) -> int:
         t = self._transports.get(transport)
@@ -733,6 +743,7 @@ class Instance:
         parts: list[bytes] = []
         append = parts.append
         n = 0
+        last = views[0] if views else None
         for view in views:
             topic = view.topic
             if exact:
@@ -743,6 +754,7 @@ class Instance:
             payload = view.payload
             if flt is not None and not flt.matches(_parse(payload)):
                 continue
+            last = view
             h = topic_head(topic) + suffix + b'%d|%d|"' % (view.pub_hash, view.seq)
             if view.correlation_id:
                 h += b',"x":' + orjson.dumps(view.correlation_id)
@@ -753,19 +765,20 @@ class Instance:
             append(h)
             append(payload)
             n += 1
-        if n:
+        if n and last is not None:
             session.send(b"".join(parts))
+            sub.resume_bookmark = f"{last.pub_hash}|{last.seq}|"
         session.messages_out += n
         self.stats_delivered += n
 
-    def _setting(self, setting: str) -> str:
+    def _setting(self, setting: str, flag: str) -> str:
         """``setting`` as a startup error names it; for the embedded default (no config
-        file to edit), with how to get one."""
+        file to edit), the ``amps-py serve`` flag that changes it instead."""
         if self.config.source != "<embedded default>":
             return setting
         return (
-            f"{setting} in a config of your own (`amps-py config show-default > amps.xml`, "
-            "edit it, `amps-py serve --config amps.xml`)"
+            f"{setting} (the embedded default's: run `amps-py serve {flag} N`, 0 for any "
+            "free port, or serve a config of your own from `amps-py config show-default`)"
         )
 
     # ---------------------------------------------------------------- serving
@@ -847,7 +860,7 @@ class Instance:
                                 host,
                                 port,
                                 bind_error,
-                                self._setting("Admin/InetAddr"),
+                                self._setting("Admin/InetAddr", "--admin-port"),
                             )
                         ) from exc
                     self.listeners["admin"] = (host, bound)
@@ -951,7 +964,7 @@ class Instance:
                     transport.host,
                     transport.port,
                     exc,
-                    self._setting(f"the InetAddr of Transport {transport.name}"),
+                    self._setting(f"the InetAddr of Transport {transport.name}", "--port"),
                 )
             ) from exc
         with trio.CancelScope() as scope:

@@ -11,6 +11,7 @@ has no gap and no duplicate. ``Subscription.delivered_upto`` guards the same rul
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -34,26 +35,60 @@ class BookmarkNotFound(Exception):
     pass
 
 
-def _resolve_point(journal: Journal, point: Point, last_txid: int, not_found: str) -> int:
-    """The txid after which replay starts for ``point`` (runs on a worker thread)."""
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Where a bookmark replay starts and ends, and what to tell the client.
+
+    Attributes:
+        start: replay the records after this txid.
+        end: the last txid to deliver (a range), or None (then go live).
+        resumed_from: the bookmark the replay resumes after (the earliest of the
+            requested ones that the journal holds), or "".
+        not_found: when none of the requested bookmarks is in the journal and
+            ``bookmark_not_found`` chose where to start, a sentence saying so; else "".
+    """
+
+    start: int
+    end: int | None
+    resumed_from: str = ""
+    not_found: str = ""
+
+
+def _resolve_point(
+    journal: Journal, point: Point, last_txid: int, not_found: str
+) -> tuple[int, str, str]:
+    """The txid after which replay starts for ``point``, the bookmark it resumes
+    after ("" if none), and the not-found sentence ("" if found)."""
     if point.kind == "epoch":
-        return 0
+        return 0, "", ""
     if point.kind == "now":
-        return last_txid
+        return last_txid, "", ""
     if point.kind == "time":
-        return min(journal.txid_before_time(point.time_us), last_txid)
-    found = [journal.lookup_bookmark(h, s) for h, s in point.bookmarks]
-    txids = [t for t in found if t is not None]
-    if txids:
-        return min(min(txids), last_txid)
+        return min(journal.txid_before_time(point.time_us), last_txid), "", ""
+    found = [
+        (txid, f"{h}|{s}|")
+        for h, s in point.bookmarks
+        if (txid := journal.lookup_bookmark(h, s)) is not None
+    ]
+    if found:
+        txid, bookmark = min(found)
+        return min(txid, last_txid), bookmark, ""
     if _removed(journal, point):
         # older than what the journal keeps: everything still held comes after it
-        return journal.removed_through
-    if not_found == "epoch":
-        return 0
+        return journal.removed_through, "", ""
+    asked = ",".join(f"{h}|{s}|" for h, s in point.bookmarks)
     if not_found == "fail":
         raise BookmarkNotFound()
-    return last_txid
+    if not_found == "epoch":
+        return 0, "", (
+            f"bookmark {asked} is not in this instance's journal; replaying from the "
+            "start (bookmark_not_found=epoch)"
+        )
+    return last_txid, "", (
+        f"bookmark {asked} is not in this instance's journal; starting with new messages "
+        "(bookmark_not_found=now, the default; use epoch to replay everything held, or "
+        "fail to refuse)"
+    )
 
 
 def _resolve_end(journal: Journal, point: Point, inclusive: bool, last_txid: int) -> int | None:
@@ -79,23 +114,9 @@ def _removed(journal: Journal, point: Point) -> bool:
     return any(0 < s <= journal.publisher_floor(h) for h, s in point.bookmarks)
 
 
-def _plan(
-    journal: Journal, spec: BookmarkSpec, last_txid: int, not_found: str
-) -> tuple[int, int | None]:
-    start = _resolve_point(journal, spec.start, last_txid, not_found)
-    if spec.start_inclusive and spec.start.kind == "bookmarks" and start > 0:
-        start -= 1
-    if spec.start_inclusive and spec.start.kind == "now" and start > 0:
-        start -= 1
-    end = None
-    if spec.end is not None:
-        end = _resolve_end(journal, spec.end, spec.end_inclusive, last_txid)
-    return start, end
-
-
 def plan_replay(
     journal: Journal, spec: BookmarkSpec, committed_txid: int, not_found: str
-) -> tuple[int, int | None]:
+) -> ReplayPlan:
     """Where a replay starts (exclusive txid) and ends (inclusive txid or None).
 
     Runs in the session's handler, before the processed ack, so a bookmark that is not
@@ -105,17 +126,33 @@ def plan_replay(
     Raises:
         BookmarkNotFound: none of the bookmarks is in the journal and not_found is fail.
     """
-    return _plan(journal, spec, committed_txid, not_found)
+    start, resumed_from, missing = _resolve_point(
+        journal, spec.start, committed_txid, not_found
+    )
+    if spec.start_inclusive and spec.start.kind in ("bookmarks", "now") and start > 0:
+        start -= 1
+        resumed_from = ""  # the replay includes it: it resumes before it
+    end = None
+    if spec.end is not None:
+        end = _resolve_end(journal, spec.end, spec.end_inclusive, committed_txid)
+    return ReplayPlan(start, end, resumed_from, missing)
 
 
 async def run_replay(
-    session: Session, sub: Subscription, cursor: int, end: int | None, cid: Any
+    session: Session,
+    sub: Subscription,
+    cursor: int,
+    end: int | None,
+    cid: Any,
+    completed_fields: dict[str, Any] | None = None,
 ) -> None:
-    """Replay ``sub`` after txid ``cursor``, then make it live (or end it at ``end``)."""
+    """Replay ``sub`` after txid ``cursor``, then make it live (or end it at ``end``);
+    ``completed_fields`` go into its ``completed`` ack."""
     instance = session.instance
     journal = instance.journal
     assert journal is not None
     completed_header: dict[str, Any] = {"cid": cid} if cid is not None else {}
+    fields = completed_fields or {}
     replays = instance.active_replays
     key = id(sub)
     replays[key] = cursor
@@ -127,7 +164,7 @@ async def run_replay(
             limit = visible if end is None else min(end, visible)
             if cursor >= limit:
                 if end is not None and cursor >= end:
-                    _finish_range(session, sub, completed_header, cursor)
+                    _finish_range(session, sub, completed_header, fields)
                     return
                 if end is None:
                     # seam: no await between the check above and going live
@@ -135,7 +172,7 @@ async def run_replay(
                     sub.live = True
                     instance.registry.changed()
                     if "completed" in sub.acks:
-                        _completed_ack(session, sub, completed_header, cursor)
+                        _completed_ack(session, sub, completed_header, fields)
                     return
                 # a range whose end lies in the future: wait for new commits
                 await instance.wait_for_commit(cursor, durable=sub.fully_durable)
@@ -168,15 +205,22 @@ async def run_replay(
         replays.pop(key, None)
 
 
-def _completed_ack(session: Session, sub: Subscription, header: dict[str, Any], txid: int) -> None:
-    bm = session.instance.bookmark_of(txid)
-    fields: dict[str, Any] = {"sub_id": sub.sub_id}
-    if bm:
-        fields["bm"] = bm
+def _completed_ack(
+    session: Session, sub: Subscription, header: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    """The ``completed`` ack at the seam: its ``bm`` is the last message this
+    subscription replayed (or the bookmark it resumed after), never a record of another
+    topic or publisher that happens to sit at the seam; clients store it as their
+    resume point. No ``bm`` when nothing was replayed and nothing resumed from."""
+    fields: dict[str, Any] = {"sub_id": sub.sub_id, **extra}
+    if sub.resume_bookmark:
+        fields["bm"] = sub.resume_bookmark
     session._ack(header, "completed", **fields)
 
 
-def _finish_range(session: Session, sub: Subscription, header: dict[str, Any], txid: int) -> None:
+def _finish_range(
+    session: Session, sub: Subscription, header: dict[str, Any], extra: dict[str, Any]
+) -> None:
     if "completed" in sub.acks:
-        _completed_ack(session, sub, header, txid)
+        _completed_ack(session, sub, header, extra)
     session._drop_subscription(sub)

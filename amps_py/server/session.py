@@ -32,6 +32,7 @@ import trio
 from amps_py import events
 from amps_py.actions import client_variables
 from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, publisher_hash
 
@@ -51,7 +52,12 @@ RECEIVE_SIZE: Final = 256 * 1024
 REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
 #: how often bookmark subscriptions that asked for persisted acks get one
 PERSISTED_ACK_INTERVAL: Final = 1.0
-SERVER_VERSION: Final = "amps-py-0.1.0"
+#: the server version in logon acks: AMPS clients read the leading numbers as the server
+#: version and enable features by it (timestamp bookmarks need 5.3); amps-py's own
+#: version follows
+SERVER_VERSION: Final = "5.3.4.0.amps-py-0.1.0"
+#: a heartbeating client silent for more than this many intervals is disconnected
+HEARTBEAT_GRACE_INTERVALS: Final = 3
 #: the largest publisher seq (the journal stores it as an unsigned 64-bit integer)
 MAX_SEQ: Final = (1 << 64) - 1
 #: the longest topic, client name or correlation id the journal stores (UTF-8 bytes)
@@ -110,6 +116,8 @@ class CommandFailed(Exception):
         self.detail = detail or reason
 
 
+#: the order acks of one command are sent in
+_ACK_ORDER: Final = ("received", "parsed", "processed", "persisted", "completed", "stats")
 _ACK_TYPES_CACHE: dict[str, frozenset[str]] = {}
 _NO_ACKS: frozenset[str] = frozenset()
 
@@ -161,6 +169,13 @@ class Session:
         self.decoder = FrameDecoder(instance.max_frame_size(transport))
         self.client_name = ""
         self.user_id = ""
+        self.client_version = ""
+        # transport compression (see amps_py.protocol.compression): decided by the
+        # connection's first two bytes
+        self._sniffing = True
+        self._sniff_buf = bytearray()
+        self._inflater: Inflater | None = None
+        self._deflater: Deflater | None = None
         self.pub_hash = 0
         self.logged_on = False
         self.subscriptions: dict[str, Subscription] = {}
@@ -190,6 +205,8 @@ class Session:
         self._queued_pool = limits.queued
         self._incomplete_pool = limits.incomplete
         logon_timeout, self._frame_timeout, self.queue_limit = instance.client_limits(transport)
+        #: Transport/AlwaysSendPersistedAcks: persisted acks for every publish with ``s``
+        self._always_persisted = instance.transport_config(transport).always_persisted_acks
         self._logon_timeout = logon_timeout
         self._logon_deadline = trio.current_time() + logon_timeout
         #: bytes of the partial frame counted in the IncompleteMessageMemoryLimit pool
@@ -270,12 +287,22 @@ class Session:
                 continue  # closing as a slow client: read (so the close is clean), ignore
             now = trio.current_time()
             self.last_receive = now
+            if self._sniffing:
+                data = self._sniff_compression(data)
+                if not data:
+                    continue  # one byte so far: not enough to tell
             try:
-                decoder.receive_data(data, now)
-                for frame in decoder.frames():
-                    self._dispatch(frame, handlers)
+                if self._inflater is None:
+                    decoder.receive_data(data, now)
+                    for frame in decoder.frames():
+                        self._dispatch(frame, handlers)
+                else:
+                    for piece in self._inflater.feed(data):
+                        decoder.receive_data(piece, now)
+                        for frame in decoder.frames():
+                            self._dispatch(frame, handlers)
                 self._count_incomplete()
-            except ProtocolError as exc:
+            except (ProtocolError, CompressionError) as exc:
                 log.warning(
                     "closing connection %d (client %r, %s): %s",
                     self.conn_id,
@@ -285,7 +312,7 @@ class Session:
                     extra=events.extra(events.CLIENT_PROTOCOL_ERROR),
                 )
                 self.instance.stats_protocol_errors += 1
-                reason = exc.reason
+                reason = exc.reason if isinstance(exc, ProtocolError) else "bad compression"
             except Disconnect as exc:
                 reason = exc.reason
             else:
@@ -294,6 +321,27 @@ class Session:
                 continue
             await self._stop_reading(reason)
             return
+
+    def _sniff_compression(self, data: bytes | bytearray) -> bytes | bytearray:
+        """Look at the connection's first bytes: a zlib stream (a client that connected
+        with ``compression=zlib``) turns on transport compression both ways. Returns
+        the bytes to decode ("" while fewer than two bytes are known)."""
+        self._sniff_buf += data
+        verdict = sniff(self._sniff_buf)
+        if verdict is None:
+            return b""
+        data, self._sniff_buf = self._sniff_buf, bytearray()
+        self._sniffing = False
+        if verdict:
+            self._inflater = Inflater()
+            self._deflater = Deflater()
+            log.info(
+                "connection %d from %s uses zlib transport compression",
+                self.conn_id,
+                self.peer,
+                extra=events.extra(events.CLIENT_CONNECTED),
+            )
+        return data
 
     async def _stop_reading(self, reason: str) -> None:
         """End the read loop: give the sender a moment to flush what is queued (acks,
@@ -534,7 +582,6 @@ class Session:
                 "logon required",
                 "the first command on a connection must be logon (with client_name)",
             ),
-            force=True,
         )
         raise Disconnect("logon required")
 
@@ -583,8 +630,9 @@ class Session:
                 continue
             batch = self._out
             self._out = []
+            deflater = self._deflater
             for piece in _pieces(batch):
-                await stream.send_all(piece)
+                await stream.send_all(piece if deflater is None else deflater.compress(piece))
                 size = len(piece)
                 self.out_bytes -= size
                 if not self._discarding:
@@ -617,14 +665,15 @@ class Session:
         ack.update(fields)
         self.send_frame(ack)
 
-    def _fail(self, header: dict[str, Any], exc: CommandFailed, force: bool = False) -> None:
+    def _fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
+        """Answer a refused command at once: a failure ack in every ack type it asked
+        for (so a client never waits for an ack that cannot come), or ``processed``
+        when it asked for none."""
         try:
             types = _ack_types(header)
         except CommandFailed:
             types = frozenset({"processed"})
-        wanted = [t for t in ("processed", "persisted", "completed") if t in types]
-        if not wanted and (force or header.get("cid") is not None):
-            wanted = ["processed"]
+        wanted = [t for t in _ACK_ORDER if t in types] or ["processed"]
         extra: dict[str, Any] = {"reason": exc.reason}
         if exc.detail != exc.reason:
             extra["detail"] = exc.detail
@@ -693,7 +742,7 @@ class Session:
         try:
             check_field_size(name, "client name", "invalid client name")
         except CommandFailed as exc:
-            self._fail(header, exc, force=True)
+            self._fail(header, exc)
             raise Disconnect(exc.reason) from None
         if not name and self.instance.journal is not None:
             self._fail(
@@ -703,7 +752,6 @@ class Session:
                     "logon needs a client_name: this instance has a transaction log, "
                     "and client names identify publishers in it",
                 ),
-                force=True,
             )
             raise Disconnect("auth")
         user = str(header.get("user_id", "")) or name
@@ -722,7 +770,6 @@ class Session:
             self._fail(
                 header,
                 CommandFailed("auth failure", "unknown user or wrong password"),
-                force=True,
             )
             raise Disconnect("auth")
         refusal = self.instance.claim_client_name(self, name, user)
@@ -734,10 +781,12 @@ class Session:
                 refusal,
                 extra=events.extra(events.CLIENT_LOGON_FAILED),
             )
-            self._fail(header, CommandFailed("name in use", refusal), force=True)
+            self._fail(header, CommandFailed("name in use", refusal))
             raise Disconnect("name in use")
         self.client_name = name
         self.user_id = user
+        # AMPS clients send ``version``; ``v`` is its short form
+        self.client_version = str(header.get("version") or header.get("v") or "")[:200]
         self.pub_hash = publisher_hash(name) if name else 0
         self.logged_on = True
         instance = self.instance
@@ -754,7 +803,7 @@ class Session:
             self.peer,
             user,
             last,
-            header.get("v", "?"),
+            self.client_version or "not given",
             extra=events.extra(events.CLIENT_LOGON),
         )
         self.instance.fire_action("logon-client", client_variables(self, connected=False))
@@ -828,7 +877,7 @@ class Session:
             raise CommandFailed(
                 "invalid seq", f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
             )
-        if "persisted" in acks:
+        if "persisted" in acks or (self._always_persisted and "s" in header):
             self.wants_persisted = True
         outcome = self.instance.publish(self, topic, seq, frame.payload, header)
         if outcome == "done" and ledger is not None:
@@ -917,22 +966,36 @@ class Session:
             raise CommandFailed("invalid options", "bookmark_not_found must be epoch, now or fail")
         assert instance.writer is not None and instance.journal is not None
         try:
-            start, end = plan_replay(
-                instance.journal, spec, instance.writer.committed_txid, not_found
-            )
+            plan = plan_replay(instance.journal, spec, instance.writer.committed_txid, not_found)
         except BookmarkNotFound:
             raise CommandFailed(
                 "bookmark not found",
-                "none of the bookmarks is in this instance's journal (bookmark_not_found=fail)",
+                f"none of the bookmarks {str(header['bm'])[:200]!r} is in this instance's "
+                "journal (bookmark_not_found=fail); resubscribe with a bookmark it holds, "
+                "or with bookmark_not_found=epoch or now",
             ) from None
         except CorruptRecord as exc:
             raise CommandFailed("journal corrupt", str(exc)) from None
+        sub.resume_bookmark = plan.resumed_from
         self.subscriptions[sub.sub_id] = sub
         instance.registry.add(sub)
+        extra: dict[str, Any] = {}
+        if plan.not_found:
+            # not silent: the client learns where the replay starts instead
+            extra["reason"] = plan.not_found
+            log.info(
+                "subscription %r of client %r: %s",
+                sub.sub_id,
+                self.client_name,
+                plan.not_found,
+                extra=events.extra(events.CLIENT_COMMAND_FAILED),
+            )
         if "processed" in sub.acks:
-            self._ack(header, "processed", sub_id=sub.sub_id)
+            self._ack(header, "processed", sub_id=sub.sub_id, **extra)
         assert self._nursery is not None
-        self._nursery.start_soon(run_replay, self, sub, start, end, header.get("cid"))
+        self._nursery.start_soon(
+            run_replay, self, sub, plan.start, plan.end, header.get("cid"), extra
+        )
         if "persisted" in sub.acks:
             self._nursery.start_soon(self._bookmark_persisted_acks, sub)
 
@@ -1016,8 +1079,9 @@ class Session:
             await trio.sleep(interval)
             self.send_frame({"c": "heartbeat"})
             silent = trio.current_time() - self.last_receive
-            # grace: two intervals without a byte from the client
-            if silent > 2 * interval:
+            # grace: two intervals plus one more without a byte from the client (AMPS
+            # clients answer our beat when it arrives, so a reply can trail it)
+            if silent > HEARTBEAT_GRACE_INTERVALS * interval:
                 log.warning(
                     "client %r sent nothing for %.1f s (heartbeat %.1f s); disconnecting",
                     self.client_name,
@@ -1062,6 +1126,7 @@ class Session:
             "user_id": self.user_id,
             "transport": self.transport,
             "remote_address": self.peer,
+            "client_version": self.client_version,
             "subscriptions": len(self.subscriptions),
             "queued_bytes": self.out_bytes,
             "messages_in": self.messages_in,

@@ -65,6 +65,7 @@ class Subscription:
         "live",
         "options",
         "regex",
+        "resume_bookmark",
         "session",
         "sub_id",
         "topic",
@@ -94,6 +95,9 @@ class Subscription:
         self.journaled_only = bookmark
         self.live = not bookmark
         self.delivered_upto = 0
+        #: the bookmark of the last message replayed to it, or the one its replay
+        #: resumed after: what its ``completed`` ack carries
+        self.resume_bookmark = ""
         self.want_bookmark = bookmark or "bookmark" in options
         self.want_timestamp = "timestamp" in options
         self.fully_durable = "fully_durable" in options

@@ -1,0 +1,252 @@
+"""What the ``amps-py`` client commands (publish, subscribe) need beyond the client
+library: credentials from flags, the URI and the environment; error lines that say how
+to fix a refusal; progress on a terminal; and, when a persisted ack does not come, which
+replication destinations the instance is waiting for.
+
+Everything here is plain functions over values (no sockets, no trio), except
+:func:`fetch_instance`, which asks an admin API over HTTP, and :func:`progress`, which
+draws on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from amps_py.client import CommandError, parse_uri
+
+#: the admin API port of the embedded default (``Admin/InetAddr`` 127.0.0.1:8085)
+DEFAULT_ADMIN_PORT: Final = 8085
+
+
+class CredentialsError(ValueError):
+    """The user is given twice, differently."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who the client logs on as.
+
+    Attributes:
+        user: the user name (empty: none given; the server then uses the client name).
+        password: the password (empty: none given).
+        password_from: where the password came from, for messages ("" when none).
+    """
+
+    user: str
+    password: str = field(repr=False)  # never in a repr, a log or a message
+    password_from: str = ""
+
+    def logon_fields(self) -> dict[str, Any]:
+        """The logon header fields carrying these credentials (``open_client``'s
+        ``logon_fields``)."""
+        fields: dict[str, Any] = {}
+        if self.user:
+            fields["user_id"] = self.user
+        if self.password:
+            fields["pw"] = self.password
+        return fields
+
+    def describe(self, client_name: str) -> str:
+        """What was sent, in words (never the password itself)."""
+        who = f"user {self.user!r}" if self.user else f"no user (the client name {client_name!r})"
+        how = f"the password from {self.password_from}" if self.password else "no password"
+        return f"{who} with {how}"
+
+
+def resolve_credentials(
+    uri: str, user: str | None, password_env: str, environ: Mapping[str, str]
+) -> Credentials:
+    """The credentials for ``uri``: ``user`` (``--user``) or the URI's user; the URI's
+    password, else the one in the environment variable ``password_env``.
+
+    Raises:
+        BadURI: the URI is malformed.
+        CredentialsError: ``user`` and the URI's user differ.
+    """
+    target = parse_uri(uri)
+    if user and target.user and user != target.user:
+        raise CredentialsError(
+            f"two users given: --user {user} and {target.user!r} in the URI; give one"
+        )
+    if target.password:
+        return Credentials(user or target.user, target.password, "the URI")
+    password = environ.get(password_env, "")
+    return Credentials(user or target.user, password, f"${password_env}" if password else "")
+
+
+def explain_refusal(
+    exc: CommandError, credentials: Credentials, client_name: str, password_env: str, topic: str
+) -> str:
+    """One line for a command the server refused, with how to fix it when the reason
+    is about credentials or rights; else the error as it is."""
+    if exc.reason == "auth failure":
+        return (
+            f"{exc}: the instance refused {credentials.describe(client_name)}. Pass the "
+            f"user with --user NAME and the password in the environment variable "
+            f"{password_env} (e.g. `read -rs {password_env} && export {password_env}`), "
+            "or use tcp://NAME:PASSWORD@HOST:PORT/amps/json"
+        )
+    if exc.reason == "not entitled":
+        who = credentials.user or client_name
+        right = "publish to" if exc.command in ("p", "publish") else "subscribe to"
+        return (
+            f"{exc}: user {who!r} may not {right} {topic!r} on this instance (its "
+            "Entitlement rules decide); log on as a user who may, with --user NAME"
+        )
+    return str(exc)
+
+
+# ------------------------------------------------------------------ persisted-ack waits
+def admin_url_for(uri: str, admin_url: str | None, environ: Mapping[str, str]) -> str:
+    """Where to find the admin API of the instance at ``uri``: ``admin_url``, else
+    ``$AMPS_PY_ADMIN_URL``, else port 8085 (the embedded default's) on the URI's host."""
+    if admin_url:
+        return admin_url
+    if environ.get("AMPS_PY_ADMIN_URL"):
+        return environ["AMPS_PY_ADMIN_URL"]
+    host = parse_uri(uri).host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{DEFAULT_ADMIN_PORT}"
+
+
+def fetch_instance(url: str, credentials: Credentials) -> dict[str, Any] | str:
+    """``/amps/instance.json`` from the admin API at ``url`` (HTTP Basic with
+    ``credentials`` when they name a user), or why it could not be read."""
+    from amps_py.admin.console import AdminError, fetch
+
+    try:
+        document = fetch(
+            url,
+            "/amps/instance.json",
+            user=credentials.user or None,
+            password=credentials.password,
+        )
+    except AdminError as exc:
+        if ": HTTP 401" in str(exc):
+            return (
+                f"{url} answered HTTP 401: it needs the logon of a user with the admin "
+                "right; give one with --user (password as for the logon)"
+            )
+        if ": HTTP 403" in str(exc):
+            return f"{url} answered HTTP 403: user {credentials.user!r} has no admin right"
+        return str(exc)
+    if not isinstance(document, dict):
+        return f"{url}/amps/instance.json is not an amps-py instance document"
+    return document
+
+
+def waiting_destinations(instance: Mapping[str, Any]) -> list[str]:
+    """The sync replication destinations that hold persisted acks back: not connected,
+    or connected but without the newest journaled record acknowledged; each as
+    ``"NAME (what is wrong)"``."""
+    last_txid = int((instance.get("transaction_log") or {}).get("last_txid", 0) or 0)
+    found = []
+    destinations = (instance.get("replication") or {}).get("destinations") or {}
+    for name, d in sorted(destinations.items()):
+        if d.get("replication_type") != "sync":
+            continue
+        address = d.get("address") or ""
+        if not d.get("is_connected"):
+            where = f" to {address}" if address else ""
+            error = d.get("last_error") or ""
+            found.append(f"{name} (not connected{where}{f'; {error}' if error else ''})")
+            continue
+        behind = last_txid - int(d.get("acked_txid", 0) or 0)
+        if behind > 0:
+            seconds = float(d.get("seconds_behind", 0) or 0)
+            found.append(
+                f"{name} (connected{f' to {address}' if address else ''}, {behind} "
+                f"record(s) and {seconds:.1f} s not acknowledged)"
+            )
+    return found
+
+
+def explain_persisted_wait(
+    timeout_text: str,
+    url: str,
+    instance: Mapping[str, Any] | str,
+    client_name: str,
+) -> str:
+    """The message for a persisted-ack wait that timed out: that the instance has not
+    confirmed persistence and, from its admin document (or why there is none), which
+    sync destinations it waits for and what to do."""
+    head = f"{timeout_text}: the instance has not confirmed that the messages are stored"
+    if isinstance(instance, str):
+        return (
+            f"{head}. Its admin API could not say why ({instance}); pass --admin-url "
+            "http://HOST:PORT to name the replication destinations it waits for"
+        )
+    if client_name not in (instance.get("clients") or {}):
+        return (
+            f"{head}. The admin API at {url} belongs to another instance "
+            f"({instance.get('name')!r}, where this client is not connected); pass "
+            "--admin-url with this instance's Admin/InetAddr"
+        )
+    name = instance.get("name", "the instance")
+    waiting = waiting_destinations(instance)
+    if not waiting:
+        return (
+            f"{head}. {name} has no sync replication destination that is down or behind; "
+            "its journal may be slow or failing: see `amps-py admin status` and its log"
+        )
+    first = waiting[0].partition(" ")[0]
+    return (
+        f"{head}. {name} waits for its sync replication destination(s) {', '.join(waiting)}. "
+        f"Start or reach them, or stop waiting with `amps-py admin --url {url} downgrade "
+        f"{first}` (persisted acks then no longer wait for it)"
+    )
+
+
+# ------------------------------------------------------------------ progress
+class Progress:
+    """Progress of long work, drawn on stderr only when stderr is a terminal (scripts
+    and pipes see nothing extra). Use :func:`progress`."""
+
+    def __init__(self, bar: Any, task: Any) -> None:
+        self._bar = bar
+        self._task = task
+
+    def update(
+        self, *, completed: float | None = None, total: float | None = None, **fields: Any
+    ) -> None:
+        """Set the amount done, the total, and/or the text fields (``what``,
+        ``detail``)."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=completed, total=total, **fields)
+
+
+def stderr_is_terminal() -> bool:
+    try:
+        return os.isatty(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def progress(what: str, total: float | None, unit: str = "") -> Iterator[Progress]:
+    """A progress bar on stderr for ``what`` (``total`` in ``unit``s; ``None`` when
+    unknown), removed when the block ends; a no-op unless stderr is a terminal."""
+    if not stderr_is_terminal():
+        yield Progress(None, None)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
+    columns: list[Any] = [TextColumn("{task.fields[what]}"), BarColumn()]
+    if unit == "bytes":
+        from rich.progress import DownloadColumn
+
+        columns.append(DownloadColumn())
+    else:
+        columns.append(MofNCompleteColumn())
+    columns += [TextColumn("{task.fields[detail]}"), TimeElapsedColumn()]
+    bar = RichProgress(*columns, console=Console(stderr=True), transient=True)
+    with bar:
+        task = bar.add_task(what, total=total, what=what, detail="")
+        yield Progress(bar, task)

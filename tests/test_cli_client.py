@@ -1,0 +1,311 @@
+"""`amps-py publish` / `subscribe` (and `admin`) as a newcomer meets them: credentials,
+refusals that say how to fix them, progress on a terminal (and nothing extra in a
+pipe), the replay/live line, and a persisted-ack wait that names what it waits for.
+
+Every command runs as a real subprocess (tests/clirun.py) against real instances.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from clirun import DefaultServe, amps_py_command, cli_env, run, run_on_terminal
+from cluster import destination_xml, replication_xml
+from harness import ServerProcess, free_port, start_instance
+
+PASSWORD = "alice-Secret-42"
+ADMIN_XML = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
+
+
+def admin_url(server: ServerProcess) -> str:
+    ready = json.loads(server.ready_file.read_text())
+    return f"http://127.0.0.1:{ready['transports']['admin']}"
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[ServerProcess]:
+    """An instance whose logons and admin API need a password (alice, bob), where bob
+    may only read."""
+    password_file = tmp_path / "users.pw"
+    for user, password in (("alice", PASSWORD), ("bob", "bob-Secret-42")):
+        added = run(
+            "users", "add", str(password_file), user, "--password-stdin",
+            cwd=tmp_path, input=password + "\n",
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps({"alice": {"read": ".*", "write": ".*", "admin": True}, "bob": {"read": ".*"}})
+    )
+    security = (
+        "<Authentication><Module>amps-password-file</Module>"
+        f"<Options><PasswordFile>{password_file}</PasswordFile></Options></Authentication>"
+        "<Entitlement><Module>amps-rule-entitlement</Module>"
+        f"<Options><RulesFile>{rules}</RulesFile></Options></Entitlement>"
+    )
+    server = start_instance(tmp_path, "secured", extra=security + ADMIN_XML)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_publish_and_subscribe_log_on_with_user_and_password_variable(
+    secured: ServerProcess, tmp_path: Path
+) -> None:
+    uri = secured.uri
+    env = {"AMPS_PY_PASSWORD": PASSWORD}
+    res = run("publish", uri, "orders", '{"id": 1}', "--user", "alice", cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    # the user in the URI (AMPS's form), the password still from the variable
+    at = uri.replace("tcp://", "tcp://alice@")
+    res = run("subscribe", at, "orders", "--bookmark", "0", "--count", "1", cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["data"] == {"id": 1}
+    # the whole AMPS form, and a variable of one's own choosing
+    full = uri.replace("tcp://", f"tcp://alice:{PASSWORD}@")
+    assert run("publish", full, "orders", '{"id": 2}', cwd=tmp_path).returncode == 0
+    res = run(
+        "publish", uri, "orders", '{"id": 3}', "--user", "alice", "--password-env", "MY_PW",
+        cwd=tmp_path, env={"MY_PW": PASSWORD},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    log = secured.log_file.read_text()
+    assert PASSWORD not in log
+
+
+def test_auth_failure_says_how_to_pass_credentials(secured: ServerProcess, tmp_path: Path) -> None:
+    uri = secured.uri
+    none = run("publish", uri, "orders", "{}", "--name", "pub-1", cwd=tmp_path)
+    assert none.returncode == 1
+    line = none.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line
+    assert "logon failed: auth failure" in line
+    assert "refused no user (the client name 'pub-1') with no password" in line
+    assert "--user NAME" in line and "AMPS_PY_PASSWORD" in line
+    assert "tcp://NAME:PASSWORD@HOST:PORT/amps/json" in line
+    wrong = run(
+        "subscribe", uri, "orders", "--user", "alice", "--timeout", "1",
+        cwd=tmp_path, env={"AMPS_PY_PASSWORD": "not-it"},
+    )  # fmt: skip
+    assert wrong.returncode == 1
+    assert "refused user 'alice' with the password from $AMPS_PY_PASSWORD" in wrong.stderr
+    twice = run("publish", uri.replace("tcp://", "tcp://alice@"), "o", "{}", "--user", "bob",
+                cwd=tmp_path)  # fmt: skip
+    assert twice.returncode == 1
+    assert "two users given: --user bob and 'alice' in the URI; give one" in twice.stderr
+    helped = run("publish", "--help", cwd=tmp_path)
+    assert "tcp://USER:PASSWORD@HOST:PORT/amps/json" in " ".join(helped.stdout.split())
+
+
+def test_not_entitled_names_the_user_and_topic(secured: ServerProcess, tmp_path: Path) -> None:
+    env = {"AMPS_PY_PASSWORD": "bob-Secret-42"}
+    res = run(
+        "publish", secured.uri, "orders", "{}", "--user", "bob", "--timeout", "10",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert res.returncode == 1
+    assert "not entitled" in res.stderr
+    assert "user 'bob' may not publish to 'orders'" in res.stderr, res.stderr
+
+
+def test_admin_http_401_says_how_to_pass_credentials(
+    secured: ServerProcess, tmp_path: Path
+) -> None:
+    base = admin_url(secured)
+    anonymous = run("admin", "--url", base, "status", cwd=tmp_path)
+    assert anonymous.returncode == 1
+    assert "HTTP 401" in anonymous.stderr
+    assert "no user was given" in anonymous.stderr
+    assert "amps-py admin --user NAME" in anonymous.stderr
+    assert "AMPS_PY_ADMIN_PASSWORD" in anonymous.stderr
+    wrong = run(
+        "admin", "--url", base, "--user", "alice", "status",
+        cwd=tmp_path, env={"AMPS_PY_ADMIN_PASSWORD": "not-it"},
+    )  # fmt: skip
+    assert wrong.returncode == 1
+    assert "user 'alice' with a password was refused" in wrong.stderr
+    right = run(
+        "admin", "--url", base, "--user", "alice", "--json", "status",
+        cwd=tmp_path, env={"AMPS_PY_ADMIN_PASSWORD": PASSWORD},
+    )  # fmt: skip
+    assert right.returncode == 0, right.stderr
+    assert json.loads(right.stdout)["name"] == "secured"
+
+
+# ---------------------------------------------------------------------------- feedback
+@pytest.fixture
+def default_serve(tmp_path: Path) -> Iterator[DefaultServe]:
+    serve = DefaultServe(tmp_path / "serve")
+    try:
+        yield serve
+    finally:
+        serve.stop()
+
+
+def test_publish_file_shows_progress_on_a_terminal_only(
+    default_serve: DefaultServe, tmp_path: Path
+) -> None:
+    lines = tmp_path / "orders.jsonl"
+    lines.write_text("".join(f'{{"n": {i}}}\n' for i in range(3000)))
+    code, _, screen = run_on_terminal(
+        "publish", default_serve.uri, "orders", "--file", str(lines), "--name", "tty-pub",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert code == 0, screen
+    assert "publishing to orders" in screen, screen
+    assert "published 3000 message(s) to orders; persisted through seq 3000" in screen
+    # piped (what scripts and tests see): the summary line and nothing else
+    piped = run(
+        "publish", default_serve.uri, "orders", "--file", str(lines), "--name", "pipe-pub",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == "published 3000 message(s) to orders; persisted through seq 3000\n"
+    # stdin is read as it comes, not all at first
+    streamed = run(
+        "publish", default_serve.uri, "orders", "--file", "-", "--name", "stdin-pub",
+        cwd=tmp_path, input='{"n": 1}\n\n{"n": 2}',
+    )  # fmt: skip
+    assert streamed.stderr == "published 2 message(s) to orders; persisted through seq 2\n"
+
+
+def test_subscribe_says_when_the_replay_ends_and_live_starts(
+    default_serve: DefaultServe, tmp_path: Path
+) -> None:
+    uri = default_serve.uri
+    for i in range(3):
+        assert run("publish", uri, "ticks", f'{{"i": {i}}}', cwd=tmp_path).returncode == 0
+    proc = subprocess.Popen(
+        [*amps_py_command(), "subscribe", uri, "ticks", "--bookmark", "0", "--count", "4",
+         "--timeout", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream: the line's place among the messages shows
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        seen = [proc.stdout.readline() for _ in range(4)]
+        assert [json.loads(line)["data"] for line in seen[:3]] == [{"i": 0}, {"i": 1}, {"i": 2}]
+        assert seen[3] == "amps-py: replay complete (3 message(s) replayed); live messages follow\n"
+        assert run("publish", uri, "ticks", '{"i": 3}', cwd=tmp_path).returncode == 0
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, rest
+    assert [json.loads(line)["data"] for line in rest.splitlines()] == [{"i": 3}]
+
+
+def test_subscribe_whose_server_goes_away_exits_1_with_the_reason(tmp_path: Path) -> None:
+    serve = DefaultServe(tmp_path / "serve")
+    proc = subprocess.Popen(
+        [*amps_py_command(), "subscribe", serve.uri, "ticks", "--bookmark", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+    )
+    assert proc.stderr is not None
+    try:
+        line = proc.stderr.readline()  # subscribed: the (empty) replay is complete
+        assert line.startswith("amps-py: replay complete (0 message(s) replayed)"), line
+        assert serve.stop() == 0, serve.log()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1 and out == ""
+    assert "subscription ended after 0 message(s): server closed the connection" in err, err
+    assert "Traceback" not in err
+
+
+def test_persisted_ack_timeout_names_the_sync_destination_it_waits_for(
+    tmp_path: Path,
+) -> None:
+    """A sync destination that is down holds persisted acks back; the publish that
+    times out says so, names it with its address, and how to stop waiting for it."""
+    down = free_port()  # nothing listens there
+    dest = destination_xml("B", "B", True, f"127.0.0.1:{down}", exclude=("replicate",))
+    server = start_instance(tmp_path, "A", extra=replication_xml(dest) + ADMIN_XML)
+    other = DefaultServe(tmp_path / "other")
+    try:
+        base = admin_url(server)
+        started = time.monotonic()
+        res = run(
+            "publish", server.uri, "orders", '{"id": 1}', "--timeout", "2", "--admin-url", base,
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert res.returncode == 1
+        assert time.monotonic() - started < 30
+        line = res.stderr.strip()
+        assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+        assert "no persisted ack for seq 1 within 2 s" in line
+        assert "the instance has not confirmed that the messages are stored" in line
+        waits = "A waits for its sync replication destination(s) B (not connected; "
+        assert waits in line and f"127.0.0.1:{down}" in line
+        assert f"amps-py admin --url {base} downgrade B" in line
+        # its admin API unknown: says how to name it
+        unknown = run(
+            "publish", server.uri, "orders", "{}", "--timeout", "1",
+            "--admin-url", f"http://127.0.0.1:{free_port()}", cwd=tmp_path,
+        )  # fmt: skip
+        assert unknown.returncode == 1
+        assert "could not say why" in unknown.stderr and "pass --admin-url" in unknown.stderr
+        # another instance's admin API is not mistaken for this one's
+        wrong = run(
+            "publish", server.uri, "orders", "{}", "--timeout", "1",
+            cwd=tmp_path, env={"AMPS_PY_ADMIN_URL": other.admin_url},
+        )  # fmt: skip
+        assert wrong.returncode == 1
+        assert f"The admin API at {other.admin_url} belongs to another instance" in wrong.stderr
+        # the advice works: once B is downgraded, persisted acks stop waiting for it
+        assert run("admin", "--url", base, "downgrade", "B", cwd=tmp_path).returncode == 0
+        res = run("publish", server.uri, "orders", '{"id": 2}', "--timeout", "20", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+    finally:
+        other.stop()
+        server.stop()
+
+
+def test_waiting_destinations_are_the_sync_ones_down_or_behind() -> None:
+    """The pure part of the persisted-wait message, on an admin document: async and
+    caught-up destinations are not blamed; a connected one behind says by how much."""
+    from amps_py.cli_client import explain_persisted_wait, waiting_destinations
+
+    def dest(kind: str, connected: bool, acked: int, **extra: object) -> dict[str, object]:
+        return {"replication_type": kind, "is_connected": connected, "acked_txid": acked,
+                "address": "10.0.0.9:9100", **extra}  # fmt: skip
+
+    document = {
+        "name": "A",
+        "clients": {"pub": {}},
+        "transaction_log": {"last_txid": 40},
+        "replication": {
+            "destinations": {
+                "async-down": dest("async", False, 0),
+                "caught-up": dest("sync", True, 40),
+                "slow": dest("sync", True, 28, seconds_behind=3.25),
+                "gone": dest("sync", False, 12, address="", last_error="connection refused"),
+            }
+        },
+    }
+    assert waiting_destinations(document) == [
+        "gone (not connected; connection refused)",
+        "slow (connected to 10.0.0.9:9100, 12 record(s) and 3.2 s not acknowledged)",
+    ]
+    text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
+    assert "downgrade gone`" in text
+    document["replication"] = {"destinations": {"caught-up": dest("sync", True, 40)}}
+    text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
+    assert "no sync replication destination that is down or behind" in text
