@@ -21,12 +21,15 @@ from harness import start_instance, write_config
 from amps_py.config import load_config
 
 
-def amps_py(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def command() -> list[str]:
     """The venv's `amps-py` console script (``python -m amps_py`` if not installed)."""
     script = Path(sys.executable).with_name("amps-py")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "amps_py"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "amps_py"]
+
+
+def amps_py(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*command, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        [*command(), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
@@ -85,8 +88,7 @@ def test_a_read_only_journal_directory_is_named(tmp_path: Path) -> None:
     (parent / "journal").mkdir(parents=True)
     journal = parent / "journal"
     config = journal_at(tmp_path, journal)
-    script = Path(sys.executable).with_name("amps-py")
-    serve = [str(script), "serve", "--config", str(config)]
+    serve = [*command(), "serve", "--config", str(config)]
     if os.geteuid() != 0:
         parent.chmod(0o500)
         journal.chmod(0o500)
