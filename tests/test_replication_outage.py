@@ -9,9 +9,7 @@ from amps_py.replication.outage import REPORT_INTERVALS, OutageLog
 REFUSED = "connect to 127.0.0.1:9999: Connection refused"
 
 
-def fail_every(
-    log: OutageLog, start: float, end: float, step: float, *errors: str
-) -> list[float]:
+def fail_every(log: OutageLog, start: float, end: float, step: float, *errors: str) -> list[float]:
     """Fail an attempt every ``step`` seconds in [start, end), with ``errors`` in turn;
     the times that reported."""
     reported = []
