@@ -181,19 +181,30 @@ def serve(
     tune_garbage_collector()
     try:
         trio.run(run)
-    except OSError as exc:
-        _fail(f"cannot start: {exc}; is another instance using the same port?", 1)
-    except BaseExceptionGroup as group:
-        first = group.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        if isinstance(first, OSError):
-            _fail(f"cannot start: {first}; is another instance using the same port?", 1)
-        from txlog import JournalError
+    except (OSError, BaseExceptionGroup) as exc:
+        message = _startup_failure(exc)
+        if message is None:
+            raise
+        _fail(message, 1)
 
-        if isinstance(first, JournalError):
-            _fail(str(first), 1)
-        raise
+
+def _startup_failure(exc: BaseException) -> str | None:
+    """The line to print for an instance that could not start: the refusal's own text
+    (a listener that cannot bind, a journal directory that cannot be written, a
+    journal refused at open), or for another OS error its text and file. None: not a
+    start failure (a bug), let it propagate."""
+    from amps_py.server.instance import ConfigurationError
+    from txlog import JournalError
+
+    first = exc
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    if isinstance(first, ConfigurationError | JournalError):
+        return f"cannot start: {first}"
+    if isinstance(first, OSError):
+        where = f" ({first.filename})" if first.filename else ""
+        return f"cannot start: {first.strerror or first}{where}"
+    return None
 
 
 def _one_config(positional: str | None, option: str | None) -> str | None:
@@ -911,12 +922,21 @@ def users_list(path: str) -> None:
     show_default=True,
     help="environment variable holding the password (never pass it on the command line)",
 )
-@click.option("--json", "as_json", is_flag=True, help="print the JSON the server returned")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="print the JSON the server returned (also accepted after the subcommand)",
+)
 @click.pass_context
 def admin(
     ctx: click.Context, url: str | None, user: str | None, password_env: str, as_json: bool
 ) -> None:
-    """Inspect and steer a running instance through its HTTP admin interface."""
+    """Inspect and steer a running instance through its HTTP admin interface.
+
+    Tables fit the terminal (80 columns when piped; COLUMNS=N sets another width):
+    the key columns are always shown whole, the others as room allows.
+    """
     import os
 
     from amps_py.admin.console import DEFAULT_URL
@@ -939,19 +959,40 @@ def _admin_fetch(ctx: click.Context, path: str, method: str = "GET") -> Any:
         _fail(str(exc), exc.exit_code)
 
 
+def _json_after_subcommand(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``amps-py admin status --json`` means ``amps-py admin --json status``."""
+    if value:
+        ctx.ensure_object(dict)["json"] = True
+
+
+def _accept_json_after_subcommands(group: click.Group) -> None:
+    """Give every subcommand of ``group`` a ``--json`` flag that sets the group's."""
+    for command in group.commands.values():
+        command.params.append(
+            click.Option(
+                ["--json"],
+                is_flag=True,
+                expose_value=False,
+                callback=_json_after_subcommand,
+                help="print the JSON the server returned (same as `admin --json ...`)",
+            )
+        )
+
+
 def _admin_print(ctx: click.Context, document: Any, show: Any) -> None:
     if ctx.obj["json"]:
         click.echo(json.dumps(document, indent=2))
         return
     from rich.console import Console
 
-    show(Console(), document)
+    show(Console(markup=False), document)  # server text is never markup
 
 
 @admin.command("status")
 @click.pass_context
 def admin_status(ctx: click.Context) -> None:
-    """One screen: instance, journal, transports, replication with lag bars."""
+    """One screen: instance, journal, transports, replication (with the destinations
+    that are down: since when, failed attempts, last error)."""
     from amps_py.admin.console import print_status
 
     _admin_print(ctx, _admin_fetch(ctx, "/amps/instance.json"), print_status)
@@ -960,10 +1001,11 @@ def admin_status(ctx: click.Context) -> None:
 @admin.command("replication")
 @click.pass_context
 def admin_replication(ctx: click.Context) -> None:
-    """The replication destinations as a table."""
-    from amps_py.admin.console import destinations_table
+    """The replication destinations as a table, those that are down, and the upstreams
+    (with --json: /amps/instance/replication, destinations and upstreams by name)."""
+    from amps_py.admin.console import replication_view
 
-    _admin_table(ctx, "/amps/instance.json", destinations_table)
+    _admin_table(ctx, "/amps/instance/replication.json", replication_view)
 
 
 @admin.command("downgrade")
@@ -987,8 +1029,13 @@ def _replication_action(ctx: click.Context, destination: str, action: str) -> No
 
 
 def _admin_table(ctx: click.Context, path: str, table: Any) -> None:
-    """Fetch ``path`` and print ``table(document)`` (or the JSON with --json)."""
-    _admin_print(ctx, _admin_fetch(ctx, path), lambda console, doc: console.print(table(doc)))
+    """Fetch ``path`` and print ``table(document, width)`` for the console's width (or
+    the JSON with --json)."""
+    _admin_print(
+        ctx,
+        _admin_fetch(ctx, path),
+        lambda console, doc: console.print(table(doc, console.width)),
+    )
 
 
 def _admin_action(ctx: click.Context, path: str, subject: str) -> None:
@@ -1024,15 +1071,13 @@ def admin_journal(ctx: click.Context, action: str, journal_id: int) -> None:
 @click.pass_context
 def admin_actions(ctx: click.Context) -> None:
     """The custom actions an administrator can run (amps-action-on-admin)."""
+    from amps_py.admin.console import actions_view
 
-    def show(console: Any, doc: dict[str, Any]) -> None:
-        if not doc["actions"]:
-            console.print("no amps-action-on-admin actions are configured")
-        for a in doc["actions"]:
-            needs = ", ".join(a["required_parameters"]) or "no parameters"
-            console.print(f"{a['path']}: {a['name']} ({needs}) {a['description']}".rstrip())
-
-    _admin_print(ctx, _admin_fetch(ctx, "/amps/administrator/actions.json"), show)
+    _admin_print(
+        ctx,
+        _admin_fetch(ctx, "/amps/administrator/actions.json"),
+        lambda console, doc: console.print(actions_view(doc)),
+    )
 
 
 @admin.command("action")
@@ -1139,7 +1184,7 @@ def admin_watch(ctx: click.Context, interval: float, count: int | None) -> None:
         from rich.console import Console
 
         failure = watch(
-            Console(),
+            Console(markup=False),
             o["url"],
             interval=interval,
             count=count,
@@ -1152,6 +1197,9 @@ def admin_watch(ctx: click.Context, interval: float, count: int | None) -> None:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         pass
+
+
+_accept_json_after_subcommands(admin)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import ipaddress
 import os
 import re
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -1702,11 +1702,33 @@ def _check_host(host: str, text: str) -> None:
         raise _BadValue(f"{host!r} is not a valid host name or address", _INET_FORMS)
 
 
-def _ports_clash(a: tuple[str, int], b: tuple[str, int]) -> bool:
-    """Whether two listeners cannot both bind (same port, same or wildcard host)."""
-    (host_a, port_a), (host_b, port_b) = a, b
-    if port_a == 0 or port_a != port_b:
+def _bound_hosts(host: str, *, dual_stack_wildcard: bool) -> tuple[str, ...]:
+    """The addresses a listener on ``host`` binds: ``localhost`` is both loopbacks, and
+    a transport's ``0.0.0.0`` (or no host) binds the IPv4 and the IPv6 wildcard
+    (``dual_stack_wildcard``; the admin interface binds only what it is given)."""
+    if host == "localhost":
+        return ("127.0.0.1", "::1")
+    if host in ("", "0.0.0.0") and dual_stack_wildcard:
+        return ("0.0.0.0", "::")
+    return (host or "0.0.0.0",)
+
+
+def _ports_clash(
+    a: tuple[str, int], b: tuple[str, int], *, a_dual: bool = True, b_dual: bool = True
+) -> bool:
+    """Whether two listeners cannot both bind (same port, and the same, a wildcard or a
+    loopback-name host on the same IP version); ``a_dual``/``b_dual``: whether that
+    listener's wildcard covers IPv6 too (transports: yes; the admin interface: no)."""
+    if a[1] == 0 or a[1] != b[1]:
         return False
+    return any(
+        _hosts_clash(host_a, host_b)
+        for host_a in _bound_hosts(a[0], dual_stack_wildcard=a_dual)
+        for host_b in _bound_hosts(b[0], dual_stack_wildcard=b_dual)
+    )
+
+
+def _hosts_clash(host_a: str, host_b: str) -> bool:
     if host_a == host_b:
         return True
     v6_a, v6_b = ":" in host_a, ":" in host_b
@@ -1714,6 +1736,13 @@ def _ports_clash(a: tuple[str, int], b: tuple[str, int]) -> bool:
         return False
     wildcard = "::" if v6_a else "0.0.0.0"
     return wildcard in (host_a, host_b)
+
+
+def _listener_text(address: tuple[str, int]) -> str:
+    host, port = address
+    if host in ("", "0.0.0.0"):
+        return f"port {port} on every address"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _build_transports(root: etree._Element, problems: _Problems) -> tuple[TransportConfig, ...]:
@@ -1766,7 +1795,8 @@ def _build_transports(root: etree._Element, problems: _Problems) -> tuple[Transp
                     problems.add(
                         inet_el,
                         f"InetAddr {inet_text} clashes with transport {other_name!r} on "
-                        f"line {_line(other_el)}, which listens on the same port",
+                        f"line {_line(other_el)}, which listens on the same port "
+                        f"({_listener_text(other)}): the second transport could not start",
                         "give each Transport its own port (or port 0 for a free one)",
                     )
                     address = None
@@ -3381,7 +3411,9 @@ def _build_actions(root: etree._Element, problems: _Problems) -> tuple[ActionCon
     return tuple(out)
 
 
-def _build_admin(root: etree._Element, problems: _Problems) -> tuple[str, int] | None:
+def _build_admin(
+    root: etree._Element, transports: Sequence[TransportConfig], problems: _Problems
+) -> tuple[str, int] | None:
     section = _first(root, "Admin")
     if section is None:
         return None
@@ -3390,10 +3422,27 @@ def _build_admin(root: etree._Element, problems: _Problems) -> tuple[str, int] |
     if inet_el is None or not text:
         return None
     try:
-        return _parse_inet_addr(text)
+        address = _parse_inet_addr(text)
     except _BadValue as bad:
         problems.add(inet_el, bad.message, bad.fix)
         return None
+    lines = {
+        _text(_first(t, "Name"), problems): _line(inet)
+        for t in _children(_first(root, "Transports"), "Transport")
+        if (inet := _first(t, "InetAddr")) is not None
+    }
+    for transport in transports:
+        listener = (transport.host, transport.port)
+        if _ports_clash(address, listener, a_dual=False):
+            problems.add(
+                inet_el,
+                f"Admin InetAddr {text} clashes with transport {transport.name!r} on line "
+                f"{lines.get(transport.name, '?')}, which listens on the same port "
+                f"({_listener_text(listener)}): the instance could not start",
+                "give the admin interface a port of its own (or port 0 for a free one)",
+            )
+            return None
+    return address
 
 
 def _build_instance(root: etree._Element, source: str, problems: _Problems) -> InstanceConfig:
@@ -3432,7 +3481,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         replication=replication,
         authentication=authentication,
         entitlement=entitlement,
-        admin=_build_admin(root, problems),
+        admin=_build_admin(root, transports, problems),
         actions=_build_actions(root, problems),
         message_memory_limit=memory_limit,
         client_max_capacity=capacity,

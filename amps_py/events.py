@@ -83,6 +83,11 @@ REPLICATION_UPGRADED: Final = "15-0010"
 #: this instance held for that publisher; stored, logged and counted (a forged record
 #: from an unauthenticated peer looks like this)
 REPLICATION_SEQUENCE_GAP: Final = "15-0011"
+#: a destination cannot be reached (connect fails, or the connection drops before its
+#: handshake): logged at its first failure, then at growing intervals with the count of
+#: failed attempts since the line before (the log of an outage; see
+#: amps_py/replication/outage.py); ``amps-py admin status`` shows it while it lasts
+REPLICATION_UNREACHABLE: Final = "15-0012"
 
 #: a Do module of an Action failed (the rest of that run is skipped)
 ACTION_FAILED: Final = "16-0001"

@@ -336,14 +336,14 @@ async def test_destination_trusting_the_wrong_ca_is_refused_with_reason_tls(
 
     def refused() -> str | None:
         a, b = cluster.log("A"), cluster.log("B")
-        if "ended: tls: the TLS handshake with" not in a:
+        if "failed: tls: the TLS handshake with" not in a:
             return "A has not logged the tls failure yet"
         if events.TRANSPORT_TLS_HANDSHAKE_FAILED not in b:
             return "B has not logged the failed handshake yet"
         return None
 
     await wait_until(refused, 20)
-    line = next(ln for ln in cluster.log("A").splitlines() if "ended: tls:" in ln)
+    line = next(ln for ln in cluster.log("A").splitlines() if "failed: tls:" in ln)
     assert events.REPLICATION_LINK_ERROR in line
     assert f"does not verify against the CA certificates in {certs.other_ca}" in line
     assert "put the CA that issued the peer's certificate into" in line  # the fix

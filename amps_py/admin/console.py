@@ -13,14 +13,18 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from typing import Any, Final
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from amps_py.config import DEFAULT_ADMIN_ADDRESS
+
+from .tables import Column, fit_table
 
 DEFAULT_URL = f"http://{DEFAULT_ADMIN_ADDRESS[0]}:{DEFAULT_ADMIN_ADDRESS[1]}"
 
@@ -82,51 +86,106 @@ def _credentials_hint(user: str | None, password: str) -> str:
     return f"user {user!r} {sent} was refused: check the user and password, and {how}"
 
 
-def _bar(fraction: float, width: int = 20) -> str:
-    filled = max(0, min(width, round(fraction * width)))
-    return "█" * filled + "·" * (width - filled)
+DESTINATION_COLUMNS: Final = (
+    Column("destination"),
+    Column("mode"),
+    Column("connected"),
+    Column("address", drop=3),
+    Column("sent txid", "right"),
+    Column("acked txid", "right"),
+    Column("behind (s)", "right", drop=2),
+    Column("lag (msgs)", "right"),
+    Column("downgrades", "right", drop=4),
+)
 
 
-def destinations_table(instance: dict[str, Any]) -> Table:
-    table = Table(title="replication destinations", expand=False, title_justify="left")
-    back_note = False
-    for column in (
-        "destination",
-        "mode",
-        "connected",
-        "address",
-        "sent txid",
-        "acked txid",
-        "behind (s)",
-        "lag (msgs)",
-        "downgrades",
-    ):
-        table.add_column(column, no_wrap=True)
-    committed = int(instance.get("transaction_log", {}).get("last_txid", 0))
-    for name, d in sorted(instance.get("replication", {}).get("destinations", {}).items()):
-        lag = max(committed - int(d["acked_txid"]), 0)
+def destinations_table(replication: Mapping[str, Any], width: int | None = None) -> RenderableType:
+    """The destinations of an ``/amps/instance/replication`` document as a table that
+    fits ``width`` (the key columns always; address, behind and downgrades as room
+    allows)."""
+    rows = []
+    notes = []
+    back = downgraded = False
+    for name, d in sorted(replication.get("destinations", {}).items()):
         mode = d["replication_type"]
         if d["configured_sync_type"] != mode:
-            mode += f" (configured {d['configured_sync_type']})"
+            mode += "*"
+            downgraded = True
         address = str(d["address"] or "-")
         if "(back over" in address:  # the peer dialled; this link rides its connection
-            address = address.partition(" (")[0] + " *"
-            back_note = True
+            address = address.partition(" (")[0] + " †"
+            back = True
         remote = d["remote_name"]
-        table.add_row(
-            name if remote in (name, "", None) else f"{name} (instance {remote})",
-            mode,
-            "yes" if d["is_connected"] else "NO",
-            address,
-            str(d["sent_txid"]),
-            str(d["acked_txid"]),
-            f"{d['seconds_behind']:.1f}",
-            f"{_bar(lag / committed, 10)} {lag}" if lag and committed else "0",
-            str(d.get("downgrades", 0)),
+        rows.append(
+            (
+                name if remote in (name, "", None) else f"{name} (instance {remote})",
+                mode,
+                "yes" if d["is_connected"] else "NO",
+                address,
+                str(d["sent_txid"]),
+                str(d["acked_txid"]),
+                f"{d['seconds_behind']:.1f}",
+                str(d.get("lag_txids", 0)),
+                str(d.get("downgrades", 0)),
+            )
         )
-    if back_note:
-        table.caption = "* back replication over the connection the peer opened"
-    return table
+    if downgraded:
+        notes.append("* downgraded from sync: `amps-py admin upgrade NAME` makes it sync again")
+    if back:
+        notes.append("† back replication over the connection the peer opened")
+    return fit_table("replication destinations", DESTINATION_COLUMNS, rows, width, notes=notes)
+
+
+def down_lines(replication: Mapping[str, Any]) -> list[Text]:
+    """One line per destination that is not connected: since when it is down, how
+    many attempts failed, the last error, and whether persisted acks wait for it."""
+    lines = []
+    for name, d in sorted(replication.get("destinations", {}).items()):
+        if d["is_connected"]:
+            continue
+        waits = "; persisted acks wait for it" if d["replication_type"] == "sync" else ""
+        attempts = int(d.get("failed_attempts", 0))
+        error = d.get("last_error") or ""
+        if d.get("down_since"):
+            text = (
+                f"{name} DOWN since {d['down_since']} ({_duration(float(d.get('down_s', 0)))})"
+                f", {attempts} failed attempt{'s' if attempts != 1 else ''}"
+            )
+        elif not d.get("address"):
+            text = f"{name} not connected: waiting for the peer to connect"
+        else:
+            text = f"{name} not connected yet"
+        if error:
+            text += f"; last error: {error}"
+        lines.append(Text(text + waits, style="red"))
+    return lines
+
+
+def upstreams_line(replication: Mapping[str, Any]) -> Text | None:
+    upstreams = replication.get("upstreams", {})
+    if not upstreams:
+        return None
+    return Text(
+        "upstreams: "
+        + ", ".join(
+            f"{n} ({u['address']}, {u['messages_in']} messages in)" for n, u in upstreams.items()
+        )
+    )
+
+
+def replication_view(replication: Mapping[str, Any], width: int | None = None) -> Group:
+    """``amps-py admin replication``: the destinations table, what is down, the
+    upstreams."""
+    parts: list[RenderableType] = []
+    if replication.get("destinations"):
+        parts.append(destinations_table(replication, width))
+        parts.extend(down_lines(replication))
+    else:
+        parts.append(Text("no replication destinations"))
+    upstreams = upstreams_line(replication)
+    if upstreams is not None:
+        parts.append(upstreams)
+    return Group(*parts)
 
 
 def _clients_line(instance: dict[str, Any]) -> str:
@@ -141,8 +200,9 @@ def _clients_line(instance: dict[str, Any]) -> str:
     return line
 
 
-def status_screen(instance: dict[str, Any]) -> Group:
-    """The ``status`` screen of an ``/amps/instance`` document, as one renderable."""
+def status_screen(instance: dict[str, Any], width: int | None = None) -> Group:
+    """The ``status`` screen of an ``/amps/instance`` document, as one renderable whose
+    tables fit ``width`` columns."""
     parts: list[RenderableType] = []
 
     def line(text: str) -> None:
@@ -180,22 +240,18 @@ def status_screen(instance: dict[str, Any]) -> Group:
             line(f"  {maintenance['failures']} journal maintenance step(s) failed (log 05-0005)")
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
     line(f"transports {transports}")
-    if instance.get("replication", {}).get("destinations"):
-        parts.append(destinations_table(instance))
-    upstreams = instance.get("replication", {}).get("upstreams", {})
-    if upstreams:
-        line(
-            "upstreams: "
-            + ", ".join(
-                f"{n} ({u['address']}, {u['messages_in']} messages in)"
-                for n, u in upstreams.items()
-            )
-        )
+    replication = instance.get("replication", {})
+    if replication.get("destinations"):
+        parts.append(destinations_table(replication, width))
+        parts.extend(down_lines(replication))
+    upstreams = upstreams_line(replication)
+    if upstreams is not None:
+        parts.append(upstreams)
     return Group(*parts)
 
 
 def print_status(console: Console, instance: dict[str, Any]) -> None:
-    console.print(status_screen(instance))
+    console.print(status_screen(instance, console.width))
 
 
 def _size(n: int) -> str:
@@ -218,41 +274,51 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def clients_table(clients: dict[str, Any]) -> Table:
-    """``/amps/instance/clients`` as a table; the queued column is the slow-client
-    indicator (a bar of the bytes waiting against the slow-client limit)."""
-    table = Table(title="clients", expand=False)
-    table.add_column("client", no_wrap=True)
-    table.add_column("user")
-    table.add_column("remote", no_wrap=True)
-    for column in ("up", "subs", "in", "out"):
-        table.add_column(column, justify="right")
-    table.add_column("queued", no_wrap=True)
-    table.add_column("state")
+CLIENT_COLUMNS: Final = (
+    Column("client"),
+    Column("user", drop=3),
+    Column("remote", drop=4),
+    Column("up", "right", drop=2),
+    Column("subs", "right"),
+    Column("in", "right"),
+    Column("out", "right"),
+    Column("queued", "right"),
+    Column("state"),
+)
+
+
+def clients_table(clients: dict[str, Any], width: int | None = None) -> RenderableType:
+    """``/amps/instance/clients`` as a table that fits ``width``; the queued column is
+    the slow-client indicator (bytes waiting to be written, and their share of the
+    client's limit)."""
+    rows = []
     for key, c in clients.items():
-        queued, limit = int(c["queued_bytes"]), int(c["queued_limit_bytes"]) or 1
+        queued, limit = int(c["queued_bytes"]), int(c["queued_limit_bytes"])
+        share = f" ({100 * queued / limit:.0f}%)" if queued and limit else ""
         state = "ok" if c["logged_on"] else "no logon"
         if c.get("closing"):
             state = f"closing: {c['closing']}"
-        table.add_row(
-            key,
-            c["user"] or "-",
-            c["remote_address"],
-            _duration(float(c["connected_s"])),
-            str(c["subscriptions"]),
-            str(c["messages_in"]),
-            str(c["messages_out"]),
-            f"{_bar(queued / limit, 6)} {_size(queued)}",
-            state,
+        rows.append(
+            (
+                key,
+                c["user"] or "-",
+                c["remote_address"],
+                _duration(float(c["connected_s"])),
+                str(c["subscriptions"]),
+                str(c["messages_in"]),
+                str(c["messages_out"]),
+                _size(queued) + share,
+                state,
+            )
         )
-    return table
+    return fit_table("clients", CLIENT_COLUMNS, rows, width)
 
 
 def print_clients(console: Console, clients: dict[str, Any]) -> None:
     if not clients:
         console.print("no clients connected")
         return
-    console.print(clients_table(clients))
+    console.print(clients_table(clients, console.width))
 
 
 def watch(
@@ -275,7 +341,7 @@ def watch(
             is shown on the screen, and the next refresh tries again.
     """
     path = "/amps/instance.json"
-    last_good = status_screen(fetch(url, path, user=user, password=password))
+    last_good = status_screen(fetch(url, path, user=user, password=password), console.width)
     failure: AdminError | None = None
     shown = 1
     try:
@@ -285,7 +351,7 @@ def watch(
                 screen: RenderableType
                 try:
                     screen = last_good = status_screen(
-                        fetch(url, path, user=user, password=password)
+                        fetch(url, path, user=user, password=password), console.width
                     )
                     failure = None
                 except AdminError as exc:
@@ -300,9 +366,15 @@ def watch(
 
 def journal_table(journal: dict[str, Any]) -> Table:
     """The transaction log: range, size, durability, and what its commits cost."""
-    table = Table(title="transaction log", show_header=False)
-    table.add_column("field")
-    table.add_column("value")
+    table = Table(
+        title="transaction log",
+        show_header=False,
+        title_justify="left",
+        box=box.SIMPLE,
+        show_edge=False,
+    )
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")
     writer = journal.get("writer") or {}
     commits = int(writer.get("commits", 0))
     rows = [
@@ -323,40 +395,71 @@ def journal_table(journal: dict[str, Any]) -> Table:
     return table
 
 
-def segments_table(journal: dict[str, Any]) -> Table:
-    """The journal segments (AMPS's journal files): state, txids, size, time span."""
-    table = Table(title="journals")
-    for col in ("id", "state", "txids", "records", "size", "newest record", "file"):
-        table.add_column(col, justify="right" if col in ("id", "records", "size") else "left")
+SEGMENT_COLUMNS: Final = (
+    Column("id", "right"),
+    Column("state"),
+    Column("txids"),
+    Column("records", "right"),
+    Column("size", "right"),
+    Column("on disk", "right"),
+    Column("newest record", drop=2),
+    Column("file", drop=3),
+)
+
+
+def segments_table(journal: dict[str, Any], width: int | None = None) -> RenderableType:
+    """The journal segments (AMPS's journal files): state, txids, records, their size
+    and, for a segment in a file of its own (compressed, archived), the file's size on
+    disk; the newest record's time and the file as room allows."""
+    rows = []
+    directory = str(journal.get("path", ""))
     for seg in (journal.get("journals") or {}).values():
         state = str(seg.get("state", "?"))
         if seg.get("is_current"):
             state += " (current)"
         if seg.get("pending_removal"):
             state += ", removal pending"
-        table.add_row(
-            str(seg.get("id", "?")),
-            state,
-            f"{seg.get('first_txid', 0)}..{seg.get('last_txid', 0)}",
-            str(seg.get("records", 0)),
-            _size(int(seg.get("bytes", 0))),
-            str(seg.get("max_timestamp", "")).replace("T", " ")[:19],
-            str(seg.get("file_name", "")),
+        file_bytes = seg.get("file_bytes")
+        file_name = str(seg.get("file_name", ""))
+        if directory and file_name.startswith(directory.rstrip("/") + "/"):
+            file_name = file_name[len(directory.rstrip("/")) + 1 :]  # in the journal dir
+        rows.append(
+            (
+                str(seg.get("id", "?")),
+                state,
+                f"{seg.get('first_txid', 0)}..{seg.get('last_txid', 0)}",
+                str(seg.get("records", 0)),
+                _size(int(seg.get("bytes", 0))),
+                "-" if file_bytes is None else _size(int(file_bytes)),
+                str(seg.get("max_timestamp", "")).replace("T", " ")[:19],
+                file_name,
+            )
         )
     maintenance = journal.get("maintenance") or {}
     held = maintenance.get("held_by") or []
-    notes = []
+    notes = ["size: the records' bytes; on disk: the segment file's size ('-': in data.mdb)"]
     if maintenance.get("pending_removal") and held:
         notes.append("removal waits for: " + "; ".join(map(str, held)))
     if maintenance.get("failures"):
         notes.append(
             f"{maintenance['failures']} maintenance step(s) failed and were retried (log 05-0005)"
         )
-    if notes:
-        table.caption = "\n".join(notes)
-    return table
+    return fit_table("journals", SEGMENT_COLUMNS, rows, width, notes=notes)
 
 
-def journals_view(journal: dict[str, Any]) -> Group:
+def journals_view(journal: dict[str, Any], width: int | None = None) -> Group:
     """``amps-py admin journals``: the transaction log summary, then its segments."""
-    return Group(journal_table(journal), segments_table(journal))
+    return Group(journal_table(journal), segments_table(journal, width))
+
+
+def actions_view(document: Mapping[str, Any]) -> Group:
+    """``amps-py admin actions``: one line per amps-action-on-admin action (its Path,
+    name, the parameters it needs, its description); long lines wrap."""
+    actions = document.get("actions") or []
+    if not actions:
+        return Group(Text("no amps-action-on-admin actions are configured"))
+    lines = []
+    for a in actions:
+        needs = ", ".join(a["required_parameters"]) or "no parameters"
+        lines.append(Text(f"{a['path']}: {a['name']} ({needs}) {a['description']}".rstrip()))
+    return Group(*lines)

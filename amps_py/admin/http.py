@@ -121,7 +121,12 @@ def _iso(ts_us: int) -> str:
 def journals_tree(instance: Instance) -> dict[str, Any]:
     """The journal segments (AMPS's journal files) by id, with the log's time span and
     the maintenance state: ``journals``, ``min_timestamp``, ``max_timestamp``,
-    ``maintenance`` (requests counted, removals pending and what holds them)."""
+    ``maintenance`` (requests counted, removals pending and what holds them).
+
+    A segment's ``bytes`` are its records' stored bytes (before segment-file
+    compression); ``file_bytes`` is the size of its segment file on disk (a compressed
+    or archived segment), null for a segment still in ``data.mdb`` or whose file is
+    missing."""
     journal, maintenance = instance.journal, instance.maintenance
     assert journal is not None
     segments = [seg for seg in journal.segments() if seg.state != "removed"]
@@ -140,6 +145,7 @@ def journals_tree(instance: Instance) -> dict[str, Any]:
             "last_txid": seg.last_txid,
             "records": seg.records,
             "bytes": seg.size,
+            "file_bytes": _file_size(journal.segment_path(seg)) if seg.file else None,
             "min_timestamp": _iso(seg.first_ts),
             "max_timestamp": _iso(seg.last_ts),
         }
@@ -161,6 +167,15 @@ def journals_tree(instance: Instance) -> dict[str, Any]:
             "destination_positions": positions,
         }
     return tree
+
+
+def _file_size(path: Path) -> int | None:
+    """The size of a segment file on disk; None when it is not there (removed by hand,
+    or an archive directory that is not mounted)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def client_sessions(instance: Instance) -> dict[str, Session]:

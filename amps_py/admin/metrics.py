@@ -242,6 +242,17 @@ class InstanceCollector(Collector):
                 "Age of the oldest record the destination has not acknowledged",
                 labels=labels,
             ),
+            "down_seconds": GaugeMetricFamily(
+                "amps_replication_down_seconds",
+                "Seconds since the destination went down (lost its connection or failed "
+                "to connect); 0 while it is connected",
+                labels=labels,
+            ),
+            "failed_attempts": GaugeMetricFamily(
+                "amps_replication_failed_attempts",
+                "Attempts to connect that failed since the destination went down",
+                labels=labels,
+            ),
             "messages_out": CounterMetricFamily(
                 "amps_replication_messages_out", "Messages sent", labels=labels
             ),
@@ -269,6 +280,8 @@ class InstanceCollector(Collector):
             families["lag_bytes"].add_metric(key, lag_bytes)
             for family, field in (
                 ("seconds_behind", "seconds_behind"),
+                ("down_seconds", "down_s"),
+                ("failed_attempts", "failed_attempts"),
                 ("messages_out", "messages_out"),
                 ("bytes_out", "bytes_out"),
                 ("downgrades", "downgrades"),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import ssl
 import time
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from .backoff import ReconnectBackoff
 from .incoming import UpstreamConnection
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
 from .mux import RoleStream, SharedConnection
+from .outage import OutageLog, OutageReport
 from .routing import Route
 
 if TYPE_CHECKING:
@@ -74,6 +76,15 @@ _TOLD_REASONS: Final = frozenset(
 )
 
 
+class RefusedByPeer(LinkError):
+    """The peer answered the handshake with a refusal (validation, credentials, ...);
+    ``str()`` is ``<what>: <reason> (<the peer's detail>)``."""
+
+    def __init__(self, reason: str, detail: str, what: str) -> None:
+        super().__init__(reason, detail)
+        self.args = (f"{what}: {reason} ({detail})",)
+
+
 @dataclass(frozen=True)
 class DestinationStatistics:
     name: str
@@ -100,6 +111,12 @@ class DestinationStatistics:
     upgrade_pending: bool = False
     #: the reconnect back-off wait in progress (seconds); 0 while connected or dialling
     reconnect_wait: float = 0.0
+    #: while the destination is down (its connection lost, or its attempts failing):
+    #: since when (UTC, ISO 8601), for how long (seconds), and how many attempts to
+    #: connect failed since; "", 0 and 0 while it is connected or has not tried yet
+    down_since: str = ""
+    down_s: float = 0.0
+    failed_attempts: int = 0
     # AMPS's monitoring names (AMPS-NOTES 7.7)
     client_name: str = ""
     client_type: str = "destination"
@@ -161,6 +178,8 @@ class Destination:
         self._peer_up = trio.Event()
         #: the back-off wait in progress (seconds), 0 while connecting or connected
         self.reconnect_wait = 0.0
+        #: whether it is down, since when, and when to log that (wall-clock time)
+        self._outage = OutageLog()
 
     def _client_tls_context(self) -> ssl.SSLContext:
         """The client-side TLS context (built once): CA from ``ca_file`` or the system."""
@@ -348,45 +367,99 @@ class Destination:
             with trio.fail_after(CONNECT_TIMEOUT):
                 stream = await trio.open_tcp_stream(host, port)
         except (OSError, trio.TooSlowError) as exc:
-            self.last_error = f"connect to {address}: {exc}"
-            log.debug("destination %s: %s", self.name, self.last_error)
+            why = _connect_failure(exc)
+            self._attempt_failed(
+                address, f"connect to {address}: {why}", events.REPLICATION_UNREACHABLE
+            )
             return False
         self.address = address
         link_stream: trio.abc.Stream = stream
+        ended: BaseException | None = None
+        ended_by: str | None = None
         try:
             if self.config.secure:
                 link_stream = await self._secure(stream, host, address)
             await self._session(link_stream, address)
         except LinkError as exc:
-            self.last_error = str(exc)
-            log.warning(
-                "replication to %s (%s) ended: %s",
-                self.name,
-                address,
-                exc,
-                extra=events.extra(events.REPLICATION_LINK_ERROR),
-            )
+            ended, ended_by = exc, str(exc)
         except (
             trio.BrokenResourceError,
             trio.ClosedResourceError,
             OSError,
             trio.TooSlowError,
         ) as exc:
-            self.last_error = f"connection lost: {exc}"
-            log.info(
-                "replication to %s (%s): connection lost (%s)",
-                self.name,
-                address,
-                exc,
-                extra=events.extra(events.REPLICATION_DISCONNECTED),
-            )
+            ended, ended_by = exc, f"connection lost: {exc}"
         finally:
             was_up = self._session_ended()
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await link_stream.aclose()
             if link_stream is not stream:  # TLS: make sure the socket is closed
                 await trio.aclose_forcefully(stream)
+        if ended_by is None:
+            return was_up
+        if not was_up:  # the attempt failed before the link was up
+            if isinstance(ended, RefusedByPeer):
+                code = events.REPLICATION_REFUSED
+            elif isinstance(ended, LinkError):
+                code = events.REPLICATION_LINK_ERROR
+            else:
+                code = events.REPLICATION_UNREACHABLE
+            self._attempt_failed(address, ended_by, code)
+            return was_up
+        self.last_error = ended_by
+        if isinstance(ended, LinkError):
+            log.warning(
+                "replication to %s (%s) ended: %s",
+                self.name,
+                address,
+                ended,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
+        else:
+            log.info(
+                "replication to %s (%s): connection lost (%s)",
+                self.name,
+                address,
+                ended,
+                extra=events.extra(events.REPLICATION_DISCONNECTED),
+            )
         return was_up
+
+    def _attempt_failed(self, address: str, error: str, code: str) -> None:
+        """An attempt to connect to ``address`` failed with ``error`` (before the link
+        was up): remember it, and log it when :class:`OutageLog` says so (the first
+        failure, a new error, then at growing intervals with the count since)."""
+        self.last_error = error
+        report = self._outage.failed(time.time(), error)
+        if report is None:
+            return
+        refused = code == events.REPLICATION_REFUSED and report.new_error
+        level = logging.ERROR if refused else logging.WARNING
+        log.log(
+            level,
+            "%s",
+            self._outage_line(address, report),
+            extra=events.extra(code if report.new_error else events.REPLICATION_UNREACHABLE),
+        )
+
+    def _outage_line(self, address: str, report: OutageReport) -> str:
+        """The log line of one :class:`OutageReport`."""
+        acks = "; persisted acks wait for it (sync destination)" if self.sync else ""
+        if report.first:
+            return (
+                f"replication to {self.name} ({address}) failed: {report.error}{acks}; "
+                "retrying on the ReconnectTimeout back-off, and logging again at growing "
+                "intervals while it fails"
+            )
+        since = utc_iso(self._outage.down_since or 0.0)
+        head = f"replication to {self.name} still down since {since} ({_duration(report.down_for)})"
+        counts = (
+            f"{report.attempts} failed attempt{'s' if report.attempts != 1 else ''} since the "
+            f"last report, {report.total_attempts} in all"
+        )
+        if report.new_error:
+            return f"{head}, {counts}; now failing with: {report.error}{acks}"
+        return f"{head}, {counts}; last error: {report.error}{acks}"
 
     async def _session(self, stream: trio.abc.Stream, peer: str) -> bool:
         """One connection this instance opened: handshake, resync, stream. Returns True
@@ -473,6 +546,17 @@ class Destination:
         self.connected = True
         self.connect_time = time.time()
         self._backoff.connected(now())
+        recovery = self._outage.recovered(self.connect_time)
+        if recovery is not None:
+            log.info(
+                "replication to %s (%s) is up again after %s down (%d failed attempt%s)",
+                cfg.name,
+                self.address,
+                _duration(recovery.down_for),
+                recovery.total_attempts,
+                "s" if recovery.total_attempts != 1 else "",
+                extra=events.extra(events.REPLICATION_CONNECTED),
+            )
         self._peer_up = trio.Event()  # a connection of the peer's from before does not count
         self.resyncs += 1
         resync_end = instance.committed_txid
@@ -507,20 +591,13 @@ class Destination:
                     if isinstance(event, Welcome):
                         return event
                     if isinstance(event, Refused):
+                        # logged by the caller, as a failed attempt (not every time)
                         what = (
                             "the peer refused validation (its log names each check)"
                             if event.reason == "validation failed"
                             else "refused by the peer"
                         )
-                        log.error(
-                            "replication to %s: %s: %s (%s)",
-                            self.name,
-                            what,
-                            event.reason,
-                            event.detail,
-                            extra=events.extra(events.REPLICATION_REFUSED),
-                        )
-                        raise LinkError(event.reason, f"refused by the peer: {event.detail}")
+                        raise RefusedByPeer(event.reason, event.detail, what)
 
     async def _resync_point(self, welcome: Welcome) -> int:
         """The txid after which to resend: the downstream's cursor if this journal
@@ -772,6 +849,7 @@ class Destination:
             self._backoff.lost(trio.current_time())
             self.disconnect_count += 1
             self.disconnect_time = time.time()
+            self._outage.lost(self.disconnect_time)
             self.connected = False
             self.instance.fire_action("disconnect-replication", self._action_variables())
         self.instance.replication_changed()
@@ -789,6 +867,7 @@ class Destination:
         messages_rate, bytes_rate = self._rates.update(
             time.monotonic(), self.messages_out, self.bytes_out
         )
+        now, down_since = time.time(), self._outage.down_since
         return DestinationStatistics(
             name=self.name,
             remote_name=self.remote_name,
@@ -813,6 +892,9 @@ class Destination:
             upgrades=self.upgrades,
             upgrade_pending=self._upgrade_at is not None,
             reconnect_wait=self.reconnect_wait,
+            down_since=utc_iso(down_since) if down_since is not None else "",
+            down_s=round(max(0.0, now - down_since), 3) if down_since is not None else 0.0,
+            failed_attempts=self._outage.attempts,
             client_name=f"{self.instance.name}->{self.name}",
             authenticated_id=self.authenticated_id,
             destination_name=self.remote_name,
@@ -822,6 +904,38 @@ class Destination:
             messages_out_per_sec=messages_rate,
             bytes_out_per_sec=bytes_rate,
         )
+
+
+def _connect_failure(exc: OSError | trio.TooSlowError) -> str:
+    """Why a TCP connect failed, in the OS's words (``Connection refused``): trio's
+    ``all attempts to connect ... failed`` carries the reasons as its cause."""
+    if isinstance(exc, trio.TooSlowError):
+        return f"no connection within {CONNECT_TIMEOUT:g} s"
+    reasons: list[str] = []
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        elif isinstance(current, OSError) and current.strerror:
+            # the errno's own words; getaddrinfo's negative codes have only strerror
+            code = current.errno
+            reason = os.strerror(code) if code and code > 0 else current.strerror
+            if reason not in reasons:
+                reasons.append(reason)
+        elif current.__cause__ is not None:
+            pending.append(current.__cause__)
+    return "; ".join(reasons) if reasons else str(exc)
+
+
+def _duration(seconds: float) -> str:
+    """``45s``, ``2m05s``, ``3h10m``: how long an outage lasted, for a log line."""
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 class _Rates:

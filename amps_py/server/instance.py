@@ -47,6 +47,7 @@ from .durability import PublisherLedger
 from .limits import InstanceLimits
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
 from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
+from .startup import journal_directory_failure, listen_failure, os_error_in
 from .subscriptions import Subscription, SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -770,6 +771,16 @@ class Instance:
         session.messages_out += n
         self.stats_delivered += n
 
+    def _setting(self, setting: str, flag: str) -> str:
+        """``setting`` as a startup error names it; for the embedded default (no config
+        file to edit), the ``amps-py serve`` flag that changes it instead."""
+        if self.config.source != "<embedded default>":
+            return setting
+        return (
+            f"{setting} (the embedded default's: run `amps-py serve {flag} N`, 0 for any "
+            "free port, or serve a config of your own from `amps-py config show-default`)"
+        )
+
     # ---------------------------------------------------------------- serving
     async def serve(
         self, *, task_status: trio.TaskStatus[dict[str, tuple[str, int]]] = trio.TASK_STATUS_IGNORED
@@ -839,10 +850,18 @@ class Instance:
                     host, port = config.admin
                     try:
                         bound = await nursery.start(serve_admin, self, host, port)
-                    except OSError as exc:
-                        raise ConfigurationError(
-                            f"the admin interface cannot listen on {host}:{port} ({exc}); "
-                            "free the port or change Admin/InetAddr"
+                    except (OSError, BaseExceptionGroup) as exc:
+                        bind_error = os_error_in(exc)  # hypercorn raises it in a group
+                        if bind_error is None:
+                            raise
+                        raise _cannot_listen(
+                            listen_failure(
+                                "the admin interface",
+                                host,
+                                port,
+                                bind_error,
+                                self._setting("Admin/InetAddr", "--admin-port"),
+                            )
                         ) from exc
                     self.listeners["admin"] = (host, bound)
                 log.info(
@@ -882,6 +901,15 @@ class Instance:
                 extra=events.extra(events.JOURNAL_OPEN_REFUSED),
             )
             raise
+        except OSError as exc:  # the directory, its lock file or LMDB's files
+            why = journal_directory_failure(tl.journal_directory, exc)
+            log.critical(
+                "journal %s not opened, instance not started: %s",
+                tl.journal_directory,
+                why,
+                extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+            )
+            raise ConfigurationError(why) from exc
         if journal.started_empty_over:
             aside = ", ".join(str(p) for p in journal.set_aside_to)
             log.warning(
@@ -927,7 +955,18 @@ class Instance:
                 "names the file at fault"
             ) from exc
         host = None if transport.host in ("", "0.0.0.0") else transport.host
-        listeners = await trio.open_tcp_listeners(transport.port, host=host)
+        try:
+            listeners = await trio.open_tcp_listeners(transport.port, host=host)
+        except OSError as exc:
+            raise _cannot_listen(
+                listen_failure(
+                    f"transport {transport.name} ({transport.type})",
+                    transport.host,
+                    transport.port,
+                    exc,
+                    self._setting(f"the InetAddr of Transport {transport.name}", "--port"),
+                )
+            ) from exc
         with trio.CancelScope() as scope:
             self._transport_scopes[transport.name] = scope
             try:
@@ -1020,6 +1059,12 @@ class Instance:
             durable_txid=self.durable_txid,
             limits=self.limits.statistics(),
         )
+
+
+def _cannot_listen(why: str) -> ConfigurationError:
+    """Log that a listener could not open (the instance stops); the error to raise."""
+    log.critical("instance not started: %s", why, extra=events.extra(events.INSTANCE_FAILED))
+    return ConfigurationError(why)
 
 
 def _peer_of(stream: trio.SocketStream) -> str:

@@ -1,0 +1,101 @@
+"""Why an instance could not start, in words an operator can act on.
+
+The listeners and the journal directory fail with a bare :class:`OSError`
+(``[Errno 98] Address already in use``, ``[Errno 30] Read-only file system``) that says
+neither which listener or directory nor what to change. These functions turn such an
+error into one line naming the thing that failed, the cause, and the fix. They only
+build text (:func:`journal_directory_failure` looks at which parts of a path exist).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+
+def address_text(host: str, port: int) -> str:
+    """``host:port`` as written in an InetAddr (``[v6]:port``), with ``0.0.0.0``
+    and ``::`` spelled out as every address."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if host in ("", "0.0.0.0", "::"):
+        shown += " (every address of this host)"
+    return shown
+
+
+def listen_failure(what: str, host: str, port: int, exc: OSError, setting: str) -> str:
+    """One line saying that ``what`` (``transport json-tcp (tcp)``, ``the admin
+    interface``) cannot listen on ``host:port`` because of ``exc``, and what to change;
+    ``setting`` names the config element that holds the address (``the InetAddr of
+    Transport json-tcp``)."""
+    where = f"{what} cannot listen on {address_text(host, port)}"
+    code = exc.errno
+    if code == errno.EADDRINUSE:
+        return (
+            f"{where}: the address is already in use by another process (another amps-py "
+            f"instance, or another server; `ss -ltnp 'sport = :{port}'` shows which). "
+            f"Fix: stop that process, or change {setting} to a free port"
+        )
+    if code == errno.EADDRNOTAVAIL:
+        return (
+            f"{where}: {host} is not an address of this host. "
+            f"Fix: change {setting} to an address of this host (0.0.0.0 for every address)"
+        )
+    if code in (errno.EACCES, errno.EPERM) and 0 < port < 1024:
+        return (
+            f"{where}: ports below 1024 need privileges this process does not have. "
+            f"Fix: change {setting} to a port from 1024 up"
+        )
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    return f"{where}: {cause}. Fix: check {setting}"
+
+
+def journal_directory_failure(directory: Path, exc: OSError) -> str:
+    """One line saying that the journal directory cannot be used for writing, why
+    (``exc`` from creating the directory, its lock file or LMDB's files), and how to
+    fix it. Names the part of the path at fault: a regular file where a directory
+    must be, a read-only file system, missing permissions."""
+    failed_on = Path(exc.filename) if exc.filename else directory
+    code = exc.errno
+    blocker = _file_in_the_way(directory)
+    if blocker is not None:
+        why = f"{blocker} is a file, not a directory"
+    elif code == errno.EROFS:
+        why = f"it is on a read-only file system (writing {failed_on} failed)"
+    elif code in (errno.EACCES, errno.EPERM):
+        who = f"uid {os.getuid()}" if hasattr(os, "getuid") else "this user"
+        why = f"permission denied: the user running amps-py ({who}) cannot write {failed_on}"
+    elif code == errno.ENOSPC:
+        why = f"no space left on the device (writing {failed_on})"
+    else:
+        why = f"{exc.strerror or exc} ({failed_on})"
+    return (
+        f"the journal directory {directory} cannot be opened for writing: {why}. "
+        "Fix: make it a directory the user running amps-py can write, or set "
+        "TransactionLog/JournalDirectory to one"
+    )
+
+
+def _file_in_the_way(directory: Path) -> Path | None:
+    """The part of ``directory`` (itself or a parent) that exists but is not a
+    directory, if any."""
+    for part in (directory, *directory.parents):
+        try:
+            if part.exists():
+                return None if part.is_dir() else part
+        except OSError:
+            return None
+    return None
+
+
+def os_error_in(exc: BaseException) -> OSError | None:
+    """The first :class:`OSError` in ``exc`` or, for an exception group, in its
+    members (depth first); None when there is none."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for member in exc.exceptions:
+            found = os_error_in(member)
+            if found is not None:
+                return found
+    return None
