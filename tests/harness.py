@@ -261,3 +261,28 @@ def start_instance(tmp_path: Path, name: str = "inst", **config_kwargs: Any) -> 
     port = free_port()
     cfg = write_config(tmp_path, name, port, **config_kwargs)
     return ServerProcess(cfg, tmp_path, port, name).start()
+
+
+def security_xml(directory: Path, users: dict[str, str], rules: dict[str, Any]) -> str:
+    """Authentication (an amps-password-file with ``users``: name -> password, made
+    with the real ``amps-py users add``) and Entitlement (amps-rule-entitlement with
+    ``rules``) elements for a test config, the files written into ``directory``."""
+    password_file = directory / "users.pw"
+    users_add = [sys.executable, "-m", "amps_py", "users", "add", "--password-stdin"]
+    for user, password in users.items():
+        added = subprocess.run(
+            [*users_add, str(password_file), user],
+            input=password + "\n",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert added.returncode == 0, added.stderr
+    rules_file = directory / "rules.json"
+    rules_file.write_text(json.dumps(rules))
+    return (
+        "<Authentication><Module>amps-password-file</Module>"
+        f"<Options><PasswordFile>{password_file}</PasswordFile></Options></Authentication>"
+        "<Entitlement><Module>amps-rule-entitlement</Module>"
+        f"<Options><RulesFile>{rules_file}</RulesFile></Options></Entitlement>"
+    )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 from cluster import Cluster, destination_xml, replication_xml
-from harness import ServerProcess, start_instance, wait_until
+from harness import ServerProcess, security_xml, start_instance, wait_until
 from lxml import etree
 
 from amps_py.client import ConnectionLost, open_client
@@ -375,25 +375,10 @@ async def test_shared_client_names_are_told_apart_by_connection(tmp_path: Path) 
 
 
 async def test_disconnect_needs_the_admin_right(tmp_path: Path) -> None:
-    password_file = tmp_path / "users.pw"
-    users_add = [sys.executable, "-m", "amps_py", "users", "add", "--password-stdin"]
-    for user in ("alice", "bob"):
-        added = subprocess.run(
-            [*users_add, str(password_file), user],
-            input=f"{user}-secret-9\n",
-            capture_output=True,
-            text=True,
-        )
-        assert added.returncode == 0, added.stderr
-    rules = tmp_path / "rules.json"
-    rules.write_text(
-        json.dumps({"alice": {"read": ".*", "write": ".*", "admin": True}, "bob": {"read": ".*"}})
-    )
-    security = (
-        "<Authentication><Module>amps-password-file</Module>"
-        f"<Options><PasswordFile>{password_file}</PasswordFile></Options></Authentication>"
-        "<Entitlement><Module>amps-rule-entitlement</Module>"
-        f"<Options><RulesFile>{rules}</RulesFile></Options></Entitlement>"
+    security = security_xml(
+        tmp_path,
+        {"alice": "alice-secret-9", "bob": "bob-secret-9"},
+        {"alice": {"read": ".*", "write": ".*", "admin": True}, "bob": {"read": ".*"}},
     )
     server = start_instance(tmp_path, "sec", extra=security + ADMIN_XML)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from clirun import DefaultServe, amps_py_command, cli_env, run, run_on_terminal
 from cluster import destination_xml, replication_xml
-from harness import ServerProcess, free_port, start_instance
+from harness import ServerProcess, free_port, security_xml, start_instance
 
 PASSWORD = "alice-Secret-42"
 ADMIN_XML = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
@@ -31,22 +31,10 @@ def admin_url(server: ServerProcess) -> str:
 def secured(tmp_path: Path) -> Iterator[ServerProcess]:
     """An instance whose logons and admin API need a password (alice, bob), where bob
     may only read."""
-    password_file = tmp_path / "users.pw"
-    for user, password in (("alice", PASSWORD), ("bob", "bob-Secret-42")):
-        added = run(
-            "users", "add", str(password_file), user, "--password-stdin",
-            cwd=tmp_path, input=password + "\n",
-        )  # fmt: skip
-        assert added.returncode == 0, added.stderr
-    rules = tmp_path / "rules.json"
-    rules.write_text(
-        json.dumps({"alice": {"read": ".*", "write": ".*", "admin": True}, "bob": {"read": ".*"}})
-    )
-    security = (
-        "<Authentication><Module>amps-password-file</Module>"
-        f"<Options><PasswordFile>{password_file}</PasswordFile></Options></Authentication>"
-        "<Entitlement><Module>amps-rule-entitlement</Module>"
-        f"<Options><RulesFile>{rules}</RulesFile></Options></Entitlement>"
+    security = security_xml(
+        tmp_path,
+        {"alice": PASSWORD, "bob": "bob-Secret-42"},
+        {"alice": {"read": ".*", "write": ".*", "admin": True}, "bob": {"read": ".*"}},
     )
     server = start_instance(tmp_path, "secured", extra=security + ADMIN_XML)
     try:
