@@ -181,6 +181,15 @@ def _encode_path(path: tuple[tuple[str, str], ...]) -> bytes:
     return _RECORD_SEP.join(f"{name}{_UNIT_SEP}{group}" for name, group in path).encode()
 
 
+def decode_path(raw: bytes) -> tuple[tuple[str, str], ...]:
+    """The hops ``(name, group)`` of a stored path, origin first.
+
+    Raises:
+        UnicodeDecodeError: the bytes are not UTF-8.
+    """
+    return _decode_path(raw)
+
+
 @lru_cache(maxsize=4096)
 def _decode_path(raw: bytes) -> tuple[tuple[str, str], ...]:
     """Raises UnicodeDecodeError for bytes that are not UTF-8 (the caller reports it)."""
@@ -564,14 +573,54 @@ class DeliveryView(NamedTuple):
     payload: bytes
 
 
-def check_stored(value: bytes, txid: int) -> None:
+#: the fixed fields of a stored record, in the order :func:`check_stored` returns them
+#: (the ``n_*`` are the byte lengths of the seven strings that follow, in this order)
+STORED_FIELDS: Final = (
+    "crc",
+    "version",
+    "kind",
+    "flags",
+    "txid",
+    "pub_hash",
+    "seq",
+    "origin_txid",
+    "origin_ts",
+    "local_ts",
+    "n_client_name",
+    "n_origin",
+    "n_topic",
+    "n_message_type",
+    "n_sow_key",
+    "n_correlation_id",
+    "n_path",
+)
+#: bytes of the fixed fields: the first string starts here
+FIXED_SIZE: Final = _FIXED_SIZE
+#: the ``flags`` bit of a zstd-compressed stored payload (never set on a decoded Record)
+ZSTD_FLAG: Final = _ZSTD
+
+
+def check_stored(value: bytes, txid: int) -> tuple[tuple[int, ...], int]:
     """Check a stored record as every read does (length, CRC, format version, txid)
     without decoding it.
+
+    Returns:
+        its fixed fields (named by :data:`STORED_FIELDS`) and where its payload starts,
+        for readers that decode the stored format themselves (the Spark pipeline).
 
     Raises:
         CorruptRecord: naming what is wrong.
     """
-    _checked_header(value, txid)
+    return _checked_header(value, txid)
+
+
+def stored_payload(value: bytes, payload_at: int, flags: int, txid: int) -> bytes:
+    """The payload of a checked stored record (decompressed when ``flags`` says so).
+
+    Raises:
+        CorruptRecord: a compressed payload does not decompress.
+    """
+    return _CODEC_FOR_PAYLOADS._payload(value, payload_at, flags, txid)
 
 
 def _checked_header(value: bytes, expected_txid: int | None) -> tuple[tuple[int, ...], int]:

@@ -7,3 +7,23 @@ columns (pyarrow only, no Spark); :mod:`.spark` builds the Spark session with qu
 offline-safe defaults. Export runs without Java; the Spark jobs read its Parquet or
 the ``amps_txlog`` data source.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.read.format("amps_txlog")`` available in ``spark`` (a session you
+    built yourself; sessions from :func:`.spark.spark_session` already have it), with
+    filter pushdown on (``spark.sql.python.filterPushdown.enabled``), which the data
+    source needs."""
+    from .datasource import TxlogDataSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(TxlogDataSource)
