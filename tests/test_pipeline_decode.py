@@ -17,6 +17,7 @@ from amps_py.pipeline.decode import select_stored, stored_to_batch
 from amps_py.pipeline.readplan import BadOption, ReadPlan, parse_time_us, read_range
 from amps_py.pipeline.schema import RecordTooLarge, records_to_batch
 from txlog import CorruptRecord, Journal, JournalDamaged, Record, publisher_hash
+from txlog.record import StoredRecords
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def test_stored_to_batch_builds_exactly_what_records_to_batch_builds(varied: Pat
             slow = records_to_batch("inst", j.read(after, limit))
             assert fast.num_rows == slow.num_rows == min(limit, 3000 - after)
             assert fast.equals(slow), _first_difference(fast, slow)
-        empty = stored_to_batch("inst", [])
+        empty = stored_to_batch("inst", StoredRecords([], []))
         assert empty.num_rows == 0 and empty.schema == slow.schema
 
 
@@ -51,7 +52,7 @@ def test_every_kind_of_record_is_in_the_varied_journal(varied: Path) -> None:
     assert any(len(r["payload"]) > 1000 for r in rows)  # stored compressed
     assert any(r["sow_key"] for r in rows) and any(r["correlation_id"] for r in rows)
     with Journal(varied, readonly=True) as j:
-        flags = {rec[0][3] for rec in j.read_stored(0, 3000)}
+        flags = {f[3] for f in j.read_stored(0, 3000).fields}
     assert flags == {0, 1}, "some payloads are stored zstd-compressed, some not"
 
 
@@ -72,7 +73,8 @@ def test_select_stored_keeps_only_the_topics_and_times_asked(varied: Path) -> No
     expected = [
         r["txid"] for r in rows if r["topic"] in ("orders", "quotes") and 301 <= r["txid"] <= 700
     ]
-    assert [rec[0][4] for rec in chosen] == expected
+    assert [f[4] for f in chosen.fields] == expected
+    assert [v[:4] for v in chosen.values] == [v[:4] for v in stored.values if v in chosen.values]
     assert select_stored(stored) is stored
 
 

@@ -61,7 +61,9 @@ from .record import (
     RecordCodec,
     ReplicaRecord,
     RouteView,
+    StoredRecords,
     check_stored,
+    check_stored_records,
 )
 from .segments import (
     Segment,
@@ -212,9 +214,8 @@ def _next_key(key: bytes) -> bytes:
     return key + b"\x00"
 
 
-def _checked_stored(value: bytes, txid: int) -> tuple[tuple[int, ...], int, bytes]:
-    fields, payload_at = check_stored(value, txid)
-    return fields, payload_at, value
+def _stored_pair(value: bytes, txid: int) -> tuple[int, bytes]:
+    return txid, value
 
 
 def unpack_u64(raw: bytes) -> int:
@@ -912,10 +913,9 @@ class Journal:
 
     def read_stored(
         self, after_txid: int, limit: int, max_txid: int | None = None
-    ) -> list[tuple[tuple[int, ...], int, bytes]]:
-        """Up to ``limit`` records after ``after_txid`` (<= ``max_txid``) as stored:
-        ``(fixed fields, payload offset, stored value)`` each (see
-        :func:`txlog.record.check_stored`), after the checks every read makes.
+    ) -> StoredRecords:
+        """Up to ``limit`` records after ``after_txid`` (<= ``max_txid``) as stored,
+        after the checks every read makes (see :class:`txlog.record.StoredRecords`).
 
         For readers that decode many records at once in their own way (the Spark
         pipeline builds Arrow columns from them); everyone else wants :meth:`read`.
@@ -923,10 +923,11 @@ class Journal:
         Raises:
             CorruptRecord: a record in the range failed its checks (its txid named).
         """
-        out, damage = self._scan(after_txid, limit, max_txid, _checked_stored)
+        pairs, damage = self._scan(after_txid, limit, max_txid, _stored_pair)
+        stored = check_stored_records(pairs)
         if damage is not None:
             raise damage
-        return out
+        return stored
 
     def read_route_views(
         self, after_txid: int, limit: int, max_txid: int | None = None

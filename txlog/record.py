@@ -573,8 +573,8 @@ class DeliveryView(NamedTuple):
     payload: bytes
 
 
-#: the fixed fields of a stored record, in the order :func:`check_stored` returns them
-#: (the ``n_*`` are the byte lengths of the seven strings that follow, in this order)
+#: the fixed fields of a stored record, in :attr:`StoredRecords.fields` order (the
+#: ``n_*`` are the byte lengths of the seven strings that follow, in this order)
 STORED_FIELDS: Final = (
     "crc",
     "version",
@@ -600,18 +600,52 @@ FIXED_SIZE: Final = _FIXED_SIZE
 ZSTD_FLAG: Final = _ZSTD
 
 
-def check_stored(value: bytes, txid: int) -> tuple[tuple[int, ...], int]:
+def check_stored(value: bytes, txid: int) -> None:
     """Check a stored record as every read does (length, CRC, format version, txid)
     without decoding it.
-
-    Returns:
-        its fixed fields (named by :data:`STORED_FIELDS`) and where its payload starts,
-        for readers that decode the stored format themselves (the Spark pipeline).
 
     Raises:
         CorruptRecord: naming what is wrong.
     """
-    return _checked_header(value, txid)
+    _checked_header(value, txid)
+
+
+class StoredRecords(NamedTuple):
+    """Stored records, checked, for readers that decode the stored format themselves
+    (the Spark pipeline builds Arrow columns from many at once): the fixed fields of
+    each (named by :data:`STORED_FIELDS`) and its stored value, in the same order."""
+
+    fields: list[tuple[int, ...]]
+    values: list[bytes]
+
+
+def check_stored_records(pairs: list[tuple[int, bytes]]) -> StoredRecords:
+    """The checks of :func:`check_stored` on every ``(txid, stored value)`` of
+    ``pairs``, in one pass that keeps the fixed fields.
+
+    Raises:
+        CorruptRecord: the first record that fails, naming its txid and the problem.
+    """
+    unpack = _FIXED.unpack_from
+    crc32 = zlib.crc32
+    fields: list[tuple[int, ...]] = []
+    values: list[bytes] = []
+    for txid, value in pairs:
+        try:
+            f = unpack(value)
+        except struct.error:
+            _checked_header(value, txid)  # raises: truncated
+            raise
+        if (
+            crc32(value[4:]) != f[0]
+            or f[1] != FORMAT_VERSION
+            or f[4] != txid
+            or _FIXED_SIZE + f[10] + f[11] + f[12] + f[13] + f[14] + f[15] + f[16] > len(value)
+        ):
+            _checked_header(value, txid)  # raises, naming the problem
+        fields.append(f)
+        values.append(value)
+    return StoredRecords(fields, values)
 
 
 def stored_payload(value: bytes, payload_at: int, flags: int, txid: int) -> bytes:

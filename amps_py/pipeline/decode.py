@@ -21,12 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txlog import CorruptRecord
-from txlog.record import FIXED_SIZE, STORED_FIELDS, ZSTD_FLAG, decode_path, stored_payload
+from txlog.record import (
+    FIXED_SIZE,
+    STORED_FIELDS,
+    ZSTD_FLAG,
+    StoredRecords,
+    decode_path,
+    stored_payload,
+)
 
 from .schema import _I64_MAX, _KIND_NAMES, ARROW_SCHEMA, RecordTooLarge
-
-#: one stored record as :meth:`txlog.Journal.read_stored` returns it
-Stored = tuple[tuple[int, ...], int, bytes]
 
 _AT: Final = {name: i for i, name in enumerate(STORED_FIELDS)}
 _KIND: Final = _AT["kind"]
@@ -49,7 +53,7 @@ _NOT_ZSTD: Final = pa.scalar(0xFFFF & ~ZSTD_FLAG, pa.int32())
 _TS: Final = pa.timestamp("us", tz="UTC")
 
 
-def stored_to_batch(instance: str, stored: Sequence[Stored]) -> pa.RecordBatch:
+def stored_to_batch(instance: str, stored: StoredRecords) -> pa.RecordBatch:
     """One Arrow batch (:data:`.schema.ARROW_SCHEMA`) of ``stored`` records of
     ``instance``'s journal, in the order given; the same as
     ``records_to_batch(instance, [decoded records])``.
@@ -60,11 +64,11 @@ def stored_to_batch(instance: str, stored: Sequence[Stored]) -> pa.RecordBatch:
             decompress (the txid named); cannot happen to a record that passed its CRC
             unless the writer stored it so.
     """
-    n = len(stored)
+    values = stored.values
+    n = len(values)
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    fields = list(zip(*[rec[0] for rec in stored], strict=True))
-    values = [rec[2] for rec in stored]
+    fields = list(zip(*stored.fields, strict=True))
     txids = fields[_TXID]
     seqs = fields[_SEQ]
     if max(seqs) > _I64_MAX:
@@ -91,8 +95,8 @@ def stored_to_batch(instance: str, stored: Sequence[Stored]) -> pa.RecordBatch:
     if any(f & ZSTD_FLAG for f in flags):
         body = pa.array(
             [
-                stored_payload(value, rec[1], rec[0][_FLAGS], rec[0][_TXID])
-                for rec, value in zip(stored, values, strict=True)
+                stored_payload(value, _payload_at(f), f[_FLAGS], f[_TXID])
+                for f, value in zip(stored.fields, values, strict=True)
             ],
             pa.binary(),
         )
@@ -126,11 +130,11 @@ def stored_to_batch(instance: str, stored: Sequence[Stored]) -> pa.RecordBatch:
 
 
 def select_stored(
-    stored: Sequence[Stored],
+    stored: StoredRecords,
     topics: Collection[bytes] | None = None,
     start_us: int | None = None,
     end_us: int | None = None,
-) -> Sequence[Stored]:
+) -> StoredRecords:
     """The records of ``stored`` whose topic (UTF-8) is in ``topics`` and whose local
     timestamp is in ``[start_us, end_us)``; ``None`` places no bound. Decodes nothing
     but the bounds it checks."""
@@ -138,16 +142,22 @@ def select_stored(
         return stored
     lo = start_us if start_us is not None else -1
     hi = end_us if end_us is not None else 1 << 64
-    chosen = [rec for rec in stored if lo <= rec[0][_LOCAL_TS] < hi]
-    if topics is None:
-        return chosen
-    out = []
-    for rec in chosen:
-        f = rec[0]
-        at = FIXED_SIZE + f[_N_CLIENT] + f[_N_ORIGIN]
-        if rec[2][at : at + f[_N_TOPIC]] in topics:
-            out.append(rec)
-    return out
+    fields: list[tuple[int, ...]] = []
+    values: list[bytes] = []
+    for f, value in zip(stored.fields, stored.values, strict=True):
+        if not lo <= f[_LOCAL_TS] < hi:
+            continue
+        if topics is not None:
+            at = FIXED_SIZE + f[_N_CLIENT] + f[_N_ORIGIN]
+            if value[at : at + f[_N_TOPIC]] not in topics:
+                continue
+        fields.append(f)
+        values.append(value)
+    return StoredRecords(fields, values)
+
+
+def _payload_at(f: tuple[int, ...]) -> int:
+    return FIXED_SIZE + sum(f[k] for k in _STRINGS)
 
 
 @lru_cache(maxsize=16)

@@ -194,14 +194,15 @@ def read_range(
                 stored = journal.read_stored(after, limit, max_txid)
             except CorruptRecord as exc:
                 raise JournalDamaged(f"journal {plan.path}: {exc}") from exc
-            if not stored:
+            if not stored.values:
                 break
-            after = stored[-1][0][_TXID_AT]
-            scanned += len(stored)
-            size = sum(len(rec[2]) for rec in stored)
-            limit = max(1, min(BATCH_RECORDS, BATCH_BYTES * len(stored) // max(size, 1)))
+            after = stored.fields[-1][_TXID_AT]
+            count = len(stored.values)
+            scanned += count
+            size = sum(map(len, stored.values))
+            limit = max(1, min(BATCH_RECORDS, BATCH_BYTES * count // max(size, 1)))
             chosen = select_stored(stored, topics, plan.start_us, plan.end_us)
-            if not chosen:
+            if not chosen.values:
                 continue
             try:
                 batch = stored_to_batch(instance, chosen)
