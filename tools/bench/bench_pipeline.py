@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import inspect
 import shutil
 import statistics
 import sys
@@ -148,8 +147,8 @@ def exporter(journal: Path, runs: int, workdir: Path) -> dict[str, Any] | str:
     """Rows/s of ``amps_py.pipeline.export`` when it exists (else why not measured).
 
     Calls its ``export_journal(journal, out)`` (the function behind
-    ``amps-py pipeline export JOURNAL OUT``); the returned object's ``rows`` (or the
-    journal's record count) is the row count."""
+    ``amps-py pipeline export JOURNAL OUT``) into a fresh directory each run; the
+    result's ``rows`` is the row count."""
     try:
         module = importlib.import_module("amps_py.pipeline.export")
     except ImportError as exc:
@@ -157,15 +156,11 @@ def exporter(journal: Path, runs: int, workdir: Path) -> dict[str, Any] | str:
     run = getattr(module, "export_journal", None)
     if run is None:
         return "not measured: amps_py.pipeline.export has no export_journal(journal, out)"
-    with Journal(journal, readonly=True) as j:
-        records = j.last_txid
 
     def once() -> int:
         out = workdir / "export"
         shutil.rmtree(out, ignore_errors=True)
-        kwargs = {"progress": False} if "progress" in inspect.signature(run).parameters else {}
-        result = run(journal, out, **kwargs)
-        return int(getattr(result, "rows", records) or records)
+        return int(run(journal, out).rows)
 
     return timed(runs, once)
 
