@@ -74,11 +74,15 @@ def fill_varied(
     batch: int = 100,
     seed: int = 12,
     compression: str = "zstd",
+    segment_size: int | None = None,
 ) -> None:
     """``n`` records in batches of ``batch``, batch i stamped ``BASE_US + i`` seconds."""
     rng = random.Random(seed)
     print(f"fill_varied seed {seed}")
-    with Journal(path, instance_name=name, compression=compression, durability="page-cache") as j:
+    sizing = {"segment_size": segment_size} if segment_size else {}
+    with Journal(
+        path, instance_name=name, compression=compression, durability="page-cache", **sizing
+    ) as j:
         for start in range(0, n, batch):
             records = [varied_record(k, rng) for k in range(start, min(n, start + batch))]
             j.append(records, BASE_US + (start // batch) * 1_000_000)

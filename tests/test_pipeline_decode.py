@@ -11,12 +11,14 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
+import pyarrow as pa
 from pipeline_journals import BASE_US, fill_varied
 
 from amps_py.pipeline.decode import select_stored, stored_to_batch
 from amps_py.pipeline.readplan import BadOption, ReadPlan, parse_time_us, read_range
 from amps_py.pipeline.schema import RecordTooLarge, records_to_batch
 from txlog import CorruptRecord, Journal, JournalDamaged, Record, publisher_hash
+from txlog.offline import maintain_offline
 from txlog.record import StoredRecords
 
 
@@ -112,6 +114,27 @@ def test_read_range_reports_what_it_read(varied: Path, tmp_path: Path) -> None:
         "scanned": 600,
         "rows": 200,
     }
+
+
+def test_compressed_archived_and_removed_segments_read_like_the_journal(tmp_path: Path) -> None:
+    """Records in segment files read the same; removed ones are not read at all."""
+    path = tmp_path / "j"
+    fill_varied(path, 2000, segment_size=64 * 1024)
+    with Journal(path, instance_name="inst", segment_size=64 * 1024) as j:
+        ids = [seg.id for seg in j.segments()]
+        assert len(ids) >= 5
+        maintain_offline(j, "remove", ids[0])
+        maintain_offline(j, "compress", ids[2])
+        expected = records_to_batch("inst", list(j.iter_records()))
+        first = j.first_txid()
+        assert first > 1 and any(seg.state == "compressed" for seg in j.segments())
+    plan = ReadPlan(path=str(path), partitions=3)
+    with Journal(path, readonly=True) as j:
+        ranges = plan.ranges(j)
+    assert ranges[0][0] == first - 1
+    batches = [b for after, last in ranges for b in read_range(plan, after, last)]
+    got = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    assert got.equals(expected), _first_difference(got, expected)
 
 
 def test_read_range_raises_naming_the_damaged_txid(tmp_path: Path) -> None:

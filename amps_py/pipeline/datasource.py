@@ -10,7 +10,10 @@ read-only, so it can be read while its instance runs: the newest txid when the q
 is planned ends every partition's read (one consistent snapshot; later records are
 not read). Partitions are txid ranges (about 50,000 records each unless
 ``partitions`` says how many), read in parallel; each partition opens the journal
-itself (nothing of LMDB is ever pickled) and yields Arrow batches.
+itself (nothing of LMDB is ever pickled) and yields Arrow batches. On a cluster, the
+driver and every executor must see the journal directory at the same path. Records
+in compressed or archived journal segments are read from their files; removed ones
+are gone.
 
 Options (all optional but the path):
 
