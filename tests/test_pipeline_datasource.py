@@ -296,3 +296,59 @@ def test_bad_paths_and_options_say_what_to_do(spark: Any, tmp_path: Path, varied
         spark.read.format("amps_txlog").load(str(tmp_path / "missing")).count()
     with pytest.raises(Exception, match="amps_txlog has no option topic; the options are"):
         spark.read.format("amps_txlog").option("topic", "a").load(str(varied)).count()
+
+
+def test_each_pushed_filter_narrows_the_plan_or_is_left_to_spark() -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql.datasource import (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        LessThan,
+        LessThanOrEqual,
+        Not,
+        StringStartsWith,
+    )
+
+    from amps_py.pipeline.datasource import push_filter
+    from amps_py.pipeline.readplan import ReadPlan
+
+    plan = ReadPlan(path="j")
+    txid, topic, ts = ("txid",), ("topic",), ("local_ts",)
+    at = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
+    at_us = int(at.timestamp()) * 1_000_000
+    cases = [
+        (EqualTo(txid, 5), (5, 5, None, None, None), True),
+        (GreaterThan(txid, 5), (6, None, None, None, None), True),
+        (GreaterThanOrEqual(txid, 5), (5, None, None, None, None), True),
+        (LessThan(txid, 9), (None, 8, None, None, None), True),
+        (LessThanOrEqual(txid, 9), (None, 9, None, None, None), True),
+        (In(txid, (9, 3, 7)), (3, 9, None, None, None), False),
+        (EqualTo(txid, "5"), (None, None, None, None, None), False),
+        (EqualTo(txid, True), (None, None, None, None, None), False),
+        (Not(EqualTo(txid, 5)), (None, None, None, None, None), False),
+        (EqualTo(topic, "a"), (None, None, None, None, frozenset({"a"})), True),
+        (In(topic, ("a", "b")), (None, None, None, None, frozenset({"a", "b"})), True),
+        (StringStartsWith(topic, "a"), (None, None, None, None, None), False),
+        (GreaterThanOrEqual(ts, at), (None, None, at_us, None, None), True),
+        (GreaterThan(ts, at), (None, None, at_us + 1, None, None), True),
+        (LessThan(ts, at), (None, None, None, at_us, None), True),
+        (EqualTo(ts, at), (None, None, at_us, at_us + 1, None), True),
+        (EqualTo(("payload",), b"x"), (None, None, None, None, None), False),
+    ]
+    for condition, bounds, exact in cases:
+        narrowed, applied = push_filter(plan, condition)
+        got = (
+            narrowed.min_txid,
+            narrowed.max_txid,
+            narrowed.start_us,
+            narrowed.end_us,
+            narrowed.topics,
+        )
+        assert (got, applied) == (bounds, exact), condition
+    # filters combine: the tightest bound wins, topic sets intersect
+    both, _ = push_filter(push_filter(plan, GreaterThan(txid, 5))[0], GreaterThan(txid, 2))
+    assert both.min_txid == 6
+    topics, _ = push_filter(push_filter(plan, In(topic, ("a", "b")))[0], EqualTo(topic, "b"))
+    assert topics.topics == frozenset({"b"})

@@ -146,7 +146,7 @@ def push_filter(plan: ReadPlan, condition: Any) -> tuple[ReadPlan, bool]:
             return plan.txids_within(min(numbers), max(numbers)), False
         if not _is_int(value):
             return plan, False
-        bounds = _bounds(condition, value, 1)
+        bounds = _bounds(condition, value)
         if bounds is None:
             return plan, False
         lo, hi = bounds
@@ -154,7 +154,7 @@ def push_filter(plan: ReadPlan, condition: Any) -> tuple[ReadPlan, bool]:
     if column == ("local_ts",):
         if not isinstance(value, datetime):
             return plan, False
-        bounds = _bounds(condition, datetime_us(value), 1)
+        bounds = _bounds(condition, datetime_us(value))
         if bounds is None:
             return plan, False
         return plan.times_within(*bounds), True
@@ -166,18 +166,19 @@ def push_filter(plan: ReadPlan, condition: Any) -> tuple[ReadPlan, bool]:
     return plan, False
 
 
-def _bounds(condition: Any, value: int, step: int) -> tuple[int | None, int | None] | None:
-    """A comparison as a half-open range ``[lo, hi)`` of whole numbers (None: open)."""
+def _bounds(condition: Any, value: int) -> tuple[int | None, int | None] | None:
+    """A comparison with a whole number (txid, µs) as a half-open range ``[lo, hi)``
+    (None: open), or None for another kind of filter."""
     if isinstance(condition, EqualTo):
-        return value, value + step
+        return value, value + 1
     if isinstance(condition, GreaterThan):
-        return value + step, None
+        return value + 1, None
     if isinstance(condition, GreaterThanOrEqual):
         return value, None
     if isinstance(condition, LessThan):
         return None, value
     if isinstance(condition, LessThanOrEqual):
-        return None, value + step
+        return None, value + 1
     return None
 
 
