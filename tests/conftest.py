@@ -30,3 +30,21 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop_all()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark session (``local[2]``) shared by every Spark test of the run;
+    skipped with the reason when pyspark or Java is missing. Stopped at the end."""
+    try:
+        from amps_py.pipeline.spark import SparkUnavailable, spark_session
+    except ImportError as exc:  # pyarrow missing: the spark extra is not installed
+        pytest.skip(f"the Spark pipeline tests need the spark extra: {exc}")
+    try:
+        session = spark_session("amps-py-tests", "local[2]")
+    except SparkUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield session
+    finally:
+        session.stop()

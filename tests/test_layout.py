@@ -157,3 +157,65 @@ def test_importing_protocol_loads_no_trio_or_socket() -> None:
     assert result.returncode == 0, result.stderr
     loaded = result.stdout.strip()
     assert loaded == "", f"importing amps_py.protocol loaded {loaded}"
+
+
+# ---------------------------------------------------------------- the server and Spark
+#: what the server runs: it must never load the optional pipeline extras
+SERVER_PACKAGES = {
+    ROOT / "amps_py" / "server": "amps_py.server",
+    ROOT / "amps_py" / "replication": "amps_py.replication",
+    ROOT / "amps_py" / "protocol": "amps_py.protocol",
+    ROOT / "txlog": "txlog",
+}
+
+#: modules only the data pipeline may import, with why
+PIPELINE_ONLY = {
+    "pyspark": "Spark is an optional extra: the server runs without it (and without Java)",
+    "pyarrow": "pyarrow is an optional extra; the server runs without it",
+    "amps_py.pipeline": "the pipeline reads journals; the server never depends on it",
+}
+
+
+def _pipeline_only(imported: str) -> str | None:
+    for name, why in PIPELINE_ONLY.items():
+        if imported == name or imported.startswith(name + "."):
+            return why
+    return None
+
+
+@pytest.mark.parametrize(
+    ("package_dir", "package"),
+    [pytest.param(path, name, id=name) for path, name in SERVER_PACKAGES.items()],
+)
+def test_server_sources_never_import_spark_or_the_pipeline(package_dir: Path, package: str) -> None:
+    problems = []
+    for path in sorted(package_dir.rglob("*.py")):
+        module = _module_name(package, package_dir, path)
+        for line, imported in _imported_modules(path, module):
+            why = _pipeline_only(imported)
+            if why:
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {imported}: {why}")
+    assert not problems, "the server imports pipeline-only modules:\n" + "\n".join(problems)
+
+
+def test_starting_the_server_and_the_cli_loads_no_spark() -> None:
+    """A fresh interpreter imports what ``amps-py serve`` imports (the CLI with every
+    command group, the instance, replication, the journal): none of pyspark, pyarrow
+    or amps_py.pipeline is loaded."""
+    code = (
+        "import sys, amps_py.cli, amps_py.server.instance, amps_py.replication, txlog\n"
+        "bad = sorted(m for m in sys.modules\n"
+        "             if m.split('.')[0] in ('pyspark', 'pyarrow') or m == 'amps_py.pipeline'\n"
+        "             or m.startswith('amps_py.pipeline.'))\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"starting the server loaded {result.stdout.strip()}"

@@ -20,6 +20,7 @@ from txlog import (
     parse_bookmark,
     publisher_hash,
 )
+from txlog.record import check_stored_records
 
 
 def make(ph: int, seq: int, topic: str = "orders", payload: bytes | None = None) -> Record:
@@ -183,6 +184,15 @@ def test_flipped_byte_is_detected_by_read_and_verify(tmp_path: Path) -> None:
         assert [r.seq for r in j.read(0, 7)] == [1, 2, 3, 4, 5, 6, 7]
         with pytest.raises(CorruptRecord, match="record txid 8 is corrupt"):
             j.read(0, 20)
+        # the pipeline's read of stored values makes the same checks
+        assert [f[4] for f in j.read_stored(0, 7).fields] == [1, 2, 3, 4, 5, 6, 7]
+        with pytest.raises(CorruptRecord, match="record txid 8 is corrupt: CRC mismatch"):
+            j.read_stored(0, 20)
+        sound = j.read_stored(8, 1).values[0]
+    with pytest.raises(CorruptRecord, match="record txid 9 is corrupt: value of 5 bytes"):
+        check_stored_records([(9, sound[:5])])
+    with pytest.raises(CorruptRecord, match="record txid 10 is corrupt: record claims txid 9"):
+        check_stored_records([(10, sound)])
     cli = [sys.executable, "-m", "amps_py", "txlog"]
     out = subprocess.run(
         [*cli, "verify", str(tmp_path / "j")], capture_output=True, text=True, check=False

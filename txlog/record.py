@@ -181,6 +181,15 @@ def _encode_path(path: tuple[tuple[str, str], ...]) -> bytes:
     return _RECORD_SEP.join(f"{name}{_UNIT_SEP}{group}" for name, group in path).encode()
 
 
+def decode_path(raw: bytes) -> tuple[tuple[str, str], ...]:
+    """The hops ``(name, group)`` of a stored path, origin first.
+
+    Raises:
+        UnicodeDecodeError: the bytes are not UTF-8.
+    """
+    return _decode_path(raw)
+
+
 @lru_cache(maxsize=4096)
 def _decode_path(raw: bytes) -> tuple[tuple[str, str], ...]:
     """Raises UnicodeDecodeError for bytes that are not UTF-8 (the caller reports it)."""
@@ -564,6 +573,33 @@ class DeliveryView(NamedTuple):
     payload: bytes
 
 
+#: the fixed fields of a stored record, in :attr:`StoredRecords.fields` order (the
+#: ``n_*`` are the byte lengths of the seven strings that follow, in this order)
+STORED_FIELDS: Final = (
+    "crc",
+    "version",
+    "kind",
+    "flags",
+    "txid",
+    "pub_hash",
+    "seq",
+    "origin_txid",
+    "origin_ts",
+    "local_ts",
+    "n_client_name",
+    "n_origin",
+    "n_topic",
+    "n_message_type",
+    "n_sow_key",
+    "n_correlation_id",
+    "n_path",
+)
+#: bytes of the fixed fields: the first string starts here
+FIXED_SIZE: Final = _FIXED_SIZE
+#: the ``flags`` bit of a zstd-compressed stored payload (never set on a decoded Record)
+ZSTD_FLAG: Final = _ZSTD
+
+
 def check_stored(value: bytes, txid: int) -> None:
     """Check a stored record as every read does (length, CRC, format version, txid)
     without decoding it.
@@ -572,6 +608,53 @@ def check_stored(value: bytes, txid: int) -> None:
         CorruptRecord: naming what is wrong.
     """
     _checked_header(value, txid)
+
+
+class StoredRecords(NamedTuple):
+    """Stored records, checked, for readers that decode the stored format themselves
+    (the Spark pipeline builds Arrow columns from many at once): the fixed fields of
+    each (named by :data:`STORED_FIELDS`) and its stored value, in the same order."""
+
+    fields: list[tuple[int, ...]]
+    values: list[bytes]
+
+
+def check_stored_records(pairs: list[tuple[int, bytes]]) -> StoredRecords:
+    """The checks of :func:`check_stored` on every ``(txid, stored value)`` of
+    ``pairs``, in one pass that keeps the fixed fields.
+
+    Raises:
+        CorruptRecord: the first record that fails, naming its txid and the problem.
+    """
+    unpack = _FIXED.unpack_from
+    crc32 = zlib.crc32
+    fields: list[tuple[int, ...]] = []
+    values: list[bytes] = []
+    for txid, value in pairs:
+        try:
+            f = unpack(value)
+        except struct.error:
+            _checked_header(value, txid)  # raises: truncated
+            raise
+        if (
+            crc32(value[4:]) != f[0]
+            or f[1] != FORMAT_VERSION
+            or f[4] != txid
+            or _FIXED_SIZE + f[10] + f[11] + f[12] + f[13] + f[14] + f[15] + f[16] > len(value)
+        ):
+            _checked_header(value, txid)  # raises, naming the problem
+        fields.append(f)
+        values.append(value)
+    return StoredRecords(fields, values)
+
+
+def stored_payload(value: bytes, payload_at: int, flags: int, txid: int) -> bytes:
+    """The payload of a checked stored record (decompressed when ``flags`` says so).
+
+    Raises:
+        CorruptRecord: a compressed payload does not decompress.
+    """
+    return _CODEC_FOR_PAYLOADS._payload(value, payload_at, flags, txid)
 
 
 def _checked_header(value: bytes, expected_txid: int | None) -> tuple[tuple[int, ...], int]:

@@ -5,5 +5,36 @@ Nothing here is imported by the server: pyspark and pyarrow are optional extras
 (``pip install -e '.[spark]'``). :mod:`.schema` turns journal records into Arrow
 columns (pyarrow only, no Spark); :mod:`.spark` builds the Spark session with quiet,
 offline-safe defaults. Export runs without Java; the Spark jobs read its Parquet or
-the ``amps_txlog`` data source.
+the ``amps_txlog`` data source (:mod:`.datasource`; it plans txid ranges with
+:mod:`.readplan` and builds Arrow batches with :mod:`.decode`). :mod:`.stats` is the
+topic statistics job.
+
+In your own PySpark code::
+
+    import amps_py.pipeline
+    amps_py.pipeline.register(spark)
+    df = spark.read.format("amps_txlog").load("/path/to/journal")
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.read.format("amps_txlog")`` available in ``spark`` (a session you
+    built yourself; sessions from :func:`.spark.spark_session` already have it), with
+    filter pushdown on (``spark.sql.python.filterPushdown.enabled``), which the data
+    source needs.
+
+    Spark's Python workers must import amps_py and pyarrow: start such a session with
+    ``PYSPARK_PYTHON`` naming this environment's Python (``spark_session`` does)."""
+    from .datasource import TxlogDataSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(TxlogDataSource)

@@ -1,13 +1,16 @@
 """The Spark session the pipeline jobs run in: local by default, any master by flag.
 
 Defaults are quiet and safe offline: no web UI, the driver bound to 127.0.0.1 (unless
-a remote master is given), WARN logs, and no packages fetched at run time. ``conf``
-pairs override any of them.
+a remote master is given), WARN logs, and no packages fetched at run time. Python
+workers run this interpreter (unless ``PYSPARK_PYTHON`` says otherwise), so they import
+amps_py and pyarrow from the same environment. ``conf`` pairs override any of them.
+The session has the ``amps_txlog`` data source registered (:func:`amps_py.pipeline.register`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
@@ -23,6 +26,7 @@ QUIET_DEFAULTS: Final = (
     ("spark.sql.session.timeZone", "UTC"),
     ("spark.sql.execution.arrow.pyspark.enabled", "true"),
     ("spark.sql.shuffle.partitions", "8"),
+    ("spark.sql.python.filterPushdown.enabled", "true"),
 )
 
 
@@ -54,6 +58,10 @@ def spark_session(
         )
     chosen = master or DEFAULT_MASTER
     builder = SparkSession.builder.appName(app).master(chosen)
+    if not os.environ.get("PYSPARK_PYTHON"):
+        # Spark would start "python3" from PATH for its Python workers (data sources
+        # included), which may lack amps_py and pyarrow
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = dict(QUIET_DEFAULTS)
     if chosen.startswith("local"):
         settings["spark.driver.bindAddress"] = "127.0.0.1"
@@ -63,6 +71,9 @@ def spark_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    from amps_py.pipeline import register
+
+    register(session)
     return session
 
 
