@@ -10,6 +10,7 @@ amps-py txlog compress|archive|remove PATH ID   maintain a stopped instance's jo
 amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
 amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
+amps-py pipeline export JOURNAL OUT    journal records to Parquet, incrementally
 
 URIs are tcp://host:port/amps/json, or tcps://... for a TLS transport (--ca-file names
 the CA to trust when the server's certificate is not signed by a system CA). Client
@@ -36,6 +37,7 @@ import trio
 import trio.lowlevel
 
 from amps_py import __version__
+from amps_py.cli_pipeline import pipeline
 
 if TYPE_CHECKING:
     from amps_py.cli_client import Credentials
@@ -1200,6 +1202,8 @@ def admin_watch(ctx: click.Context, interval: float, count: int | None) -> None:
 
 
 _accept_json_after_subcommands(admin)
+
+main.add_command(pipeline)
 
 
 if __name__ == "__main__":
