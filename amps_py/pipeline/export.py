@@ -32,6 +32,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -281,7 +282,8 @@ class _Run:
         self._report(total)
         while after < self.stop_txid:
             try:
-                records = self.journal.read(after, READ_CHUNK, self.stop_txid)
+                want = min(READ_CHUNK, self.batch_rows - self.pending.rows)
+                records = self.journal.read(after, want, self.stop_txid)
             except CorruptRecord as exc:
                 self._stop_at_damage(after, exc)
             if not records:
@@ -356,10 +358,21 @@ class _Run:
             writing.result()
 
     def _commit(self, parts: list[tuple[str, str, pa.Table]], last: Record) -> None:
-        """Write one file per partition, then move the manifest past ``last``."""
-        written = [self._write(topic, day, table) for topic, day, table in parts]
-        for directory in sorted({(self.out / f.path).parent for f in written}):
-            fsync_directory(directory)
+        """Write one file per partition, then move the manifest past ``last``. A
+        failure on the way deletes the files this commit wrote (what a reader of the
+        directory sees stays what the manifest lists)."""
+        named = [(self._topic_directory(topic, table), day, table) for topic, day, table in parts]
+        written: list[ExportedFile] = []
+        try:
+            for (topic_dir, day, table), (topic, _, _) in zip(named, parts, strict=True):
+                written.append(self._write(topic_dir, topic, day, table))
+            for directory in sorted({(self.out / f.path).parent for f in written}):
+                fsync_directory(directory)
+        except BaseException:
+            for f in written:
+                with contextlib.suppress(OSError):
+                    (self.out / f.path).unlink()
+            raise
         m = self.manifest
         m.files.extend(written)
         m.first_txid = m.first_txid or min(f.first_txid for f in written)
@@ -374,15 +387,23 @@ class _Run:
             self.rows_checksum = add_checksums(self.rows_checksum, f.rows_sha256)
         self._save_manifest(finished=False)
 
-    def _write(self, topic: str, day: str, table: pa.Table) -> ExportedFile:
-        txids = table.column("txid")
-        first, last = txids[0].as_py(), txids[-1].as_py()
+    def _topic_directory(self, topic: str, table: pa.Table) -> str:
+        """``topic=...`` for ``topic`` (noting a renamed one in the manifest).
+
+        Raises:
+            ExportError: the topic is too long for a directory name.
+        """
         try:
             topic_dir = topic_directory(topic, shorten=self.shorten)
         except TopicTooLong as exc:
-            raise ExportError(f"txid {first}: {exc}") from None
-        if "~" in topic_dir:  # a full name has its "~" encoded: this one is shortened
-            self.manifest.shortened_topics[decode_name(topic_dir.partition("=")[2])] = topic
+            raise ExportError(f"txid {table.column('txid')[0].as_py()}: {exc}") from None
+        if "~" in topic_dir:  # a full name has its "~" encoded: this one is renamed
+            self.manifest.renamed_topics[decode_name(topic_dir.partition("=")[2])] = topic
+        return topic_dir
+
+    def _write(self, topic_dir: str, topic: str, day: str, table: pa.Table) -> ExportedFile:
+        txids = table.column("txid")
+        first, last = txids[0].as_py(), txids[-1].as_py()
         relative = f"{topic_dir}/{date_directory(day)}"
         directory = self.out / relative
         if not directory.is_dir():
@@ -496,7 +517,7 @@ def export_journal(
             date among its records, so larger batches mean fewer, larger files.
         batch_bytes: payload bytes per commit (whichever limit comes first).
         shorten_long_topics: export a topic too long for a directory name under a
-            shortened name (:mod:`.export_layout`) instead of stopping.
+            shortened one (:mod:`.export_layout`) instead of stopping.
         progress: called with (records read, records to read) as the run goes.
 
     Raises:

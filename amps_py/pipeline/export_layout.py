@@ -19,14 +19,19 @@ partition values: every ASCII character except letters, digits, ``-``, ``_`` and
 space -> ``%20``); characters beyond ASCII stay as they are (UTF-8 in the file
 name). ``decode_name`` (or any percent-decoding) gives the name back.
 
-A file system allows 255 bytes per name: a topic whose ``topic=...`` component would
-be longer is refused (:class:`TopicTooLong`) unless shortening is asked for, which
-keeps the first :data:`SHORTENED_PREFIX_BYTES` bytes of the encoded name and adds
-``~`` and 16 hex digits of the topic's SHA-256 (``~`` is always encoded in a full
-name, so a shortened one never equals a full one); readers then see that shortened
-value in the partition column, and the manifest maps it to the full topic. The
-empty topic (which the server never stores) is Hive's null partition,
-``__HIVE_DEFAULT_PARTITION__``.
+Two kinds of topic cannot be their own directory name; they are *renamed*: the
+first :data:`SHORTENED_PREFIX_BYTES` bytes of the encoded name, ``~`` and 16 hex
+digits of the topic's SHA-256 (``~`` is always encoded in a full name, so a renamed
+one never equals a full one). Readers then see that value in the partition column
+(the ``topic`` column inside each file keeps the full name), and the manifest's
+``renamed_topics`` maps it back:
+
+- a topic whose ``topic=...`` name would pass the file system's 255 bytes: refused
+  (:class:`TopicTooLong`) unless renaming is asked for (``--shorten-long-topics``);
+- a topic named ``__HIVE_DEFAULT_PARTITION__``, which readers take for the null
+  partition: always renamed.
+
+The empty topic (which the server never stores) is that null partition.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ def topic_directory(topic: str, *, shorten: bool = False) -> str:
     if not topic:
         return f"topic={NULL_PARTITION}"
     encoded = encode_name(topic)
+    if encoded == NULL_PARTITION:  # readers would take it for the null partition
+        return f"topic={renamed(encoded, topic)}"
     component = f"topic={encoded}"
     if len(component.encode()) <= NAME_MAX:
         return component
@@ -89,13 +96,13 @@ def topic_directory(topic: str, *, shorten: bool = False) -> str:
             f"it would pass the file system's {NAME_MAX}-byte limit; export with "
             "--shorten-long-topics (its partition directory is then the first "
             f"{SHORTENED_PREFIX_BYTES} bytes and a hash, and the manifest's "
-            "'shortened_topics' gives the full name)"
+            "'renamed_topics' gives the full name)"
         )
-    return f"topic={shortened(encoded, topic)}"
+    return f"topic={renamed(encoded, topic)}"
 
 
-def shortened(encoded: str, topic: str) -> str:
-    """The shortened partition value of a long topic (see the module docstring)."""
+def renamed(encoded: str, topic: str) -> str:
+    """The partition value of a topic that cannot be its own (the module docstring)."""
     prefix = encoded.encode()[:SHORTENED_PREFIX_BYTES].decode("utf-8", "ignore")
     cut = prefix.rfind("%", len(prefix) - 2)  # never end inside a %XX escape
     if cut >= 0:

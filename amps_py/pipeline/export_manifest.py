@@ -25,7 +25,8 @@ the next run starts. Field by field:
                             ``seconds``, ``stopped`` (why it stopped early, or null)
 ``removed_before_export``   ``[first, last]`` txid ranges the journal had removed before
                             any run exported them
-``shortened_topics``        shortened partition value -> full topic
+``renamed_topics``          partition value -> full topic, for topics that cannot be their
+                            own directory name (:mod:`.export_layout`)
 ``updated``                 when it was written (UTC)
 ==========================  ===============================================================
 
@@ -95,7 +96,7 @@ class Manifest:
     files: list[ExportedFile] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
     removed_before_export: list[list[int]] = field(default_factory=list)
-    shortened_topics: dict[str, str] = field(default_factory=dict)
+    renamed_topics: dict[str, str] = field(default_factory=dict)
     updated: str = ""
 
     def to_json(self) -> dict[str, Any]:

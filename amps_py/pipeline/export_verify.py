@@ -26,6 +26,7 @@ from .export_layout import (
     parse_part_name,
 )
 from .export_manifest import ExportedFile, ExportError, Manifest, rows_sha256
+from .schema import ARROW_SCHEMA
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -40,7 +41,8 @@ def exported_dataset(out_dir: str | os.PathLike[str]) -> ds.Dataset:
     partitioning = ds.partitioning(
         pa.schema([("topic", pa.string()), ("date", pa.date32())]), flavor="hive"
     )
-    return ds.dataset(out_dir, format="parquet", partitioning=partitioning)
+    schema = ARROW_SCHEMA.append(pa.field("date", pa.date32()))
+    return ds.dataset(out_dir, schema=schema, format="parquet", partitioning=partitioning)
 
 
 def verify_export(out_dir: str | os.PathLike[str], instance: str | None = None) -> list[str]:
