@@ -85,13 +85,16 @@ def library_journal(
     *,
     seed: int = 7,
     publisher: str = "pub",
+    segment_size: int = 1024**3,
 ) -> None:
     """``count`` records of instance ``name`` on ``topics`` (picked at random, seeded)
     from ``publisher``, local timestamps over about four days; appended after what
     ``path`` holds."""
     rng = random.Random(seed)
     print(f"journal {path}: seed {seed}")
-    with Journal(path, instance_name=name, durability="page-cache") as journal:
+    with Journal(
+        path, instance_name=name, durability="page-cache", segment_size=segment_size
+    ) as journal:
         ph = publisher_hash(publisher)
         seq = journal.publisher_last_seq(ph)
         for start in range(0, count, 100):
@@ -506,6 +509,37 @@ def test_a_damaged_record_stops_the_export_naming_its_txid(tmp_path: Path) -> No
         assert txids == list(range(1, 640)), "the export holds the records before the damage"
     runs = [json.loads(p.read_text()) for p in sorted((out / "_manifests" / "hurt").glob("run-*"))]
     assert runs[0]["stopped"].startswith("damaged record at txid 640")
+    assert verify_export(out) == []
+
+
+def test_compressed_journals_are_exported_and_removed_ones_are_named(tmp_path: Path) -> None:
+    """Journal housekeeping: records in compressed segment files are exported like any;
+    records removed before any export held them are named (warning, manifest), never
+    skipped in silence."""
+    journal = tmp_path / "journal"
+    library_journal(journal, "kept", 300, ("orders", "trades"), segment_size=20_000)
+    out = tmp_path / "out"
+    assert export_cli(journal, out).returncode == 0
+    library_journal(journal, "kept", 700, ("orders",), seed=8, segment_size=20_000)
+    with Journal(journal, readonly=True) as j:
+        segments = j.segments()
+    removed = next(seg for seg in segments if seg.first_txid <= 450 <= seg.last_txid)
+    compressed = next(seg for seg in segments if seg.id == removed.id + 1)
+    done = run("txlog", "compress", str(journal), str(compressed.id), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with Journal(journal, instance_name="kept", segment_size=20_000) as j:
+        j.mark_removed(removed.id)
+    done = export_cli(journal, out)
+    assert done.returncode == 0, done.stderr
+    gone = (301, removed.last_txid)
+    assert f"txids {gone[0]}..{gone[1]} were removed from the journal before any export" in (
+        done.stderr
+    )
+    assert manifest(out, "kept")["removed_before_export"] == [list(gone)]
+    txids = exported(out).column("txid").to_pylist()
+    assert txids == [*range(1, 301), *range(removed.last_txid + 1, 1001)]
+    held = [r for r in journal_records(journal) if r.txid > removed.last_txid]
+    assert_rows_are(exported(out).slice(300), held, "kept")
     assert verify_export(out) == []
 
 
