@@ -13,8 +13,6 @@ from typing import NoReturn
 
 import click
 
-from amps_py.pipeline.export_layout import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS
-
 
 def _inside(filename: object, directory: str) -> bool:
     """Whether ``filename`` (an OSError's) is in ``directory``."""
@@ -44,16 +42,15 @@ def pipeline() -> None:
 @click.option(
     "--batch-rows",
     type=click.IntRange(min=1),
-    default=DEFAULT_BATCH_ROWS,
-    show_default=True,
-    help="Records per commit; each commit writes one file per topic and date in it.",
+    default=None,
+    help="Records per commit (default 250,000); each commit writes one file per topic "
+    "and date in it.",
 )
 @click.option(
     "--batch-bytes",
     type=click.IntRange(min=1),
-    default=DEFAULT_BATCH_BYTES,
-    show_default=True,
-    help="Payload bytes per commit (whichever limit comes first).",
+    default=None,
+    help="Payload bytes per commit (default 128 MiB; whichever limit comes first).",
 )
 @click.option(
     "--shorten-long-topics",
@@ -70,8 +67,8 @@ def pipeline_export(
     journal: str,
     out: str,
     instance: str | None,
-    batch_rows: int,
-    batch_bytes: int,
+    batch_rows: int | None,
+    batch_bytes: int | None,
     shorten_long_topics: bool,
     verify: bool,
 ) -> None:
@@ -97,6 +94,7 @@ def pipeline_export(
             export_journal,
             verify_export,
         )
+        from amps_py.pipeline.export_layout import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS
     except ImportError as exc:
         _fail(f"the export needs pyarrow ({exc}): pip install -e '.[spark]'", 2)
 
@@ -107,8 +105,8 @@ def pipeline_export(
                     journal,
                     out,
                     instance=instance,
-                    batch_rows=batch_rows,
-                    batch_bytes=batch_bytes,
+                    batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
+                    batch_bytes=batch_bytes or DEFAULT_BATCH_BYTES,
                     shorten_long_topics=shorten_long_topics,
                     progress=lambda done, total: bar.update(completed=done, total=total),
                 )

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txlog import CorruptRecord, Journal, Record
+from txlog import CorruptRecord, Journal
 
 from .export_layout import (
     CUMULATIVE_MANIFEST,
@@ -93,8 +93,6 @@ __all__ = [
 
 #: records read from the journal per read transaction
 READ_CHUNK: Final = 8192
-#: a partition's records are turned into an Arrow batch once this many are pending
-CONVERT_AT: Final = 4096
 DAY_US: Final = 86_400_000_000
 _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
 #: ``progress(done, total)``: records this run has read, and has to read
@@ -103,6 +101,8 @@ ProgressCallback = Callable[[int, int], None]
 _Key = tuple[str, int]
 _PAYLOAD: Final = ARROW_SCHEMA.get_field_index("payload")
 _TOPIC: Final = ARROW_SCHEMA.get_field_index("topic")
+_TXID: Final = ARROW_SCHEMA.get_field_index("txid")
+_BOOKMARK: Final = ARROW_SCHEMA.get_field_index("bookmark")
 _LOCAL_TS: Final = ARROW_SCHEMA.get_field_index("local_ts")
 
 
@@ -158,29 +158,36 @@ class ExportResult:
         )
 
 
+@dataclass(frozen=True)
+class _Last:
+    """The newest record read: where the manifest moves to once it is committed."""
+
+    txid: int
+    bookmark: str
+
+
 class _Pending:
     """Records read and not yet committed, as Arrow batches grouped by partition."""
 
-    def __init__(self, instance: str) -> None:
-        self.instance = instance
+    def __init__(self) -> None:
         self.batches: dict[_Key, list[pa.RecordBatch]] = {}
         self.rows = 0
         self.bytes = 0
-        self.last: Record | None = None
+        self.last: _Last | None = None
 
-    def add(self, records: list[Record]) -> None:
-        """Add ``records`` (in txid order): one Arrow batch while they are fresh in
-        memory, split by partition where they span several."""
-        if not records:
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Add ``batch`` (records in txid order, after those added before), split by
+        partition where it spans several."""
+        if not batch.num_rows:
             return
-        batch = records_to_batch(self.instance, records)
         for key, rows in _split(batch):
             self.batches.setdefault(key, []).append(rows)
-        self.rows += len(records)
+        self.rows += batch.num_rows
         self.bytes += batch.column(_PAYLOAD).nbytes
-        self.last = records[-1]
+        end = batch.num_rows - 1
+        self.last = _Last(batch.column(_TXID)[end].as_py(), batch.column(_BOOKMARK)[end].as_py())
 
-    def take(self) -> tuple[list[tuple[str, str, pa.Table]], Record | None]:
+    def take(self) -> tuple[list[tuple[str, str, pa.Table]], _Last | None]:
         """The pending records as one table per partition, ``(topic, 'YYYY-MM-DD',
         rows)`` in topic and date order, and the last record; empties the buffer."""
         parts = [
@@ -247,7 +254,7 @@ class _Run:
         self.started = time.monotonic()
         self.after_txid = manifest.last_txid
         self.stop_txid = journal.last_txid
-        self.pending = _Pending(instance)
+        self.pending = _Pending()
         self.read_rows = 0
         self.files: list[ExportedFile] = []
         self.rows = 0
@@ -283,19 +290,29 @@ class _Run:
         while after < self.stop_txid:
             try:
                 want = min(READ_CHUNK, self.batch_rows - self.pending.rows)
-                records = self.journal.read(after, want, self.stop_txid)
+                batch = self._read(after, want)
             except CorruptRecord as exc:
                 self._stop_at_damage(after, exc)
-            if not records:
+            if not batch.num_rows:
                 break
-            self.pending.add(records)
-            self.read_rows += len(records)
-            after = records[-1].txid
+            self.pending.add(batch)
+            self.read_rows += batch.num_rows
+            after = batch.column(_TXID)[batch.num_rows - 1].as_py()
             if self.pending.rows >= self.batch_rows or self.pending.bytes >= self.batch_bytes:
                 self._commit_pending()
             self._report(total)
         self._commit_pending()
         self._wait_for_writer()
+
+    def _read(self, after: int, limit: int) -> pa.RecordBatch:
+        """Up to ``limit`` records after txid ``after`` (and up to :attr:`stop_txid`)
+        as one Arrow batch.
+
+        Raises:
+            CorruptRecord: a record among them is damaged.
+        """
+        records = self.journal.read(after, limit, self.stop_txid)
+        return records_to_batch(self.instance, records)
 
     def _report(self, total: int) -> None:
         if self.progress is not None:
@@ -327,7 +344,7 @@ class _Run:
     def _stop_at_damage(self, after: int, exc: CorruptRecord) -> NoReturn:
         txid = exc.txid
         if txid is not None and txid > after + 1:
-            self.pending.add(self.journal.read(after, txid - after - 1, self.stop_txid))
+            self.pending.add(self._read(after, txid - after - 1))
         self._commit_pending()
         self._wait_for_writer()
         through = self.manifest.last_txid
@@ -357,7 +374,7 @@ class _Run:
         if writing is not None:
             writing.result()
 
-    def _commit(self, parts: list[tuple[str, str, pa.Table]], last: Record) -> None:
+    def _commit(self, parts: list[tuple[str, str, pa.Table]], last: _Last) -> None:
         """Write one file per partition, then move the manifest past ``last``. A
         failure on the way deletes the files this commit wrote (what a reader of the
         directory sees stays what the manifest lists)."""
