@@ -15,6 +15,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -474,6 +475,26 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     piped = export_cli(journal, tmp_path / "piped")
     assert piped.returncode == 0 and piped.stderr == ""
     assert piped.stdout.startswith("exported 3,000 records") and len(piped.stdout.splitlines()) == 1
+
+
+def test_the_plain_script_exports_like_the_command(tmp_path: Path) -> None:
+    """tools/pipeline/export.py runs with plain Python (no spark-submit)."""
+    journal = tmp_path / "journal"
+    library_journal(journal, "script", 500)
+    script = Path(__file__).resolve().parents[1] / "tools" / "pipeline" / "export.py"
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(script), str(journal), str(out), "--verify"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("exported 500 records of instance script")
+    assert_rows_are(exported(out), journal_records(journal), "script")
 
 
 def damage_record(journal: Path, txid: int) -> None:

@@ -79,7 +79,7 @@ from .export_manifest import (
     write_atomically,
 )
 from .export_verify import exported_dataset, instance_files, verify_export
-from .schema import ARROW_SCHEMA, records_to_batch
+from .schema import ARROW_SCHEMA, RecordTooLarge, records_to_batch
 
 __all__ = [
     "ExportDamaged",
@@ -312,7 +312,14 @@ class _Run:
             CorruptRecord: a record among them is damaged.
         """
         records = self.journal.read(after, limit, self.stop_txid)
-        return records_to_batch(self.instance, records)
+        try:
+            return records_to_batch(self.instance, records)
+        except RecordTooLarge as exc:
+            raise ExportError(
+                f"journal {self.journal.path}: {exc}, so the export stops before it "
+                f"(exported through txid {self.manifest.last_txid}); the publisher sent a "
+                "seq above what Parquet's and Spark's signed long holds"
+            ) from None
 
     def _report(self, total: int) -> None:
         if self.progress is not None:
