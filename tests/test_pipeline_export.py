@@ -18,6 +18,7 @@ import subprocess
 import sys
 import urllib.parse
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -160,9 +161,7 @@ def assert_rows_are(table: pa.Table, records: list[Record], instance: str) -> No
 
 
 def utc_day(ts_us: int) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(ts_us / 1e6, datetime.UTC).date().isoformat()
+    return datetime.fromtimestamp(ts_us // 1_000_000, UTC).date().isoformat()
 
 
 def manifest(out: Path, instance: str) -> dict[str, Any]:

@@ -7,8 +7,9 @@ An export directory ``OUT`` holds, for every instance exported into it::
     OUT/_manifests/<instance>/export.json              the cumulative manifest
     OUT/_manifests/<instance>/run-<UTC time>-<first txid>-<last txid>.json   one per run
 
-Partition values are Hive-style ``name=value`` directories, as Spark and pyarrow
-write and read them. ``date`` is the UTC date of the record's ``local_ts`` (when this
+Txids in file names have at least 12 digits (zero-padded), so names sort in txid
+order. Partition values are Hive-style ``name=value`` directories, as Spark and
+pyarrow write and read them. ``date`` is the UTC date of the record's ``local_ts`` (when this
 instance stored it). Names beginning with ``_`` or ``.`` are hidden from both readers:
 the manifests, and a file being written (``.part-...parquet.tmp``).
 
@@ -113,11 +114,6 @@ def renamed(encoded: str, topic: str) -> str:
 def date_directory(day: str) -> str:
     """``date=YYYY-MM-DD``."""
     return f"date={day}"
-
-
-def utc_day(ts_us: int) -> str:
-    """The UTC date (``YYYY-MM-DD``) of a timestamp in microseconds since the epoch."""
-    return datetime.fromtimestamp(ts_us // 1_000_000, UTC).strftime("%Y-%m-%d")
 
 
 def part_name(instance: str, first_txid: int, last_txid: int) -> str:
