@@ -50,7 +50,8 @@ def pipeline() -> None:
     "--batch-bytes",
     type=click.IntRange(min=1),
     default=None,
-    help="Payload bytes per commit (default 128 MiB; whichever limit comes first).",
+    help="Payload bytes per commit (default 32 MiB; whichever limit comes first). "
+    "The export needs about 7 times this in memory.",
 )
 @click.option(
     "--shorten-long-topics",
