@@ -11,6 +11,7 @@ amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
 amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
 amps-py pipeline stats JOURNAL...      topic and publisher statistics (Spark)
+amps-py pipeline export JOURNAL OUT    journal records to Parquet, incrementally
 
 URIs are tcp://host:port/amps/json, or tcps://... for a TLS transport (--ca-file names
 the CA to trust when the server's certificate is not signed by a system CA). Client

@@ -1,0 +1,600 @@
+"""`amps-py pipeline export JOURNAL OUT`: journals to Parquet, read back with pyarrow.
+
+Journals come from a real instance the tests start (published to over the wire) or,
+for odd topic names, damage and many commits, from the txlog library. The export runs
+as the real command in a subprocess (crashes are SIGKILLs of that process) or through
+its library function. Every comparison is against what ``txlog.Journal.read`` returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import trio
+import trio.lowlevel
+from clirun import amps_py_command, cli_env, run, run_on_terminal
+from harness import ServerProcess, start_instance, wait_until_sync
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amps_py.client import open_client
+from amps_py.pipeline.export import (
+    ExportError,
+    export_journal,
+    exported_dataset,
+    verify_export,
+)
+from amps_py.pipeline.export_layout import decode_name, encode_name, topic_directory
+from amps_py.pipeline.export_manifest import instance_lock
+from txlog import Journal, Record, publisher_hash
+
+#: topics published over the wire (the server takes any of these)
+WIRE_TOPICS = ("orders", "trades/eu", "x=y", "sp ace", "100%", "ü/ñ", "a.b.c")
+#: topics only the journal library writes: every character a path might choke on
+ODD_TOPICS = (
+    "a/b", "..", ".", "_hidden", ".dot", "x=y", "100%", "%2F", "q?*:\"<>|\\", "tab\there",
+    "line\nbreak", "nul\x00byte", "日本/東京", "~tilde", "plus+sign", "#hash&amp;",
+    "__HIVE_DEFAULT_PARTITION__", "topic=orders", "  ", "ü",
+)  # fmt: skip
+DAY_US = 86_400_000_000
+T0 = 1_790_000_000_000_000  # 2026-09-21, µs
+
+
+# ------------------------------------------------------------------ journals
+async def publish(uri: str, client: str, count: int, first: int = 0) -> None:
+    """``count`` JSON messages spread over :data:`WIRE_TOPICS`, waited for until
+    persisted."""
+    async with open_client(uri, client) as pub:
+        for n in range(first, first + count):
+            topic = WIRE_TOPICS[n % len(WIRE_TOPICS)]
+            await pub.publish(topic, json.dumps({"n": n, "pad": "p" * (n % 97)}))
+        await pub.flush(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real instance with 1,500 messages on :data:`WIRE_TOPICS` in its journal."""
+    inst = start_instance(tmp_path_factory.mktemp("instance"), "inst")
+    try:
+        trio.run(publish, inst.uri, "pub", 1_500)
+        yield inst
+    finally:
+        inst.stop()
+
+
+def library_journal(
+    path: Path,
+    name: str,
+    count: int,
+    topics: tuple[str, ...] = ("orders",),
+    *,
+    seed: int = 7,
+    publisher: str = "pub",
+    segment_size: int = 1024**3,
+) -> None:
+    """``count`` records of instance ``name`` on ``topics`` (picked at random, seeded)
+    from ``publisher``, local timestamps over about four days; appended after what
+    ``path`` holds."""
+    rng = random.Random(seed)
+    print(f"journal {path}: seed {seed}")
+    with Journal(
+        path, instance_name=name, durability="page-cache", segment_size=segment_size
+    ) as journal:
+        ph = publisher_hash(publisher)
+        seq = journal.publisher_last_seq(ph)
+        for start in range(0, count, 100):
+            batch = [
+                Record(
+                    topic=rng.choice(topics),
+                    payload=b'{"seq":%d,"pad":"%s"}'
+                    % (seq + i, rng.randbytes(i % 60).hex().encode()),
+                    pub_hash=ph,
+                    seq=seq + i,
+                    client_name=publisher,
+                    correlation_id=f"c{seq + i}",
+                )
+                for i in range(start + 1, min(count, start + 100) + 1)
+            ]
+            journal.append(batch, T0 + (seq + start) * (4 * DAY_US // max(count, 1)))
+
+
+def journal_records(path: Path, through: int | None = None) -> list[Record]:
+    with Journal(path, readonly=True) as journal:
+        return journal.read(0, 10**9, through)
+
+
+# ------------------------------------------------------------------ reading back
+def exported(out: Path) -> pa.Table:
+    """Every row in ``out`` as pyarrow reads the directory (topic and date from the
+    partition directories), in txid order."""
+    table = exported_dataset(out).to_table()
+    return table.sort_by([("instance", "ascending"), ("txid", "ascending")])
+
+
+def assert_rows_are(table: pa.Table, records: list[Record], instance: str) -> None:
+    """``table`` holds exactly ``records``: same count, and field by field the same
+    values (bookmarks, payload bytes, timestamps, the partition columns)."""
+    rows = table.to_pylist()
+    assert len(rows) == len(records), f"{len(rows)} rows exported, the journal has {len(records)}"
+    txids = table.column("txid").to_pylist()
+    assert len(set(txids)) == len(txids), "a txid is exported twice"
+    local = table.column("local_ts").cast(pa.int64()).to_pylist()
+    origin = table.column("origin_ts").cast(pa.int64()).to_pylist()
+    for row, rec, local_us, origin_us in zip(rows, records, local, origin, strict=True):
+        expected = {
+            "instance": instance,
+            "txid": rec.txid,
+            "bookmark": rec.bookmark,
+            "publisher_hash": str(rec.pub_hash),
+            "seq": rec.seq,
+            "client_name": rec.client_name,
+            "origin": rec.origin,
+            "origin_txid": rec.origin_txid,
+            "topic": rec.topic,
+            "message_type": rec.message_type,
+            "sow_key": rec.sow_key,
+            "correlation_id": rec.correlation_id,
+            "flags": rec.flags,
+            "payload": rec.payload,
+        }
+        got = {key: row[key] for key in expected}
+        assert got == expected, f"txid {rec.txid}"
+        assert (local_us, origin_us) == (rec.local_ts, rec.origin_ts), f"txid {rec.txid}"
+        assert row["date"].isoformat() == utc_day(rec.local_ts), f"txid {rec.txid}"
+
+
+def utc_day(ts_us: int) -> str:
+    return datetime.fromtimestamp(ts_us // 1_000_000, UTC).date().isoformat()
+
+
+def manifest(out: Path, instance: str) -> dict[str, Any]:
+    path = out / "_manifests" / encode_name(instance) / "export.json"
+    return dict(json.loads(path.read_text()))
+
+
+def export_cli(journal: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run("pipeline", "export", str(journal), str(out), *args, cwd=out.parent, timeout=120)
+
+
+def data_files(out: Path) -> set[str]:
+    """The data files in ``out`` (not unfinished, hidden ones)."""
+    return {str(p.relative_to(out)) for p in out.glob("topic=*/date=*/part-*")}
+
+
+# ------------------------------------------------------------------ tests
+def test_export_of_a_real_journal_reads_back_to_exactly_its_records(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    done = export_cli(server.journal_dir, out)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # piped: no progress bar, one summary line
+    last = manifest(out, "inst")["last_txid"]
+    assert done.stdout.startswith(f"exported {last:,} records of instance inst (txids 1..{last})")
+    assert len(done.stdout.splitlines()) == 1
+    records = journal_records(server.journal_dir, last)
+    assert len(records) >= 1_500 and records[-1].txid == last
+    assert_rows_are(exported(out), records, "inst")
+    # the layout: one directory per topic and UTC date, files named by instance and txids
+    files = data_files(out)
+    assert {decode_name(f.split("/")[0][len("topic=") :]) for f in files} == set(WIRE_TOPICS)
+    assert all(f.split("/")[2].startswith("part-inst-") for f in files), files
+    assert "topic=trades%2Feu" in {f.split("/")[0] for f in files}
+    # every file alone is a zstd Parquet file of the schema's columns
+    for f in files:
+        meta = pq.ParquetFile(out / f).metadata
+        assert meta.row_group(0).column(0).compression == "ZSTD"
+    assert verify_export(out) == []
+
+
+def test_a_second_export_holds_only_the_new_records(server: ServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = export_cli(server.journal_dir, out)
+    assert first.returncode == 0, first.stderr
+    before = data_files(out)
+    through = manifest(out, "inst")["last_txid"]
+    trio.run(publish, server.uri, "pub-more", 700, 100_000)
+    second = export_cli(server.journal_dir, out)
+    assert second.returncode == 0, second.stderr
+    assert f"(txids {through + 1}.." in second.stdout
+    new_files = data_files(out) - before
+    assert new_files and before <= data_files(out)
+    new_rows = pa.concat_tables(pq.read_table(out / f) for f in sorted(new_files))
+    new_txids = sorted(new_rows.column("txid").to_pylist())
+    last = manifest(out, "inst")["last_txid"]
+    assert new_txids == list(range(through + 1, last + 1)), "only the new records, each once"
+    # the union is the whole journal, nothing twice
+    assert_rows_are(exported(out), journal_records(server.journal_dir, last), "inst")
+    # and a third run finds nothing new (and writes nothing)
+    third = export_cli(server.journal_dir, out)
+    assert third.returncode == 0 and third.stdout.startswith("nothing new to export"), third.stdout
+    assert len(manifest(out, "inst")["runs"]) == 2
+    runs = sorted((out / "_manifests" / "inst").glob("run-*.json"))
+    assert [json.loads(r.read_text())["through_txid"] for r in runs] == [through, last]
+    assert verify_export(out) == []
+
+
+async def test_export_while_the_instance_keeps_writing(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    publishing = trio.Event()
+    stop = trio.Event()
+    sent = 0
+
+    async def keep_publishing() -> None:
+        nonlocal sent
+        async with open_client(server.uri, "live-pub") as pub:
+            while not stop.is_set():
+                await pub.publish("orders", json.dumps({"live": sent}))
+                sent += 1
+                if sent == 200:
+                    await pub.flush()
+                    publishing.set()
+                if sent % 100 == 0:
+                    await trio.lowlevel.checkpoint()
+            await pub.flush(timeout=60)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_publishing)
+        await publishing.wait()
+        with Journal(server.journal_dir, readonly=True) as journal:
+            at_start = journal.last_txid
+        done = await trio.to_thread.run_sync(export_cli, server.journal_dir, out)
+        assert done.returncode == 0, done.stderr
+        exported_through = manifest(out, "inst")["last_txid"]
+        # the instance went on writing during and after the run
+
+        def wrote_more() -> str | None:
+            with Journal(server.journal_dir, readonly=True) as journal:
+                if journal.last_txid > exported_through:
+                    return None
+                return f"the journal ends at {journal.last_txid}, the export at {exported_through}"
+
+        await trio.to_thread.run_sync(wait_until_sync, wrote_more, 30)
+        stop.set()
+    assert exported_through >= at_start, "the export stopped before the records it saw at start"
+    assert_rows_are(exported(out), journal_records(server.journal_dir, exported_through), "inst")
+    # the next run takes the rest: the whole journal, each record once
+    again = export_cli(server.journal_dir, out)
+    assert again.returncode == 0, again.stderr
+    everything = journal_records(server.journal_dir)
+    assert manifest(out, "inst")["last_txid"] == everything[-1].txid
+    assert_rows_are(exported(out), everything, "inst")
+    assert verify_export(out) == []
+
+
+def kill_after_new_files(proc: subprocess.Popen[bytes], out: Path, more: int) -> bool:
+    """SIGKILL ``proc`` once ``more`` data files were added to ``out`` (polled every
+    2 ms). Returns whether it was still running then."""
+    seen = len(data_files(out))
+
+    def enough() -> str | None:
+        if proc.poll() is not None:
+            return None  # it finished first: nothing left to kill
+        now = len(data_files(out))
+        return None if now >= seen + more else f"{now - seen} of {more} new files"
+
+    wait_until_sync(enough, 60, interval=0.002)
+    running = proc.poll() is None
+    if running:
+        proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    return running
+
+
+def test_export_killed_at_random_moments_resumes_complete_without_duplicates(
+    tmp_path: Path,
+) -> None:
+    seed = 20261124
+    rng = random.Random(seed)
+    print(f"seed {seed}")
+    journal = tmp_path / "journal"
+    library_journal(journal, "crashy", 6_000, ("orders", "trades", "a/b", "x=y"), seed=seed)
+    out = tmp_path / "out"
+    command = [*amps_py_command(), "pipeline", "export", str(journal), str(out)]
+    command += ["--batch-rows", "300"]
+    killed_mid_run = uncommitted = 0
+    for round_ in range(5):
+        # kill once this many more data files appeared: inside a commit (between two
+        # files, or between its last file and the manifest) or just after one
+        target = rng.randint(1, 12)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env()
+        )
+        if kill_after_new_files(proc, out, target):
+            killed_mid_run += 1
+        # whatever moment it died at: the manifest lists only files that are there,
+        # readers see whole files only, each record once
+        committed = out / "_manifests" / "crashy" / "export.json"
+        listed = (
+            {f["path"] for f in manifest(out, "crashy")["files"]} if committed.exists() else set()
+        )
+        on_disk = data_files(out)
+        assert listed <= on_disk, f"round {round_}: listed, not there: {listed - on_disk}"
+        uncommitted += len(on_disk - listed)
+        print(f"round {round_}: target {target} files, exit {proc.returncode}, "
+              f"{len(on_disk - listed)} files not committed yet")  # fmt: skip
+        txids = exported(out).column("txid").to_pylist()
+        assert len(txids) == len(set(txids)), f"round {round_}: a record is in two files"
+    assert killed_mid_run == 5, "the export ended before a kill: make the journal larger"
+    assert uncommitted, "no kill landed inside a commit (between its files and its manifest)"
+    done = subprocess.run(command, capture_output=True, text=True, env=cli_env(), check=False)
+    assert done.returncode == 0, done.stderr
+    print(done.stdout, done.stderr)
+    assert not list(out.glob("**/.part-*")), "a temporary file is left"
+    assert_rows_are(exported(out), journal_records(journal), "crashy")
+    assert verify_export(out) == []
+
+
+def test_topic_names_with_any_characters_round_trip(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    library_journal(journal, "odd", 2_000, ODD_TOPICS)
+    out = tmp_path / "out"
+    result = export_journal(journal, out)
+    assert result.rows == 2_000
+    # readers would take a directory named like Hive's null partition for null: that
+    # one topic is renamed, and the manifest names it
+    renamed = manifest(out, "odd")["renamed_topics"]
+    assert list(renamed.values()) == ["__HIVE_DEFAULT_PARTITION__"]
+    assert next(iter(renamed)).startswith("__HIVE_DEFAULT_PARTITION__~")
+    table = exported(out)
+    topics = [renamed.get(t, t) for t in table.column("topic").to_pylist()]
+    assert set(topics) == set(ODD_TOPICS)
+    table = table.set_column(table.schema.get_field_index("topic"), "topic", pa.array(topics))
+    assert_rows_are(table, journal_records(journal), "odd")
+    # each directory name is one path component that percent-decoding turns back
+    for top in out.glob("topic=*"):
+        value = top.name[len("topic=") :]
+        assert "/" not in value and "\x00" not in value
+        assert renamed.get(value, urllib.parse.unquote(value)) in ODD_TOPICS
+    assert verify_export(out) == []
+
+
+def test_a_topic_too_long_for_a_directory_name_stops_or_is_shortened(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    long_topic = "long/" + "x" * 300
+    library_journal(journal, "long", 300, ("short", long_topic))
+    out = tmp_path / "out"
+    refused = export_cli(journal, out)
+    assert refused.returncode == 2, refused.stderr
+    assert "bytes: as a directory name" in refused.stderr
+    assert "--shorten-long-topics" in refused.stderr
+    assert "txid " in refused.stderr
+    assert not (out / "_manifests" / "long" / "export.json").exists() and not data_files(out)
+    done = export_cli(journal, out, "--shorten-long-topics")
+    assert done.returncode == 0, done.stderr
+    shortened = manifest(out, "long")["renamed_topics"]
+    assert list(shortened.values()) == [long_topic]
+    (short_name,) = shortened
+    table = exported(out)
+    on_disk = set(table.column("topic").to_pylist())  # the partition value readers see
+    assert on_disk == {"short", short_name}
+    in_files = pa.concat_tables(pq.read_table(out / f) for f in data_files(out))
+    assert set(in_files.column("topic").to_pylist()) == {"short", long_topic}
+    assert verify_export(out) == []
+
+
+@settings(derandomize=True, max_examples=300, database=None, deadline=None)
+@given(st.text())
+def test_topic_directory_names_decode_back_exactly(topic: str) -> None:
+    """Any topic's directory value percent-decodes (as Spark and pyarrow do) to it."""
+    if not topic:
+        return  # the server never stores an empty topic: Hive's null partition
+    try:
+        component = topic_directory(topic)
+    except ValueError:
+        assert len(f"topic={encode_name(topic)}".encode()) > 255
+        return
+    value = component[len("topic=") :]
+    assert "/" not in value and "\x00" not in value and len(component.encode()) <= 255
+    if topic == "__HIVE_DEFAULT_PARTITION__":  # renamed: readers take it for null
+        assert value.startswith(topic + "~")
+        return
+    assert decode_name(value) == topic
+    assert urllib.parse.unquote(value, errors="strict") == topic
+
+
+def rows_digest(table: pa.Table) -> str:
+    """The manifest's row checksum of a file, computed here from its rows (the
+    definition in amps_py/pipeline/export_manifest.py)."""
+    digest = hashlib.sha256()
+    for txid in table.column("txid").to_pylist():
+        digest.update(struct.pack("<q", txid))
+    for bookmark in table.column("bookmark").to_pylist():
+        digest.update(bookmark.encode())
+    return digest.hexdigest()
+
+
+def test_manifest_checksums_verify_and_tampering_is_named(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    library_journal(journal, "sums", 3_000, ("orders", "trades", "x/y"))
+    out = tmp_path / "out"
+    done = export_cli(journal, out, "--batch-rows", "1000", "--verify")
+    assert done.returncode == 0, done.stderr
+    assert "verified:" in done.stdout
+    doc = manifest(out, "sums")
+    assert (doc["rows"], doc["first_txid"], doc["last_txid"]) == (3_000, 1, 3_000)
+    total = 0
+    for f in doc["files"]:
+        data = (out / f["path"]).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (f["bytes"], f["sha256"])
+        table = pq.read_table(out / f["path"])
+        assert table.num_rows == f["rows"] and rows_digest(table) == f["rows_sha256"]
+        total += int(f["rows_sha256"], 16)
+    assert f"{total % (1 << 256):064x}" == doc["rows_checksum"]
+    (run_doc,) = [json.loads(p.read_text()) for p in (out / "_manifests" / "sums").glob("run-*")]
+    assert run_doc["rows_checksum"] == doc["rows_checksum"] and run_doc["rows"] == 3_000
+
+    victim, other = doc["files"][0], doc["files"][1]
+    # a row dropped (file rewritten)
+    table = pq.read_table(out / victim["path"])
+    pq.write_table(table.slice(1), out / victim["path"], compression="zstd")
+    problems = verify_export(out)
+    assert any(victim["path"] in p and "not those written" in p for p in problems), problems
+    # a file copied in under another name: its rows would be read twice
+    stray = (out / other["path"]).with_name("part-sums-000000999990-000000999999.parquet")
+    shutil.copy(out / other["path"], stray)
+    problems = verify_export(out)
+    assert any(str(stray.relative_to(out)) in p and "does not list" in p for p in problems)
+    # a file gone
+    (out / other["path"]).unlink()
+    problems = verify_export(out)
+    assert any(other["path"] in p and "cannot be read" in p for p in problems), problems
+    checked = export_cli(journal, out, "--verify")
+    assert checked.returncode == 3 and "problem(s) in the export of sums" in checked.stderr
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    library_journal(journal, "bar", 3_000)
+    code, out, screen = run_on_terminal(
+        "pipeline", "export", str(journal), str(tmp_path / "tty"), cwd=tmp_path
+    )
+    assert code == 0, screen
+    assert f"exporting {journal}" in screen and "3000/3000" in screen, screen
+    assert out.startswith("exported 3,000 records") and len(out.splitlines()) == 1
+    piped = export_cli(journal, tmp_path / "piped")
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert piped.stdout.startswith("exported 3,000 records") and len(piped.stdout.splitlines()) == 1
+
+
+def test_the_plain_script_exports_like_the_command(tmp_path: Path) -> None:
+    """tools/pipeline/export.py runs with plain Python (no spark-submit)."""
+    journal = tmp_path / "journal"
+    library_journal(journal, "script", 500)
+    script = Path(__file__).resolve().parents[1] / "tools" / "pipeline" / "export.py"
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(script), str(journal), str(out), "--verify"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("exported 500 records of instance script")
+    assert_rows_are(exported(out), journal_records(journal), "script")
+
+
+def damage_record(journal: Path, txid: int) -> None:
+    """Flip a byte in the middle of record ``txid`` where data.mdb stores it."""
+    env = lmdb.open(str(journal), readonly=True, max_dbs=16, lock=False)
+    try:
+        with env.begin(db=env.open_db(b"records", create=False)) as txn:
+            value = bytes(txn.get(struct.pack(">Q", txid)))
+    finally:
+        env.close()
+    data = bytearray((journal / "data.mdb").read_bytes())
+    at = data.find(value)
+    assert at >= 0
+    while at >= 0:
+        data[at + len(value) // 2] ^= 0x20
+        at = data.find(value, at + 1)
+    (journal / "data.mdb").write_bytes(bytes(data))
+
+
+def test_a_damaged_record_stops_the_export_naming_its_txid(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    library_journal(journal, "hurt", 1_000, ("orders", "trades"))
+    damage_record(journal, 640)
+    out = tmp_path / "out"
+    for attempt in range(2):  # never skipped, however often it runs
+        done = export_cli(journal, out, "--batch-rows", "250")
+        assert done.returncode == 3, (attempt, done.stdout, done.stderr)
+        assert "record txid 640 is damaged" in done.stderr
+        assert "holds every record through txid 639" in done.stderr
+        assert "amps-py txlog verify" in done.stderr
+        assert manifest(out, "hurt")["last_txid"] == 639
+        txids = exported(out).column("txid").to_pylist()
+        assert txids == list(range(1, 640)), "the export holds the records before the damage"
+    runs = [json.loads(p.read_text()) for p in sorted((out / "_manifests" / "hurt").glob("run-*"))]
+    assert runs[0]["stopped"].startswith("damaged record at txid 640")
+    assert verify_export(out) == []
+
+
+def test_compressed_journals_are_exported_and_removed_ones_are_named(tmp_path: Path) -> None:
+    """Journal housekeeping: records in compressed segment files are exported like any;
+    records removed before any export held them are named (warning, manifest), never
+    skipped in silence."""
+    journal = tmp_path / "journal"
+    library_journal(journal, "kept", 300, ("orders", "trades"), segment_size=20_000)
+    out = tmp_path / "out"
+    assert export_cli(journal, out).returncode == 0
+    library_journal(journal, "kept", 700, ("orders",), seed=8, segment_size=20_000)
+    with Journal(journal, readonly=True) as j:
+        segments = j.segments()
+    removed = next(seg for seg in segments if seg.first_txid <= 450 <= seg.last_txid)
+    compressed = next(seg for seg in segments if seg.id == removed.id + 1)
+    done = run("txlog", "compress", str(journal), str(compressed.id), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with Journal(journal, instance_name="kept", segment_size=20_000) as j:
+        j.mark_removed(removed.id)
+    done = export_cli(journal, out)
+    assert done.returncode == 0, done.stderr
+    gone = (301, removed.last_txid)
+    assert f"txids {gone[0]}..{gone[1]} were removed from the journal before any export" in (
+        done.stderr
+    )
+    assert manifest(out, "kept")["removed_before_export"] == [list(gone)]
+    txids = exported(out).column("txid").to_pylist()
+    assert txids == [*range(1, 301), *range(removed.last_txid + 1, 1001)]
+    held = [r for r in journal_records(journal) if r.txid > removed.last_txid]
+    assert_rows_are(exported(out).slice(300), held, "kept")
+    assert verify_export(out) == []
+
+
+def test_several_instances_share_one_export_directory(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for name, count in (("alpha", 900), ("beta", 600)):
+        library_journal(tmp_path / name, name, count, ("orders", "trades"), seed=len(name))
+        assert export_journal(tmp_path / name, out).rows == count
+    library_journal(tmp_path / "alpha", "alpha", 100, ("orders",), seed=99)
+    assert export_journal(tmp_path / "alpha", out).rows == 100
+    assert export_journal(tmp_path / "beta", out).rows == 0
+    table = exported(out)
+    for name in ("alpha", "beta"):
+        mine = table.filter(pc.equal(table.column("instance"), name))
+        assert_rows_are(mine, journal_records(tmp_path / name), name)
+    names = {Path(f).name.split("-")[1] for f in data_files(out)}
+    assert names == {"alpha", "beta"}
+    assert verify_export(out) == []
+    # another journal of the same name does not go into alpha's export
+    library_journal(tmp_path / "impostor", "alpha", 2_000, seed=3, publisher="other")
+    with pytest.raises(ExportError, match="another journal of that name"):
+        export_journal(tmp_path / "impostor", out)
+    library_journal(tmp_path / "short", "alpha", 10, seed=4)
+    with pytest.raises(ExportError, match="another \\(or a restored\\) journal"):
+        export_journal(tmp_path / "short", out)
+
+
+def test_a_second_export_of_the_same_instance_at_once_is_refused(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    library_journal(journal, "busy", 100)
+    out = tmp_path / "out"
+    lock_dir = out / "_manifests" / "busy"
+    lock_dir.mkdir(parents=True)
+    with instance_lock(lock_dir, "busy"):  # what a running export holds
+        done = export_cli(journal, out)
+    assert done.returncode == 2
+    assert "another export of instance 'busy'" in done.stderr and "is running" in done.stderr
+    assert export_cli(journal, out).returncode == 0
