@@ -1201,6 +1201,10 @@ def admin_watch(ctx: click.Context, interval: float, count: int | None) -> None:
 
 _accept_json_after_subcommands(admin)
 
+from amps_py.cli_pipeline import pipeline  # noqa: E402  (its Spark imports wait for a command)
+
+main.add_command(pipeline)
+
 
 if __name__ == "__main__":
     main()

@@ -35,7 +35,9 @@ def spark_session(
     master: str | None = None,
     conf: Iterable[tuple[str, str]] = (),
 ) -> SparkSession:
-    """A Spark session named ``app`` on ``master`` (default ``local[*]``).
+    """A Spark session named ``app`` on ``master`` (default ``local[*]``; under
+    ``spark-submit`` with no ``master``, the one spark-submit was given, and its
+    ``--conf`` settings win over the quiet defaults).
 
     Raises:
         SparkUnavailable: pyspark is not installed, or Java cannot be found.
@@ -52,12 +54,21 @@ def spark_session(
             "Spark needs Java (17 or newer): install a JDK (e.g. apt-get install "
             "openjdk-17-jre-headless) or set JAVA_HOME"
         )
+    # under spark-submit (a JVM already runs the app) its --master and --conf stand
+    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
     chosen = master or DEFAULT_MASTER
-    builder = SparkSession.builder.appName(app).master(chosen)
+    builder = SparkSession.builder.appName(app)
     settings = dict(QUIET_DEFAULTS)
-    if chosen.startswith("local"):
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
-        settings["spark.driver.host"] = "127.0.0.1"
+    if submitted:
+        from pyspark import SparkConf
+
+        given = SparkConf()
+        settings = {k: v for k, v in settings.items() if not given.contains(k)}
+    else:
+        builder = builder.master(chosen)
+        if chosen.startswith("local"):
+            settings["spark.driver.bindAddress"] = "127.0.0.1"
+            settings["spark.driver.host"] = "127.0.0.1"
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
