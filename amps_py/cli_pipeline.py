@@ -108,7 +108,13 @@ def audit_command(
     """
     pairs = _conf_pairs(conf)
     try:
-        from amps_py.pipeline.audit import AuditError, run_audit, session_conf, write_report
+        from amps_py.pipeline.audit import (
+            AuditError,
+            prepare_audit,
+            run_audit,
+            session_conf,
+            write_report,
+        )
         from amps_py.pipeline.audit_report import render_text
         from amps_py.pipeline.spark import SparkUnavailable, spark_session
     except ImportError as exc:
@@ -118,13 +124,20 @@ def audit_command(
             err=True,
         )
         sys.exit(2)
+    if bucket is not None and bucket <= 0:
+        raise click.BadParameter(f"must be positive, not {bucket}", param_hint="--bucket")
+    try:
+        inputs = prepare_audit(configs, journals)
+    except AuditError as exc:
+        click.echo(f"amps-py: {exc}", err=True)
+        sys.exit(2)
     try:
         spark = spark_session("amps-py-audit", master, session_conf(master, pairs))
     except SparkUnavailable as exc:
         click.echo(f"amps-py: {exc}", err=True)
         sys.exit(2)
     try:
-        report = run_audit(spark, configs, journals, bucket_s=bucket)
+        report = run_audit(spark, inputs, bucket_s=bucket)
     except AuditError as exc:
         click.echo(f"amps-py: {exc}", err=True)
         sys.exit(2)

@@ -86,19 +86,22 @@ def messages(seed: int = SEED) -> dict[str, list[Published]]:
     }
 
 
-async def publish_all(cluster: Cluster, sent: dict[str, list[Published]]) -> None:
-    """Publish every message and wait for the persisted acks (the sync partner has
-    them too)."""
+ROUNDS = 6
+
+
+async def publish_round(cluster: Cluster, batch: dict[str, list[Published]]) -> None:
+    """Publish ``batch`` (each publisher's part concurrently) and wait for the
+    persisted acks: the sync partner has it too."""
 
     async def one(name: str) -> None:
         async with open_client(cluster.uri(PUBLISHERS[name]), name, timeout=30) as pub:
-            for m in sent[name]:
+            for m in batch[name]:
                 body = b'{"p":"%s","s":%d,"qty":%d}' % (name.encode(), m.seq, m.qty)
-                await pub.publish(m.topic, body)
-            await pub.wait_persisted(pub.seq, timeout=30)
+                await pub.publish(m.topic, body, seq=m.seq)
+            await pub.wait_persisted(batch[name][-1].seq, timeout=30)
 
     async with trio.open_nursery() as nursery:
-        for name in sent:
+        for name in batch:
             nursery.start_soon(one, name)
 
 
@@ -107,23 +110,28 @@ def stored(cluster: Cluster, name: str) -> int:
 
 
 def run_fabric(root: Path) -> tuple[Cluster, dict[str, list[Published]]]:
-    """Start the fabric under ``root``, publish, wait until C has everything it must
-    get, and stop every instance. Returns the (stopped) cluster and what was sent."""
+    """Start the fabric under ``root``; publish in :data:`ROUNDS` rounds, each once C
+    has everything it must get from the one before (so arrivals spread over time);
+    stop every instance. Returns the (stopped) cluster and what was sent."""
     cluster = Cluster(root)
     add_fabric(cluster)
     sent = messages()
+    per_round = PER_PUBLISHER // ROUNDS
     try:
         cluster.start_all()
-        trio.run(publish_all, cluster, sent)
-        total = sum(len(v) for v in sent.values())
-        to_c = sum(m.reaches_c for v in sent.values() for m in v)
-        want = {"A": total, "B": total, "C": to_c}
+        for r in range(ROUNDS):
+            batch = {n: v[r * per_round : (r + 1) * per_round] for n, v in sent.items()}
+            trio.run(publish_round, cluster, batch)
+            so_far = {n: v[: (r + 1) * per_round] for n, v in sent.items()}
+            total = sum(len(v) for v in so_far.values())
+            to_c = sum(m.reaches_c for v in so_far.values() for m in v)
+            want = {"A": total, "B": total, "C": to_c}
 
-        def check() -> str | None:
-            have = {n: stored(cluster, n) for n in want}
-            return None if have == want else f"stored {have}, want {want}"
+            def check(want: dict[str, int] = want) -> str | None:
+                have = {n: stored(cluster, n) for n in want}
+                return None if have == want else f"stored {have}, want {want}"
 
-        cluster.wait_until_sync(check, 60)
+            cluster.wait_until_sync(check, 60)
     finally:
         cluster.stop_all()
     return cluster, sent

@@ -1,7 +1,8 @@
 """The fabric audit on Spark: do the journals hold what the fabric's configs promise?
 
 ``amps-py pipeline audit --config DIR_OR_FILES... --journals DIR...`` (and
-``tools/pipeline/audit.py`` under ``spark-submit``) call :func:`run_audit` and
+``tools/pipeline/audit.py`` under ``spark-submit``) call :func:`prepare_audit` (no
+Spark yet: bad configs or journals fail at once), :func:`run_audit` and
 :func:`write_report`.
 
 How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -65,9 +65,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AuditError",
+    "AuditInputs",
     "JournalSource",
     "find_journals",
     "load_journal",
+    "prepare_audit",
     "run_audit",
     "session_conf",
     "write_report",
@@ -190,13 +192,10 @@ def load_journal(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame
 
 
 def session_conf(master: str | None, conf: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-    """The Spark settings the audit adds to ``conf``: executors run this Python (so
-    they import amps_py), and a driver talking to a master on this machine binds to
-    127.0.0.1. ``conf`` wins over both."""
+    """The Spark settings the audit adds to ``conf``: a driver talking to a master on
+    this machine binds to 127.0.0.1 (``conf`` wins)."""
     given = dict(conf)
     out: list[tuple[str, str]] = []
-    if "spark.pyspark.python" not in given and not os.environ.get("PYSPARK_PYTHON"):
-        out.append(("spark.pyspark.python", sys.executable))
     host = urlparse(master).hostname if master and "://" in master else None
     if host in ("127.0.0.1", "localhost", "::1"):
         for key in ("spark.driver.host", "spark.driver.bindAddress"):
@@ -209,24 +208,24 @@ def session_conf(master: str | None, conf: Iterable[tuple[str, str]] = ()) -> li
 # ------------------------------------------------------------------------- the job
 
 
-def run_audit(
-    spark: SparkSession,
-    configs: Sequence[str | os.PathLike[str]],
-    journals: Sequence[str | os.PathLike[str]],
-    *,
-    bucket_s: float | None = None,
-) -> AuditReport:
-    """Audit the journals in ``journals`` against the fabric of ``configs``.
+@dataclass(frozen=True)
+class AuditInputs:
+    """What an audit reads: the fabric, its journals and the config paths given."""
 
-    Args:
-        spark: the session to run on.
-        configs: config files, or directories of ``*.xml`` configs (the fabric).
-        journals: journal directories, or directories holding them.
-        bucket_s: the width of the lag buckets in seconds; ``None``: about 60 buckets
-            over the time the journals span, rounded to a round width.
+    fabric: Fabric
+    sources: tuple[JournalSource, ...]
+    configs: tuple[str, ...]
+
+
+def prepare_audit(
+    configs: Sequence[str | os.PathLike[str]], journals: Sequence[str | os.PathLike[str]]
+) -> AuditInputs:
+    """Load the fabric of ``configs`` (files, or directories of ``*.xml``) and find
+    the journals in ``journals`` (journal directories, or directories holding them),
+    before any Spark work.
 
     Raises:
-        AuditError: the configs do not load, a journal cannot be read, or a journal
+        AuditError: the configs do not load, a journal cannot be opened, or a journal
             belongs to an instance the configs do not name.
     """
     try:
@@ -242,11 +241,29 @@ def run_audit(
             f"{', '.join(fabric.instances)}. Give every instance's config with --config, "
             "or leave those journals out"
         )
+    return AuditInputs(fabric, tuple(sources), tuple(str(c) for c in configs))
+
+
+def run_audit(
+    spark: SparkSession, inputs: AuditInputs, *, bucket_s: float | None = None
+) -> AuditReport:
+    """Audit ``inputs`` (:func:`prepare_audit`) on ``spark``.
+
+    Args:
+        spark: the session to run on.
+        inputs: the fabric and the journals.
+        bucket_s: the width of the lag buckets in seconds; ``None``: about 60 buckets
+            over the time the replicated records arrived in, rounded to a round width.
+
+    Raises:
+        AuditError: ``bucket_s`` is not positive, or a journal cannot be read (a
+            damaged record names its txid).
+    """
     if bucket_s is not None and bucket_s <= 0:
         raise AuditError(f"--bucket must be positive, not {bucket_s}")
-    frames = [load_journal(spark, s.path) for s in sources]
+    frames = [load_journal(spark, s.path) for s in inputs.sources]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
-    return _audit(spark, fabric, sources, rows, tuple(str(c) for c in configs), bucket_s)
+    return _audit(spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s)
 
 
 def _audit(

@@ -249,7 +249,7 @@ body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th:first-child, td:first-child, td.text { text-align: left; }
+th:first-child, td:first-child, td.text, th.text { text-align: left; }
 th { background: #f0f0f0; }
 .ok { color: #1a7f37; font-weight: bold; } .bad { color: #c62828; font-weight: bold; }
 .problem { background: #fdecea; }
@@ -281,14 +281,14 @@ def _time_label(us: int, span_us: int) -> str:
     return t.strftime("%m-%d %H:%M")
 
 
-def _chart(link: LinkLag, bucket_us: int) -> str:
-    """An inline SVG line chart of ``link``'s buckets (x: arrival time, y: lag ms)."""
+def _chart(link: LinkLag, bucket_us: int, x0: int, x1: int) -> str:
+    """An inline SVG line chart of ``link``'s buckets (x: arrival time from ``x0`` to
+    ``x1``, the same for every link; y: lag in ms). A line joins adjacent buckets
+    only: a gap (no arrival) stays a gap."""
     width, height = 760, 260
     left, right, top, bottom = 64, 16, 16, 44
     plot_w, plot_h = width - left - right, height - top - bottom
     buckets = link.buckets
-    x0 = buckets[0].start_us if buckets else 0
-    x1 = (buckets[-1].start_us if buckets else 0) + bucket_us
     span = max(x1 - x0, 1)
     y_top = max((b.max_ms for b in buckets), default=0.0)
     step = _nice_step(y_top if y_top > 0 else 1.0)
@@ -338,16 +338,23 @@ def _chart(link: LinkLag, bucket_us: int) -> str:
         f'<text x="14" y="{top + plot_h / 2:.0f}" font-size="11" text-anchor="middle" '
         f'transform="rotate(-90 14 {top + plot_h / 2:.0f})">lag (ms)</text>'
     )
+    runs: list[list[LagBucket]] = []
+    for b in buckets:
+        if runs and b.start_us - runs[-1][-1].start_us <= bucket_us:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
     for name, colour in _SERIES:
-        points = [(x(b.start_us + bucket_us / 2), y(getattr(b, f"{name}_ms"))) for b in buckets]
-        if len(points) > 1:
-            coords = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
-            parts.append(
-                f'<polyline class="series-{name}" fill="none" stroke="{colour}" '
-                f'stroke-width="2" points="{coords}"/>'
-            )
-        for px, py in points:
-            parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{colour}"/>')
+        for run in runs:
+            points = [(x(b.start_us + bucket_us / 2), y(getattr(b, f"{name}_ms"))) for b in run]
+            if len(points) > 1:
+                coords = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+                parts.append(
+                    f'<polyline class="series-{name}" fill="none" stroke="{colour}" '
+                    f'stroke-width="2" points="{coords}"/>'
+                )
+            for px, py in points:
+                parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{colour}"/>')
     for i, (name, colour) in enumerate(_SERIES):
         lx = left + 10 + i * 70
         parts.append(
@@ -410,7 +417,7 @@ def render_html(report: AuditReport, limit: int = 2000) -> str:
     )
     if report.links:
         out.append(
-            "<table><tr><th>link</th><th>destination</th><th>records</th>"
+            '<table><tr><th>link</th><th class="text">destination</th><th>records</th>'
             "<th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>"
         )
         for link in report.links:
@@ -425,12 +432,15 @@ def render_html(report: AuditReport, limit: int = 2000) -> str:
                 + "</tr>"
             )
         out.append("</table>")
+        starts = [b.start_us for link in report.links for b in link.buckets]
+        x0 = min(starts, default=0)
+        x1 = max(starts, default=0) + report.bucket_us
         for link in report.links:
             out.append(
                 f"<figure><figcaption><b>{esc(link.name)}</b> ({esc(link.label)}): "
                 f"{link.count} records, p50 {_ms(link.p50_ms)} ms, p99 "
                 f"{_ms(link.p99_ms)} ms, max {_ms(link.max_ms)} ms</figcaption>"
-                f"{_chart(link, report.bucket_us)}</figure>"
+                f"{_chart(link, report.bucket_us, x0, x1)}</figure>"
             )
     else:
         out.append("<p>No replicated records in the audited journals.</p>")
@@ -446,8 +456,10 @@ def render_html(report: AuditReport, limit: int = 2000) -> str:
                 "JSON report lists them all.</p>"
             )
         out.append(
-            "<table><tr><th>class</th><th>instance</th><th>bookmark</th><th>topic</th>"
-            "<th>origin</th><th>txids</th><th>expected path</th><th>detail</th></tr>"
+            '<table><tr><th>class</th><th class="text">instance</th>'
+            '<th class="text">bookmark</th><th class="text">topic</th>'
+            '<th class="text">origin</th><th class="text">txids</th>'
+            '<th class="text">expected path</th><th class="text">detail</th></tr>'
         )
         for f in shown:
             out.append(

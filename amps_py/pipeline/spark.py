@@ -8,6 +8,7 @@ pairs override any of them.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
@@ -37,7 +38,8 @@ def spark_session(
 ) -> SparkSession:
     """A Spark session named ``app`` on ``master`` (default ``local[*]``; under
     ``spark-submit`` with no ``master``, the one spark-submit was given, and its
-    ``--conf`` settings win over the quiet defaults).
+    ``--conf`` settings win over the quiet defaults). Python workers run this
+    interpreter unless ``PYSPARK_PYTHON`` says otherwise.
 
     Raises:
         SparkUnavailable: pyspark is not installed, or Java cannot be found.
@@ -54,6 +56,9 @@ def spark_session(
             "Spark needs Java (17 or newer): install a JDK (e.g. apt-get install "
             "openjdk-17-jre-headless) or set JAVA_HOME"
         )
+    # Python workers (local or on a worker of this machine) run this interpreter, so
+    # they import amps_py and pyarrow; pyspark's own default is whatever "python3" is
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # under spark-submit (a JVM already runs the app) its --master and --conf stand
     submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
     chosen = master or DEFAULT_MASTER
@@ -67,6 +72,7 @@ def spark_session(
     else:
         builder = builder.master(chosen)
         if chosen.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no other interface
             settings["spark.driver.bindAddress"] = "127.0.0.1"
             settings["spark.driver.host"] = "127.0.0.1"
     settings.update(conf)
