@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,7 @@ from amps_py.pipeline.audit_rules import (
     longest_increasing,
     reordered,
 )
+from txlog import Journal, Record
 
 BIG = b'{"qty": 80}'
 SMALL = b'{"qty": 3}'
@@ -237,3 +240,50 @@ def test_problems_make_the_exit_status_one() -> None:
     assert "missing on B: 1|5| (orders, from A): not in the journal; expected path B <- A" in (
         render_text(report)
     )
+
+
+# ---------------------------------------------------------------------- refusals
+
+
+def _audit_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amps_py", "pipeline", "audit", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _journal(path: Path, instance: str) -> Path:
+    with Journal(path, instance_name=instance) as journal:
+        journal.append([Record(topic="orders", payload=b"{}", pub_hash=1, seq=1)], 1)
+    return path
+
+
+def test_bad_inputs_are_refused_before_spark_starts(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "fabric")
+    add_fabric(cluster)
+    configs = [str(cluster.write_config(n)) for n in ("A", "B", "C")]
+    stranger = _journal(tmp_path / "journals" / "z-journal", "Z")
+    twin = _journal(tmp_path / "twins" / "a1", "A").parent
+    _journal(twin / "a2", "A")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        (["--config", *configs, "--journals", str(tmp_path / "nope")], "no such directory"),
+        (["--config", *configs, "--journals", str(empty)], "holds no journal (no data.mdb"),
+        (
+            ["--config", *configs, "--journals", str(stranger)],
+            "journals of instances the configs do not name: Z",
+        ),
+        (["--config", *configs, "--journals", str(twin)], "both belong to instance 'A'"),
+        (["--config", str(empty), "--journals", str(stranger)], "holds no *.xml config"),
+        (["--config", *configs, "--journals", str(stranger), "--conf", "x"], "is not KEY=VALUE"),
+        (["--config", *configs, "--journals", str(stranger), "--bucket", "0"], "must be positive"),
+    ]
+    for args, message in cases:
+        done = _audit_cli(*args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr

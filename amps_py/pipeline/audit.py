@@ -229,7 +229,7 @@ def prepare_audit(
             belongs to an instance the configs do not name.
     """
     try:
-        fabric = load_fabric(configs)
+        fabric = load_fabric([Path(c) for c in configs])
     except ConfigError as exc:
         raise AuditError(f"the fabric's configs do not load:\n{exc}") from None
     sources = find_journals(journals)
@@ -384,7 +384,7 @@ def _filter_verdicts(
     )
     shipped = spark.sparkContext.broadcast(plan)
 
-    def judge(rows: Iterator[Any]) -> Iterator[tuple[str, int, str, str, str, str, bytes]]:
+    def judge(rows: Iterable[Any]) -> Iterator[tuple[str, int, str, str, str, str, bytes]]:
         filters = shipped.value
         for r in rows:
             payload = bytes(r["payload"])
@@ -435,7 +435,7 @@ def _classify(
         ).alias("copies")
     )
 
-    def classify(groups: Iterator[Any]) -> Iterator[tuple[str, Any]]:
+    def classify(groups: Iterable[Any]) -> Iterator[tuple[str, Any]]:
         expectations = expect.value
         statuses: list[tuple[str, str]] = []
         messages = 0
@@ -488,7 +488,7 @@ def _order(frame: DataFrame, expect: Any) -> list[Finding]:
         ).alias("records")
     )
 
-    def check(groups: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    def check(groups: Iterable[Any]) -> Iterator[dict[str, Any]]:
         expectations = expect.value
         for g in groups:
             records = [

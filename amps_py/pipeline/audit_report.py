@@ -382,8 +382,8 @@ def render_html(report: AuditReport, limit: int = 2000) -> str:
         "<h1>amps-py fabric audit</h1>",
     ]
     if report.problems:
-        counts = ", ".join(f"{n} {k}" for k, n in report.problem_counts().items() if n)
-        out.append(f'<p class="bad">{_problems(report.problems)}: {esc(counts)}</p>')
+        which = ", ".join(f"{n} {k}" for k, n in report.problem_counts().items() if n)
+        out.append(f'<p class="bad">{_problems(report.problems)}: {esc(which)}</p>')
     else:
         out.append(
             '<p class="ok">No problems: every message is where the configs send it, once, '
@@ -401,7 +401,8 @@ def render_html(report: AuditReport, limit: int = 2000) -> str:
     out.append("<h2>Per instance</h2><table><tr><th>instance</th>")
     out.extend(f"<th>{c}</th>" for c in CLASSES)
     out.append("</tr>")
-    for name, counts in [*report.counts.items(), ("total", report.total)]:
+    rows: list[tuple[str, Counts]] = [*report.counts.items(), ("total", report.total)]
+    for name, counts in rows:
         cls = ' class="problem"' if counts.problems else ""
         out.append(f"<tr{cls}>{_cell(name)}")
         out.extend(_cell(getattr(counts, c)) for c in CLASSES)
