@@ -475,7 +475,7 @@ def classify_message(
                     "duplicate",
                     instance,
                     txids,
-                    f"stored {len(good)} times (txids {', '.join(map(str, txids))})",
+                    f"stored {len(good)} times",
                     arrival,
                 )
             )
