@@ -39,6 +39,11 @@ from harness import free_port, wait_until_sync
 
 pytest.importorskip("pyspark", reason="the audit tests need the spark extra (pyspark)")
 pytest.importorskip("pyarrow", reason="the audit tests need the spark extra (pyarrow)")
+if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+    pytest.skip(
+        "Spark needs Java (17 or newer): apt-get install openjdk-17-jre-headless",
+        allow_module_level=True,
+    )
 
 from amps_py.pipeline.audit import prepare_audit, run_audit, write_report
 
