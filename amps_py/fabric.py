@@ -827,14 +827,18 @@ def simulate(
     message_type: str = "json",
     *,
     down: Iterable[str] = (),
+    payload: bytes | None = None,
+    failover: bool = True,
 ) -> Propagation:
     """Where a message published at ``origin`` on ``topic`` goes.
 
     Breadth first over the links that connect (each to its first usable member that is
     not ``down``); :meth:`Route.accepts` decides each hop with the message's origin and
-    path. Content filters are taken to match (the filters are recorded per hop). With
-    no ``down`` instances, ``if_down`` holds the simulation with each other instance
-    down."""
+    path. Without ``payload``, content filters are taken to match (the filters are
+    recorded per hop); with it, each hop applies its filters to ``payload`` as the
+    server does for that message (the Spark audit's expectation for one message). With
+    no ``down`` instances and ``failover`` true, ``if_down`` holds the simulation with
+    each other instance down."""
     down_set = frozenset(down)
     if origin not in fabric.instances:
         raise KeyError(f"no instance {origin!r} in the fabric")
@@ -854,12 +858,13 @@ def simulate(
             index, member = active
             remote = member.instance
             assert remote is not None
-            if not link.open_route.accepts(
+            route = link.open_route if payload is None else link.route
+            if not route.accepts(
                 topic=topic,
                 message_type=message_type,
                 origin=origin,
                 path=here.path,
-                payload=_EMPTY_JSON,
+                payload=_EMPTY_JSON if payload is None else payload,
                 remote_name=remote,
             ):
                 continue
@@ -882,10 +887,12 @@ def simulate(
     if not journaled:
         arrivals = [start]
     if_down: dict[str, Propagation] = {}
-    if not down_set and journaled:
+    if not down_set and journaled and failover:
         for name in fabric.instances:
             if name != origin:
-                if_down[name] = simulate(fabric, origin, topic, message_type, down=(name,))
+                if_down[name] = simulate(
+                    fabric, origin, topic, message_type, down=(name,), payload=payload
+                )
     return Propagation(
         origin,
         topic,

@@ -39,7 +39,10 @@ def spark_session(
     master: str | None = None,
     conf: Iterable[tuple[str, str]] = (),
 ) -> SparkSession:
-    """A Spark session named ``app`` on ``master`` (default ``local[*]``).
+    """A Spark session named ``app`` on ``master`` (default ``local[*]``; under
+    ``spark-submit`` with no ``master``, the one spark-submit was given, and its
+    ``--conf`` settings win over the quiet defaults). Python workers run this
+    interpreter unless ``PYSPARK_PYTHON`` says otherwise.
 
     Raises:
         SparkUnavailable: pyspark is not installed, or Java cannot be found.
@@ -56,16 +59,25 @@ def spark_session(
             "Spark needs Java (17 or newer): install a JDK (e.g. apt-get install "
             "openjdk-17-jre-headless) or set JAVA_HOME"
         )
+    # Python workers (local or on a worker of this machine) run this interpreter, so
+    # they import amps_py and pyarrow; pyspark's own default is whatever "python3" is
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # under spark-submit (a JVM already runs the app) its --master and --conf stand
+    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
     chosen = master or DEFAULT_MASTER
-    builder = SparkSession.builder.appName(app).master(chosen)
-    if not os.environ.get("PYSPARK_PYTHON"):
-        # Spark would start "python3" from PATH for its Python workers (data sources
-        # included), which may lack amps_py and pyarrow
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder.appName(app)
     settings = dict(QUIET_DEFAULTS)
-    if chosen.startswith("local"):
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
-        settings["spark.driver.host"] = "127.0.0.1"
+    if submitted:
+        from pyspark import SparkConf
+
+        given = SparkConf()
+        settings = {k: v for k, v in settings.items() if not given.contains(k)}
+    else:
+        builder = builder.master(chosen)
+        if chosen.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no other interface
+            settings["spark.driver.bindAddress"] = "127.0.0.1"
+            settings["spark.driver.host"] = "127.0.0.1"
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
