@@ -154,7 +154,8 @@ def stats_command(
 ) -> None:
     """Message counts, bytes, rates and payload sizes per topic and publisher.
 
-    Reads each JOURNAL directory (TransactionLog/JournalDirectory) and prints, per
+    Reads each JOURNAL directory (TransactionLog/JournalDirectory), or an export
+    directory of `amps-py pipeline export` (its Parquet files), and prints, per
     instance, topic and publisher: messages, payload bytes, the mean and peak rate,
     the payload size distribution (p50/p90/p99/max), and per topic the rate in every
     --bucket (a table, or all of it with --json).
@@ -311,7 +312,8 @@ def pipeline_export(
     multiple=True,
     required=True,
     metavar="DIR...",
-    help="Journal directories (TransactionLog/JournalDirectory), or directories holding them.",
+    help="Journal directories (TransactionLog/JournalDirectory), directories holding "
+    "them, or export directories of `amps-py pipeline export`.",
 )
 @click.option(
     "--out",

@@ -223,6 +223,25 @@ def test_tampered_journals_give_exactly_those_findings(
         assert f"expected path {f['expected_path']}" in run.stdout
 
 
+def test_exports_of_the_journals_give_the_same_audit(
+    spark: Any, tampered: Tampered, tampered_local: CliRun, fabric_run: FabricRun
+) -> None:
+    """The journals exported to Parquet (plain Python, on the hosts), audited from the
+    export directory: the same findings as from the journals."""
+    from amps_py.pipeline.export import export_journal
+
+    out = fabric_run.root / "tampered-export"
+    for journal in sorted(tampered.root.iterdir()):
+        export_journal(journal, out)
+    report = run_audit(spark, prepare_audit(fabric_run.configs, [out]))
+    keys = list(tampered.expected[0])
+    got = [{k: f.as_dict()[k] for k in keys} for f in report.findings]
+    assert got == tampered.expected
+    assert report.counts == run_audit(
+        spark, prepare_audit(fabric_run.configs, [tampered.root])
+    ).counts
+
+
 # ---------------------------------------------------------------------- the HTML page
 
 

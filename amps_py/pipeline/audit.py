@@ -59,6 +59,7 @@ from amps_py.pipeline.audit_rules import (
     expectation_for,
     reordered,
 )
+from amps_py.pipeline.sources import export_instances, is_export, read_export
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -96,16 +97,19 @@ class AuditError(Exception):
 
 @dataclass(frozen=True)
 class JournalSource:
-    """One journal directory and the instance that wrote it."""
+    """One instance's records: its journal directory, or an export directory holding
+    its Parquet files (``exported``)."""
 
     path: Path
     instance: str
+    exported: bool = False
 
 
 def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource]:
-    """The journals in ``paths``: each is a journal directory (it holds ``data.mdb``)
-    or a directory searched for journal directories below it. The instance is the
-    one the journal records as its owner (else the directory's name).
+    """The journals in ``paths``: each is a journal directory (it holds ``data.mdb``),
+    an export directory of ``amps-py pipeline export`` (every instance it holds), or
+    a directory searched for journal directories below it. The instance is the one the
+    journal records as its owner (else the directory's name).
 
     Raises:
         AuditError: a path does not exist or holds no journal, a journal cannot be
@@ -114,6 +118,7 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
     from txlog import Journal, JournalError
 
     found: list[Path] = []
+    exported: list[JournalSource] = []
     for p in paths:
         path = Path(p)
         if not path.is_dir():
@@ -121,6 +126,15 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
                 f"--journals {path}: no such directory; give each instance's "
                 "TransactionLog/JournalDirectory, or a directory holding them"
             )
+        if is_export(path):
+            instances = export_instances(path)
+            if not instances:
+                raise AuditError(
+                    f"--journals {path}: an export directory without a finished export "
+                    "(no manifest); run amps-py pipeline export into it first"
+                )
+            exported.extend(JournalSource(path.resolve(), i, exported=True) for i in instances)
+            continue
         if (path / "data.mdb").is_file():
             found.append(path)
             continue
@@ -133,6 +147,14 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
         found.extend(below)
     sources: list[JournalSource] = []
     owners: dict[str, Path] = {}
+    for source in exported:
+        if source.instance in owners:
+            raise AuditError(
+                f"two exports hold instance {source.instance!r} ({owners[source.instance]} "
+                f"and {source.path}); give one source per instance"
+            )
+        owners[source.instance] = source.path
+        sources.append(source)
     for path in dict.fromkeys(p.resolve() for p in found):
         try:
             with Journal(path, readonly=True) as journal:
@@ -147,6 +169,13 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
         owners[instance] = path
         sources.append(JournalSource(path, instance))
     return sources
+
+
+def load_source(spark: SparkSession, source: JournalSource) -> DataFrame:
+    """``source``'s records: its export's Parquet files, or its journal."""
+    if source.exported:
+        return read_export(spark, source.path, source.instance)
+    return load_journal(spark, source.path)
 
 
 def load_journal(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame:
@@ -231,7 +260,7 @@ def run_audit(
     """
     if bucket_s is not None and bucket_s <= 0:
         raise AuditError(f"--bucket must be positive, not {bucket_s}")
-    frames = [load_journal(spark, s.path) for s in inputs.sources]
+    frames = [load_source(spark, s) for s in inputs.sources]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
     return _audit(spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s)
 

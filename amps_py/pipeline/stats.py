@@ -2,7 +2,8 @@
 and payload bytes, at what rates over time, and how large the payloads are.
 
 :func:`journal_stats` runs the Spark job (the ``amps_txlog`` data source, one read of
-each journal, cached for the three aggregations) and returns a plain JSON-ready report
+each journal, cached for the three aggregations; an export directory of ``amps-py
+pipeline export`` is read from its Parquet files instead) and returns a plain JSON-ready report
 (:func:`build_report`, pure); :func:`render_text` prints it for a terminal.
 
 Definitions: a message is one journal record (publishes, delta publishes and SOW
@@ -21,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
+
+from .sources import is_export, read_export
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -94,6 +97,8 @@ def journal_stats(spark: SparkSession, request: StatsRequest) -> dict[str, Any]:
 
 
 def _read(spark: SparkSession, path: str, request: StatsRequest) -> DataFrame:
+    if is_export(path):
+        return _read_export(spark, path, request)
     reader = spark.read.format("amps_txlog")
     if request.topics:
         reader = reader.option("topics", ",".join(request.topics))
@@ -326,3 +331,18 @@ def _rate(per_s: float) -> str:
 
 def _num(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def _read_export(spark: SparkSession, path: str, request: StatsRequest) -> DataFrame:
+    """An export directory's records with the request's bounds (topic prunes the
+    directories read)."""
+    from pyspark.sql import functions as F
+
+    df = read_export(spark, path)
+    if request.topics:
+        df = df.where(F.col("topic").isin(list(request.topics)))
+    if request.start_time:
+        df = df.where(F.col("local_ts") >= F.to_timestamp(F.lit(request.start_time)))
+    if request.end_time:
+        df = df.where(F.col("local_ts") < F.to_timestamp(F.lit(request.end_time)))
+    return df
