@@ -465,3 +465,30 @@ def test_audit_on_a_standalone_spark_cluster_gives_the_local_report(
     local.pop("run")
     remote.pop("run")
     assert remote == local
+
+
+def test_the_audit_script_runs_with_spark_submit(
+    fabric_run: FabricRun, tampered: Tampered, tampered_local: CliRun
+) -> None:
+    """``tools/pipeline/audit.py`` under spark-submit (its --master): the CLI's report."""
+    submit = Path(sys.executable).parent / "spark-submit"
+    if not submit.exists():
+        pytest.skip(f"no spark-submit beside {sys.executable}")
+    script = Path(__file__).resolve().parents[1] / "tools" / "pipeline" / "audit.py"
+    out = fabric_run.root / "report-submit"
+    args = audit_command(fabric_run.configs, tampered.root, out, "local[2]")
+    done = subprocess.run(
+        [str(submit), "--master", "local[1]", str(script), *args[5:-2]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-4000:]
+    submitted = json.loads((out / "audit.json").read_text())
+    assert submitted["run"]["spark_master"].startswith("local[1]")
+    local = dict(tampered_local.report)
+    submitted.pop("run")
+    local.pop("run")
+    assert submitted == local
