@@ -100,12 +100,24 @@ def _split(text: str, kind: str, accepted: str) -> tuple[Fraction, str]:
     return Fraction(match.group(1)), match.group(2).lower()
 
 
+def utc_timestamp(ts_us: int, *, style: str = "iso", precision: str = "us") -> str:
+    """A time (µs since the epoch) in UTC, the one timestamp format of the project:
+
+    - ``style="iso"``: ISO 8601, ``2026-11-23T17:47:00.123456Z`` (the admin tree);
+    - ``style="amps"``: AMPS's compact form, ``20261123T174700.123456Z`` (the ``ts``
+      header, bookmark timestamps);
+    - ``precision="s"`` drops the fraction.
+    """
+    secs, micros = divmod(ts_us, 1_000_000)
+    pattern = "%Y-%m-%dT%H:%M:%S" if style == "iso" else "%Y%m%dT%H%M%S"
+    text = time.strftime(pattern, time.gmtime(secs))
+    return f"{text}.{micros:06d}Z" if precision == "us" else f"{text}Z"
+
+
 def utc_iso(ts: float) -> str:
     """A wall-clock time (seconds since the epoch) as ISO 8601 UTC to the second, e.g.
     ``2026-11-23T17:47:00Z``; ``""`` for 0 (never)."""
-    if not ts:
-        return ""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return utc_timestamp(round(ts * 1_000_000), precision="s") if ts else ""
 
 
 def parse_duration(text: str) -> float:

@@ -51,7 +51,7 @@ import trio
 from lxml import etree
 
 from amps_py import __version__, events
-from amps_py.units import utc_iso
+from amps_py.units import utc_iso, utc_timestamp
 
 from .metrics import render_metrics
 
@@ -114,8 +114,7 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
     }
 
 
-def _iso(ts_us: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts_us / 1e6)) + f".{ts_us % 10**6:06d}Z"
+
 
 
 def journals_tree(instance: Instance) -> dict[str, Any]:
@@ -146,15 +145,15 @@ def journals_tree(instance: Instance) -> dict[str, Any]:
             "records": seg.records,
             "bytes": seg.size,
             "file_bytes": _file_size(journal.segment_path(seg)) if seg.file else None,
-            "min_timestamp": _iso(seg.first_ts),
-            "max_timestamp": _iso(seg.last_ts),
+            "min_timestamp": utc_timestamp(seg.first_ts),
+            "max_timestamp": utc_timestamp(seg.last_ts),
         }
         for seg in segments
     }
     tree: dict[str, Any] = {"journals": journals}
     if segments:
-        tree["min_timestamp"] = _iso(segments[0].first_ts)
-        tree["max_timestamp"] = _iso(segments[-1].last_ts)
+        tree["min_timestamp"] = utc_timestamp(segments[0].first_ts)
+        tree["max_timestamp"] = utc_timestamp(segments[-1].last_ts)
     if maintenance is not None:
         positions = maintenance.destination_positions()
         removable, holders = maintenance.removable_txid(positions)

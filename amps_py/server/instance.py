@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import orjson
 import trio
 
 from amps_py import auth, events
@@ -41,14 +40,15 @@ from amps_py.config import (
 from amps_py.replication import ReplicationManager
 from txlog import Journal, JournalError, Record, publisher_hash
 from txlog.preflight import describe_traces
-from txlog.record import DeliveryView
 
+from .counters import Counters
+from .delivery import Delivery
 from .durability import PublisherLedger
 from .limits import InstanceLimits
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
 from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
 from .startup import journal_directory_failure, listen_failure, os_error_in
-from .subscriptions import Subscription, SubscriptionRegistry
+from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter
 
 if TYPE_CHECKING:
@@ -151,13 +151,9 @@ class Instance:
         self.last_durable_bookmark = ""
         self.started_at = time.time()
         self.listeners: dict[str, tuple[str, int]] = {}
-        self.stats_published = 0
-        self.stats_delivered = 0
-        self.stats_duplicates = 0
-        self.stats_protocol_errors = 0
-        self.stats_failed_commands = 0
-        self.stats_denied_commands = 0
-        self.stats_denied_writes = 0
+        #: message and command counts (sessions, replay and this instance count)
+        self.counters = Counters()
+        self.delivery = Delivery(self.counters)
         try:
             self.authenticator: auth.Authenticator = auth.open_authenticator(
                 config.authentication.module, config.authentication.password_file
@@ -327,7 +323,7 @@ class Instance:
         stored (a client may reorder its publishes after a failover). Seqs above the
         highest take the fast path: one comparison.
         """
-        self.stats_published += 1
+        self.counters.count_published()
         writer = self.writer
         if writer is not None and self.journals_topic(topic):
             if writer.failure:
@@ -341,11 +337,11 @@ class Instance:
                 ledger.pending.append(seq)
             else:
                 if ledger.is_pending(seq):
-                    self.stats_duplicates += 1
+                    self.counters.count_duplicate()
                     return "pending"
                 held = self._held_txid(ph, seq)
                 if held is not None:
-                    self.stats_duplicates += 1
+                    self.counters.count_duplicate()
                     if held <= self.durable_txid:
                         return "done"
                     ledger.accept(seq)  # settled when that record is durable
@@ -366,7 +362,7 @@ class Instance:
             return "queued"
         subs = self.registry.match(topic)
         if subs:
-            self._fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
+            self.delivery.fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
         return "done"
 
     def _held_txid(self, pub_hash: int, seq: int) -> int | None:
@@ -400,7 +396,7 @@ class Instance:
                 # fully_durable subscriptions get it once the sync destinations ack
                 subs = tuple(s for s in subs if not s.fully_durable)
             if subs:
-                self._fan_out(
+                self.delivery.fan_out(
                     rec.topic,
                     rec.payload,
                     rec.bookmark,
@@ -521,7 +517,7 @@ class Instance:
             if waiting_subs:
                 subs = tuple(s for s in registry.match(last.topic) if s.fully_durable)
                 if subs:
-                    self._fan_out(
+                    self.delivery.fan_out(
                         last.topic,
                         last.payload,
                         last.bookmark,
@@ -648,128 +644,6 @@ class Instance:
         """A destination connected, disconnected or changed sync/async."""
         if self._undurable:
             self._advance_durable()
-
-    def _topic_head(self, topic: str) -> bytes:
-        head = self._topic_json.get(topic)
-        if head is None:
-            head = b'{"c":"p","t":' + orjson.dumps(topic)
-            if len(self._topic_json) > 100_000:
-                self._topic_json.clear()
-            self._topic_json[topic] = head
-        return head
-
-    def _fan_out(
-        self,
-        topic: str,
-        payload: bytes,
-        bookmark: str,
-        txid: int,
-        subs: Sequence[Subscription],
-        correlation_id: Any,
-        local_ts: int,
-    ) -> None:
-        """Deliver one message to the matching live subscriptions.
-
-        ``local_ts`` (µs) is the journal time, or 0 for a topic that is not journaled
-        (then "now" is used for the ``timestamp`` option).
-        """
-        doc: Any = _UNPARSED
-        head = self._topic_head(topic)
-        extra = b""
-        if correlation_id:
-            extra = b',"x":' + orjson.dumps(str(correlation_id))
-        bm_part = (b',"bm":"' + bookmark.encode() + b'"') if bookmark else b""
-        by_session: dict[Session, list[Subscription]] | None = None
-        single: list[tuple[Session, Subscription]] = []
-        for sub in subs:
-            if txid and txid <= sub.delivered_upto:
-                continue
-            if sub.filter is not None:
-                if doc is _UNPARSED:
-                    doc = _parse(payload)
-                if not sub.filter.matches(doc):
-                    continue
-            if txid:
-                sub.delivered_upto = txid
-            single.append((sub.session, sub))
-        if not single:
-            return
-        if len(single) > 1:
-            by_session = {}
-            for sess, sub in single:
-                by_session.setdefault(sess, []).append(sub)
-            if len(by_session) == len(single):
-                by_session = None
-        size4 = len(payload)
-        if by_session is None:
-            for sess, sub in single:
-                h = head + sub.head_suffix
-                if sub.want_bookmark:
-                    h += bm_part
-                if sub.want_timestamp:
-                    h += _ts_part(local_ts)
-                h += extra + b"}"
-                sess.send((len(h) + size4).to_bytes(4, "big") + h)
-                sess.send(payload)
-                sess.messages_out += 1
-        else:
-            for sess, group in by_session.items():
-                first = group[0]
-                h = head + first.head_suffix
-                if len(group) > 1:
-                    h += b',"sids":' + orjson.dumps(",".join(s.sub_id for s in group))
-                if any(s.want_bookmark for s in group):
-                    h += bm_part
-                if any(s.want_timestamp for s in group):
-                    h += _ts_part(local_ts)
-                h += extra + b"}"
-                sess.send((len(h) + size4).to_bytes(4, "big") + h)
-                sess.send(payload)
-                sess.messages_out += 1
-        self.stats_delivered += len(single)
-
-    def deliver_replay(self, sub: Subscription, views: list[DeliveryView]) -> None:
-        """Send replayed records (already read from the journal) to one subscription.
-
-        Builds the whole batch into one buffer: one ``send`` per batch, not per message.
-        """
-        session = sub.session
-        flt = sub.filter
-        suffix = sub.head_suffix + b',"bm":"'
-        want_ts = sub.want_timestamp
-        exact = sub.regex is None
-        wanted_topic = sub.topic
-        topic_head = self._topic_head
-        parts: list[bytes] = []
-        append = parts.append
-        n = 0
-        last = views[0] if views else None
-        for view in views:
-            topic = view.topic
-            if exact:
-                if topic != wanted_topic:
-                    continue
-            elif not sub.topic_matches(topic):
-                continue
-            payload = view.payload
-            if flt is not None and not flt.matches(_parse(payload)):
-                continue
-            last = view
-            h = topic_head(topic) + suffix + b'%d|%d|"' % (view.pub_hash, view.seq)
-            if view.correlation_id:
-                h += b',"x":' + orjson.dumps(view.correlation_id)
-            if want_ts:
-                h += _ts_part(view.local_ts)
-            h += b"}"
-            append((len(h) + len(payload)).to_bytes(4, "big"))
-            append(h)
-            append(payload)
-            n += 1
-        if n and last is not None:
-            session.send(b"".join(parts))
-            sub.resume_bookmark = f"{last.pub_hash}|{last.seq}|"
-        session.messages_out += n
-        self.stats_delivered += n
 
     def _setting(self, setting: str, flag: str) -> str:
         """``setting`` as a startup error names it; for the embedded default (no config
@@ -1045,13 +919,13 @@ class Instance:
             uptime=time.time() - self.started_at,
             clients=len(self.sessions),
             subscriptions=self.registry.count,
-            published=self.stats_published,
-            delivered=self.stats_delivered,
-            duplicates=self.stats_duplicates,
-            protocol_errors=self.stats_protocol_errors,
-            failed_commands=self.stats_failed_commands,
-            denied_commands=self.stats_denied_commands,
-            denied_writes=self.stats_denied_writes,
+            published=self.counters.published,
+            delivered=self.counters.delivered,
+            duplicates=self.counters.duplicates,
+            protocol_errors=self.counters.protocol_errors,
+            failed_commands=self.counters.failed_commands,
+            denied_commands=self.counters.denied_commands,
+            denied_writes=self.counters.denied_writes,
             journal=self.journal.statistics().__dict__ if self.journal else None,
             writer=self.writer.statistics().__dict__ if self.writer else None,
             listeners={n: p for n, (_, p) in self.listeners.items()},
@@ -1135,30 +1009,6 @@ async def _tls_handshake(
         await trio.aclose_forcefully(stream)
         return None
     return secured
-
-
-class _Unparsed:
-    pass
-
-
-_UNPARSED: Any = _Unparsed()
-
-
-def _parse(payload: bytes) -> Any:
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _ts_part(ts_us: int) -> bytes:
-    """The ``,"ts":"..."`` header part for the ``timestamp`` option (µs; 0 = now)."""
-    return b',"ts":"' + _iso_us(ts_us or time.time_ns() // 1000).encode() + b'"'
-
-
-def _iso_us(ts_us: int) -> str:
-    secs, micros = divmod(ts_us, 1_000_000)
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(secs)) + f".{micros:06d}Z"
 
 
 async def _write_statistics(

@@ -181,12 +181,12 @@ async def run_replay(
             # thread would crawl beside the busy event loop (see JournalWriter._append).
             batch, damage = journal.read_views(cursor, REPLAY_BATCH, limit)
             if damage is not None:
-                instance.deliver_replay(sub, batch)
+                instance.delivery.replay(sub, batch)
                 raise damage
             if not batch:
                 cursor = limit
                 continue
-            instance.deliver_replay(sub, batch)
+            instance.delivery.replay(sub, batch)
             cursor = batch[-1].txid
             replays[key] = cursor
             sub.delivered_upto = cursor

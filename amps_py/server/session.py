@@ -31,7 +31,7 @@ import trio
 
 from amps_py import events
 from amps_py.actions import client_variables
-from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, publisher_hash
@@ -311,7 +311,7 @@ class Session:
                     exc,
                     extra=events.extra(events.CLIENT_PROTOCOL_ERROR),
                 )
-                self.instance.stats_protocol_errors += 1
+                self.instance.counters.count_protocol_error()
                 reason = exc.reason if isinstance(exc, ProtocolError) else "bad compression"
             except Disconnect as exc:
                 reason = exc.reason
@@ -398,9 +398,7 @@ class Session:
                 f"{self._frame_timeout:g} s after its first byte (IncompleteMessageTimeout "
                 f"of transport {self.transport})"
             )
-        self.send_frame(
-            {"c": "ack", "a": "processed", "status": "failure", "reason": reason, "detail": detail}
-        )
+        self.send(messages.ack("processed", "failure", reason=reason, detail=detail))
         return reason
 
     # ---------------------------------------------------------------- memory limits
@@ -505,14 +503,11 @@ class Session:
         self._out.clear()
         for sub in list(self.subscriptions.values()):
             self._drop_subscription(sub)
-        notice = encode_frame(
-            {
-                "c": "ack",
-                "a": "processed",
-                "status": "failure",
-                "reason": "slow client",
-                "detail": f"disconnected as a slow client: {why}; resume by bookmark",
-            }
+        notice = messages.ack(
+            "processed",
+            "failure",
+            reason="slow client",
+            detail=f"disconnected as a slow client: {why}; resume by bookmark",
         )
         self._out.append(notice)
         self.out_bytes += len(notice)
@@ -562,7 +557,7 @@ class Session:
                 return
             handler(frame)
         except CommandFailed as exc:
-            self.instance.stats_failed_commands += 1
+            self.instance.counters.count_failed_command()
             denied = exc.reason == "not entitled"
             log.info(
                 "command %s from client %r failed: %s",
@@ -607,9 +602,6 @@ class Session:
         self._wake.set()
         if self.out_bytes > self.queue_limit or pool.total > pool.limit:
             self._queue_over_limit()
-
-    def send_frame(self, header: dict[str, Any], payload: bytes = b"") -> None:
-        self.send(encode_frame(header, payload))
 
     async def _send_loop(self) -> None:
         """Write queued bytes; ``out_bytes`` counts queued plus in-flight bytes.
@@ -657,13 +649,7 @@ class Session:
     def _ack(
         self, header: dict[str, Any], ack_type: str, status: str = "success", **fields: Any
     ) -> None:
-        ack: dict[str, Any] = {"c": "ack", "a": ack_type}
-        cid = header.get("cid")
-        if cid is not None:
-            ack["cid"] = cid
-        ack["status"] = status
-        ack.update(fields)
-        self.send_frame(ack)
+        self.send(messages.ack(ack_type, status, header.get("cid"), **fields))
 
     def _fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
         """Answer a refused command at once: a failure ack in every ack type it asked
@@ -694,17 +680,7 @@ class Session:
             return
         safe = ledger.advance()
         if safe is not None and self.wants_persisted:
-            self.send(
-                encode_frame(
-                    {
-                        "c": "ack",
-                        "a": "persisted",
-                        "status": "success",
-                        "s": safe,
-                        "bm": f"{self.pub_hash}|{safe}|",
-                    }
-                )
-            )
+            self.send(messages.persisted_ack(safe, self.pub_hash))
         if not ledger.pending and self._flush_waiters:
             for cid, types in self._flush_waiters:
                 self._ack({"cid": cid}, "persisted")
@@ -719,18 +695,7 @@ class Session:
         if not self.wants_persisted:
             return
         for seq in seqs:
-            self.send(
-                encode_frame(
-                    {
-                        "c": "ack",
-                        "a": "persisted",
-                        "status": "failure",
-                        "s": seq,
-                        "reason": reason,
-                        "detail": detail,
-                    }
-                )
-            )
+            self.send(messages.publish_failed(seq, reason, detail))
 
     # ---------------------------------------------------------------- commands
     def _on_logon(self, frame: Frame) -> None:
@@ -842,9 +807,7 @@ class Session:
             self._entitled[key] = allowed
         if allowed:
             return
-        self.instance.stats_denied_commands += 1
-        if write:
-            self.instance.stats_denied_writes += 1
+        self.instance.counters.count_denied(write=write)
         raise CommandFailed(
             "not entitled",
             f"user {self.user_id!r} may not {'publish to' if write else 'read'} topic "
@@ -939,8 +902,8 @@ class Session:
         if topic and isinstance(topic, str):
             self._require_entitled(topic, write=False)
         query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
-        self.send_frame({"c": "group_begin", "query_id": query_id})
-        self.send_frame({"c": "group_end", "query_id": query_id})
+        self.send(messages.group_begin(query_id))
+        self.send(messages.group_end(query_id))
         self._on_subscribe(frame)
 
     def _start_bookmark_subscription(self, sub: Subscription, header: dict[str, Any]) -> None:
@@ -1006,15 +969,7 @@ class Session:
             bm = self.instance.last_durable_bookmark
             if sub.live and bm and bm != last:
                 last = bm
-                self.send_frame(
-                    {
-                        "c": "ack",
-                        "a": "persisted",
-                        "status": "success",
-                        "sub_id": sub.sub_id,
-                        "bm": bm,
-                    }
-                )
+                self.send(messages.subscription_persisted(sub.sub_id, bm))
 
     def subscription_failed(self, sub: Subscription, cid: Any, reason: str, detail: str) -> None:
         """A replay could not run: drop the subscription and tell the client."""
@@ -1077,7 +1032,7 @@ class Session:
         while True:
             interval = self.heartbeat_interval
             await trio.sleep(interval)
-            self.send_frame({"c": "heartbeat"})
+            self.send(messages.HEARTBEAT)
             silent = trio.current_time() - self.last_receive
             # grace: two intervals plus one more without a byte from the client (AMPS
             # clients answer our beat when it arrives, so a reply can trail it)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-import orjson
+from amps_py.protocol.messages import sub_id_part
 
 if TYPE_CHECKING:
     from amps_py.filters import Filter
@@ -101,7 +101,7 @@ class Subscription:
         self.want_bookmark = bookmark or "bookmark" in options
         self.want_timestamp = "timestamp" in options
         self.fully_durable = "fully_durable" in options
-        self.head_suffix = b',"sub_id":' + orjson.dumps(sub_id)
+        self.head_suffix = sub_id_part(sub_id)
 
     def topic_matches(self, topic: str) -> bool:
         if self.regex is None:

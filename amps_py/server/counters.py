@@ -1,0 +1,54 @@
+"""The instance's message and command counters: one object that sessions, replay and
+the publish path increment through methods, and the admin tree, the metrics and the
+statistics read (pure; no trio).
+
+The journal, the writer, replication and the limits keep their own statistics; these
+are the counts that belong to no other part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Counters:
+    """Monotonic counts since the instance started.
+
+    Attributes:
+        published: publishes accepted (journaled or not, duplicates included).
+        delivered: messages handed to subscriptions (live and replayed).
+        duplicates: publishes that named a message already held or in flight.
+        protocol_errors: connections closed for a frame the codec refused.
+        failed_commands: commands answered with a failure ack.
+        denied_commands: commands refused for entitlement (a subset of failed).
+        denied_writes: of those, publishes (AMPS's ``denied_writes``).
+    """
+
+    published: int = 0
+    delivered: int = 0
+    duplicates: int = 0
+    protocol_errors: int = 0
+    failed_commands: int = 0
+    denied_commands: int = 0
+    denied_writes: int = 0
+
+    def count_published(self) -> None:
+        self.published += 1
+
+    def count_delivered(self, n: int) -> None:
+        self.delivered += n
+
+    def count_duplicate(self) -> None:
+        self.duplicates += 1
+
+    def count_protocol_error(self) -> None:
+        self.protocol_errors += 1
+
+    def count_failed_command(self) -> None:
+        self.failed_commands += 1
+
+    def count_denied(self, *, write: bool) -> None:
+        self.denied_commands += 1
+        if write:
+            self.denied_writes += 1

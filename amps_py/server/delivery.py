@@ -1,0 +1,179 @@
+"""Handing messages to subscriptions: live fan-out and replayed batches (no trio, no
+I/O: it queues frames on sessions, which write them).
+
+The frames are built from :mod:`amps_py.protocol.messages` pieces. The topic head is
+cached per topic; a message matched by several subscriptions of one connection goes
+out once with ``sids``; a replayed batch leaves in one buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from amps_py.protocol.messages import (
+    bookmark_part,
+    bookmark_part_of,
+    correlation_part,
+    frame_head,
+    sids_part,
+    timestamp_part,
+    topic_head,
+)
+
+from .counters import Counters
+
+if TYPE_CHECKING:
+    from txlog.record import DeliveryView
+
+    from .session import Session
+    from .subscriptions import Subscription
+
+#: the topic-head cache is emptied past this many topics
+_MAX_CACHED_TOPICS: Final = 100_000
+
+
+class _Unparsed:
+    pass
+
+
+_UNPARSED: Any = _Unparsed()
+
+
+def parse_json(payload: bytes) -> Any:
+    """The payload as JSON for content filters (None when it is not JSON)."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+
+
+class Delivery:
+    """Builds delivery frames and queues them on the subscribers' sessions."""
+
+    def __init__(self, counters: Counters) -> None:
+        self._counters = counters
+        self._heads: dict[str, bytes] = {}
+
+    def topic_head(self, topic: str) -> bytes:
+        head = self._heads.get(topic)
+        if head is None:
+            head = topic_head(topic)
+            if len(self._heads) > _MAX_CACHED_TOPICS:
+                self._heads.clear()
+            self._heads[topic] = head
+        return head
+
+    def fan_out(
+        self,
+        topic: str,
+        payload: bytes,
+        bookmark: str,
+        txid: int,
+        subs: Sequence[Subscription],
+        correlation_id: Any,
+        local_ts: int,
+    ) -> None:
+        """Deliver one message to the matching live subscriptions.
+
+        ``txid`` (0 for a topic that is not journaled) guards against delivering a
+        record twice across the replay/live seam; ``local_ts`` (µs) is the journal
+        time, or 0 (then "now" is used for the ``timestamp`` option).
+        """
+        chosen = _matching(subs, payload, txid)
+        if not chosen:
+            return
+        head = self.topic_head(topic)
+        tail = correlation_part(correlation_id)
+        bm = bookmark_part(bookmark)
+        size = len(payload)
+        groups = _by_session(chosen)
+        if groups is None:
+            for sub in chosen:
+                header = head + sub.head_suffix
+                if sub.want_bookmark:
+                    header += bm
+                if sub.want_timestamp:
+                    header += timestamp_part(local_ts)
+                _send(sub.session, frame_head(header + tail, size), payload)
+        else:
+            for session, group in groups.items():
+                header = head + group[0].head_suffix
+                if len(group) > 1:
+                    header += sids_part(s.sub_id for s in group)
+                if any(s.want_bookmark for s in group):
+                    header += bm
+                if any(s.want_timestamp for s in group):
+                    header += timestamp_part(local_ts)
+                _send(session, frame_head(header + tail, size), payload)
+        self._counters.count_delivered(len(chosen))
+
+    def replay(self, sub: Subscription, views: list[DeliveryView]) -> None:
+        """Send replayed records (already read from the journal) that ``sub`` wants,
+        in one buffer; remember the last one as its resume point."""
+        session = sub.session
+        flt = sub.filter
+        want_ts = sub.want_timestamp
+        exact = sub.regex is None
+        suffix = sub.head_suffix
+        parts: list[bytes] = []
+        append = parts.append
+        last = None
+        for view in views:
+            topic = view.topic
+            if (topic != sub.topic) if exact else not sub.topic_matches(topic):
+                continue
+            payload = view.payload
+            if flt is not None and not flt.matches(parse_json(payload)):
+                continue
+            last = view
+            header = self.topic_head(topic) + suffix + bookmark_part_of(view.pub_hash, view.seq)
+            header += correlation_part(view.correlation_id)
+            if want_ts:
+                header += timestamp_part(view.local_ts)
+            append(frame_head(header, len(payload)))
+            append(payload)
+        n = len(parts) // 2
+        if last is not None:
+            session.send(b"".join(parts))
+            sub.resume_bookmark = f"{last.pub_hash}|{last.seq}|"
+        session.messages_out += n
+        self._counters.count_delivered(n)
+
+
+def _matching(subs: Sequence[Subscription], payload: bytes, txid: int) -> list[Subscription]:
+    """The subscriptions that take this message: not delivered to yet (``txid``), and
+    their content filter matches (the payload is parsed once, only if needed)."""
+    doc: Any = _UNPARSED
+    chosen: list[Subscription] = []
+    for sub in subs:
+        if txid and txid <= sub.delivered_upto:
+            continue
+        if sub.filter is not None:
+            if doc is _UNPARSED:
+                doc = parse_json(payload)
+            if not sub.filter.matches(doc):
+                continue
+        if txid:
+            sub.delivered_upto = txid
+        chosen.append(sub)
+    return chosen
+
+
+def _by_session(chosen: list[Subscription]) -> dict[Session, list[Subscription]] | None:
+    """The subscriptions grouped by connection, or None when each has its own (the
+    usual case: one frame each)."""
+    if len(chosen) < 2:
+        return None
+    groups: dict[Session, list[Subscription]] = {}
+    for sub in chosen:
+        groups.setdefault(sub.session, []).append(sub)
+    return None if len(groups) == len(chosen) else groups
+
+
+def _send(session: Session, head: bytes, payload: bytes) -> None:
+    session.send(head)
+    session.send(payload)
+    session.messages_out += 1
