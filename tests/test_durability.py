@@ -7,7 +7,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amps_py.server.durability import PublisherLedger
+from amps_py.server.durability import DurableWindow, Ledgers, PublisherLedger
+from txlog import Record
 
 
 def test_in_order_publishes_are_acked_as_they_become_durable() -> None:
@@ -90,3 +91,57 @@ def test_acks_only_cover_settled_seqs(order: list[int]) -> None:
             assert sent_below <= settled, f"ack {acked} covers {sent_below - settled}"
     assert ledger.advance() in (max(order), None)
     assert ledger.acked == max(order) and ledger.idle
+
+
+# ---------------------------------------------------------------------- the window
+
+
+def rec(txid: int, ph: int, seq: int) -> Record:
+    return Record(topic="t", payload=b"{}", pub_hash=ph, seq=seq, txid=txid)
+
+
+def test_without_sync_destinations_a_commit_is_durable_at_once() -> None:
+    window = DurableWindow()
+    release = window.committed([rec(1, 7, 1), rec(2, 7, 2), rec(3, 8, 1)], [], 3, None)
+    assert release.settled == {7: [1, 2], 8: [1]}
+    assert [r.txid for r in release.records] == [1, 2, 3]
+    assert (window.durable_txid, window.waiting) == (3, False)
+
+
+def test_sync_destinations_hold_records_until_they_acknowledge() -> None:
+    window = DurableWindow(durable_txid=0)
+    release = window.committed([rec(1, 7, 1), rec(2, 7, 2)], [], 2, upto=0)
+    assert release.settled == {} and window.holds_records
+    release = window.committed([rec(3, 7, 3)], [], 3, upto=1)
+    assert release.settled == {7: [1]} and window.durable_txid == 1
+    release = window.advance(3)
+    assert release.settled == {7: [2, 3]}
+    assert [r.txid for r in release.records] == [2, 3]
+    assert not window.waiting
+
+
+def test_a_downgrade_releases_everything_held_with_the_next_commit() -> None:
+    window = DurableWindow()
+    window.committed([rec(1, 7, 1)], [], 1, upto=0)
+    release = window.committed([rec(2, 7, 2)], [], 2, upto=None)  # no sync destination now
+    assert release.settled == {7: [1, 2]} and window.durable_txid == 2
+
+
+def test_a_publish_found_already_stored_settles_once_the_copy_is_durable() -> None:
+    window = DurableWindow()
+    window.committed([rec(1, 7, 5)], [], 1, upto=0)  # the replicated copy, held
+    release = window.committed([], [rec(0, 7, 5)], 1, upto=0)  # the publish, dropped
+    assert release.settled == {}
+    assert window.advance(1).settled == {7: [5, 5]}
+
+
+def test_ledgers_are_built_on_need_and_dropped_when_idle() -> None:
+    ledgers = Ledgers(held=lambda ph: 10, queued=lambda ph: 12)
+    ledger = ledgers.of(7)
+    assert (ledger.done, ledger.high) == (10, 12)
+    ledger.accept(13)
+    assert ledgers.settle({7: [13]}, present={7}) == [7]
+    ledgers.saw([rec(0, 7, 20)])
+    assert ledgers.of(7).high == 20
+    assert ledgers.settle({7: [13]}, present=set()) == []
+    assert ledgers.get(7) is None, "an idle ledger whose publisher left is dropped"

@@ -21,7 +21,11 @@ The rules it keeps (docs/GUARANTEES.md, "Persisted acks"):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from txlog import Record
 
 
 class PublisherLedger:
@@ -140,3 +144,164 @@ class PublisherLedger:
     def idle(self) -> bool:
         """Nothing in flight: the ledger can be rebuilt from the journal if dropped."""
         return not self.pending
+
+
+class Ledgers:
+    """The ledgers of the publishers active here, by publisher hash.
+
+    A ledger is built on first use from what the journal holds for the publisher
+    (``held``) and what the writer has queued for it (``queued``), and dropped once
+    its publisher left and nothing of it is in flight (it can always be rebuilt).
+
+    Args:
+        held: the highest seq the journal holds for a publisher hash.
+        queued: the highest seq queued for the journal for a publisher hash.
+    """
+
+    def __init__(self, held: Callable[[int], int], queued: Callable[[int], int]) -> None:
+        self._held = held
+        self._queued = queued
+        self._by_hash: dict[int, PublisherLedger] = {}
+
+    def get(self, pub_hash: int) -> PublisherLedger | None:
+        return self._by_hash.get(pub_hash)
+
+    def of(self, pub_hash: int) -> PublisherLedger:
+        """The publisher's ledger, built on first use."""
+        ledger = self._by_hash.get(pub_hash)
+        if ledger is None:
+            ledger = PublisherLedger(self._held(pub_hash), self._queued(pub_hash))
+            self._by_hash[pub_hash] = ledger
+        return ledger
+
+    def saw(self, records: Iterable[Record]) -> None:
+        """Records of these publishers were queued (received by replication): seqs
+        the server assigns later go above theirs."""
+        by_hash = self._by_hash
+        if not by_hash:
+            return
+        get = by_hash.get
+        for rec in records:
+            ledger = get(rec.pub_hash)
+            if ledger is not None:
+                ledger.saw(rec.seq)
+
+    def settle(self, durable: Mapping[int, list[int]], present: Container[int]) -> list[int]:
+        """These seqs are durable. Returns the publisher hashes whose persisted acks
+        may advance; the ledger of a publisher not ``present`` (no session) is dropped
+        once idle."""
+        moved: list[int] = []
+        by_hash = self._by_hash
+        for ph, seqs in durable.items():
+            ledger = by_hash.get(ph)
+            if ledger is None:
+                continue  # nobody publishing as it here: its ledger starts from the journal
+            ledger.settle(seqs)
+            if ph in present:
+                moved.append(ph)
+            elif ledger.idle:
+                del by_hash[ph]
+        return moved
+
+    def forget_if_idle(self, pub_hash: int) -> None:
+        """Its publisher left: drop the ledger unless something is in flight."""
+        ledger = self._by_hash.get(pub_hash)
+        if ledger is not None and ledger.idle:
+            del self._by_hash[pub_hash]
+
+
+@dataclass
+class Release:
+    """What became durable: per publisher the seqs (for persisted acks), and the
+    records in txid order (for ``fully_durable`` subscriptions)."""
+
+    settled: dict[int, list[int]] = field(default_factory=dict)
+    records: list[Record] = field(default_factory=list)
+
+
+class DurableWindow:
+    """The records committed here that are not yet durable by the persisted-ack rule
+    (committed here and acknowledged by every sync destination), in txid order, and
+    the publishes the journal found already stored, waiting for the copy it holds.
+
+    In: each commit (:meth:`committed`) and each advance of the sync destinations'
+    acknowledgements (:meth:`advance`, with the txid through which every sync
+    destination has acknowledged). Out: :class:`Release` of what became durable.
+    ``durable_txid`` and ``last_bookmark`` say how far that is.
+    """
+
+    def __init__(self, durable_txid: int = 0, last_bookmark: str = "") -> None:
+        self.durable_txid = durable_txid
+        self.last_bookmark = last_bookmark
+        self._pending: deque[Record] = deque()
+        #: (txid bound, publisher, seq): settled once the bound is durable
+        self._dropped: deque[tuple[int, int, int]] = deque()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether anything waits for the sync destinations."""
+        return bool(self._pending or self._dropped)
+
+    @property
+    def holds_records(self) -> bool:
+        return bool(self._pending)
+
+    def committed(
+        self, records: list[Record], dropped: list[Record], committed_txid: int, upto: int | None
+    ) -> Release:
+        """A commit stored ``records`` (in txid order) and found ``dropped`` (published
+        here) already stored. ``upto``: the txid through which every sync destination
+        has acknowledged, or None when there is no sync destination (then everything
+        committed is durable)."""
+        for rec in dropped:
+            # the copy it duplicates was committed before: durable by this bound
+            self._dropped.append((committed_txid, rec.pub_hash, rec.seq))
+        if upto is None:
+            upto = committed_txid
+            if not self._pending:
+                return self._all_durable(records)
+        self._pending.extend(records)
+        return self.advance(upto)
+
+    def advance(self, upto: int) -> Release:
+        """Every record through txid ``upto`` is durable now."""
+        release = Release()
+        pending = self._pending
+        settled = release.settled
+        if pending and pending[0].txid <= upto:
+            out = release.records
+            while pending and pending[0].txid <= upto:
+                rec = pending.popleft()
+                out.append(rec)
+                seqs = settled.get(rec.pub_hash)
+                if seqs is None:
+                    settled[rec.pub_hash] = [rec.seq]
+                else:
+                    seqs.append(rec.seq)
+            self.durable_txid = out[-1].txid
+            self.last_bookmark = out[-1].bookmark
+        self._settle_dropped(settled)
+        return release
+
+    def _all_durable(self, records: list[Record]) -> Release:
+        """No sync destination and nothing waiting: the commit is durable as it is (the
+        common case, without touching the window)."""
+        release = Release(records=records)
+        settled = release.settled
+        for rec in records:
+            seqs = settled.get(rec.pub_hash)
+            if seqs is None:
+                settled[rec.pub_hash] = [rec.seq]
+            else:
+                seqs.append(rec.seq)
+        if records:
+            self.durable_txid = records[-1].txid
+            self.last_bookmark = records[-1].bookmark
+        self._settle_dropped(settled)
+        return release
+
+    def _settle_dropped(self, settled: dict[int, list[int]]) -> None:
+        dropped = self._dropped
+        while dropped and dropped[0][0] <= self.durable_txid:
+            _, ph, seq = dropped.popleft()
+            settled.setdefault(ph, []).append(seq)

@@ -14,7 +14,6 @@ sleep).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import itertools
 import json
@@ -43,7 +42,7 @@ from txlog.preflight import describe_traces
 
 from .counters import Counters
 from .delivery import Delivery
-from .durability import PublisherLedger
+from .durability import DurableWindow, Ledgers, PublisherLedger, Release
 from .limits import InstanceLimits
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
 from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
@@ -130,17 +129,14 @@ class Instance:
         self._names: dict[str, Session] = {}
         self._pub_sessions: dict[int, Session] = {}
         self._conn_ids = itertools.count(1)
-        #: per publisher hash: what it has in flight here (see durability.py)
-        self._ledgers: dict[int, PublisherLedger] = {}
-        #: (txid bound, publisher, seq) of publishes the journal found already stored:
-        #: settled once the bound is durable (the copy stored earlier is, by then)
-        self._dup_waiters: collections.deque[tuple[int, int, int]] = collections.deque()
+        #: per publisher: what it has in flight here (see durability.py)
+        self.ledgers = Ledgers(self.held_seq, self._queued_seq)
+        #: what is committed but not yet durable by the persisted-ack rule
+        self.window = DurableWindow()
         self._topic_json: dict[str, bytes] = {}
         self._journaled: dict[str, bool] = {}
         self._filters: dict[str, Any] = {}
         self._commit_event = trio.Event()
-        self._undurable: collections.deque[Record] = collections.deque()
-        self.durable_txid = 0
         self.replication: ReplicationManager | None = None
         #: journal segment maintenance (with a TransactionLog, once serving)
         self.maintenance: JournalMaintenance | None = None
@@ -148,7 +144,6 @@ class Instance:
         #: never deletes what a replay still has to read)
         self.active_replays: dict[int, int] = {}
         self.group = config.group
-        self.last_durable_bookmark = ""
         self.started_at = time.time()
         self.listeners: dict[str, tuple[str, int]] = {}
         #: message and command counts (sessions, replay and this instance count)
@@ -259,9 +254,7 @@ class Instance:
         if session.client_name and self._names.get(session.client_name) is session:
             del self._names[session.client_name]
             self._pub_sessions.pop(session.pub_hash, None)
-            ledger = self._ledgers.get(session.pub_hash)
-            if ledger is not None and ledger.idle:
-                del self._ledgers[session.pub_hash]  # rebuilt from the journal on need
+            self.ledgers.forget_if_idle(session.pub_hash)
 
     def held_seq(self, pub_hash: int) -> int:
         """The highest seq this instance's journal holds for ``pub_hash``, from any
@@ -269,26 +262,27 @@ class Instance:
         logon ack reports. It does not wait for sync destinations."""
         return self.journal.publisher_last_seq(pub_hash) if self.journal is not None else 0
 
+    def _queued_seq(self, pub_hash: int) -> int:
+        return self.writer.queued_high(pub_hash) if self.writer is not None else 0
+
     def ledger(self, pub_hash: int) -> PublisherLedger:
         """The publisher's ledger, built from the journal and the writer's queue on
         first use."""
-        ledger = self._ledgers.get(pub_hash)
-        if ledger is None:
-            queued = self.writer.queued_high(pub_hash) if self.writer is not None else 0
-            ledger = self._ledgers[pub_hash] = PublisherLedger(self.held_seq(pub_hash), queued)
-        return ledger
+        return self.ledgers.of(pub_hash)
 
     def note_replicated(self, records: Sequence[Record]) -> None:
         """Records received by replication were queued for the journal: seqs the
         server assigns later go above theirs."""
-        ledgers = self._ledgers
-        if not ledgers:
-            return
-        get = ledgers.get
-        for rec in records:
-            ledger = get(rec.pub_hash)
-            if ledger is not None:
-                ledger.saw(rec.seq)
+        self.ledgers.saw(records)
+
+    @property
+    def durable_txid(self) -> int:
+        """The newest txid durable by the persisted-ack rule."""
+        return self.window.durable_txid
+
+    @property
+    def last_durable_bookmark(self) -> str:
+        return self.window.last_bookmark
 
     def bookmark_of(self, txid: int) -> str:
         if self.journal is None or txid <= 0:
@@ -306,8 +300,8 @@ class Instance:
     def visible_txid(self, durable: bool) -> int:
         """The newest txid a subscription may see: committed, or for ``fully_durable``
         subscriptions, committed and acknowledged by every sync destination."""
-        if durable and self._undurable:
-            return self.durable_txid
+        if durable and self.window.holds_records:
+            return self.window.durable_txid
         return self.committed_txid
 
     # ---------------------------------------------------------------- publish path
@@ -329,7 +323,7 @@ class Instance:
             if writer.failure:
                 raise CommandFailed(JOURNAL_UNAVAILABLE, writer.failure)
             ph = session.pub_hash
-            ledger = self._ledgers.get(ph) or self.ledger(ph)
+            ledger = self.ledgers.of(ph)
             if seq > ledger.high:
                 # the fast path: above every seq held, queued or in flight (so also
                 # above every pending one: appending keeps ``pending`` ascending)
@@ -376,27 +370,26 @@ class Instance:
 
     def _on_commit(self, records: list[Record], dropped: list[Record]) -> None:
         """After a journal commit: fan out, then advance persisted acks."""
-        if dropped:
-            # published here, but the journal already held that bookmark (a copy
-            # received by replication, queued after the lookup in publish): settled
-            # once everything committed so far is durable
-            bound = self.committed_txid
-            self._dup_waiters.extend((bound, rec.pub_hash, rec.seq) for rec in dropped)
-            if not records:
-                self._advance_durable(self.durable_txid)
-        if not records:
-            return
-        registry = self.registry
         replication = self.replication
-        holding = replication is not None and replication.has_sync
+        upto = None
+        if replication is not None and replication.has_sync:
+            upto = replication.durable_txid(self.committed_txid)
+        if records:
+            self._fan_out_committed(records, holding=upto is not None)
+        self._released(self.window.committed(records, dropped, self.committed_txid, upto))
+
+    def _fan_out_committed(self, records: list[Record], holding: bool) -> None:
+        """Deliver committed records to live subscriptions; ``fully_durable`` ones wait
+        for the sync destinations when there are any (``holding``)."""
+        registry = self.registry
         split = holding and registry.fully_durable > 0
+        fan_out = self.delivery.fan_out
         for rec in records:
             subs = registry.match(rec.topic)
             if split:
-                # fully_durable subscriptions get it once the sync destinations ack
                 subs = tuple(s for s in subs if not s.fully_durable)
             if subs:
-                self.delivery.fan_out(
+                fan_out(
                     rec.topic,
                     rec.payload,
                     rec.bookmark,
@@ -405,22 +398,28 @@ class Instance:
                     rec.correlation_id,
                     rec.local_ts,
                 )
-        if holding:
-            self._undurable.extend(records)
-            self._advance_durable()
-        elif self._undurable:
-            # sync destinations went away (downgrade): release what waited on them
-            self._undurable.extend(records)
-            self._advance_durable(records[-1].txid)
-        else:
-            durable: dict[int, list[int]] = {}
-            for rec in records:
-                seqs = durable.get(rec.pub_hash)
-                if seqs is None:
-                    durable[rec.pub_hash] = [rec.seq]
-                else:
-                    seqs.append(rec.seq)
-            self._records_durable(durable, records[-1])
+
+    def _released(self, release: Release) -> None:
+        """Act on what became durable: ``fully_durable`` deliveries, persisted acks,
+        and wake what waits for commits."""
+        registry = self.registry
+        if release.records and registry.fully_durable:
+            for rec in release.records:
+                subs = tuple(s for s in registry.match(rec.topic) if s.fully_durable)
+                if subs:
+                    self.delivery.fan_out(
+                        rec.topic,
+                        rec.payload,
+                        rec.bookmark,
+                        rec.txid,
+                        subs,
+                        rec.correlation_id,
+                        rec.local_ts,
+                    )
+        if release.settled:
+            by_pub = self._pub_sessions
+            for ph in self.ledgers.settle(release.settled, by_pub):
+                by_pub[ph].persisted_progress()
         event = self._commit_event
         self._commit_event = trio.Event()
         event.set()
@@ -480,7 +479,7 @@ class Instance:
         for rec in records:
             by_pub.setdefault(rec.pub_hash, []).append(rec.seq)
         for ph, seqs in by_pub.items():
-            ledger = self._ledgers.get(ph)
+            ledger = self.ledgers.get(ph)
             if ledger is not None:
                 ledger.fail(seqs)
             session = self._pub_sessions.get(ph)
@@ -492,67 +491,14 @@ class Instance:
         """The newest txid committed to the local journal (0 without a journal)."""
         return self.writer.committed_txid if self.writer is not None else 0
 
-    def _advance_durable(self, upto: int | None = None) -> None:
-        """Persisted acks for every record now durable: committed here and acknowledged
-        by every currently-sync destination (``upto`` skips the computation)."""
-        if upto is None:
-            assert self.replication is not None
-            upto = self.replication.durable_txid(self.committed_txid)
-        pending = self._undurable
-        if not pending or pending[0].txid > upto:
-            if self._dup_waiters and self._dup_waiters[0][0] <= self.durable_txid:
-                self._records_durable({}, None)
-            return
-        durable: dict[int, list[int]] = {}
-        last = pending[0]
-        registry = self.registry
-        waiting_subs = registry.fully_durable > 0
-        while pending and pending[0].txid <= upto:
-            last = pending.popleft()
-            seqs = durable.get(last.pub_hash)
-            if seqs is None:
-                durable[last.pub_hash] = [last.seq]
-            else:
-                seqs.append(last.seq)
-            if waiting_subs:
-                subs = tuple(s for s in registry.match(last.topic) if s.fully_durable)
-                if subs:
-                    self.delivery.fan_out(
-                        last.topic,
-                        last.payload,
-                        last.bookmark,
-                        last.txid,
-                        subs,
-                        last.correlation_id,
-                        last.local_ts,
-                    )
-        self._records_durable(durable, last)
-        event = self._commit_event
-        self._commit_event = trio.Event()
-        event.set()
-
-    def _records_durable(self, durable: dict[int, list[int]], last: Record | None) -> None:
-        """Record ``durable`` (publisher -> its seqs now durable, ``last`` the newest
-        durable record) and send persisted acks."""
-        if last is not None:
-            self.durable_txid = last.txid
-            self.last_durable_bookmark = last.bookmark
-        waiters = self._dup_waiters
-        while waiters and waiters[0][0] <= self.durable_txid:
-            _, ph, seq = waiters.popleft()
-            durable.setdefault(ph, []).append(seq)
-        ledgers = self._ledgers
-        by_pub = self._pub_sessions
-        for ph, seqs in durable.items():
-            ledger = ledgers.get(ph)
-            if ledger is None:
-                continue  # nobody publishing as it here: its ledger starts from the journal
-            ledger.settle(seqs)
-            session = by_pub.get(ph)
-            if session is not None:
-                session.persisted_progress()
-            elif ledger.idle:
-                del ledgers[ph]  # its publisher left; rebuilt from the journal on need
+    def _advance_durable(self) -> None:
+        """The sync destinations acknowledged more, or changed: release what is
+        durable now."""
+        if self.window.waiting:
+            upto = self.committed_txid
+            if self.replication is not None and self.replication.has_sync:
+                upto = self.replication.durable_txid(upto)
+            self._released(self.window.advance(upto))
 
     def disable_transport(self, name: str) -> str:
         """Stop listening on client transport ``name`` and disconnect its clients."""
@@ -637,13 +583,11 @@ class Instance:
 
     def replication_acked(self) -> None:
         """A destination acknowledged more: persisted acks may advance."""
-        if self._undurable:
-            self._advance_durable()
+        self._advance_durable()
 
     def replication_changed(self) -> None:
         """A destination connected, disconnected or changed sync/async."""
-        if self._undurable:
-            self._advance_durable()
+        self._advance_durable()
 
     def _setting(self, setting: str, flag: str) -> str:
         """``setting`` as a startup error names it; for the embedded default (no config
@@ -695,9 +639,9 @@ class Instance:
                         on_recovered=self._on_writes_resumed,
                     )
                     if self.journal.last_txid:
-                        self.last_durable_bookmark = self.bookmark_of(self.journal.last_txid)
+                        self.window.last_bookmark = self.bookmark_of(self.journal.last_txid)
                     nursery.start_soon(self._run_writer)
-                    self.durable_txid = self.journal.last_txid
+                    self.window.durable_txid = self.journal.last_txid
                     if config.replication or config.replication_transport is not None:
                         self.replication = ReplicationManager(self)
                     self.maintenance = JournalMaintenance(self)
