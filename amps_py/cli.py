@@ -196,7 +196,7 @@ def _startup_failure(exc: BaseException) -> str | None:
     (a listener that cannot bind, a journal directory that cannot be written, a
     journal refused at open), or for another OS error its text and file. None: not a
     start failure (a bug), let it propagate."""
-    from amps_py.server.instance import ConfigurationError
+    from amps_py.server.startup import ConfigurationError
     from txlog import JournalError
 
     first = exc

@@ -14,12 +14,9 @@ sleep).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import json
 import logging
 import os
-import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,16 +34,17 @@ from amps_py.config import (
     TransportConfig,
 )
 from amps_py.replication import ReplicationManager
-from txlog import Journal, JournalError, Record, publisher_hash
-from txlog.preflight import describe_traces
+from txlog import Journal, Record, publisher_hash
 
 from .counters import Counters
 from .delivery import Delivery
 from .durability import DurableWindow, Ledgers, PublisherLedger, Release
 from .limits import InstanceLimits
+from .listeners import Listeners, cannot_listen
 from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
 from .session import JOURNAL_UNAVAILABLE, CommandFailed, Session
-from .startup import journal_directory_failure, listen_failure, os_error_in
+from .startup import ConfigurationError, listen_failure, open_journal, os_error_in
+from .statsfile import write_ready_file, write_statistics
 from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -55,9 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amps_py.server")
 
-#: How long a client of a tcps / amps-replication-secure transport has to complete the
-#: TLS handshake; a connection that stalls longer is closed (it holds a socket).
-TLS_HANDSHAKE_TIMEOUT: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +101,6 @@ class InternalPublisher:
     client_name: str
 
 
-class ConfigurationError(Exception):
-    """The config cannot run as given; the message says what to change."""
-
-
 class Instance:
     """The running state of one instance. Create it, then ``await serve()``."""
 
@@ -122,8 +113,6 @@ class Instance:
         self.writer: JournalWriter | None = None
         self.actions: ActionRunner | None = None
         #: per enabled transport, the scope that stops it (admin disable)
-        self._transport_scopes: dict[str, trio.CancelScope] = {}
-        self._nursery: trio.Nursery | None = None
         self.registry = SubscriptionRegistry()
         self.sessions: set[Session] = set()
         self._names: dict[str, Session] = {}
@@ -145,7 +134,10 @@ class Instance:
         self.active_replays: dict[int, int] = {}
         self.group = config.group
         self.started_at = time.time()
-        self.listeners: dict[str, tuple[str, int]] = {}
+        #: the transports (and the admin interface) and their bound addresses
+        self.listeners = Listeners(
+            config.transports, self._serve_client, self._setting, self._close_clients
+        )
         #: message and command counts (sessions, replay and this instance count)
         self.counters = Counters()
         self.delivery = Delivery(self.counters)
@@ -502,42 +494,33 @@ class Instance:
 
     def disable_transport(self, name: str) -> str:
         """Stop listening on client transport ``name`` and disconnect its clients."""
-        transport = self._client_transport(name)
-        scope = self._transport_scopes.pop(transport.name, None)
-        if scope is None:
-            return "already disabled"
-        scope.cancel()
-        self.listeners.pop(transport.name, None)
-        closed = 0
-        for session in list(self.sessions):
-            if session.transport == transport.name:
-                session.close(f"transport {transport.name} disabled by the administrator")
-                closed += 1
-        log.warning(
-            "transport %s disabled: no longer listening, %d client(s) disconnected",
-            transport.name,
-            closed,
-            extra=events.extra(events.TRANSPORT_STOPPED),
-        )
-        return f"disabled; {closed} client(s) disconnected"
+        return self.listeners.disable(name)
 
     async def enable_transport(self, name: str) -> str:
-        """Listen on client transport ``name`` again (or for the first time, when its
-        InitialState was disabled)."""
-        transport = self._client_transport(name)
-        if transport.name in self._transport_scopes:
-            return "already enabled"
-        if self._nursery is None:
-            raise ConfigurationError("the instance is not running")
-        await self._nursery.start(self._serve_transport, transport, self._nursery)
-        return "enabled"
+        """Listen on client transport ``name`` again."""
+        return await self.listeners.enable(name)
 
-    def _client_transport(self, name: str) -> TransportConfig:
-        for transport in self.config.transports:
-            if transport.name == name and not transport.is_replication:
-                return transport
-        known = ", ".join(t.name for t in self.config.transports if not t.is_replication)
-        raise KeyError(f"no client transport {name!r}; client transports: {known or 'none'}")
+    def _close_clients(self, transport: str, reason: str) -> int:
+        closed = 0
+        for session in list(self.sessions):
+            if session.transport == transport:
+                session.close(reason)
+                closed += 1
+        return closed
+
+    async def _serve_client(self, stream: trio.abc.Stream, transport: str, peer: str) -> None:
+        session = Session(self, stream, transport, peer)
+        self.sessions.add(session)
+        try:
+            await session.run()
+        except Exception:
+            # a bug in one session must not take the instance down
+            log.exception(
+                "session of client %r (%s) failed",
+                session.client_name,
+                peer,
+                extra=events.extra(events.CLIENT_DISCONNECTED),
+            )
 
     def publish_internal(self, topic: str, payload: bytes) -> str:
         """Publish ``payload`` to ``topic`` as the instance itself; same path, journal
@@ -651,10 +634,8 @@ class Instance:
                         "replication needs a TransactionLog: only journaled messages "
                         "replicate; add a TransactionLog with the replicated topics"
                     )
-                self._nursery = nursery
-                for transport in config.transports:
-                    if transport.enabled:
-                        await nursery.start(self._serve_transport, transport, nursery)
+                self.listeners.replication = self.replication
+                await self.listeners.start(nursery)
                 if self.replication is not None:
                     nursery.start_soon(self.replication.run)
                 if config.actions:
@@ -672,7 +653,7 @@ class Instance:
                         bind_error = os_error_in(exc)  # hypercorn raises it in a group
                         if bind_error is None:
                             raise
-                        raise _cannot_listen(
+                        raise cannot_listen(
                             listen_failure(
                                 "the admin interface",
                                 host,
@@ -681,66 +662,22 @@ class Instance:
                                 self._setting("Admin/InetAddr", "--admin-port"),
                             )
                         ) from exc
-                    self.listeners["admin"] = (host, bound)
+                    self.listeners.bound["admin"] = (host, bound)
                 log.info(
                     "instance %s ready: %s",
                     self.name,
-                    ", ".join(f"{n}={h}:{p}" for n, (h, p) in self.listeners.items()),
+                    ", ".join(f"{n}={h}:{p}" for n, (h, p) in self.listeners.bound.items()),
                     extra=events.extra(events.INSTANCE_READY),
                 )
-                task_status.started(dict(self.listeners))
+                task_status.started(dict(self.listeners.bound))
         finally:
             if self.journal is not None:
                 self.journal.close()
             log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))
 
     def _open_journal(self, tl: TransactionLogConfig) -> Journal:
-        """Open the journal (in a worker thread). A refusal (damaged files, an empty
-        journal where one was, a journal held by another process) is logged and
-        raised as the :class:`txlog.JournalError` whose one line names the fix; a start
-        on an empty journal allowed over a former one is logged as a warning.
-        """
-        try:
-            journal = Journal(
-                tl.journal_directory,
-                instance_name=self.name,
-                durability=tl.durability,
-                compression=tl.compression,
-                map_size=tl.map_size,
-                segment_size=tl.journal_size,
-                archive_directory=tl.archive_directory,
-                allow_empty=self.allow_empty_journal,
-            )
-        except JournalError as exc:
-            log.critical(
-                "journal %s not opened, instance not started: %s",
-                tl.journal_directory,
-                exc,
-                extra=events.extra(events.JOURNAL_OPEN_REFUSED),
-            )
-            raise
-        except OSError as exc:  # the directory, its lock file or LMDB's files
-            why = journal_directory_failure(tl.journal_directory, exc)
-            log.critical(
-                "journal %s not opened, instance not started: %s",
-                tl.journal_directory,
-                why,
-                extra=events.extra(events.JOURNAL_OPEN_REFUSED),
-            )
-            raise ConfigurationError(why) from exc
-        if journal.started_empty_over:
-            aside = ", ".join(str(p) for p in journal.set_aside_to)
-            log.warning(
-                "journal %s STARTED EMPTY (--allow-empty-journal): a journal existed there "
-                "(%s) but its data.mdb was empty or missing; every message it held is "
-                "absent from this instance, and replication peers resync only what they "
-                "replicate to it%s",
-                tl.journal_directory,
-                describe_traces(journal.started_empty_over),
-                f"; its segment files were moved to {aside}" if aside else "",
-                extra=events.extra(events.JOURNAL_STARTED_EMPTY),
-            )
-        return journal
+        """Open the journal (in a worker thread); see :func:`startup.open_journal`."""
+        return open_journal(tl, self.name, allow_empty=self.allow_empty_journal)
 
     async def _run_writer(self) -> None:
         assert self.writer is not None
@@ -754,108 +691,6 @@ class Instance:
                 extra=events.extra(events.JOURNAL_COMMIT_FAILED),
             )
             raise
-
-    async def _serve_transport(
-        self,
-        transport: TransportConfig,
-        nursery: trio.Nursery,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        # Built once per transport: every accepted connection shares it. The loader has
-        # already checked that the files load, so this fails only if they changed since.
-        try:
-            tls_context = transport.ssl_context()
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(
-                f"transport {transport.name}: cannot load Certificate {transport.certificate} "
-                f"with PrivateKey {transport.private_key}: {exc}; `amps-py config check` "
-                "names the file at fault"
-            ) from exc
-        host = None if transport.host in ("", "0.0.0.0") else transport.host
-        try:
-            listeners = await trio.open_tcp_listeners(transport.port, host=host)
-        except OSError as exc:
-            raise _cannot_listen(
-                listen_failure(
-                    f"transport {transport.name} ({transport.type})",
-                    transport.host,
-                    transport.port,
-                    exc,
-                    self._setting(f"the InetAddr of Transport {transport.name}", "--port"),
-                )
-            ) from exc
-        with trio.CancelScope() as scope:
-            self._transport_scopes[transport.name] = scope
-            try:
-                await self._listen(transport, listeners, tls_context, nursery, task_status)
-            finally:
-                for listener in listeners:
-                    await trio.aclose_forcefully(listener)
-
-    async def _listen(
-        self,
-        transport: TransportConfig,
-        listeners: list[trio.SocketListener],
-        tls_context: ssl.SSLContext | None,
-        nursery: trio.Nursery,
-        task_status: trio.TaskStatus[None],
-    ) -> None:
-        sockname = listeners[0].socket.getsockname()
-        self.listeners[transport.name] = (sockname[0], sockname[1])
-        log.info(
-            "transport %s (%s/%s) listening on %s:%d%s",
-            transport.name,
-            transport.type,
-            transport.protocol,
-            sockname[0],
-            sockname[1],
-            f" (TLS, certificate {transport.certificate})" if tls_context is not None else "",
-            extra=events.extra(events.TRANSPORT_LISTENING),
-        )
-        task_status.started()
-
-        if transport.is_replication:
-            replication = self.replication
-            assert replication is not None
-            if tls_context is None:
-                await trio.serve_listeners(
-                    replication.serve_incoming, listeners, handler_nursery=nursery
-                )
-                return
-
-            async def handle_upstream(stream: trio.SocketStream) -> None:
-                peer = _peer_of(stream)
-                secured = await _tls_handshake(stream, tls_context, transport, peer)
-                if secured is None:
-                    return
-                await replication.serve_connection(secured, peer)
-
-            await trio.serve_listeners(handle_upstream, listeners, handler_nursery=nursery)
-            return
-
-        async def handle(stream: trio.SocketStream) -> None:
-            peer = _peer_of(stream)
-            client: trio.abc.Stream = stream
-            if tls_context is not None:
-                secured = await _tls_handshake(stream, tls_context, transport, peer)
-                if secured is None:
-                    return
-                client = secured
-            session = Session(self, client, transport.name, peer)
-            self.sessions.add(session)
-            try:
-                await session.run()
-            except Exception:
-                # a bug in one session must not take the instance down
-                log.exception(
-                    "session of client %r (%s) failed",
-                    session.client_name,
-                    peer,
-                    extra=events.extra(events.CLIENT_DISCONNECTED),
-                )
-
-        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
 
     def statistics(self) -> InstanceStatistics:
         return InstanceStatistics(
@@ -872,107 +707,11 @@ class Instance:
             denied_writes=self.counters.denied_writes,
             journal=self.journal.statistics().__dict__ if self.journal else None,
             writer=self.writer.statistics().__dict__ if self.writer else None,
-            listeners={n: p for n, (_, p) in self.listeners.items()},
+            listeners={n: p for n, (_, p) in self.listeners.bound.items()},
             replication=self.replication.statistics() if self.replication else None,
             durable_txid=self.durable_txid,
             limits=self.limits.statistics(),
         )
-
-
-def _cannot_listen(why: str) -> ConfigurationError:
-    """Log that a listener could not open (the instance stops); the error to raise."""
-    log.critical("instance not started: %s", why, extra=events.extra(events.INSTANCE_FAILED))
-    return ConfigurationError(why)
-
-
-def _peer_of(stream: trio.SocketStream) -> str:
-    """``host:port`` of the remote end, or ``?`` when the socket is already gone."""
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"
-
-
-#: OpenSSL reasons of a failed server-side handshake, in words an operator can act on.
-_TLS_FAILURES: Final[dict[str, str]] = {
-    "WRONG_VERSION_NUMBER": "the client does not speak TLS (a plain TCP client?)",
-    "HTTP_REQUEST": "the client sent a plain HTTP request",
-    "UNEXPECTED_EOF_WHILE_READING": "the client closed the connection during the handshake "
-    "(it may not trust this transport's certificate, or it only checked the port)",
-    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust the CA that issued this certificate",
-    "SSLV3_ALERT_BAD_CERTIFICATE": "the client rejected this transport's certificate",
-    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the client rejected this transport's certificate",
-    "NO_SHARED_CIPHER": "the client offers none of the ciphers this transport allows",
-    "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions older than 1.2",
-}
-
-
-async def _tls_handshake(
-    stream: trio.SocketStream,
-    context: ssl.SSLContext,
-    transport: TransportConfig,
-    peer: str,
-) -> trio.SSLStream[trio.SocketStream] | None:
-    """Wrap an accepted connection in TLS and complete the handshake.
-
-    Error handling: a failed or stalled handshake (a plain-TCP client, a client that
-    rejects the certificate, a scanner) is logged with the client's address and closes
-    only this connection; returns ``None`` then.
-    """
-    secured = trio.SSLStream(stream, context, server_side=True)
-    try:
-        with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
-            await secured.do_handshake()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
-        cause = exc.__cause__
-        if isinstance(exc, trio.TooSlowError):
-            why = f"no handshake within {TLS_HANDSHAKE_TIMEOUT:g} s"
-        elif isinstance(cause, ssl.SSLError) and cause.reason:
-            why = f"{_TLS_FAILURES.get(cause.reason, 'refused')} ({cause.reason})"
-        else:
-            why = str(cause or exc) or "the client closed the connection"
-        if transport.is_replication:
-            hint = (
-                "upstream instances must connect with a Destination Transport of Type "
-                "amps-replication-secure whose Certificate holds the CA of"
-            )
-        else:
-            hint = "clients must connect with TLS (a tcps:// URI) and trust the CA of"
-        log.warning(
-            "TLS handshake with %s on transport %s (%s) failed: %s; closing the connection "
-            "(%s this transport's certificate %s)",
-            peer,
-            transport.name,
-            transport.type,
-            why,
-            hint,
-            transport.certificate,
-            extra=events.extra(events.TRANSPORT_TLS_HANDSHAKE_FAILED),
-        )
-        await trio.aclose_forcefully(stream)
-        return None
-    return secured
-
-
-async def _write_statistics(
-    instance: Instance,
-    path: Path,
-    interval: float,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Write ``instance.statistics()`` as JSON to ``path`` every ``interval`` seconds
-    (atomically), until cancelled; started once the first write is done. Until the
-    admin API exists this is how tests and operators read counters."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    started = False
-    while True:
-        tmp.write_text(json.dumps(dataclasses.asdict(instance.statistics()), default=str))
-        tmp.replace(path)
-        if not started:
-            task_status.started()
-            started = True
-        await trio.sleep(interval)
 
 
 async def serve_instance(
@@ -995,18 +734,9 @@ async def serve_instance(
         listeners = await nursery.start(instance.serve)
         if stats_file is not None:
             # before the ready file: whoever sees "ready" finds this process's statistics
-            await nursery.start(_write_statistics, instance, Path(stats_file), stats_interval)
-        if ready_file is not None:
-            path = Path(ready_file)
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "name": instance.name,
-                        "pid": os.getpid(),
-                        "transports": {n: p for n, (_, p) in listeners.items()},
-                    }
-                )
+            await nursery.start(
+                write_statistics, instance.statistics, Path(stats_file), stats_interval
             )
-            tmp.replace(path)
+        if ready_file is not None:
+            write_ready_file(Path(ready_file), instance.name, listeners)
         task_status.started(instance)

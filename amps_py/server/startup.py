@@ -10,8 +10,20 @@ build text (:func:`journal_directory_failure` looks at which parts of a path exi
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from pathlib import Path
+
+from amps_py import events
+from amps_py.config import TransactionLogConfig
+from txlog import Journal, JournalError
+from txlog.preflight import describe_traces
+
+log = logging.getLogger("amps_py.server")
+
+
+class ConfigurationError(Exception):
+    """The config cannot run as given; the message says what to change."""
 
 
 def address_text(host: str, port: int) -> str:
@@ -99,3 +111,53 @@ def os_error_in(exc: BaseException) -> OSError | None:
             if found is not None:
                 return found
     return None
+
+
+def open_journal(tl: TransactionLogConfig, name: str, *, allow_empty: bool) -> Journal:
+    """Open instance ``name``'s journal (blocking: run it in a worker thread). A
+    refusal (damaged files, an empty journal where one was, a journal held by another
+    process) is logged and
+    raised as the :class:`txlog.JournalError` whose one line names the fix; a start
+    on an empty journal allowed over a former one is logged as a warning.
+    """
+    try:
+        journal = Journal(
+            tl.journal_directory,
+            instance_name=name,
+            durability=tl.durability,
+            compression=tl.compression,
+            map_size=tl.map_size,
+            segment_size=tl.journal_size,
+            archive_directory=tl.archive_directory,
+            allow_empty=allow_empty,
+        )
+    except JournalError as exc:
+        log.critical(
+            "journal %s not opened, instance not started: %s",
+            tl.journal_directory,
+            exc,
+            extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+        )
+        raise
+    except OSError as exc:  # the directory, its lock file or LMDB's files
+        why = journal_directory_failure(tl.journal_directory, exc)
+        log.critical(
+            "journal %s not opened, instance not started: %s",
+            tl.journal_directory,
+            why,
+            extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+        )
+        raise ConfigurationError(why) from exc
+    if journal.started_empty_over:
+        aside = ", ".join(str(p) for p in journal.set_aside_to)
+        log.warning(
+            "journal %s STARTED EMPTY (--allow-empty-journal): a journal existed there "
+            "(%s) but its data.mdb was empty or missing; every message it held is "
+            "absent from this instance, and replication peers resync only what they "
+            "replicate to it%s",
+            tl.journal_directory,
+            describe_traces(journal.started_empty_over),
+            f"; its segment files were moved to {aside}" if aside else "",
+            extra=events.extra(events.JOURNAL_STARTED_EMPTY),
+        )
+    return journal

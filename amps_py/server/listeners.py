@@ -1,0 +1,278 @@
+"""The instance's listeners: open each Transport, complete the TLS handshake of its
+connections, hand them on, and stop or start a client transport on request.
+
+Client connections go to ``serve_client(stream, transport, peer)``; connections to
+the replication transport go to the replication manager. A listener that cannot open
+stops the instance with a message naming the transport, the address and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from amps_py import events
+from amps_py.config import TransportConfig
+
+from .startup import ConfigurationError, listen_failure
+
+if TYPE_CHECKING:
+    from amps_py.replication import ReplicationManager
+
+log = logging.getLogger("amps_py.server")
+
+#: How long a client of a tcps / amps-replication-secure transport has to complete the
+#: TLS handshake; a connection that stalls longer is closed (it holds a socket).
+TLS_HANDSHAKE_TIMEOUT: Final = 10.0
+
+#: OpenSSL reasons of a failed server-side handshake, in words an operator can act on.
+_TLS_FAILURES: Final[dict[str, str]] = {
+    "WRONG_VERSION_NUMBER": "the client does not speak TLS (a plain TCP client?)",
+    "HTTP_REQUEST": "the client sent a plain HTTP request",
+    "UNEXPECTED_EOF_WHILE_READING": "the client closed the connection during the handshake "
+    "(it may not trust this transport's certificate, or it only checked the port)",
+    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust the CA that issued this certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the client rejected this transport's certificate",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the client rejected this transport's certificate",
+    "NO_SHARED_CIPHER": "the client offers none of the ciphers this transport allows",
+    "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions older than 1.2",
+}
+
+ServeClient = Callable[[trio.abc.Stream, str, str], Awaitable[None]]
+
+
+class ListenError(ConfigurationError):
+    """A listener cannot open; the message names the transport, address and fix."""
+
+
+class Listeners:
+    """Opens and runs the transports.
+
+    Args:
+        transports: the instance's Transport configs.
+        serve_client: runs one client connection (stream, transport name, peer).
+        setting: how a startup error names a setting (the embedded default has flags,
+            not a config file): ``setting(name, flag) -> text``.
+        close_clients: closes the connections of a transport; returns how many.
+    """
+
+    def __init__(
+        self,
+        transports: tuple[TransportConfig, ...],
+        serve_client: ServeClient,
+        setting: Callable[[str, str], str],
+        close_clients: Callable[[str, str], int],
+    ) -> None:
+        self._transports = transports
+        self._serve_client = serve_client
+        self._setting = setting
+        self._close_clients = close_clients
+        self.replication: ReplicationManager | None = None
+        #: name -> the bound (host, port) of every open listener (the admin's too)
+        self.bound: dict[str, tuple[str, int]] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Open every enabled transport in ``nursery`` (started once listening)."""
+        self._nursery = nursery
+        for transport in self._transports:
+            if transport.enabled:
+                await nursery.start(self._serve_transport, transport, nursery)
+
+    def disable(self, name: str) -> str:
+        """Stop listening on client transport ``name`` and disconnect its clients."""
+        transport = self._client_transport(name)
+        scope = self._scopes.pop(transport.name, None)
+        if scope is None:
+            return "already disabled"
+        scope.cancel()
+        self.bound.pop(transport.name, None)
+        closed = self._close_clients(
+            transport.name, f"transport {transport.name} disabled by the administrator"
+        )
+        log.warning(
+            "transport %s disabled: no longer listening, %d client(s) disconnected",
+            transport.name,
+            closed,
+            extra=events.extra(events.TRANSPORT_STOPPED),
+        )
+        return f"disabled; {closed} client(s) disconnected"
+
+    async def enable(self, name: str) -> str:
+        """Listen on client transport ``name`` again (or for the first time, when its
+        InitialState was disabled)."""
+        transport = self._client_transport(name)
+        if transport.name in self._scopes:
+            return "already enabled"
+        if self._nursery is None:
+            raise ListenError("the instance is not running")
+        await self._nursery.start(self._serve_transport, transport, self._nursery)
+        return "enabled"
+
+    def _client_transport(self, name: str) -> TransportConfig:
+        for transport in self._transports:
+            if transport.name == name and not transport.is_replication:
+                return transport
+        known = ", ".join(t.name for t in self._transports if not t.is_replication)
+        raise KeyError(f"no client transport {name!r}; client transports: {known or 'none'}")
+
+    async def _serve_transport(
+        self,
+        transport: TransportConfig,
+        nursery: trio.Nursery,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        # Built once per transport: every accepted connection shares it. The loader has
+        # already checked that the files load, so this fails only if they changed since.
+        try:
+            tls_context = transport.ssl_context()
+        except (OSError, ValueError) as exc:
+            raise ListenError(
+                f"transport {transport.name}: cannot load Certificate {transport.certificate} "
+                f"with PrivateKey {transport.private_key}: {exc}; `amps-py config check` "
+                "names the file at fault"
+            ) from exc
+        host = None if transport.host in ("", "0.0.0.0") else transport.host
+        try:
+            listeners = await trio.open_tcp_listeners(transport.port, host=host)
+        except OSError as exc:
+            raise cannot_listen(
+                listen_failure(
+                    f"transport {transport.name} ({transport.type})",
+                    transport.host,
+                    transport.port,
+                    exc,
+                    self._setting(f"the InetAddr of Transport {transport.name}", "--port"),
+                )
+            ) from exc
+        with trio.CancelScope() as scope:
+            self._scopes[transport.name] = scope
+            try:
+                await self._listen(transport, listeners, tls_context, nursery, task_status)
+            finally:
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+
+    async def _listen(
+        self,
+        transport: TransportConfig,
+        listeners: list[trio.SocketListener],
+        tls_context: ssl.SSLContext | None,
+        nursery: trio.Nursery,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        sockname = listeners[0].socket.getsockname()
+        self.bound[transport.name] = (sockname[0], sockname[1])
+        log.info(
+            "transport %s (%s/%s) listening on %s:%d%s",
+            transport.name,
+            transport.type,
+            transport.protocol,
+            sockname[0],
+            sockname[1],
+            f" (TLS, certificate {transport.certificate})" if tls_context is not None else "",
+            extra=events.extra(events.TRANSPORT_LISTENING),
+        )
+        task_status.started()
+
+        if transport.is_replication:
+            replication = self.replication
+            assert replication is not None
+            if tls_context is None:
+                await trio.serve_listeners(
+                    replication.serve_incoming, listeners, handler_nursery=nursery
+                )
+                return
+
+            async def handle_upstream(stream: trio.SocketStream) -> None:
+                peer = peer_of(stream)
+                secured = await tls_handshake(stream, tls_context, transport, peer)
+                if secured is not None:
+                    await replication.serve_connection(secured, peer)
+
+            await trio.serve_listeners(handle_upstream, listeners, handler_nursery=nursery)
+            return
+
+        async def handle(stream: trio.SocketStream) -> None:
+            peer = peer_of(stream)
+            client: trio.abc.Stream = stream
+            if tls_context is not None:
+                secured = await tls_handshake(stream, tls_context, transport, peer)
+                if secured is None:
+                    return
+                client = secured
+            await self._serve_client(client, transport.name, peer)
+
+        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+
+
+def cannot_listen(why: str) -> ListenError:
+    """Log that a listener could not open (the instance stops); the error to raise."""
+    log.critical("instance not started: %s", why, extra=events.extra(events.INSTANCE_FAILED))
+    return ListenError(why)
+
+
+def peer_of(stream: trio.SocketStream) -> str:
+    """``host:port`` of the remote end, or ``?`` when the socket is already gone."""
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+async def tls_handshake(
+    stream: trio.SocketStream,
+    context: ssl.SSLContext,
+    transport: TransportConfig,
+    peer: str,
+) -> trio.SSLStream[trio.SocketStream] | None:
+    """Wrap an accepted connection in TLS and complete the handshake.
+
+    Error handling: a failed or stalled handshake (a plain-TCP client, a client that
+    rejects the certificate, a scanner) is logged with the client's address and closes
+    only this connection; returns ``None`` then.
+    """
+    secured = trio.SSLStream(stream, context, server_side=True)
+    try:
+        with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
+            await secured.do_handshake()
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+        log.warning(
+            "TLS handshake with %s on transport %s (%s) failed: %s; closing the connection "
+            "(%s this transport's certificate %s)",
+            peer,
+            transport.name,
+            transport.type,
+            _handshake_failure(exc),
+            _handshake_hint(transport),
+            transport.certificate,
+            extra=events.extra(events.TRANSPORT_TLS_HANDSHAKE_FAILED),
+        )
+        await trio.aclose_forcefully(stream)
+        return None
+    return secured
+
+
+def _handshake_failure(exc: BaseException) -> str:
+    cause = exc.__cause__
+    if isinstance(exc, trio.TooSlowError):
+        return f"no handshake within {TLS_HANDSHAKE_TIMEOUT:g} s"
+    if isinstance(cause, ssl.SSLError) and cause.reason:
+        return f"{_TLS_FAILURES.get(cause.reason, 'refused')} ({cause.reason})"
+    return str(cause or exc) or "the client closed the connection"
+
+
+def _handshake_hint(transport: TransportConfig) -> str:
+    if transport.is_replication:
+        return (
+            "upstream instances must connect with a Destination Transport of Type "
+            "amps-replication-secure whose Certificate holds the CA of"
+        )
+    return "clients must connect with TLS (a tcps:// URI) and trust the CA of"
