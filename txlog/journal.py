@@ -149,10 +149,6 @@ class VerifyProblem:
     problem: str
 
 
-def _key(txid: int) -> bytes:
-    return _U64.pack(txid)
-
-
 WRITER_LOCK_FILE: Final = "amps-py.lock"
 
 
@@ -772,10 +768,6 @@ class Journal:
         if raw is None:
             return 0, ""
         return _U64.unpack_from(raw)[0], raw[8:].decode()
-
-    def upstream_cursors(self) -> dict[str, tuple[int, str]]:
-        with self._env.begin(db=self._upstreams) as txn:
-            return {k.decode(): (_U64.unpack_from(v)[0], v[8:].decode()) for k, v in txn.cursor()}
 
     # ------------------------------------------------------------------ reading
     def _scan(

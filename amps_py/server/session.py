@@ -761,7 +761,7 @@ class Session:
             # that failed over must never reuse a seq that names another message)
             last = instance.held_seq(self.pub_hash)
             self.ledger = instance.ledger(self.pub_hash)
-        opts = _options(header)
+        # logon option ack_conflation: accepted, nothing to do (acks conflate per commit)
         log.info(
             "client %r logged on from %s (user %r, last seq held %d, version %s)",
             name,
@@ -772,8 +772,6 @@ class Session:
             extra=events.extra(events.CLIENT_LOGON),
         )
         self.instance.fire_action("logon-client", client_variables(self, connected=False))
-        if "ack_conflation" in opts:
-            pass  # acks are already conflated per journal commit; see README
         if "processed" in acks or not acks:
             fields: dict[str, Any] = {"client_name": name}
             if verdict.reason:

@@ -8,7 +8,7 @@ with a per-topic cache that is rebuilt when subscriptions change.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from amps_py.protocol.messages import sub_id_part
 
@@ -107,9 +107,6 @@ class Subscription:
         if self.regex is None:
             return topic == self.topic
         return self.regex.search(topic) is not None
-
-    def matches_doc(self, doc: Any) -> bool:
-        return self.filter is None or self.filter.matches(doc)
 
     def __repr__(self) -> str:
         return f"Subscription({self.sub_id!r}, {self.topic!r}, live={self.live})"
