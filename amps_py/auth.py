@@ -55,10 +55,10 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 __all__ = [
     "AUTHENTICATION_MODULES",
@@ -122,6 +122,60 @@ class AuthFileError(Exception):
         self.line = line
         self.message = message
         self.fix = fix
+
+
+@dataclass(frozen=True)
+class _AuthFileKind:
+    """What :func:`_load_auth_file` says about one kind of file it cannot read."""
+
+    noun: str
+    #: the fix when the file does not exist
+    create: str
+    #: the fix when the file is not UTF-8 text
+    rewrite: str
+
+
+_PASSWORD_FILE: Final = _AuthFileKind(
+    "password file",
+    create="create it with `amps-py users add FILE USER`, or correct the path",
+    rewrite="recreate it with amps-py users",
+)
+_RULES_FILE: Final = _AuthFileKind(
+    "rules file",
+    create='create it, e.g. {"alice": {"read": ".*", "write": "orders"}}, or correct the path',
+    rewrite="save it as UTF-8 JSON",
+)
+_Parsed = TypeVar("_Parsed")
+
+
+def _load_auth_file(
+    path: str | os.PathLike[str], kind: _AuthFileKind, parse: Callable[[str, str], _Parsed]
+) -> _Parsed:
+    """Read ``path`` as UTF-8 text and return ``parse(text, str(path))``.
+
+    ``parse`` checks the content and raises :class:`AuthFileError` naming the line of a
+    problem; this function reports the file as a whole.
+
+    Raises:
+        AuthFileError: the file does not exist, is not UTF-8 text or cannot be read
+            (the error names the file and says how to fix it), or ``parse``'s errors.
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AuthFileError(name, None, f"the {kind.noun} does not exist", kind.create) from None
+    except UnicodeDecodeError:
+        problem = f"the {kind.noun} is not UTF-8 text"
+        raise AuthFileError(name, None, problem, kind.rewrite) from None
+    except OSError as exc:
+        raise AuthFileError(
+            name,
+            None,
+            f"the {kind.noun} cannot be read: {exc.strerror or exc}",
+            "check the path and make the file readable by the user that runs amps-py",
+        ) from None
+    return parse(text, name)
 
 
 # ------------------------------------------------------------------------ passwords
@@ -240,28 +294,7 @@ class PasswordFile:
             AuthFileError: the file cannot be read, or a line is malformed (the error
                 names the line).
         """
-        name = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise AuthFileError(
-                name,
-                None,
-                "the password file does not exist",
-                "create it with `amps-py users add FILE USER`, or correct the path",
-            ) from None
-        except UnicodeDecodeError:
-            raise AuthFileError(
-                name, None, "the password file is not UTF-8 text", "recreate it with amps-py users"
-            ) from None
-        except OSError as exc:
-            raise AuthFileError(
-                name,
-                None,
-                f"the password file cannot be read: {exc.strerror or exc}",
-                "check the path and make the file readable by the user that runs amps-py",
-            ) from None
-        return cls.parse(text, name)
+        return _load_auth_file(path, _PASSWORD_FILE, cls.parse)
 
     @classmethod
     def parse(cls, text: str, path: str = "<string>") -> PasswordFile:
@@ -449,24 +482,7 @@ class EntitlementRules:
         Raises:
             AuthFileError: unreadable, not JSON, or an entry is malformed.
         """
-        name = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise AuthFileError(
-                name,
-                None,
-                "the rules file does not exist",
-                'create it, e.g. {"alice": {"read": ".*", "write": "orders"}}, or correct the path',
-            ) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AuthFileError(
-                name,
-                None,
-                f"the rules file cannot be read: {exc}",
-                "check the path and make the file readable (UTF-8 JSON)",
-            ) from None
-        return cls.parse(text, name)
+        return _load_auth_file(path, _RULES_FILE, cls.parse)
 
     @classmethod
     def parse(cls, text: str, path: str = "<string>") -> EntitlementRules:

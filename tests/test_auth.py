@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,29 @@ def test_password_file_errors_name_the_line(tmp_path: Path) -> None:
     path.write_text(f"alice:{good}\nalice:{good}\n")
     with pytest.raises(auth.AuthFileError, match="listed twice"):
         auth.PasswordFile.load(path)
+
+
+@pytest.mark.parametrize(
+    ("load", "noun"),
+    [(auth.PasswordFile.load, "password file"), (auth.EntitlementRules.load, "rules file")],
+)
+def test_unreadable_auth_files_name_the_file_and_the_fix(
+    tmp_path: Path, load: Callable[[Path], object], noun: str
+) -> None:
+    absent = tmp_path / "absent"
+    with pytest.raises(auth.AuthFileError) as info:
+        load(absent)
+    assert info.value.path == str(absent) and info.value.line is None
+    assert info.value.message == f"the {noun} does not exist"
+    assert "correct the path" in info.value.fix
+    latin1 = tmp_path / "latin1"
+    latin1.write_bytes(b"caf\xe9\n")
+    with pytest.raises(auth.AuthFileError) as info:
+        load(latin1)
+    assert str(info.value).startswith(f"{latin1}: the {noun} is not UTF-8 text. Fix: ")
+    with pytest.raises(auth.AuthFileError) as info:
+        load(tmp_path)  # a directory
+    assert info.value.message.startswith(f"the {noun} cannot be read: ")
 
 
 def test_rules_file() -> None:
