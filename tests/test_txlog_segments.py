@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from txlog import CorruptRecord, Journal, JournalError, Record, publisher_hash
+from txlog.segments import Segment, bytes_through, grown_table, removed_through
 
 PH = publisher_hash("pub")
 SEGMENT_SIZE = 20_000  # bytes of records per segment: about 60 records of ~330 bytes
@@ -456,3 +457,40 @@ def test_one_large_commit_fills_several_segments(tmp_path: Path) -> None:
         again.close()
     finally:
         j.close()
+
+
+# ---------------------------------------------------------------- the table, pure
+
+
+def test_grown_table_fills_the_current_segment_then_seals_it() -> None:
+    # no table yet: the first commit starts segment 1
+    table, touched = grown_table([], 100, 1, 5, [40, 40])
+    assert table == touched == [Segment(1, 1, 2, 5, 5, 80, 2)]
+    # below the size: the current segment grows, nothing else changes
+    grown, touched = grown_table(table, 100, 3, 7, [10])
+    assert grown == touched == [Segment(1, 1, 3, 5, 7, 90, 3)]
+    assert table == [Segment(1, 1, 2, 5, 5, 80, 2)]  # the input is left as it was
+    # crossing the size: the record that crosses it still goes in (outgrowing the size
+    # by at most one record), the rest start segment 2, then 3
+    sealed, touched = grown_table(grown, 100, 4, 9, [30, 60, 60, 5])
+    assert sealed == [
+        Segment(1, 1, 4, 5, 9, 120, 4),
+        Segment(2, 5, 6, 9, 9, 120, 2),
+        Segment(3, 7, 7, 9, 9, 5, 1),
+    ]
+    assert touched == sealed
+    # a current segment that is not live (every record offloaded) is never extended
+    offloaded = [Segment(1, 1, 2, 5, 5, 80, 2, state="compressed")]
+    assert grown_table(offloaded, 100, 3, 6, [1])[1] == [Segment(2, 3, 3, 6, 6, 1, 1)]
+
+
+def test_bytes_and_removed_through_read_the_table() -> None:
+    table = [
+        Segment(1, 1, 10, 0, 0, 1000, 10, state="removed", cleaned=True),
+        Segment(2, 11, 20, 0, 0, 500, 10),
+    ]
+    assert bytes_through(table, 10) == 1000
+    assert bytes_through(table, 15) == 1000 + 500 * 5 // 10
+    assert bytes_through(table, 99) == 1500
+    assert removed_through(table) == 10
+    assert removed_through(table[1:]) == 0

@@ -4,15 +4,9 @@ Usable without the server: ``amps-py txlog`` and the Spark pipeline import it di
 Imports no trio and no sockets.
 """
 
+from .errors import JournalDamaged, JournalError
 from .identity import BadBookmark, format_bookmark, parse_bookmark, publisher_hash
-from .journal import (
-    DURABILITY_MODES,
-    Journal,
-    JournalDamaged,
-    JournalError,
-    JournalStatistics,
-    VerifyProblem,
-)
+from .journal import DURABILITY_MODES, Journal, JournalStatistics, VerifyProblem
 from .record import CorruptRecord, Flags, Kind, Record, RecordCodec, ReplicaReader, ReplicaRecord
 
 __all__ = [

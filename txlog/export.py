@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from .journal import Journal, JournalError
+from .errors import JournalError
+from .journal import Journal
 from .record import CorruptRecord
 
 

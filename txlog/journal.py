@@ -32,7 +32,8 @@ Contract:
   :meth:`append` returns ``0`` for it. A seq below the publisher's highest that is not
   stored is stored (exact dedup; the high-water mark only makes higher seqs cheap).
 - Opening costs the same whatever the journal size: no scan happens at start.
-- Segment maintenance (:meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
+- Segment maintenance (:mod:`txlog.maintenance`, reached through
+  :meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
   :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
   only the single writer's thread calls it, between appends.
 - Every read checks the record CRC; a damaged record raises :class:`CorruptRecord`.
@@ -47,13 +48,16 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
 import lmdb
 
 from . import preflight
+from .errors import JournalDamaged as JournalDamaged  # re-exported
+from .errors import JournalError as JournalError  # re-exported
+from .maintenance import PROGRESS_EVERY, SegmentMaintenance, unpack_u64
 from .record import (
     CorruptRecord,
     DeliveryView,
@@ -62,16 +66,15 @@ from .record import (
     ReplicaRecord,
     RouteView,
     StoredRecords,
-    check_stored,
     check_stored_records,
 )
 from .segments import (
     Segment,
     SegmentFile,
     SegmentFileError,
-    copy_segment_file,
-    segment_file_name,
-    write_segment_file,
+    bytes_through,
+    grown_table,
+    removed_through,
 )
 
 _T = TypeVar("_T")
@@ -85,23 +88,6 @@ DEFAULT_MAP_SIZE: Final = 64 * 1024**3
 #: AMPS's default JournalSize
 DEFAULT_SEGMENT_SIZE: Final = 1024**3
 _U64_MAX: Final = (1 << 64) - 1
-_BOOKMARK_AT: Final = 16  # offset of (pub_hash, seq) in a stored record value
-#: records between two calls of a tool's progress callback (verify, segment files)
-_PROGRESS_EVERY: Final = 4096
-
-
-def _reporting(
-    values: Iterator[tuple[int, bytes]], progress: Callable[[int], None]
-) -> Iterator[tuple[int, bytes]]:
-    """``values`` as they are, calling ``progress`` with how many passed, every
-    :data:`_PROGRESS_EVERY` and at the end."""
-    done = 0
-    for item in values:
-        yield item
-        done += 1
-        if done % _PROGRESS_EVERY == 0:
-            progress(done)
-    progress(done)
 
 
 def _unstorable(exc: Exception) -> str:
@@ -114,16 +100,6 @@ def _unstorable(exc: Exception) -> str:
             f"or a number is out of range ({exc})"
         )
     return f"a field cannot be encoded ({exc})"
-
-
-class JournalError(Exception):
-    """The journal cannot be opened or used as asked; the message says how to fix it."""
-
-
-class JournalDamaged(JournalError):
-    """The journal's files are damaged (truncated, empty where a journal was, a damaged
-    page or newest record); the message names the file and what to do. The open that
-    raised it changed nothing in ``data.mdb`` or the segment files."""
 
 
 @dataclass(frozen=True)
@@ -212,10 +188,6 @@ def _next_key(key: bytes) -> bytes:
 
 def _stored_pair(value: bytes, txid: int) -> tuple[int, bytes]:
     return txid, value
-
-
-def unpack_u64(raw: bytes) -> int:
-    return int(_U64.unpack_from(raw)[0])
 
 
 class Journal:
@@ -412,7 +384,6 @@ class Journal:
         self._duplicates = 0
         self._files: dict[str, SegmentFile] = {}
         self._files_lock = threading.Lock()
-        self._purge_progress: dict[int, int] = {}
         #: the segment table, oldest first; replaced (never changed in place) on change
         self._segments: list[Segment] = []
         self._removed_through = 0
@@ -421,7 +392,8 @@ class Journal:
         self._last_txid = max(
             self._last_txid, max((s.last_txid for s in self._segments), default=0)
         )
-        self._removed_through = self._compute_removed_through()
+        self._removed_through = removed_through(self._segments)
+        self._maintenance = SegmentMaintenance(self)
 
     def _newest_key(self, db: lmdb._Database, readonly: bool) -> int:
         """The highest (u64) key of ``db``, 0 when empty. A read-only open (the tools)
@@ -483,13 +455,6 @@ class Journal:
             if not cur.first():
                 return None
             return self._codec.decode(cur.value(), _U64.unpack(cur.key())[0])
-
-    def _compute_removed_through(self) -> int:
-        through = 0
-        for seg in self._segments:
-            if seg.state == "removed":
-                through = seg.last_txid
-        return through
 
     # ------------------------------------------------------------------ setup
     def _check_meta(self, instance_name: str | None, readonly: bool) -> None:
@@ -673,8 +638,12 @@ class Journal:
                             txn.put(key_o, _U64.pack(otx), db=self._origins)
                     if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
                         txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
-                    segments, touched = self._segments_after_append(
-                        txid - len(rec_items) + 1, now_us, rec_items
+                    segments, touched = grown_table(
+                        self._segments,
+                        self.segment_size,
+                        txid - len(rec_items) + 1,
+                        now_us,
+                        [len(value) for _, value in rec_items],
                     )
                     if self._segments_db is not None:
                         for seg in touched:
@@ -714,51 +683,6 @@ class Journal:
         if rejected is not None:
             rejected[index] = why
         return -1
-
-    def _segments_after_append(
-        self, first: int, now_us: int, items: list[tuple[bytes, bytes]]
-    ) -> tuple[list[Segment], list[Segment]]:
-        """The segment table once ``items`` (txids from ``first``) are stored, and the
-        rows that changed. Records fill the current segment until it holds at least
-        ``segment_size`` bytes, then the next one: a commit may fill several, and a
-        segment outgrows the size by at most one record."""
-        segments = list(self._segments)
-        current = segments[-1] if segments else None
-        limit = self.segment_size
-        open_room = 0
-        if current is not None and current.state == "live" and current.size < limit:
-            open_room = limit - current.size
-        if current is not None and open_room:
-            added = sum(map(len, [value for _, value in items]))
-            if added < open_room:  # the usual case: no boundary in this commit
-                grown = current.extended(first + len(items) - 1, now_us, added, len(items))
-                segments[-1] = grown
-                return segments, [grown]
-        touched: list[Segment] = []
-        next_id = current.id + 1 if current is not None else 1
-        i, n, txid = 0, len(items), first
-        if current is not None and open_room:
-            size = count = 0
-            while i < n and size < open_room:
-                size += len(items[i][1])
-                count += 1
-                i += 1
-            grown = current.extended(txid + count - 1, now_us, size, count)
-            segments[-1] = grown
-            touched.append(grown)
-            txid += count
-        while i < n:
-            size = count = 0
-            while i < n and size < limit:
-                size += len(items[i][1])
-                count += 1
-                i += 1
-            seg = Segment(next_id, txid, txid + count - 1, now_us, now_us, size, count)
-            segments.append(seg)
-            touched.append(seg)
-            next_id += 1
-            txid += count
-        return segments, touched
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
         """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
@@ -871,13 +795,6 @@ class Journal:
         absolute path."""
         path = Path(seg.file)
         return path if path.is_absolute() else self.path / path
-
-    def _stored_name(self, file: Path) -> str:
-        """How a segment file is recorded in the table (see :meth:`segment_path`)."""
-        resolved = file.resolve()
-        if resolved.parent == self.path.resolve():
-            return resolved.name
-        return str(resolved)
 
     def _segment_file(self, seg: Segment) -> SegmentFile:
         path = self.segment_path(seg)
@@ -1085,7 +1002,7 @@ class Journal:
         def count() -> None:
             nonlocal checked
             checked += 1
-            if progress is not None and checked % _PROGRESS_EVERY == 0:
+            if progress is not None and checked % PROGRESS_EVERY == 0:
                 progress(checked)
 
         for seg in self._segments:
@@ -1198,15 +1115,7 @@ class Journal:
         """Stored bytes of every record up to ``txid``, from the segment table: exact
         at segment boundaries, within a segment estimated from its mean record size.
         Differences give the bytes between two txids (replication lag in bytes)."""
-        total = 0
-        for seg in self._segments:
-            if txid >= seg.last_txid:
-                total += seg.size
-                continue
-            if txid >= seg.first_txid and seg.records:
-                total += seg.size * (txid - seg.first_txid + 1) // seg.records
-            break
-        return total
+        return bytes_through(self._segments, txid)
 
     @property
     def removed_through(self) -> int:
@@ -1218,246 +1127,56 @@ class Journal:
         """The segment table, oldest first (removed segments included)."""
         return list(self._segments)
 
+    def _replace_segments(self, changed: Mapping[int, Segment]) -> None:
+        """Swap in changed rows of the segment table (for :mod:`txlog.maintenance`)."""
+        self._segments = [changed.get(seg.id, seg) for seg in self._segments]
+        self._removed_through = removed_through(self._segments)
+
+    # ------------------------------------------ segment maintenance (txlog.maintenance)
+    @property
+    def maintenance(self) -> SegmentMaintenance:
+        """Segment files, state changes and the purge (the methods below delegate)."""
+        return self._maintenance
+
     def pending_removal(self) -> int:
-        """The newest segment id a remove request still waits to remove (0: none)."""
-        with self._env.begin(db=self._meta) as txn:
-            raw = txn.get(b"remove_through")
-        return int(raw.decode()) if raw else 0
+        """See :meth:`SegmentMaintenance.pending_removal`."""
+        return self._maintenance.pending_removal()
 
     def save_pending_removal(self, through_id: int) -> None:
-        """Remember (writer only) that segments up to ``through_id`` are marked for
-        removal, so a restart keeps the request; 0 clears it."""
-        with self._env.begin(write=True, db=self._meta) as txn:
-            if through_id:
-                txn.put(b"remove_through", str(through_id).encode())
-            else:
-                txn.delete(b"remove_through")
+        """See :meth:`SegmentMaintenance.save_pending_removal` (writer only)."""
+        self._maintenance.save_pending_removal(through_id)
 
     def destination_positions(self) -> dict[str, int]:
-        """Per replication destination, the txid it had acknowledged when last saved."""
-        if self._destinations_db is None:
-            return {}
-        with self._env.begin(db=self._destinations_db) as txn:
-            return {k.decode(): _U64.unpack(v)[0] for k, v in txn.cursor()}
+        """See :meth:`SegmentMaintenance.destination_positions`."""
+        return self._maintenance.destination_positions()
 
     def save_destination_positions(self, positions: Mapping[str, int]) -> None:
-        """Replace the saved destination positions (writer only)."""
-        if self._destinations_db is None:
-            raise JournalError("this journal was opened read-only")
-        with self._env.begin(write=True, db=self._destinations_db) as txn:
-            txn.drop(self._destinations_db, delete=False)
-            for name, txid in positions.items():
-                txn.put(name.encode(), _U64.pack(txid))
-
-    def _segment_values(self, seg: Segment) -> Iterator[tuple[int, bytes]]:
-        """``(txid, stored value)`` of every record of ``seg``, CRC-checked.
-
-        Raises:
-            CorruptRecord: a record of the segment is damaged.
-        """
-
-        def checked(value: bytes, txid: int) -> tuple[int, bytes]:
-            check_stored(value, txid)
-            return txid, value
-
-        after = seg.first_txid - 1
-        while after < seg.last_txid:
-            batch, damage = self._scan(after, 4096, seg.last_txid, checked)
-            yield from batch
-            if damage is not None:
-                raise damage
-            if not batch:
-                return
-            after = batch[-1][0]
+        """See :meth:`SegmentMaintenance.save_destination_positions` (writer only)."""
+        self._maintenance.save_destination_positions(positions)
 
     def write_segment_file(
         self, seg: Segment, state: str, progress: Callable[[int], None] | None = None
     ) -> Path:
-        """Write (or copy) the segment file ``seg`` needs to enter ``state``
-        (``compressed``: zstd file in the journal directory; ``archived``: file in the
-        archive directory, compressed if the segment was). Any thread; reads only.
-        ``progress``, when given, is called with the number of the segment's records
-        written so far, every few thousand records.
-
-        Raises:
-            JournalError: archiving without an archive directory.
-            CorruptRecord: a record of the segment is damaged (nothing is written).
-        """
-        if state == "compressed":
-            directory, compressed = self.path, True
-        elif state == "archived":
-            if self.archive_directory is None:
-                raise JournalError(
-                    "archiving journals needs an archive directory; set "
-                    "TransactionLog/JournalArchiveDirectory in the config"
-                )
-            directory, compressed = self.archive_directory, seg.state == "compressed"
-        else:
-            raise JournalError(f"segments have no file in state {state!r}")
-        target = directory / segment_file_name(self.instance_name, seg.id, compressed)
-        if seg.offloaded and seg.file:
-            source = self.segment_path(seg)
-            if source.resolve() != target.resolve():
-                copy_segment_file(source, target)
-        else:
-            values = self._segment_values(seg)
-            if progress is not None:
-                values = _reporting(values, progress)
-            written, _ = write_segment_file(target, values, compressed=compressed)
-            if written != seg.records:
-                target.unlink(missing_ok=True)
-                raise JournalError(
-                    f"journal segment {seg.id} should hold {seg.records} records but "
-                    f"{written} were read for its file; nothing was written: check the "
-                    "journal with `amps-py txlog verify`"
-                )
-        return target
-
-    def _put_segment(self, txn: lmdb.Transaction, seg: Segment) -> None:
-        txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
-
-    def _replace_segments(self, changed: Mapping[int, Segment]) -> None:
-        self._segments = [changed.get(seg.id, seg) for seg in self._segments]
-        self._removed_through = self._compute_removed_through()
+        """See :meth:`SegmentMaintenance.write_segment_file` (any thread)."""
+        return self._maintenance.write_segment_file(seg, state, progress)
 
     def mark_offloaded(self, seg_id: int, state: str, file: Path) -> str:
-        """Record that segment ``seg_id`` is now ``state`` (compressed or archived) with
-        its records in ``file`` (written by :meth:`write_segment_file`). Writer only.
-
-        Returns the path of the segment's previous file when it is no longer used ("" if
-        none):
-        delete it once no reader can still have it open (readers retry on a missing
-        file). The segment's records leave LMDB in later :meth:`purge_step` calls.
-        """
-        seg = self._segment(seg_id)
-        if seg.state not in ("live", "compressed", "archived"):
-            raise JournalError(f"journal segment {seg_id} is {seg.state}")
-        stored = self._stored_name(file)
-        updated = replace(
-            seg, state=state, cleaned=seg.cleaned and seg.state != "live", file=stored
-        )
-        with self._env.begin(write=True) as txn:
-            self._put_segment(txn, updated)
-        self._replace_segments({seg_id: updated})
-        if not seg.file or seg.file == stored:
-            return ""
-        old = str(self.segment_path(seg))
-        self._forget_file(old)
-        return old
+        """See :meth:`SegmentMaintenance.mark_offloaded` (writer only)."""
+        return self._maintenance.mark_offloaded(seg_id, state, file)
 
     def mark_removed(self, through_id: int) -> list[Segment]:
-        """Remove segment ``through_id`` and every older one (writer only): from now
-        on no read returns their records; :meth:`purge_step` deletes them. Returns the
-        segments newly removed."""
-        newly = [seg for seg in self._segments if seg.id <= through_id and seg.state != "removed"]
-        if not newly:
-            return []
-        if any(seg.id == self._segments[-1].id for seg in newly):
-            raise JournalError("the current journal segment cannot be removed")
-        changed = {seg.id: replace(seg, state="removed", cleaned=False) for seg in newly}
-        with self._env.begin(write=True) as txn:
-            for seg in changed.values():
-                self._put_segment(txn, seg)
-        self._replace_segments(changed)
-        return list(changed.values())
-
-    def _segment(self, seg_id: int) -> Segment:
-        for seg in self._segments:
-            if seg.id == seg_id:
-                return seg
-        raise JournalError(f"there is no journal segment {seg_id}")
+        """See :meth:`SegmentMaintenance.mark_removed` (writer only)."""
+        return self._maintenance.mark_removed(through_id)
 
     def purge_pending(self) -> bool:
-        """Whether some segment still has LMDB records, index entries or a file to
-        delete after a state change (see :meth:`purge_step`)."""
-        return any(not seg.cleaned for seg in self._segments)
+        """See :meth:`SegmentMaintenance.purge_pending`."""
+        return self._maintenance.purge_pending()
 
     def purge_step(
         self, max_records: int = 10_000, on_staged: Callable[[], None] | None = None
     ) -> bool:
-        """Do up to ``max_records`` deletions of the oldest unfinished state change, in
-        one transaction (writer only); returns whether work remains.
-
-        Compressed or archived segment: its records leave LMDB (they are in the file).
-        Removed segment: its records, their bookmark index entries, its time index
-        entries and its file are deleted. ``on_staged`` is called just before the
-        commit, as in :meth:`append`.
-        """
-        seg = next((s for s in self._segments if not s.cleaned), None)
-        if seg is None:
-            return False
-        lo, hi = _U64.pack(seg.first_txid), seg.last_txid
-        unpack = _U64.unpack
-        removing = seg.state == "removed"
-        done = False
-        file_to_delete = ""
-        floors: dict[int, int] = {}
-        raised: dict[int, int] = {}
-        with self._env.begin(write=True) as txn:
-            cur = txn.cursor(db=self._records)
-            deleted = 0
-            if cur.set_range(lo):
-                while deleted < max_records:
-                    key = cur.key()
-                    if not key:  # deleted the last record: the cursor is past the end
-                        break
-                    txid = unpack(key)[0]
-                    if txid > hi:
-                        break
-                    if removing:
-                        self._delete_bookmark(txn, cur.value(), txid, floors)
-                    deleted += 1
-                    if not cur.delete():
-                        break
-            if deleted < max_records and removing and seg.file:
-                # bookmarks of records that live only in the file
-                after = self._purge_progress.get(seg.id, seg.first_txid - 1)
-                try:
-                    pairs = SegmentFile(self.segment_path(seg)).after(
-                        after, seg.last_txid, max_records - deleted
-                    )
-                except SegmentFileError:
-                    pairs = []  # already gone: its index entries cannot be found either
-                for txid, value in pairs:
-                    self._delete_bookmark(txn, value, txid, floors)
-                self._purge_progress[seg.id] = pairs[-1][0] if pairs else seg.last_txid
-                deleted += len(pairs)
-            if deleted < max_records:
-                if removing:
-                    times = txn.cursor(db=self._times)
-                    while times.first() and unpack(times.value())[0] <= seg.last_txid:
-                        times.delete()
-                    file_to_delete = str(self.segment_path(seg)) if seg.file else ""
-                done = True
-                finished = replace(seg, cleaned=True, file="" if removing else seg.file)
-                self._put_segment(txn, finished)
-            if floors:
-                raised = self._raise_floors(txn, floors)
-            if on_staged is not None:
-                on_staged()
-        self._floor_cache.update(raised)
-        if done:
-            self._replace_segments({seg.id: finished})
-            self._purge_progress.pop(seg.id, None)
-            if file_to_delete:
-                self._forget_file(file_to_delete)
-                Path(file_to_delete).unlink(missing_ok=True)
-        return self.purge_pending()
-
-    def _delete_bookmark(
-        self, txn: lmdb.Transaction, value: bytes, txid: int, floors: dict[int, int]
-    ) -> None:
-        """Delete a removed record's bookmark entry and raise its publisher's floor
-        in ``floors`` (written at the end of the purge step)."""
-        if len(value) < _BOOKMARK_AT + 16:
-            return
-        key = bytes(memoryview(value)[_BOOKMARK_AT : _BOOKMARK_AT + 16])
-        pub_hash, seq = _U64x2.unpack(key)
-        if seq > floors.get(pub_hash, 0):
-            floors[pub_hash] = seq
-        stored = txn.get(key, db=self._bookmarks)
-        if stored is not None and unpack_u64(bytes(stored)) == txid:
-            txn.delete(key, db=self._bookmarks)
+        """See :meth:`SegmentMaintenance.purge_step` (writer only)."""
+        return self._maintenance.purge_step(max_records, on_staged)
 
     def _floor(self, txn: lmdb.Transaction, pub_hash: int) -> int:
         floor = self._floor_cache.get(pub_hash)
@@ -1474,11 +1193,3 @@ class Journal:
         with self._env.begin(db=self._floors_db) as txn:
             raw = txn.get(_U64.pack(pub_hash))
         return unpack_u64(bytes(raw)) if raw else 0
-
-    def _raise_floors(self, txn: lmdb.Transaction, floors: dict[int, int]) -> dict[int, int]:
-        """Store the floors of ``floors`` that are higher than the stored ones; returns
-        those (for the cache, once committed)."""
-        raised = {ph: seq for ph, seq in floors.items() if seq > self._floor(txn, ph)}
-        for pub_hash, seq in raised.items():
-            txn.put(_U64.pack(pub_hash), _U64.pack(seq), db=self._floors_db)
-        return raised

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .journal import Journal, JournalError
+from .errors import JournalError
+from .journal import Journal
 from .segments import wants_file
 
 #: ``progress(what, done, total)``: ``done`` of ``total`` records of the step ``what``

@@ -35,7 +35,7 @@ import bisect
 import os
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -133,6 +133,84 @@ class Segment:
             size=self.size + added_bytes,
             records=self.records + added,
         )
+
+
+# ------------------------------------------------------------------ the table (pure)
+
+
+def grown_table(
+    segments: Sequence[Segment], segment_size: int, first: int, now_us: int, sizes: Sequence[int]
+) -> tuple[list[Segment], list[Segment]]:
+    """The segment table once records of ``sizes`` stored bytes (txids from ``first``,
+    local time ``now_us``) are appended, and the rows that changed.
+
+    Records fill the current segment until it holds at least ``segment_size`` bytes,
+    then the next one: a commit may fill several, and a segment outgrows the size by
+    at most one record. ``segments`` is not changed.
+    """
+    table = list(segments)
+    current = table[-1] if table else None
+    open_room = 0
+    if current is not None and current.state == "live" and current.size < segment_size:
+        open_room = segment_size - current.size
+    n = len(sizes)
+    if current is not None and open_room:
+        added = sum(sizes)
+        if added < open_room:  # the usual case: no boundary in this commit
+            grown = current.extended(first + n - 1, now_us, added, n)
+            table[-1] = grown
+            return table, [grown]
+    touched: list[Segment] = []
+    next_id = current.id + 1 if current is not None else 1
+    i, txid = 0, first
+    if current is not None and open_room:
+        size = count = 0
+        while i < n and size < open_room:
+            size += sizes[i]
+            count += 1
+            i += 1
+        grown = current.extended(txid + count - 1, now_us, size, count)
+        table[-1] = grown
+        touched.append(grown)
+        txid += count
+    while i < n:
+        size = count = 0
+        while i < n and size < segment_size:
+            size += sizes[i]
+            count += 1
+            i += 1
+        seg = Segment(next_id, txid, txid + count - 1, now_us, now_us, size, count)
+        table.append(seg)
+        touched.append(seg)
+        next_id += 1
+        txid += count
+    return table, touched
+
+
+def bytes_through(segments: Iterable[Segment], txid: int) -> int:
+    """Stored bytes of every record up to ``txid``: exact at segment boundaries, within
+    a segment estimated from its mean record size."""
+    total = 0
+    for seg in segments:
+        if txid >= seg.last_txid:
+            total += seg.size
+            continue
+        if txid >= seg.first_txid and seg.records:
+            total += seg.size * (txid - seg.first_txid + 1) // seg.records
+        break
+    return total
+
+
+def removed_through(segments: Iterable[Segment]) -> int:
+    """The newest txid of a removed segment (0 when none is removed)."""
+    through = 0
+    for seg in segments:
+        if seg.state == "removed":
+            through = seg.last_txid
+    return through
+
+
+# ------------------------------------------------------------------ segment files
 
 
 def wants_file(seg: Segment, state: str) -> bool:
