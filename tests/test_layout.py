@@ -219,3 +219,44 @@ def test_starting_the_server_and_the_cli_loads_no_spark() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "", f"starting the server loaded {result.stdout.strip()}"
+
+
+# ------------------------------------------------- issue 13: pure modules stay pure
+# (one block on purpose: the package-cycle check lives in its own block elsewhere)
+
+#: sans-IO modules of packages that also hold trio code: none of them may import trio
+#: itself, so their decisions stay testable without an event loop
+PURE_REPLICATION_MODULES = (
+    "amps_py/replication/link.py",
+    "amps_py/replication/routing.py",
+    "amps_py/replication/validation.py",
+)
+
+
+def _imports_of(relative: str) -> list[tuple[int, str]]:
+    path = ROOT / relative
+    assert path.is_file(), f"{relative} is gone: update the layout guard's list"
+    module = ".".join(Path(relative).with_suffix("").parts)
+    return _imported_modules(path, module)
+
+
+@pytest.mark.parametrize("relative", PURE_REPLICATION_MODULES)
+def test_pure_replication_modules_import_no_trio(relative: str) -> None:
+    problems = [
+        f"{relative}:{line} imports {imported}: {FORBIDDEN['trio']}"
+        for line, imported in _imports_of(relative)
+        if imported.split(".", 1)[0] == "trio"
+    ]
+    assert not problems, "a sans-IO replication module imports trio:\n" + "\n".join(problems)
+
+
+def test_txlog_imports_nothing_of_amps_py() -> None:
+    """txlog is the journal library the tools and the Spark pipeline use on their own:
+    it may not depend on the server package, not even for type hints."""
+    problems = []
+    for path in sorted((ROOT / "txlog").rglob("*.py")):
+        for line, imported in _imports_of(str(path.relative_to(ROOT))):
+            if imported == "amps_py" or imported.startswith("amps_py."):
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    why = "txlog imports amps_py (move what both need into txlog):\n"
+    assert not problems, why + "\n".join(problems)
