@@ -24,7 +24,10 @@ from amps_py.replication.link import (
     DownstreamLink,
     Hello,
     LinkError,
+    LinkState,
+    LocalProtocolError,
     Refused,
+    RemoteProtocolError,
     UpstreamLink,
     Welcome,
     _Inflater,
@@ -125,6 +128,47 @@ def test_out_of_order_frames_are_protocol_violations() -> None:
         up.receive_data(encode_frame({"c": "repl_ack", "upto": 1}), 0)
     with pytest.raises(RuntimeError):
         up.data([], 1, "", 0)
+
+
+def test_an_unexpected_frame_names_the_state_the_link_was_in() -> None:
+    """The error says where in the protocol the frame arrived (handshake or streaming),
+    and the link is closed afterwards."""
+    down = DownstreamLink(0.0, 1.0)
+    with pytest.raises(RemoteProtocolError) as info:
+        down.receive_data(encode_frame({"c": "repl_data", "upto": 1, "n": 0}), 0)
+    assert info.value.detail == "unexpected 'repl_data' in state handshake"
+    assert down.state is LinkState.CLOSED
+    up, down = handshake()
+    with pytest.raises(RemoteProtocolError) as info:
+        up.receive_data(encode_frame({"c": "repl_welcome"}, b"{}"), 1)
+    assert info.value.detail == "unexpected 'repl_welcome' in state streaming"
+    hello = UpstreamLink(0.0, 1.0).hello(
+        name="a", group="g", destination="b", sync="sync", topics=[], now=0
+    )
+    with pytest.raises(RemoteProtocolError) as info:
+        down.receive_data(hello, 1)
+    assert info.value.detail == "unexpected 'repl_hello' in state streaming"
+    assert (up.state, down.state) == (LinkState.CLOSED, LinkState.CLOSED)
+
+
+def test_link_errors_say_whose_fault_they_are() -> None:
+    """What the peer sent wrong is a RemoteProtocolError; this end calling the link
+    wrongly is a LocalProtocolError. Both are LinkErrors, so one ``except`` still
+    catches every link failure."""
+    assert issubclass(RemoteProtocolError, LinkError)
+    assert issubclass(LocalProtocolError, LinkError)
+    assert not issubclass(RemoteProtocolError, LocalProtocolError)
+    with pytest.raises(RemoteProtocolError) as remote:
+        DownstreamLink(0.0, 1.0).receive_data(b"GET / HTTP/1.1\r\n\r\n", 0)
+    assert remote.value.reason == "not a replication peer"
+    with pytest.raises(RemoteProtocolError, match="peer silent"):
+        UpstreamLink(0.0, 1.0).handle_timer(60.0)
+    with pytest.raises(LocalProtocolError) as local:
+        UpstreamLink(0.0, 1.0).data([], 1, "", 0)
+    assert local.value.reason == "link misuse" and "state handshake" in local.value.detail
+    with pytest.raises(LocalProtocolError) as local:
+        DownstreamLink(0.0, 1.0).welcome(name="b", group="g", cursor=(0, ""), now=0)
+    assert local.value.reason == "link misuse" and "before a hello" in local.value.detail
 
 
 def test_truncated_record_lengths_are_bad_data() -> None:
@@ -328,7 +372,7 @@ def test_realistic_hellos_fit_the_handshake_limit() -> None:
     print(f"hello of 1000 topics with filters: {len(hello)} bytes")
     assert len(hello) <= MAX_HANDSHAKE_FRAME
     assert isinstance(feed(DownstreamLink(0.0, 1.0), hello, 0, False)[0], Hello)
-    with pytest.raises(LinkError) as info:
+    with pytest.raises(LocalProtocolError) as info:
         UpstreamLink(0.0, 1.0).hello(
             name="a", group="g", destination="d", sync="sync", topics=topics * 2, now=0
         )

@@ -38,8 +38,8 @@ state machine that never touches a socket or a clock: callers pass ``now``.
 
 Nothing a peer sends is trusted to have the right shape. Every field of a hello or
 welcome is type-checked (:func:`parse_hello`, :func:`parse_welcome`): a wrong one
-raises :class:`LinkError` with reason ``malformed hello`` / ``malformed welcome`` and a
-detail naming the field and what was expected. Until the handshake completes a frame
+raises :class:`RemoteProtocolError` with reason ``malformed hello`` / ``malformed
+welcome`` and a detail naming the field and what was expected. Until the handshake completes a frame
 may be at most :data:`MAX_HANDSHAKE_FRAME` bytes (a hello, a welcome, a refusal),
 afterwards :data:`MAX_REPLICATION_FRAME`; a zstd data frame is inflated with the same
 hard limit on its output (reason ``data too large``), so a small compressed frame
@@ -82,12 +82,32 @@ _MAX_LABEL: Final = 256
 
 
 class LinkError(Exception):
-    """The link cannot continue; ``reason`` is short and stable, the text says why."""
+    """The link cannot continue; ``reason`` is short and stable, the text says why.
+
+    The link itself raises one of the two subclasses, as h11 does:
+    :class:`RemoteProtocolError` when the peer sent something wrong (or fell silent),
+    :class:`LocalProtocolError` when this end's own code used the link wrongly. The
+    drivers also raise plain ``LinkError`` for failures around the link (the peer
+    closed, a group mismatch, ...). ``except LinkError`` catches all of them.
+    """
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class RemoteProtocolError(LinkError):
+    """The peer broke the protocol: malformed or oversized frames, a frame not allowed
+    in the link's state, bad data, or silence past the limit. Close the connection
+    (and tell the peer with :meth:`_Link.refuse` where the reason is worth telling)."""
+
+
+class LocalProtocolError(LinkError, RuntimeError):
+    """This end's own code used the link wrongly: sent data before the handshake
+    completed, a welcome before a hello arrived, or a hello larger than a peer
+    accepts. A bug or a configuration to fix here, not the peer's fault. Also a
+    :class:`RuntimeError`, as such misuse was before the split."""
 
 
 class LinkState(Enum):
@@ -172,15 +192,17 @@ def split_records(payload: bytes, n: int) -> list[bytes]:
     """The ``n`` records of a data frame payload (see :func:`join_records`).
 
     Raises:
-        LinkError: the lengths do not add up (a truncated or garbled frame).
+        RemoteProtocolError: the lengths do not add up (a truncated or garbled frame).
     """
     head = 4 * n
     if n < 0 or head > len(payload):
-        raise LinkError("bad data", f"a frame of {len(payload)} bytes cannot hold {n} records")
+        raise RemoteProtocolError(
+            "bad data", f"a frame of {len(payload)} bytes cannot hold {n} records"
+        )
     sizes = struct.unpack_from(f">{n}I", payload)
     ends = list(itertools.accumulate(sizes, initial=head))
     if ends[-1] != len(payload):
-        raise LinkError(
+        raise RemoteProtocolError(
             "bad data",
             f"record lengths add up to {ends[-1] - head} bytes but the frame carries "
             f"{len(payload) - head}",
@@ -221,12 +243,12 @@ class _Link:
         """Bytes to send now (a heartbeat, or nothing).
 
         Raises:
-            LinkError: the peer has been silent longer than the silence limit.
+            RemoteProtocolError: the peer has been silent longer than the silence limit.
         """
         live = self._live
         if now - live.last_received > live.silence_limit:
             self.state = LinkState.CLOSED
-            raise LinkError(
+            raise RemoteProtocolError(
                 "peer silent",
                 f"nothing received for {now - live.last_received:.1f} s "
                 f"(heartbeat {live.heartbeat_interval:g} s)",
@@ -244,8 +266,8 @@ class _Link:
         """Feed bytes from the peer; return the events they complete.
 
         Raises:
-            LinkError: malformed frames, a frame not allowed in this state, or a
-                protocol violation. The caller must close the connection.
+            RemoteProtocolError: malformed frames, a frame not allowed in this state,
+                or a protocol violation. The caller must close the connection.
         """
         try:
             self._decoder.receive_data(data)
@@ -302,33 +324,36 @@ class _Link:
             now,
         )
 
-    def _unexpected(self, command: str) -> LinkError:
+    def _unexpected(self, command: str) -> RemoteProtocolError:
+        """The error for a frame the peer may not send in the link's state (named as
+        it was when the frame arrived); the link is closed from then on."""
+        was = self.state
         self.state = LinkState.CLOSED
-        return LinkError(
-            "protocol violation", f"unexpected {command!r} in state {self.state.value}"
+        return RemoteProtocolError(
+            "protocol violation", f"unexpected {command!r} in state {was.value}"
         )
 
 
-def not_a_peer(exc: ProtocolError) -> LinkError:
+def not_a_peer(exc: ProtocolError) -> RemoteProtocolError:
     """The error for bytes that are not replication frames."""
-    return LinkError(
+    return RemoteProtocolError(
         "not a replication peer",
         f"{exc}; is an AMPS client or another program connected to the replication port?",
     )
 
 
-def frame_too_large(exc: FrameTooLarge, *, handshaking: bool) -> LinkError:
+def frame_too_large(exc: FrameTooLarge, *, handshaking: bool) -> RemoteProtocolError:
     """The error for a frame whose length prefix is over the limit (refused before
     any of its body is buffered)."""
     if handshaking:
-        return LinkError(
+        return RemoteProtocolError(
             "not a replication peer",
             f"a frame of {exc.size} bytes arrived before the replication handshake "
             f"completed, but at most {exc.limit} bytes (the handshake frame limit) are "
             "accepted until then, and a hello describes the replicated topics in far "
             "less; is an AMPS client or another program connected to the replication port?",
         )
-    return LinkError(
+    return RemoteProtocolError(
         "frame too large",
         f"a frame of {exc.size} bytes exceeds the replication frame limit of {exc.limit} "
         "bytes; the peer is not an amps-py instance of this version, or is misbehaving",
@@ -355,15 +380,15 @@ def _shown(value: object) -> str:
 
 class _Fields:
     """Reads the fields of one handshake payload. Any field of the wrong type or
-    value raises :class:`LinkError` (reason ``malformed <what>``) naming the field and
+    value raises :class:`RemoteProtocolError` (reason ``malformed <what>``) naming the field and
     what was expected."""
 
     def __init__(self, what: str, body: dict[str, Any]) -> None:
         self.what = what
         self.body = body
 
-    def bad(self, key: str, expected: str, value: object) -> LinkError:
-        return LinkError(
+    def bad(self, key: str, expected: str, value: object) -> RemoteProtocolError:
+        return RemoteProtocolError(
             f"malformed {self.what}",
             f"repl_{self.what} field {key!r}: expected {expected}, got {_shown(value)}; "
             "the peer is not an amps-py instance of this version, or is forged",
@@ -454,7 +479,7 @@ def parse_hello(body: dict[str, Any]) -> Hello:
     """The :class:`Hello` of a ``repl_hello`` payload, every field type-checked.
 
     Raises:
-        LinkError: reason ``protocol version`` when the peer speaks another version
+        RemoteProtocolError: reason ``protocol version`` when the peer speaks another version
             (checked first: another version may shape its fields differently), else
             ``malformed hello`` naming the first field that is missing or wrong.
     """
@@ -467,7 +492,7 @@ def parse_hello(body: dict[str, Any]) -> Hello:
     if version != PROTOCOL_VERSION:
         name = body.get("name")
         who = f"peer {name!r}" if isinstance(name, str) and len(name) <= 64 else "the peer"
-        raise LinkError(
+        raise RemoteProtocolError(
             "protocol version",
             f"{who} speaks replication protocol version {version}, this instance speaks "
             f"{PROTOCOL_VERSION}; run the same amps-py version on both",
@@ -492,7 +517,7 @@ def parse_welcome(body: dict[str, Any]) -> Welcome:
     """The :class:`Welcome` of a ``repl_welcome`` payload, every field type-checked.
 
     Raises:
-        LinkError: reason ``malformed welcome`` naming the first field that is
+        RemoteProtocolError: reason ``malformed welcome`` naming the first field that is
             missing or wrong.
     """
     fields = _Fields("welcome", body)
@@ -508,7 +533,7 @@ def parse_welcome(body: dict[str, Any]) -> Welcome:
 class _Inflater:
     """One link's zstd stream, inflated frame by frame with a hard limit on the output
     of each frame: a frame that would inflate past ``limit`` bytes raises
-    :class:`LinkError` (reason ``data too large``) having produced at most ``limit``
+    :class:`RemoteProtocolError` (reason ``data too large``) having produced at most ``limit``
     bytes plus one step's worth (~2 MiB), however small it was compressed."""
 
     #: the most output one compressed byte may stand for: a 4-byte RLE block is a
@@ -521,7 +546,8 @@ class _Inflater:
 
     def inflate(self, data: bytes) -> bytes:
         """Raises:
-        LinkError: ``data too large`` past the limit, ``bad data`` if it does not decode."""
+        RemoteProtocolError: ``data too large`` past the limit, ``bad data`` if it does
+            not decode."""
         view = memoryview(data)
         parts: list[bytes] = []
         total = 0
@@ -534,7 +560,7 @@ class _Inflater:
                 pos += step
                 total += len(part)
                 if total > self.limit:
-                    raise LinkError(
+                    raise RemoteProtocolError(
                         "data too large",
                         f"a compressed data frame of {len(data)} bytes inflates past "
                         f"{self.limit} bytes, the replication frame limit (stopped there): "
@@ -542,7 +568,9 @@ class _Inflater:
                     )
                 parts.append(part)
         except zstandard.ZstdError as exc:
-            raise LinkError("bad data", f"compressed data does not decode ({exc})") from None
+            raise RemoteProtocolError(
+                "bad data", f"compressed data does not decode ({exc})"
+            ) from None
         return b"".join(parts)
 
 
@@ -550,9 +578,9 @@ def _json(payload: bytes, what: str) -> dict[str, Any]:
     try:
         body = orjson.loads(payload)
     except orjson.JSONDecodeError:
-        raise LinkError("protocol violation", f"{what} payload is not JSON") from None
+        raise RemoteProtocolError("protocol violation", f"{what} payload is not JSON") from None
     if not isinstance(body, dict):
-        raise LinkError("protocol violation", f"{what} payload is not a JSON object")
+        raise RemoteProtocolError("protocol violation", f"{what} payload is not a JSON object")
     return body
 
 
@@ -584,7 +612,12 @@ class UpstreamLink(_Link):
     ) -> bytes:
         """The hello frame; ``credentials`` (user, password) are sent as ``user_id`` and
         ``pw`` (in the clear unless the transport is TLS); ``back`` offers to receive
-        the peer's stream over this connection."""
+        the peer's stream over this connection.
+
+        Raises:
+            LocalProtocolError: reason ``hello too large``: the destination's Topic
+                entries make a hello larger than a peer accepts before the handshake.
+        """
         body: dict[str, Any] = {
             "version": PROTOCOL_VERSION,
             "name": name,
@@ -602,7 +635,7 @@ class UpstreamLink(_Link):
         frame = encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body))
         if len(frame) - 4 > MAX_HANDSHAKE_FRAME:
             self.state = LinkState.CLOSED
-            raise LinkError(
+            raise LocalProtocolError(
                 "hello too large",
                 f"destination {destination} describes {len(topics)} Topic entries in a hello "
                 f"of {len(frame) - 4} bytes, but a peer accepts at most {MAX_HANDSHAKE_FRAME} "
@@ -630,7 +663,7 @@ class UpstreamLink(_Link):
                 raise self._unexpected(command)
             upto = frame.header.get("upto")
             if not isinstance(upto, int) or upto < 0:
-                raise LinkError("protocol violation", f"repl_ack with bad upto {upto!r}")
+                raise RemoteProtocolError("protocol violation", f"repl_ack with bad upto {upto!r}")
             return Ack(upto)
         raise self._unexpected(command)
 
@@ -639,9 +672,17 @@ class UpstreamLink(_Link):
     ) -> bytes:
         """One data frame carrying ``records`` read after txid ``start`` (default: the
         previous frame's ``upto``) up to the position ``upto``. The receiver checks that
-        ``start`` is not past what it already has, so lost frames can never go unseen."""
+        ``start`` is not past what it already has, so lost frames can never go unseen.
+
+        Raises:
+            LocalProtocolError: the handshake has not completed (no welcome yet).
+        """
         if self.state is not LinkState.STREAMING:
-            raise RuntimeError("data() before the handshake completed")
+            raise LocalProtocolError(
+                "link misuse",
+                f"data() called in state {self.state.value}: send data only once the "
+                "peer's welcome has been received",
+            )
         if start < 0:
             start = self._last_upto
         self._last_upto = upto
@@ -695,16 +736,18 @@ class DownstreamLink(_Link):
             header = frame.header
             upto = header.get("upto")
             if type(upto) is not int or not 0 <= upto <= _U64_MAX:
-                raise LinkError("protocol violation", f"repl_data with bad upto {upto!r}")
+                raise RemoteProtocolError("protocol violation", f"repl_data with bad upto {upto!r}")
             upto_bm = header.get("upto_bm", "")
             if not isinstance(upto_bm, str) or len(upto_bm) > _MAX_LABEL:
-                raise LinkError("protocol violation", "repl_data with a bad upto_bm")
+                raise RemoteProtocolError("protocol violation", "repl_data with a bad upto_bm")
             start = header.get("from", 0)
             if type(start) is not int or start < 0:
-                raise LinkError("protocol violation", f"repl_data with bad from {start!r}")
+                raise RemoteProtocolError(
+                    "protocol violation", f"repl_data with bad from {start!r}"
+                )
             if start > self.position:
                 self.state = LinkState.CLOSED
-                raise LinkError(
+                raise RemoteProtocolError(
                     "bad data",
                     f"a data frame starts after txid {start} but this end holds the stream "
                     f"only up to {self.position}: frames were lost in transit; reconnecting "
@@ -713,7 +756,9 @@ class DownstreamLink(_Link):
             self.position = max(self.position, upto)
             n = header.get("n")
             if type(n) is not int or n < 0:
-                raise LinkError("protocol violation", f"repl_data with bad record count {n!r}")
+                raise RemoteProtocolError(
+                    "protocol violation", f"repl_data with bad record count {n!r}"
+                )
             payload = frame.payload
             if header.get("z"):
                 if self._inflater is None:
@@ -724,8 +769,17 @@ class DownstreamLink(_Link):
         raise self._unexpected(command)
 
     def welcome(self, *, name: str, group: str, cursor: tuple[int, str], now: float) -> bytes:
+        """The welcome frame accepting the received hello; ``cursor`` (txid, bookmark)
+        says how far this end holds the upstream's stream.
+
+        Raises:
+            LocalProtocolError: no hello was received yet.
+        """
         if self.hello_info is None:
-            raise RuntimeError("welcome() before a hello was received")
+            raise LocalProtocolError(
+                "link misuse",
+                "welcome() called before a hello was received: answer a Hello event only",
+            )
         self._handshake_done()
         self.position = cursor[0]
         body = {"name": name, "group": group, "cursor_txid": cursor[0], "cursor_bm": cursor[1]}
