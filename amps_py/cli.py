@@ -294,7 +294,7 @@ def config_fabric(paths: tuple[str, ...], topics: tuple[str, ...]) -> None:
     Exit status: 0 no problems, 1 warnings, 2 errors or a config that does not load.
     """
     from amps_py.config import ConfigError
-    from amps_py.fabric import load_fabric
+    from amps_py.replication.fabric import load_fabric
 
     try:
         fabric = load_fabric(paths)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from amps_py.cli import main
 from amps_py.config import ConfigError, ReplicationTopic
-from amps_py.fabric import Fabric, _sample_topic, load_fabric, simulate
+from amps_py.replication.fabric import Fabric, _sample_topic, load_fabric, simulate
 
 REPO = Path(__file__).resolve().parent.parent
 GEO_HA = REPO / "config" / "examples" / "geo-ha"

@@ -230,6 +230,7 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/link.py",
     "amps_py/replication/routing.py",
     "amps_py/replication/validation.py",
+    "amps_py/replication/fabric.py",
 )
 
 

@@ -14,7 +14,6 @@ import pytest
 from audit_fabric import FILTER, add_fabric
 from cluster import Cluster
 
-from amps_py.fabric import Fabric, load_fabric, simulate
 from amps_py.pipeline.audit_report import (
     AuditReport,
     JournalInfo,
@@ -36,6 +35,7 @@ from amps_py.pipeline.audit_rules import (
     longest_increasing,
     reordered,
 )
+from amps_py.replication.fabric import Fabric, load_fabric, simulate
 from txlog import Journal, Record
 
 BIG = b'{"qty": 80}'

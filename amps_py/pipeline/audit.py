@@ -7,7 +7,7 @@ Spark yet: bad configs or journals fail at once), :func:`run_audit` and
 
 How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
 
-1. The configs are loaded on the driver (:func:`amps_py.fabric.load_fabric`); each
+1. The configs are loaded on the driver (:func:`amps_py.replication.fabric.load_fabric`); each
    journal is read into a DataFrame with :func:`load_journal`, one per instance.
 2. The distinct (origin, topic, message type) of the records are collected. For the
    topics a link filters by content, the executors evaluate the filters on every
@@ -15,7 +15,7 @@ How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
    from a :class:`~amps_py.pipeline.audit_rules.FilterPlan`, plain data: no addresses,
    no credentials leave the driver), giving each record a verdict.
 3. On the driver, one simulation per distinct (origin, topic, message type, verdict)
-   (:func:`amps_py.fabric.simulate`, with a payload of that verdict when it matters)
+   (:func:`amps_py.replication.fabric.simulate`, with a payload of that verdict when it matters)
    says which instances must hold such a message and by which path; the table is
    broadcast.
 4. Records are grouped by bookmark and classified on the executors; records are
@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlparse
 
 from amps_py.config import ConfigError
-from amps_py.fabric import Fabric, load_fabric
 from amps_py.pipeline.audit_report import (
     AuditReport,
     JournalInfo,
@@ -60,6 +59,7 @@ from amps_py.pipeline.audit_rules import (
     reordered,
 )
 from amps_py.pipeline.sources import export_instances, is_export, read_export
+from amps_py.replication.fabric import Fabric, load_fabric
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from amps_py.config import DestinationConfig, ReplicationTopic
-from amps_py.fabric import Arrival, Fabric, simulate
+from amps_py.replication.fabric import Arrival, Fabric, simulate
 from amps_py.replication.routing import Route
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Peer-to-peer replication: the sans-IO link protocol (:mod:`.link`), routing rules
-(:mod:`.routing`), validation on connect (:mod:`.validation`), and the trio drivers for
-outgoing destinations and incoming upstreams, tied together by
-:class:`ReplicationManager`.
+(:mod:`.routing`), validation on connect (:mod:`.validation`), the whole-fabric
+topology check (:mod:`.fabric`, pure), and the trio drivers for outgoing destinations
+and incoming upstreams, tied together by :class:`ReplicationManager`.
 
 The pure parts import no trio; :class:`ReplicationManager` (which does) is loaded on
 first use, so tools such as ``amps-py config fabric`` stay trio-free.
