@@ -6,6 +6,8 @@ nothing else escapes :func:`~amps_py.filters.compile_filter`. Evaluation never r
 
 from __future__ import annotations
 
+from amps_py import reasons
+
 
 class FilterError(ValueError):
     """Bad filter text.
@@ -26,7 +28,7 @@ class FilterError(ValueError):
         text: the whole filter text.
     """
 
-    reason: str = "bad filter"
+    reason: str = reasons.BAD_FILTER
 
     def __init__(self, problem: str, *, text: str, position: int, hint: str = "") -> None:
         self.problem = problem

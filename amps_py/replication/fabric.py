@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from amps_py import reasons
 from amps_py.config import (
     ConfigError,
     ConfigProblem,
@@ -768,7 +769,7 @@ def _check_member(
                 f"point Destination {dest.name}'s InetAddr at another instance",
             )
         )
-        return dataclasses.replace(member, refused="replicates to itself")
+        return dataclasses.replace(member, refused=reasons.REPLICATES_TO_ITSELF)
     if dest.group is not None and dest.group != target.group:
         problems.append(
             Finding(
@@ -781,7 +782,7 @@ def _check_member(
                 f"InetAddr, or {target.name}'s Group)",
             )
         )
-        return dataclasses.replace(member, refused="group mismatch")
+        return dataclasses.replace(member, refused=reasons.GROUP_MISMATCH)
     listener = target.replication_transport
     target_secure = listener is not None and listener.secure
     if dest.secure != target_secure:
@@ -813,7 +814,7 @@ def _check_member(
             )
         )
     if failures:
-        return dataclasses.replace(member, refused="validation failed")
+        return dataclasses.replace(member, refused=reasons.VALIDATION_FAILED)
     return member
 
 

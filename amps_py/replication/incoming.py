@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from amps_py import events
+from amps_py import events, reasons
 from amps_py.config import DEFAULT_SEQUENCE_GAP_THRESHOLD
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
@@ -46,15 +46,15 @@ HELLO_TIMEOUT: Final = 10.0
 #: heartbeat interval of the receiving end
 HEARTBEAT_INTERVAL: Final = 1.0
 #: link errors that mean the hello itself is refused (logged as a refusal)
-_HELLO_REFUSALS: Final = frozenset({"malformed hello", "protocol version"})
+_HELLO_REFUSALS: Final = frozenset({reasons.MALFORMED_HELLO, reasons.PROTOCOL_VERSION})
 #: link errors after which the peer is told why before the connection closes
 _TOLD_REASONS: Final = frozenset(
     {
-        "not a replication peer",
-        "protocol violation",
-        "bad data",
-        "data too large",
-        "frame too large",
+        reasons.NOT_A_REPLICATION_PEER,
+        reasons.PROTOCOL_VIOLATION,
+        reasons.BAD_DATA,
+        reasons.DATA_TOO_LARGE,
+        reasons.FRAME_TOO_LARGE,
     }
 )
 #: at most one sequence-gap warning per upstream connection in this many seconds
@@ -175,9 +175,9 @@ class UpstreamConnection:
             hello, refusal = await self._receive_hello(link)
             writer = self.instance.writer
             if refusal is None and writer is not None and writer.failure:
-                refusal = ("journal unavailable", writer.failure)
+                refusal = (reasons.JOURNAL_UNAVAILABLE, writer.failure)
             if refusal is not None or hello is None:
-                reason, detail = refusal or ("refused", "")
+                reason, detail = refusal or (reasons.REFUSED, "")
                 log.error(
                     "refused replication from %s (%s): %s — %s",
                     hello.name if hello is not None else "an unidentified peer",
@@ -266,13 +266,15 @@ class UpstreamConnection:
             while True:
                 frames = await self.stream.receive_frames()
                 if not frames:
-                    raise LinkError("closed", "the peer closed the connection before its hello")
+                    raise LinkError(
+                        reasons.CLOSED, "the peer closed the connection before its hello"
+                    )
                 for event in link.receive_frames(frames, trio.current_time()):
                     if isinstance(event, Hello):
                         return event
                     if isinstance(event, Refused):
                         raise LinkError(event.reason, event.detail)
-        raise LinkError("no hello", f"nothing valid received within {HELLO_TIMEOUT:g} s")
+        raise LinkError(reasons.NO_HELLO, f"nothing valid received within {HELLO_TIMEOUT:g} s")
 
     def _check_hello(self, hello: Hello) -> tuple[str, str] | None:
         """Why ``hello`` (well-formed, of this protocol version) is refused, if it is."""
@@ -281,14 +283,14 @@ class UpstreamConnection:
             return refusal
         if hello.name == self.instance.name:
             return (
-                "replicates to itself",
+                reasons.REPLICATES_TO_ITSELF,
                 f"an instance named {hello.name!r} connected to itself; fix its "
                 "Destination/Transport/InetAddr",
             )
         own_group = self.instance.group
         if hello.expected_group and hello.expected_group != own_group:
             return (
-                "group mismatch",
+                reasons.GROUP_MISMATCH,
                 f"{hello.name}'s destination {hello.destination} expects Group "
                 f"{hello.expected_group!r} but this instance ({self.instance.name}) is in Group "
                 f"{own_group!r}; fix Destination/Group in {hello.name}'s config or the Group here",
@@ -307,7 +309,7 @@ class UpstreamConnection:
                 extra=events.extra(events.REPLICATION_VALIDATION_FAILED),
             )
         if failures:
-            return ("validation failed", describe(failures))
+            return (reasons.VALIDATION_FAILED, describe(failures))
         return None
 
     def _check_credentials(self, hello: Hello) -> tuple[str, str] | None:
@@ -318,7 +320,7 @@ class UpstreamConnection:
         authenticator = instance.replication_authenticator
         if not authenticator.authenticate(user, hello.pw).ok:
             return (
-                "auth failure",
+                reasons.AUTH_FAILURE,
                 f"upstream {hello.name} failed to authenticate as user {shown} with this "
                 f"instance's {authenticator.module} module (the replication transport's "
                 "Authentication, else AMPSConfig/Authentication); fix the Username and password of "
@@ -328,7 +330,7 @@ class UpstreamConnection:
         entitler = instance.entitler
         if not entitler.can_replicate(user):
             return (
-                "not entitled",
+                reasons.NOT_ENTITLED,
                 f"user {shown} of upstream {hello.name} may not replicate to this instance "
                 f"(no replication_logon under the {entitler.module} rules); grant it "
                 '"replication_logon": true in the rules file',
@@ -353,7 +355,7 @@ class UpstreamConnection:
         while True:
             frames = await self.stream.receive_frames()
             if not frames:
-                raise LinkError("closed", "the upstream closed the connection")
+                raise LinkError(reasons.CLOSED, "the upstream closed the connection")
             for event in link.receive_frames(frames, trio.current_time()):
                 if isinstance(event, Refused):
                     raise LinkError(event.reason, event.detail)
@@ -361,7 +363,7 @@ class UpstreamConnection:
                     continue
                 if writer.failed_commits != failures:
                     raise LinkError(
-                        "journal unavailable",
+                        reasons.JOURNAL_UNAVAILABLE,
                         "this instance's journal commit failed; the upstream resends "
                         "after it reconnects",
                     )
@@ -371,7 +373,7 @@ class UpstreamConnection:
                         rec = replica(raw)
                     except CorruptRecord as exc:
                         raise LinkError(
-                            "bad data",
+                            reasons.BAD_DATA,
                             f"a received record cannot be stored: {exc.problem} (damaged in "
                             "transit, or not sent by an amps-py instance)",
                         ) from None

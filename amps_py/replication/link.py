@@ -58,6 +58,7 @@ from typing import Any, Final
 import orjson
 import zstandard
 
+from amps_py import reasons
 from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError, encode_frame
 
 PROTOCOL_VERSION: Final = 2
@@ -197,13 +198,13 @@ def split_records(payload: bytes, n: int) -> list[bytes]:
     head = 4 * n
     if n < 0 or head > len(payload):
         raise RemoteProtocolError(
-            "bad data", f"a frame of {len(payload)} bytes cannot hold {n} records"
+            reasons.BAD_DATA, f"a frame of {len(payload)} bytes cannot hold {n} records"
         )
     sizes = struct.unpack_from(f">{n}I", payload)
     ends = list(itertools.accumulate(sizes, initial=head))
     if ends[-1] != len(payload):
         raise RemoteProtocolError(
-            "bad data",
+            reasons.BAD_DATA,
             f"record lengths add up to {ends[-1] - head} bytes but the frame carries "
             f"{len(payload) - head}",
         )
@@ -249,7 +250,7 @@ class _Link:
         if now - live.last_received > live.silence_limit:
             self.state = LinkState.CLOSED
             raise RemoteProtocolError(
-                "peer silent",
+                reasons.PEER_SILENT,
                 f"nothing received for {now - live.last_received:.1f} s "
                 f"(heartbeat {live.heartbeat_interval:g} s)",
             )
@@ -301,7 +302,7 @@ class _Link:
             body = _json(frame.payload, "repl_refuse")
             reason, detail = body.get("reason"), body.get("detail")
             return Refused(
-                reason[:_MAX_LABEL] if isinstance(reason, str) and reason else "refused",
+                reason[:_MAX_LABEL] if isinstance(reason, str) and reason else reasons.REFUSED,
                 detail[:MAX_REFUSAL_DETAIL] if isinstance(detail, str) else "",
             )
         return self._command(frame)
@@ -330,14 +331,14 @@ class _Link:
         was = self.state
         self.state = LinkState.CLOSED
         return RemoteProtocolError(
-            "protocol violation", f"unexpected {command!r} in state {was.value}"
+            reasons.PROTOCOL_VIOLATION, f"unexpected {command!r} in state {was.value}"
         )
 
 
 def not_a_peer(exc: ProtocolError) -> RemoteProtocolError:
     """The error for bytes that are not replication frames."""
     return RemoteProtocolError(
-        "not a replication peer",
+        reasons.NOT_A_REPLICATION_PEER,
         f"{exc}; is an AMPS client or another program connected to the replication port?",
     )
 
@@ -347,14 +348,14 @@ def frame_too_large(exc: FrameTooLarge, *, handshaking: bool) -> RemoteProtocolE
     any of its body is buffered)."""
     if handshaking:
         return RemoteProtocolError(
-            "not a replication peer",
+            reasons.NOT_A_REPLICATION_PEER,
             f"a frame of {exc.size} bytes arrived before the replication handshake "
             f"completed, but at most {exc.limit} bytes (the handshake frame limit) are "
             "accepted until then, and a hello describes the replicated topics in far "
             "less; is an AMPS client or another program connected to the replication port?",
         )
     return RemoteProtocolError(
-        "frame too large",
+        reasons.FRAME_TOO_LARGE,
         f"a frame of {exc.size} bytes exceeds the replication frame limit of {exc.limit} "
         "bytes; the peer is not an amps-py instance of this version, or is misbehaving",
     )
@@ -380,16 +381,17 @@ def _shown(value: object) -> str:
 
 class _Fields:
     """Reads the fields of one handshake payload. Any field of the wrong type or
-    value raises :class:`RemoteProtocolError` (reason ``malformed <what>``) naming the field and
-    what was expected."""
+    value raises :class:`RemoteProtocolError` (reason ``malformed <what>``) naming the
+    field and what was expected."""
 
-    def __init__(self, what: str, body: dict[str, Any]) -> None:
+    def __init__(self, what: str, reason: str, body: dict[str, Any]) -> None:
         self.what = what
+        self.reason = reason
         self.body = body
 
     def bad(self, key: str, expected: str, value: object) -> RemoteProtocolError:
         return RemoteProtocolError(
-            f"malformed {self.what}",
+            self.reason,
             f"repl_{self.what} field {key!r}: expected {expected}, got {_shown(value)}; "
             "the peer is not an amps-py instance of this version, or is forged",
         )
@@ -483,7 +485,7 @@ def parse_hello(body: dict[str, Any]) -> Hello:
             (checked first: another version may shape its fields differently), else
             ``malformed hello`` naming the first field that is missing or wrong.
     """
-    fields = _Fields("hello", body)
+    fields = _Fields("hello", reasons.MALFORMED_HELLO, body)
     version = body.get("version")
     if type(version) is not int:
         raise fields.bad(
@@ -493,7 +495,7 @@ def parse_hello(body: dict[str, Any]) -> Hello:
         name = body.get("name")
         who = f"peer {name!r}" if isinstance(name, str) and len(name) <= 64 else "the peer"
         raise RemoteProtocolError(
-            "protocol version",
+            reasons.PROTOCOL_VERSION,
             f"{who} speaks replication protocol version {version}, this instance speaks "
             f"{PROTOCOL_VERSION}; run the same amps-py version on both",
         )
@@ -520,7 +522,7 @@ def parse_welcome(body: dict[str, Any]) -> Welcome:
         RemoteProtocolError: reason ``malformed welcome`` naming the first field that is
             missing or wrong.
     """
-    fields = _Fields("welcome", body)
+    fields = _Fields("welcome", reasons.MALFORMED_WELCOME, body)
     name = fields.name("name", required=True)
     return Welcome(
         name=name,
@@ -561,7 +563,7 @@ class _Inflater:
                 total += len(part)
                 if total > self.limit:
                     raise RemoteProtocolError(
-                        "data too large",
+                        reasons.DATA_TOO_LARGE,
                         f"a compressed data frame of {len(data)} bytes inflates past "
                         f"{self.limit} bytes, the replication frame limit (stopped there): "
                         "a decompression bomb, or a corrupted stream",
@@ -569,7 +571,7 @@ class _Inflater:
                 parts.append(part)
         except zstandard.ZstdError as exc:
             raise RemoteProtocolError(
-                "bad data", f"compressed data does not decode ({exc})"
+                reasons.BAD_DATA, f"compressed data does not decode ({exc})"
             ) from None
         return b"".join(parts)
 
@@ -578,9 +580,13 @@ def _json(payload: bytes, what: str) -> dict[str, Any]:
     try:
         body = orjson.loads(payload)
     except orjson.JSONDecodeError:
-        raise RemoteProtocolError("protocol violation", f"{what} payload is not JSON") from None
+        raise RemoteProtocolError(
+            reasons.PROTOCOL_VIOLATION, f"{what} payload is not JSON"
+        ) from None
     if not isinstance(body, dict):
-        raise RemoteProtocolError("protocol violation", f"{what} payload is not a JSON object")
+        raise RemoteProtocolError(
+            reasons.PROTOCOL_VIOLATION, f"{what} payload is not a JSON object"
+        )
     return body
 
 
@@ -636,7 +642,7 @@ class UpstreamLink(_Link):
         if len(frame) - 4 > MAX_HANDSHAKE_FRAME:
             self.state = LinkState.CLOSED
             raise LocalProtocolError(
-                "hello too large",
+                reasons.HELLO_TOO_LARGE,
                 f"destination {destination} describes {len(topics)} Topic entries in a hello "
                 f"of {len(frame) - 4} bytes, but a peer accepts at most {MAX_HANDSHAKE_FRAME} "
                 "bytes before the handshake; use fewer, broader Topic entries (a regex Name "
@@ -663,7 +669,9 @@ class UpstreamLink(_Link):
                 raise self._unexpected(command)
             upto = frame.header.get("upto")
             if not isinstance(upto, int) or upto < 0:
-                raise RemoteProtocolError("protocol violation", f"repl_ack with bad upto {upto!r}")
+                raise RemoteProtocolError(
+                    reasons.PROTOCOL_VIOLATION, f"repl_ack with bad upto {upto!r}"
+                )
             return Ack(upto)
         raise self._unexpected(command)
 
@@ -679,7 +687,7 @@ class UpstreamLink(_Link):
         """
         if self.state is not LinkState.STREAMING:
             raise LocalProtocolError(
-                "link misuse",
+                reasons.LINK_MISUSE,
                 f"data() called in state {self.state.value}: send data only once the "
                 "peer's welcome has been received",
             )
@@ -736,19 +744,23 @@ class DownstreamLink(_Link):
             header = frame.header
             upto = header.get("upto")
             if type(upto) is not int or not 0 <= upto <= _U64_MAX:
-                raise RemoteProtocolError("protocol violation", f"repl_data with bad upto {upto!r}")
+                raise RemoteProtocolError(
+                    reasons.PROTOCOL_VIOLATION, f"repl_data with bad upto {upto!r}"
+                )
             upto_bm = header.get("upto_bm", "")
             if not isinstance(upto_bm, str) or len(upto_bm) > _MAX_LABEL:
-                raise RemoteProtocolError("protocol violation", "repl_data with a bad upto_bm")
+                raise RemoteProtocolError(
+                    reasons.PROTOCOL_VIOLATION, "repl_data with a bad upto_bm"
+                )
             start = header.get("from", 0)
             if type(start) is not int or start < 0:
                 raise RemoteProtocolError(
-                    "protocol violation", f"repl_data with bad from {start!r}"
+                    reasons.PROTOCOL_VIOLATION, f"repl_data with bad from {start!r}"
                 )
             if start > self.position:
                 self.state = LinkState.CLOSED
                 raise RemoteProtocolError(
-                    "bad data",
+                    reasons.BAD_DATA,
                     f"a data frame starts after txid {start} but this end holds the stream "
                     f"only up to {self.position}: frames were lost in transit; reconnecting "
                     "resynchronises",
@@ -757,7 +769,7 @@ class DownstreamLink(_Link):
             n = header.get("n")
             if type(n) is not int or n < 0:
                 raise RemoteProtocolError(
-                    "protocol violation", f"repl_data with bad record count {n!r}"
+                    reasons.PROTOCOL_VIOLATION, f"repl_data with bad record count {n!r}"
                 )
             payload = frame.payload
             if header.get("z"):
@@ -777,7 +789,7 @@ class DownstreamLink(_Link):
         """
         if self.hello_info is None:
             raise LocalProtocolError(
-                "link misuse",
+                reasons.LINK_MISUSE,
                 "welcome() called before a hello was received: answer a Hello event only",
             )
         self._handshake_done()

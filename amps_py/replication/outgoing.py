@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from amps_py import events
+from amps_py import events, reasons
 from amps_py.config import (
     DEFAULT_RECONNECT_TIMEOUTS,
     MIN_TLS_VERSION,
@@ -69,10 +69,10 @@ CONNECTION_FAILURES: Final = (
     trio.TooSlowError,
 )
 #: reason of the LinkError raised when the TLS handshake of a secure destination fails
-TLS_FAILURE_REASON: Final = "tls"
+TLS_FAILURE_REASON: Final = reasons.TLS
 #: link errors in the handshake the peer is told about before the connection closes
 _TOLD_REASONS: Final = frozenset(
-    {"malformed welcome", "not a replication peer", "protocol violation"}
+    {reasons.MALFORMED_WELCOME, reasons.NOT_A_REPLICATION_PEER, reasons.PROTOCOL_VIOLATION}
 )
 
 
@@ -503,7 +503,7 @@ class Destination:
             try:  # read now, so a rotated PasswordFile or a new PasswordEnv value is used
                 credentials = cfg.authenticator.credentials()
             except LinkCredentialsError as exc:
-                raise LinkError("credentials unavailable", str(exc)) from None
+                raise LinkError(reasons.CREDENTIALS_UNAVAILABLE, str(exc)) from None
         await stream.send_all(
             link.hello(
                 name=instance.name,
@@ -530,12 +530,12 @@ class Destination:
                 f"{welcome.name!r} is in Group {welcome.group!r}; fix Destination/Group in "
                 f"{instance.name}'s config or the peer's Group"
             )
-            await stream.send_all(link.refuse("group mismatch", detail, now()))
-            raise LinkError("group mismatch", detail)
+            await stream.send_all(link.refuse(reasons.GROUP_MISMATCH, detail, now()))
+            raise LinkError(reasons.GROUP_MISMATCH, detail)
         if welcome.name == instance.name:
             detail = "the destination is this instance itself; fix Destination/Transport/InetAddr"
-            await stream.send_all(link.refuse("replicates to itself", detail, now()))
-            raise LinkError("replicates to itself", detail)
+            await stream.send_all(link.refuse(reasons.REPLICATES_TO_ITSELF, detail, now()))
+            raise LinkError(reasons.REPLICATES_TO_ITSELF, detail)
         # the welcome passed every check: full-size frames (the peer's stream back) from now
         stream.handshake_done()
         self.remote_name = welcome.name
@@ -586,7 +586,9 @@ class Destination:
             while True:
                 frames = await stream.receive_frames()
                 if not frames:
-                    raise LinkError("closed", "the peer closed the connection during the handshake")
+                    raise LinkError(
+                        reasons.CLOSED, "the peer closed the connection during the handshake"
+                    )
                 for event in link.receive_frames(frames, trio.current_time()):
                     if isinstance(event, Welcome):
                         return event
@@ -594,7 +596,7 @@ class Destination:
                         # logged by the caller, as a failed attempt (not every time)
                         what = (
                             "the peer refused validation (its log names each check)"
-                            if event.reason == "validation failed"
+                            if event.reason == reasons.VALIDATION_FAILED
                             else "refused by the peer"
                         )
                         raise RefusedByPeer(event.reason, event.detail, what)
@@ -736,7 +738,7 @@ class Destination:
         while True:
             frames = await stream.receive_frames()
             if not frames:
-                raise LinkError("closed", "the peer closed the connection")
+                raise LinkError(reasons.CLOSED, "the peer closed the connection")
             for event in link.receive_frames(frames, trio.current_time()):
                 if isinstance(event, Ack):
                     if event.upto > self.acked_txid:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from amps_py import reasons
 from txlog import BadBookmark, parse_bookmark
 
 EPOCH: Final = "0"
@@ -40,7 +41,7 @@ _TIMESTAMP_FORMS: Final = (
 class BadBookmarkSpec(ValueError):
     """A ``bm`` value that is not any accepted form; the text shows the accepted ones."""
 
-    reason = "invalid bookmark"
+    reason = reasons.INVALID_BOOKMARK
 
 
 @dataclass(frozen=True)

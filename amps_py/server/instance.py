@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
-from amps_py import auth, events
+from amps_py import auth, events, reasons
 from amps_py.config import (
     DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
     DEFAULT_LOGON_TIMEOUT,
@@ -194,7 +194,7 @@ class Instance:
             try:
                 flt = compile_filter(text)
             except FilterError as exc:
-                raise CommandFailed("bad filter", str(exc)) from None
+                raise CommandFailed(reasons.BAD_FILTER, str(exc)) from None
             if len(self._filters) > 10_000:
                 self._filters.clear()
             self._filters[text] = flt
@@ -231,7 +231,7 @@ class Instance:
                 current.conn_id,
                 extra=events.extra(events.NAME_IN_USE),
             )
-            current.close("name in use")
+            current.close(reasons.NAME_IN_USE)
         # the new session inherits what an earlier one still waits for: the ledger
         # lives on the instance
         self._names[name] = session
@@ -438,7 +438,7 @@ class Instance:
                 why,
                 extra=events.extra(events.JOURNAL_RECORD_REJECTED),
             )
-            self._fail_publishes([rec], "journal write failed", why)
+            self._fail_publishes([rec], reasons.JOURNAL_WRITE_FAILED, why)
 
     def _on_commit_failed(self, records: list[Record], reason: str) -> None:
         """A commit stored nothing; the writer refuses writes until it recovers."""
@@ -452,7 +452,7 @@ class Instance:
             reason,
             extra=events.extra(events.JOURNAL_COMMIT_FAILED),
         )
-        self._fail_publishes(local, "journal write failed", reason)
+        self._fail_publishes(local, reasons.JOURNAL_WRITE_FAILED, reason)
         if self.replication is not None:
             # the positions they acknowledged may ride on the failed batch: start over
             self.replication.reset_upstreams("this instance's journal writes are failing")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from amps_py import events
+from amps_py import events, reasons
 from txlog import CorruptRecord, Journal
 
 from .bookmark_spec import BookmarkSpec, Point
@@ -200,7 +200,7 @@ async def run_replay(
             exc,
             extra=events.extra(events.JOURNAL_CORRUPT_RECORD),
         )
-        session.subscription_failed(sub, cid, "journal corrupt", str(exc))
+        session.subscription_failed(sub, cid, reasons.JOURNAL_CORRUPT, str(exc))
     finally:
         replays.pop(key, None)
 

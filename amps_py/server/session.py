@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from amps_py import events
+from amps_py import events, reasons
 from amps_py.actions import client_variables
 from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
@@ -63,7 +63,7 @@ MAX_SEQ: Final = (1 << 64) - 1
 #: the longest topic, client name or correlation id the journal stores (UTF-8 bytes)
 MAX_FIELD_BYTES: Final = 65535
 #: the failure reason of a journaled publish while journal writes are failing
-JOURNAL_UNAVAILABLE: Final = "journal unavailable"
+JOURNAL_UNAVAILABLE: Final = reasons.JOURNAL_UNAVAILABLE
 #: the send loop writes at most about this many bytes per ``send_all`` (never one join
 #: of a whole backlog), so bytes leave the outbox, and its count, steadily
 SEND_CHUNK: Final = 1024 * 1024
@@ -133,7 +133,7 @@ def _ack_types(header: dict[str, Any]) -> frozenset[str]:
     unknown = types - ACK_TYPES
     if unknown:
         raise CommandFailed(
-            "invalid options",
+            reasons.INVALID_OPTIONS,
             f"unknown ack type(s) {', '.join(sorted(unknown))}; use "
             "received, processed, persisted, completed or stats",
         )
@@ -234,9 +234,9 @@ class Session:
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._send_loop)
                 await self._read_loop()
-                self.close("connection closed")
+                self.close(reasons.CONNECTION_CLOSED)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self.close_reason = self.close_reason or "connection closed"
+            self.close_reason = self.close_reason or reasons.CONNECTION_CLOSED
         finally:
             self._release_memory()
             self.instance.session_ended(self)
@@ -245,7 +245,7 @@ class Session:
                 "client %r (connection %d) disconnected: %s",
                 self.client_name,
                 self.conn_id,
-                self.close_reason or "connection closed",
+                self.close_reason or reasons.CONNECTION_CLOSED,
                 extra=events.extra(events.CLIENT_DISCONNECTED),
             )
             # forcefully: a send blocked on a client that does not read is abandoned,
@@ -312,7 +312,7 @@ class Session:
                     extra=events.extra(events.CLIENT_PROTOCOL_ERROR),
                 )
                 self.instance.counters.count_protocol_error()
-                reason = exc.reason if isinstance(exc, ProtocolError) else "bad compression"
+                reason = exc.reason if isinstance(exc, ProtocolError) else reasons.BAD_COMPRESSION
             except Disconnect as exc:
                 reason = exc.reason
             else:
@@ -368,7 +368,7 @@ class Session:
                 self.transport,
                 extra=events.extra(events.CLIENT_LOGON_TIMEOUT),
             )
-            reason = "logon timeout"
+            reason = reasons.LOGON_TIMEOUT
             detail = (
                 f"no logon within {self._logon_timeout:g} s of connecting (LogonTimeout of "
                 f"transport {self.transport}); log on first"
@@ -392,7 +392,7 @@ class Session:
                 self.transport,
                 extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_TIMEOUT),
             )
-            reason = "incomplete message timeout"
+            reason = reasons.INCOMPLETE_MESSAGE_TIMEOUT
             detail = (
                 f"a frame was still incomplete ({received} of {expected} bytes) "
                 f"{self._frame_timeout:g} s after its first byte (IncompleteMessageTimeout "
@@ -444,8 +444,8 @@ class Session:
                 pool.limit,
                 extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_MEMORY),
             )
-            victim._drop_partial_frame("incomplete message memory limit")
-            victim.close("incomplete message memory limit")
+            victim._drop_partial_frame(reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT)
+            victim.close(reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT)
 
     def _drop_partial_frame(self, reason: str) -> None:
         """Free the partial frame now (not when the task ends) and uncount it."""
@@ -495,7 +495,7 @@ class Session:
         )
         self._discarding = True
         if not self.close_reason:
-            self.close_reason = "slow client"
+            self.close_reason = reasons.SLOW_CLIENT
         self._queued_pool.total -= self.out_bytes
         # What waits in the outbox is dropped; what the send loop is writing ends on a
         # frame boundary (it took whole frames), so the notice can follow it.
@@ -506,7 +506,7 @@ class Session:
         notice = messages.ack(
             "processed",
             "failure",
-            reason="slow client",
+            reason=reasons.SLOW_CLIENT,
             detail=f"disconnected as a slow client: {why}; resume by bookmark",
         )
         self._out.append(notice)
@@ -524,7 +524,7 @@ class Session:
             self._queued_pool.total -= self.out_bytes
         self._out.clear()
         self.out_bytes = 0
-        self._drop_partial_frame("connection closed")
+        self._drop_partial_frame(reasons.CONNECTION_CLOSED)
 
     def _handlers(self) -> dict[str, Callable[[Frame], None]]:
         return {
@@ -549,7 +549,7 @@ class Session:
         try:
             if handler is None:
                 raise CommandFailed(
-                    "unknown command",
+                    reasons.UNKNOWN_COMMAND,
                     f"unknown command {command!r}; see the AMPS command reference",
                 )
             if not self.logged_on and command != "logon":
@@ -558,7 +558,7 @@ class Session:
             handler(frame)
         except CommandFailed as exc:
             self.instance.counters.count_failed_command()
-            denied = exc.reason == "not entitled"
+            denied = exc.reason == reasons.NOT_ENTITLED
             log.info(
                 "command %s from client %r failed: %s",
                 command,
@@ -574,11 +574,11 @@ class Session:
         self._fail(
             header,
             CommandFailed(
-                "logon required",
+                reasons.LOGON_REQUIRED,
                 "the first command on a connection must be logon (with client_name)",
             ),
         )
-        raise Disconnect("logon required")
+        raise Disconnect(reasons.LOGON_REQUIRED)
 
     # ---------------------------------------------------------------- output
     def send(self, data: bytes) -> None:
@@ -615,7 +615,7 @@ class Session:
         while True:
             if not self._out:
                 if self._discarding:
-                    self.close(self.close_reason or "slow client")
+                    self.close(self.close_reason or reasons.SLOW_CLIENT)
                     return
                 self._wake = trio.Event()
                 await self._wake.wait()
@@ -702,10 +702,10 @@ class Session:
         header = frame.header
         acks = _ack_types(header)
         if self.logged_on:
-            raise CommandFailed("invalid logon", "this connection is already logged on")
+            raise CommandFailed(reasons.INVALID_LOGON, "this connection is already logged on")
         name = str(header.get("client_name", "")).strip()
         try:
-            check_field_size(name, "client name", "invalid client name")
+            check_field_size(name, "client name", reasons.INVALID_CLIENT_NAME)
         except CommandFailed as exc:
             self._fail(header, exc)
             raise Disconnect(exc.reason) from None
@@ -713,12 +713,12 @@ class Session:
             self._fail(
                 header,
                 CommandFailed(
-                    "auth failure",
+                    reasons.AUTH_FAILURE,
                     "logon needs a client_name: this instance has a transaction log, "
                     "and client names identify publishers in it",
                 ),
             )
-            raise Disconnect("auth")
+            raise Disconnect(reasons.AUTH)
         user = str(header.get("user_id", "")) or name
         # the password is used for this check only: never stored, logged or echoed
         verdict = self.instance.authenticator.authenticate(user, str(header.get("pw", "")))
@@ -734,9 +734,9 @@ class Session:
             )
             self._fail(
                 header,
-                CommandFailed("auth failure", "unknown user or wrong password"),
+                CommandFailed(reasons.AUTH_FAILURE, "unknown user or wrong password"),
             )
-            raise Disconnect("auth")
+            raise Disconnect(reasons.AUTH)
         refusal = self.instance.claim_client_name(self, name, user)
         if refusal:
             log.warning(
@@ -746,8 +746,8 @@ class Session:
                 refusal,
                 extra=events.extra(events.CLIENT_LOGON_FAILED),
             )
-            self._fail(header, CommandFailed("name in use", refusal))
-            raise Disconnect("name in use")
+            self._fail(header, CommandFailed(reasons.NAME_IN_USE, refusal))
+            raise Disconnect(reasons.NAME_IN_USE)
         self.client_name = name
         self.user_id = user
         # AMPS clients send ``version``; ``v`` is its short form
@@ -807,7 +807,7 @@ class Session:
             return
         self.instance.counters.count_denied(write=write)
         raise CommandFailed(
-            "not entitled",
+            reasons.NOT_ENTITLED,
             f"user {self.user_id!r} may not {'publish to' if write else 'read'} topic "
             f"{topic!r}; the {self.instance.entitler.module} rules decide",
         )
@@ -816,12 +816,12 @@ class Session:
         header = frame.header
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
-            raise CommandFailed("no topic", "publish needs a topic (t)")
+            raise CommandFailed(reasons.NO_TOPIC, "publish needs a topic (t)")
         if len(topic) > MAX_FIELD_BYTES // 4:
-            check_field_size(topic, "topic", "invalid topic")
+            check_field_size(topic, "topic", reasons.INVALID_TOPIC)
         cid = header.get("x")
         if cid is not None:
-            check_field_size(str(cid), "correlation id (x)", "invalid correlation id")
+            check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
         self._require_entitled(topic, write=True)
         acks = _ack_types(header)
         self.messages_in += 1
@@ -836,7 +836,7 @@ class Session:
                 seq = self._auto_seq
         elif type(seq) is not int or not 0 <= seq <= MAX_SEQ:
             raise CommandFailed(
-                "invalid seq", f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
+                reasons.INVALID_SEQ, f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
             )
         if "persisted" in acks or (self._always_persisted and "s" in header):
             self.wants_persisted = True
@@ -855,7 +855,7 @@ class Session:
     def _build_subscription(self, header: dict[str, Any]) -> Subscription:
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
-            raise CommandFailed("no topic", "subscribe needs a topic (t)")
+            raise CommandFailed(reasons.NO_TOPIC, "subscribe needs a topic (t)")
         self._require_entitled(topic, write=False)
         opts = _options(header)
         acks = _ack_types(header)
@@ -864,7 +864,7 @@ class Session:
         )
         if sub_id in self.subscriptions and "replace" not in opts:
             raise CommandFailed(
-                "subid in use",
+                reasons.SUBID_IN_USE,
                 f"this connection already has subscription {sub_id!r}; use another sub_id "
                 "or the replace option",
             )
@@ -908,13 +908,13 @@ class Session:
         instance = self.instance
         if instance.journal is None:
             raise CommandFailed(
-                "invalid topic",
+                reasons.INVALID_TOPIC,
                 "bookmark subscriptions need a transaction log; add a TransactionLog "
                 "with a Topic that covers this topic",
             )
         if sub.regex is None and not instance.journals_topic(sub.topic):
             raise CommandFailed(
-                "invalid topic",
+                reasons.INVALID_TOPIC,
                 f"topic {sub.topic!r} is not recorded in the transaction log, so it cannot "
                 "be replayed; add a TransactionLog/Topic whose Name matches it",
             )
@@ -924,19 +924,21 @@ class Session:
             raise CommandFailed(exc.reason, str(exc)) from None
         not_found = dict(_options(header)).get("bookmark_not_found", "now")
         if not_found not in ("now", "epoch", "fail"):
-            raise CommandFailed("invalid options", "bookmark_not_found must be epoch, now or fail")
+            raise CommandFailed(
+                reasons.INVALID_OPTIONS, "bookmark_not_found must be epoch, now or fail"
+            )
         assert instance.writer is not None and instance.journal is not None
         try:
             plan = plan_replay(instance.journal, spec, instance.writer.committed_txid, not_found)
         except BookmarkNotFound:
             raise CommandFailed(
-                "bookmark not found",
+                reasons.BOOKMARK_NOT_FOUND,
                 f"none of the bookmarks {str(header['bm'])[:200]!r} is in this instance's "
                 "journal (bookmark_not_found=fail); resubscribe with a bookmark it holds, "
                 "or with bookmark_not_found=epoch or now",
             ) from None
         except CorruptRecord as exc:
-            raise CommandFailed("journal corrupt", str(exc)) from None
+            raise CommandFailed(reasons.JOURNAL_CORRUPT, str(exc)) from None
         sub.resume_bookmark = plan.resumed_from
         self.subscriptions[sub.sub_id] = sub
         instance.registry.add(sub)
@@ -992,7 +994,7 @@ class Session:
         acks = _ack_types(header)
         ids = str(header.get("sub_id") or header.get("query_id") or "")
         if not ids:
-            raise CommandFailed("invalid options", "unsubscribe needs sub_id (or 'all')")
+            raise CommandFailed(reasons.INVALID_OPTIONS, "unsubscribe needs sub_id (or 'all')")
         if ids.strip() == "all":
             targets = list(self.subscriptions.values())
         else:
@@ -1014,10 +1016,10 @@ class Session:
                 interval = float(opts[1]) if len(opts) > 1 else 30.0
             except ValueError:
                 raise CommandFailed(
-                    "invalid options", "heartbeat start needs 'start,<seconds>'"
+                    reasons.INVALID_OPTIONS, "heartbeat start needs 'start,<seconds>'"
                 ) from None
             if interval <= 0:
-                raise CommandFailed("invalid options", "heartbeat interval must be positive")
+                raise CommandFailed(reasons.INVALID_OPTIONS, "heartbeat interval must be positive")
             first = self.heartbeat_interval == 0
             self.heartbeat_interval = interval
             if first and self._nursery is not None:
@@ -1061,14 +1063,14 @@ class Session:
 
     def _on_sow(self, frame: Frame) -> None:
         raise CommandFailed(
-            "invalid topic",
+            reasons.INVALID_TOPIC,
             f"topic {frame.header.get('t')!r} has no State of the World; SOW topics are not "
             "supported by amps-py yet",
         )
 
     def _on_sow_delete(self, frame: Frame) -> None:
         raise CommandFailed(
-            "invalid topic", "sow_delete needs a SOW or queue topic; amps-py has none yet"
+            reasons.INVALID_TOPIC, "sow_delete needs a SOW or queue topic; amps-py has none yet"
         )
 
     # ---------------------------------------------------------------- info

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final
 
+from amps_py import reasons
 from amps_py.protocol.messages import sub_id_part
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def is_regex_topic(topic: str) -> bool:
 
 
 class BadTopic(ValueError):
-    reason = "bad regex topic"
+    reason = reasons.BAD_REGEX_TOPIC
 
 
 def compile_topic(topic: str, non_regex: bool = False) -> re.Pattern[str] | None:
