@@ -18,7 +18,6 @@ import itertools
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,14 +31,16 @@ from amps_py.config import (
     TransactionLogConfig,
     TransportConfig,
 )
+from amps_py.errors import JournalMaintenanceError
 from amps_py.replication import ReplicationManager
+from amps_py.statistics import InstanceStatistics
 from txlog import Journal, publisher_hash
 
 from .counters import Counters
 from .delivery import Delivery
 from .limits import InstanceLimits
 from .listeners import Listeners, cannot_listen
-from .maintenance import JournalMaintenance, JournalMaintenanceError, MaintenanceResult
+from .maintenance import JournalMaintenance, MaintenanceResult
 from .publishing import PublishPath
 from .session import CommandFailed, Session
 from .startup import ConfigurationError, listen_failure, open_journal, os_error_in
@@ -52,30 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amps_py.server")
 
-
-
-@dataclass(frozen=True)
-class InstanceStatistics:
-    name: str
-    uptime: float
-    clients: int
-    subscriptions: int
-    published: int
-    delivered: int
-    duplicates: int
-    protocol_errors: int
-    failed_commands: int
-    #: commands refused because the user is not entitled (publish, subscribe, ...)
-    denied_commands: int = 0
-    #: the subset of denied_commands that were publishes (AMPS's denied_writes)
-    denied_writes: int = 0
-    journal: dict[str, Any] | None = None
-    writer: dict[str, Any] | None = None
-    listeners: dict[str, int] = field(default_factory=dict)
-    replication: dict[str, Any] | None = None
-    durable_txid: int = 0
-    #: the client memory pools and the connections they closed (InstanceLimits)
-    limits: dict[str, Any] | None = None
 
 
 #: what a session of an unknown transport gets (tests drive sessions directly)
@@ -480,3 +457,12 @@ async def serve_instance(
         if ready_file is not None:
             write_ready_file(Path(ready_file), instance.name, listeners)
         task_status.started(instance)
+
+
+if TYPE_CHECKING:
+    from amps_py.admin.host import AdminHost
+    from amps_py.replication.host import ReplicationHost
+
+    def _instance_is_every_host(instance: Instance) -> tuple[AdminHost, ReplicationHost]:
+        """For mypy only: the instance satisfies each narrow view its parts take."""
+        return instance, instance

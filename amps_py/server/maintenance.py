@@ -32,6 +32,7 @@ import lmdb
 import trio
 
 from amps_py import events
+from amps_py.errors import JournalMaintenanceError
 from txlog import JournalError
 from txlog.offline import segment_ids_text
 from txlog.segments import Segment, wants_file
@@ -49,10 +50,6 @@ RECHECK_SECONDS: Final = 1.0
 SAVE_POSITIONS_SECONDS: Final = 10.0
 #: pause after a failed background step before trying again
 RETRY_SECONDS: Final = 10.0
-
-
-class JournalMaintenanceError(Exception):
-    """A maintenance request cannot be done as asked; the text says how to fix it."""
 
 
 @dataclass
