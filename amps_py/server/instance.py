@@ -42,6 +42,7 @@ from .limits import InstanceLimits
 from .listeners import Listeners, cannot_listen
 from .maintenance import JournalMaintenance, MaintenanceResult
 from .publishing import PublishPath
+from .replay import ActiveReplays
 from .session import CommandFailed, Session
 from .startup import ConfigurationError, listen_failure, open_journal, os_error_in
 from .statsfile import write_ready_file, write_statistics
@@ -82,7 +83,7 @@ class Instance:
         self.maintenance: JournalMaintenance | None = None
         #: per running bookmark replay, the txid it has read through (journal removal
         #: never deletes what a replay still has to read)
-        self.active_replays: dict[int, int] = {}
+        self.active_replays = ActiveReplays()
         self.group = config.group
         self.started_at = time.time()
         #: the transports (and the admin interface) and their bound addresses
@@ -463,6 +464,10 @@ if TYPE_CHECKING:
     from amps_py.admin.host import AdminHost
     from amps_py.replication.host import ReplicationHost
 
-    def _instance_is_every_host(instance: Instance) -> tuple[AdminHost, ReplicationHost]:
+    from .host import MaintenanceHost, SessionHost
+
+    def _instance_is_every_host(
+        instance: Instance,
+    ) -> tuple[AdminHost, ReplicationHost, SessionHost, MaintenanceHost]:
         """For mypy only: the instance satisfies each narrow view its parts take."""
-        return instance, instance
+        return instance, instance, instance, instance

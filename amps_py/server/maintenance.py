@@ -38,7 +38,7 @@ from txlog.offline import segment_ids_text
 from txlog.segments import Segment, wants_file
 
 if TYPE_CHECKING:
-    from .instance import Instance
+    from .host import MaintenanceHost
 
 log = logging.getLogger("amps_py.server.maintenance")
 
@@ -97,7 +97,7 @@ class MaintenanceResult:
 class JournalMaintenance:
     """Runs an instance's journal maintenance; :meth:`run` is its background task."""
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: MaintenanceHost) -> None:
         assert instance.journal is not None and instance.writer is not None
         self.instance = instance
         self.journal = instance.journal
@@ -149,7 +149,7 @@ class JournalMaintenance:
                 reasons.append(
                     (acked, f"destination {name} has acknowledged through txid {acked} only")
                 )
-        for cursor in self.instance.active_replays.values():
+        for cursor in self.instance.active_replays.cursors():
             reasons.append((cursor, f"a bookmark replay is reading after txid {cursor}"))
         for txid, _ in reasons:
             limit = min(limit, txid)
