@@ -1,29 +1,41 @@
-"""One amps-py instance: journal, writer, listeners, sessions and the publish path.
+"""One amps-py instance: wiring. Each part lives in its own module; this one builds
+them, connects them and runs them under one nursery.
 
-Where a message goes (DESIGN section 4)::
+The whole path of a publish (DESIGN section 4)::
 
-    Session._on_publish -> Instance.publish  (dedup, journaled?)
-        journaled:     JournalWriter.submit -> commit (one fsync) -> Instance._on_commit
-                       -> fan-out to live subscriptions + persisted acks
-        not journaled: fan-out at once, ack at once
+    Listeners (listeners.py) -> Session (session.py): frame decoded, logon, entitled?
+      -> PublishPath.publish (publishing.py): duplicate? (durability.Ledgers)
+           not journaled: Delivery.fan_out at once (delivery.py); done
+           journaled:     JournalWriter.submit (writer.py) -> one commit, one fsync
+      -> PublishPath.on_commit, after each commit:
+           Delivery.fan_out -> live subscriptions (subscriptions.py), not yet the
+               fully_durable ones while sync destinations have not acknowledged
+           replication Destinations wake (replication/outgoing.py): send, get acks
+           DurableWindow (durability.py): durable = committed here and acknowledged
+               by every sync destination (Instance.replication_acked -> advance)
+           Ledgers.settle -> Session.persisted_progress: the persisted acks
+      bookmark replays (replay.py) read the journal up to the same visible txid,
+      then go live with no gap and no duplicate at the seam.
 
-``serve_instance`` runs everything under one nursery and reports the bound listener
-addresses through ``task_status.started`` (so a caller learns port-0 ports with no
-sleep).
+Records from upstream instances (replication/incoming.py) enter at the writer
+(``submit_replicated``) and take the same commit path. The parts see the instance
+through narrow views: ``host.py`` (sessions, replay, maintenance),
+``replication/host.py`` and ``admin/host.py``.
+
+``run.serve_instance`` runs an instance and reports the bound listener addresses
+through ``task_status.started`` (so a caller learns port-0 ports with no sleep).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from amps_py import auth, events
+from amps_py import events
 from amps_py.config import (
     DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
     DEFAULT_LOGON_TIMEOUT,
@@ -39,13 +51,13 @@ from txlog import Journal, publisher_hash
 from .counters import Counters
 from .delivery import Delivery
 from .limits import InstanceLimits
-from .listeners import Listeners, cannot_listen
+from .listeners import Listeners
 from .maintenance import JournalMaintenance, MaintenanceResult
+from .names import ClientNames
 from .publishing import PublishPath
 from .replay import ActiveReplays
 from .session import CommandFailed, Session
-from .startup import ConfigurationError, listen_failure, open_journal, os_error_in
-from .statsfile import write_ready_file, write_statistics
+from .startup import ConfigurationError, open_access_control, open_journal
 from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -53,8 +65,6 @@ if TYPE_CHECKING:
     from amps_py.actions import ActionRunner
 
 log = logging.getLogger("amps_py.server")
-
-
 
 #: what a session of an unknown transport gets (tests drive sessions directly)
 _DEFAULT_TRANSPORT: Final = TransportConfig(
@@ -74,7 +84,7 @@ class Instance:
         #: per enabled transport, the scope that stops it (admin disable)
         self.registry = SubscriptionRegistry()
         self.sessions: set[Session] = set()
-        self._names: dict[str, Session] = {}
+        self._names = ClientNames()
         self._conn_ids = itertools.count(1)
         self._journaled: dict[str, bool] = {}
         self._filters: dict[str, Any] = {}
@@ -108,23 +118,10 @@ class Instance:
         self.note_replicated = p.note_replicated
         self.bytes_after = p.bytes_after
         self.bookmark_of = p.bookmark_of
-        try:
-            self.authenticator: auth.Authenticator = auth.open_authenticator(
-                config.authentication.module, config.authentication.password_file
-            )
-            self.entitler: auth.Entitler = auth.open_entitler(
-                config.entitlement.module, config.entitlement.rules_file
-            )
-            incoming = config.replication_authentication
-            #: checks upstream instances' credentials (the replication transport's own
-            #: Authentication, else the instance's)
-            self.replication_authenticator: auth.Authenticator = (
-                self.authenticator
-                if incoming is config.authentication
-                else auth.open_authenticator(incoming.module, incoming.password_file)
-            )
-        except (auth.AuthFileError, ValueError) as exc:
-            raise ConfigurationError(str(exc)) from None
+        access = open_access_control(config)
+        self.authenticator = access.authenticator
+        self.entitler = access.entitler
+        self.replication_authenticator = access.replication_authenticator
         self._transports = {t.name: t for t in config.transports}
         #: MessageMemoryLimit and IncompleteMessageMemoryLimit pools (sessions update them)
         self.limits = InstanceLimits(
@@ -183,34 +180,19 @@ class Instance:
         """
         if not name or self.journal is None:
             return ""
-        current = self._names.get(name)
-        if current is not None and current is not session:
-            if current.user_id != user:
-                return (
-                    f"client name {name!r} is in use by another user; client names must be "
-                    "unique per publisher"
-                )
-            log.warning(
-                "client name %r logged on again from %s; disconnecting the older connection %d",
-                name,
-                session.peer,
-                current.conn_id,
-                extra=events.extra(events.NAME_IN_USE),
-            )
-            current.close("name in use")
-        # the new session inherits what an earlier one still waits for: the ledger
-        # lives on the instance
-        self._names[name] = session
-        self.publishing.sessions[publisher_hash(name)] = session
-        return ""
+        refusal = self._names.claim(session, name, user)
+        if not refusal:
+            # the new session inherits what an earlier one still waits for: the
+            # ledger lives on the publish path, not on the connection
+            self.publishing.sessions[publisher_hash(name)] = session
+        return refusal
 
     def session_ended(self, session: Session) -> None:
         self.sessions.discard(session)
         for sub in list(session.subscriptions.values()):
             self.registry.remove(sub)
         session.subscriptions.clear()
-        if session.client_name and self._names.get(session.client_name) is session:
-            del self._names[session.client_name]
+        if self._names.release(session, session.client_name):
             self.publishing.sessions.pop(session.pub_hash, None)
             self.publishing.ledgers.forget_if_idle(session.pub_hash)
 
@@ -326,21 +308,6 @@ class Instance:
             async with trio.open_nursery() as nursery:
                 if tl is not None:
                     journal = await trio.to_thread.run_sync(self._open_journal, tl)
-                    log.info(
-                        "journal %s opened: last txid %d, durability %s, compression %s",
-                        tl.journal_directory,
-                        journal.last_txid,
-                        tl.durability,
-                        tl.compression,
-                        extra=events.extra(events.JOURNAL_OPENED),
-                    )
-                    if tl.durability != "fsync":
-                        log.warning(
-                            "journal durability is %s: commits are not fsynced, a power loss "
-                            "can lose acknowledged messages",
-                            tl.durability,
-                            extra=events.extra(events.JOURNAL_OPENED),
-                        )
                     writer = self.publishing.open(journal)
                     nursery.start_soon(self._run_writer, writer)
                     if config.replication or config.replication_transport is not None:
@@ -363,25 +330,7 @@ class Instance:
                     self.actions = ActionRunner(self, config.actions)
                     await nursery.start(self.actions.run)
                 if config.admin is not None:
-                    from amps_py.admin.http import serve_admin
-
-                    host, port = config.admin
-                    try:
-                        bound = await nursery.start(serve_admin, self, host, port)
-                    except (OSError, BaseExceptionGroup) as exc:
-                        bind_error = os_error_in(exc)  # hypercorn raises it in a group
-                        if bind_error is None:
-                            raise
-                        raise cannot_listen(
-                            listen_failure(
-                                "the admin interface",
-                                host,
-                                port,
-                                bind_error,
-                                self._setting("Admin/InetAddr", "--admin-port"),
-                            )
-                        ) from exc
-                    self.listeners.bound["admin"] = (host, bound)
+                    await self.listeners.start_admin(nursery, self, *config.admin)
                 log.info(
                     "instance %s ready: %s",
                     self.name,
@@ -430,34 +379,6 @@ class Instance:
             durable_txid=self.durable_txid,
             limits=self.limits.statistics(),
         )
-
-
-async def serve_instance(
-    config: InstanceConfig,
-    *,
-    ready_file: str | os.PathLike[str] | None = None,
-    stats_file: str | os.PathLike[str] | None = None,
-    stats_interval: float = 0.25,
-    allow_empty_journal: bool = False,
-    task_status: trio.TaskStatus[Instance] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run an instance until cancelled; write ``ready_file`` (JSON) once listening.
-
-    The ready file holds ``{"name": ..., "pid": ..., "transports": {name: port}}`` and
-    is written atomically, so a test or script can poll for it. ``allow_empty_journal``
-    lets the journal start empty where one existed (see :class:`txlog.Journal`).
-    """
-    instance = Instance(config, allow_empty_journal=allow_empty_journal)
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(instance.serve)
-        if stats_file is not None:
-            # before the ready file: whoever sees "ready" finds this process's statistics
-            await nursery.start(
-                write_statistics, instance.statistics, Path(stats_file), stats_interval
-            )
-        if ready_file is not None:
-            write_ready_file(Path(ready_file), instance.name, listeners)
-        task_status.started(instance)
 
 
 if TYPE_CHECKING:
