@@ -5,7 +5,7 @@ destination logs on with."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from lxml import etree
@@ -26,6 +26,9 @@ from amps_py.config.xmltree import _first, _line
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LINK_USER = re.compile(r"[^\s:]+")
+_AUTHENTICATOR_EXAMPLE = (
+    "<Options><Username>repl</Username><PasswordEnv>REPL_PW</PasswordEnv></Options>"
+)
 
 
 def _link_authenticator(el: etree._Element, problems: _Problems) -> LinkAuthenticator | None:
@@ -43,40 +46,15 @@ def _link_authenticator(el: etree._Element, problems: _Problems) -> LinkAuthenti
     if module is None or problems.faulty(el):
         return None
     if module == DEFAULT_LINK_AUTHENTICATOR:
-        for tag, option in given.items():
-            problems.add(
-                option,
-                f"<{tag}> is only used by the {PASSWORD_LINK_AUTHENTICATOR} module; "
-                f"{DEFAULT_LINK_AUTHENTICATOR} sends no credentials",
-                f"remove <{tag}>, or set <Module>{PASSWORD_LINK_AUTHENTICATOR}</Module> "
-                "to log on with a user and password",
-            )
-        return None if given else LinkAuthenticator(DEFAULT_LINK_AUTHENTICATOR)
-    ok = True
-    example = "<Options><Username>repl</Username><PasswordEnv>REPL_PW</PasswordEnv></Options>"
-    user_el = given.get("Username")
-    username = _text(user_el, problems)
-    if user_el is None:
-        problems.add(
-            options if options is not None else el,
-            f"the {PASSWORD_LINK_AUTHENTICATOR} module needs Options/Username",
-            f"add the user the link logs on as, e.g. {example}",
-        )
-        ok = False
-    elif username is not None and not _LINK_USER.fullmatch(username):
-        problems.add(
-            user_el,
-            f"Username {username!r} contains whitespace or ':', which no user name can",
-            "give the user name as written in the remote instance's password file",
-        )
-        ok = False
+        return _default_authenticator(given, problems)
+    ok, username = _link_username(el, options, given.get("Username"), problems)
     sources = [given[t] for t in ("Password", "PasswordFile", "PasswordEnv") if t in given]
     if not sources:
         problems.add(
             options if options is not None else el,
             f"the {PASSWORD_LINK_AUTHENTICATOR} module needs a password: one of "
             "Options/Password, Options/PasswordFile or Options/PasswordEnv",
-            f"add one, e.g. {example}",
+            f"add one, e.g. {_AUTHENTICATOR_EXAMPLE}",
         )
         return None
     for extra in sources[1:]:
@@ -91,6 +69,54 @@ def _link_authenticator(el: etree._Element, problems: _Problems) -> LinkAuthenti
     value = _text(source, problems)
     if value is None or not ok or username is None:
         return None
+    return _password_authenticator(source, username, value, problems)
+
+
+def _default_authenticator(
+    given: Mapping[str, etree._Element], problems: _Problems
+) -> LinkAuthenticator | None:
+    """The default module, which sends no credentials: none may be ``given``."""
+    for tag, option in given.items():
+        problems.add(
+            option,
+            f"<{tag}> is only used by the {PASSWORD_LINK_AUTHENTICATOR} module; "
+            f"{DEFAULT_LINK_AUTHENTICATOR} sends no credentials",
+            f"remove <{tag}>, or set <Module>{PASSWORD_LINK_AUTHENTICATOR}</Module> "
+            "to log on with a user and password",
+        )
+    return None if given else LinkAuthenticator(DEFAULT_LINK_AUTHENTICATOR)
+
+
+def _link_username(
+    el: etree._Element,
+    options: etree._Element | None,
+    user_el: etree._Element | None,
+    problems: _Problems,
+) -> tuple[bool, str | None]:
+    """(ok, Username) of the password module: it must be given and be a user name."""
+    username = _text(user_el, problems)
+    if user_el is None:
+        problems.add(
+            options if options is not None else el,
+            f"the {PASSWORD_LINK_AUTHENTICATOR} module needs Options/Username",
+            f"add the user the link logs on as, e.g. {_AUTHENTICATOR_EXAMPLE}",
+        )
+        return False, username
+    if username is not None and not _LINK_USER.fullmatch(username):
+        problems.add(
+            user_el,
+            f"Username {username!r} contains whitespace or ':', which no user name can",
+            "give the user name as written in the remote instance's password file",
+        )
+        return False, username
+    return True, username
+
+
+def _password_authenticator(
+    source: etree._Element, username: str, value: str, problems: _Problems
+) -> LinkAuthenticator | None:
+    """The password module with its one password ``source`` (Password, PasswordEnv or
+    PasswordFile, whose text is ``value``); a PasswordFile is read now to check it."""
     if source.tag == "Password":
         return LinkAuthenticator(PASSWORD_LINK_AUTHENTICATOR, username, password=value)
     if source.tag == "PasswordEnv":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from typing import Final
 
 from lxml import etree
 
@@ -114,6 +115,8 @@ def _check_if_module(
 def _build_action_module(
     el: etree._Element, known: Mapping[str, tuple[str, ...]], kind: str, problems: _Problems
 ) -> ActionModule | None:
+    """One ``On``, ``If`` or ``Do`` (``kind``) of an Action, whose module must be one of
+    ``known`` with the Options it requires; None (and problems) when wrong."""
     module_el = _first(el, "Module")
     module = _text(module_el, problems)
     if module_el is None or not module:
@@ -131,25 +134,56 @@ def _build_action_module(
             f"use one of {', '.join(sorted(known))}",
         )
         return None
+    ok = _check_required_options(el, module, known[module], options, problems)
+    ok = _check_option_values(el, options, problems) and ok
+    if kind == "If":
+        ok = _check_if_module(el, module, options, option_els, problems) and ok
+    ok = _check_on_module(el, module, options, problems) and ok
+    return ActionModule(module, options, _line(el) or 0) if ok else None
+
+
+#: what to add after "add <Options><X>...</X></Options>" for a required option X
+_OPTION_HINTS: Final[Mapping[str, str]] = {
+    "Every": ", e.g. 30s",
+    "Age": ", e.g. 30s or 7d",
+    "Path": ", e.g. ./ (the file system holding that path is checked)",
+}
+
+
+def _check_required_options(
+    el: etree._Element,
+    module: str,
+    required: tuple[str, ...],
+    options: Mapping[str, str],
+    problems: _Problems,
+) -> bool:
+    """Whether every Option ``module`` requires is given (a problem for each that is not)."""
     ok = True
-    for required in known[module]:
-        if not options.get(required):
-            hint = {
-                "Every": ", e.g. 30s",
-                "Age": ", e.g. 30s or 7d",
-                "Path": ", e.g. ./ (the file system holding that path is checked)",
-                "Condition": (
+    for name in required:
+        if not options.get(name):
+            if name == "Condition":
+                hint = (
                     " with an AMPS filter (AMPS calls this option Condition, not Expression)"
                     if "Expression" in options
                     else " with an AMPS filter, e.g. '{{AMPS_CLIENT_NAME}}' LIKE '^important'"
-                ),
-            }.get(required, "")
+                )
+            else:
+                hint = _OPTION_HINTS.get(name, "")
             problems.add(
                 el,
-                f"{module} needs Options/{required}",
-                f"add <Options><{required}>...</{required}></Options>{hint}",
+                f"{module} needs Options/{name}",
+                f"add <Options><{name}>...</{name}></Options>{hint}",
             )
             ok = False
+    return ok
+
+
+def _check_option_values(
+    el: etree._Element, options: Mapping[str, str], problems: _Problems
+) -> bool:
+    """Whether the Age and GracePeriod durations and MinimumSyncDestinations (a whole
+    number) are valid where given."""
+    ok = True
     for name in ("Age", "GracePeriod"):
         value = options.get(name)
         if value:
@@ -166,8 +200,15 @@ def _build_action_module(
             "write how many sync destinations must stay sync, e.g. 1",
         )
         ok = False
-    if kind == "If":
-        ok = _check_if_module(el, module, options, option_els, problems) and ok
+    return ok
+
+
+def _check_on_module(
+    el: etree._Element, module: str, options: Mapping[str, str], problems: _Problems
+) -> bool:
+    """The checks of the schedule and signal On modules: Every parses, and Signal is one
+    an action may use."""
+    ok = True
     if module == "amps-action-on-schedule" and options.get("Every"):
         from amps_py.schedule import ScheduleError, parse_every
 
@@ -190,7 +231,7 @@ def _build_action_module(
             "use SIGUSR1, SIGUSR2 or SIGHUP",
         )
         ok = False
-    return ActionModule(module, options, _line(el) or 0) if ok else None
+    return ok
 
 
 def _build_actions(root: etree._Element, problems: _Problems) -> tuple[ActionConfig, ...]:

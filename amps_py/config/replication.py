@@ -260,8 +260,78 @@ def _build_destination(
     targets: dict[tuple[str, int], tuple[str, etree._Element]],
     problems: _Problems,
 ) -> DestinationConfig | None:
-    ok = True
+    """One ``Destination``, checked against this instance (``own``) and the destinations
+    before it (``names``, ``targets``: updated); None (and problems) when wrong."""
     name_el = _first(dest, "Name")
+    name = _destination_name(dest, name_el, names, problems)
+    group, ok = _destination_group(dest, name_el, name, own, problems)
+    sync_type = _text(_first(dest, "SyncType"), problems)
+    topics, topics_ok = _destination_topics(dest, problems)
+    passthrough, passthrough_ok = _destination_passthrough(dest, problems)
+    transport_el = _first(dest, "Transport")
+    reconnect = _reconnect_timeouts(_first(transport_el, "ReconnectTimeout"), problems)
+    inet_addrs, addrs_ok = _destination_addresses(transport_el, name, own, targets, problems)
+    ok = ok and topics_ok and passthrough_ok and reconnect is not None and addrs_ok
+    ok &= _check_reachable(dest, transport_el, name, own, problems)
+    tls = _destination_tls(transport_el, problems)
+    authenticator_el = _first(transport_el, "Authenticator")
+    authenticator = (
+        _link_authenticator(authenticator_el, problems) if authenticator_el is not None else None
+    )
+    ok &= authenticator_el is None or authenticator is not None
+
+    stream = _stream_settings(dest, problems)
+    if (
+        not ok
+        or name is None
+        or sync_type is None
+        or reconnect is None
+        or stream is None
+        or tls is None
+    ):
+        return None
+    ack, heartbeat, compression = stream
+    return DestinationConfig(
+        name=name,
+        group=group,
+        sync_type=sync_type,
+        topics=topics,
+        passthrough=passthrough,
+        inet_addrs=inet_addrs,
+        reconnect_timeouts=reconnect,
+        ack_conflation_interval=ack,
+        compression=compression,
+        heartbeat_interval=heartbeat,
+        secure=tls[0],
+        ca_file=tls[1],
+        server_name=tls[2],
+        authenticator=authenticator,
+        line=_line(dest),
+    )
+
+
+def _stream_settings(dest: etree._Element, problems: _Problems) -> tuple[float, float, str] | None:
+    """(AckConflationInterval, HeartbeatInterval, Compression) of a Destination, the
+    defaults where not given; None (and problems) when one is wrong."""
+    ack = _positive_duration(
+        dest, "AckConflationInterval", DEFAULT_ACK_CONFLATION_INTERVAL, problems, zero_ok=True
+    )
+    heartbeat = _positive_duration(
+        dest, "HeartbeatInterval", DEFAULT_HEARTBEAT_INTERVAL, problems, zero_ok=False
+    )
+    compression = _optional_choice(dest, "Compression", "none", problems)
+    if ack is None or heartbeat is None or compression is None:
+        return None
+    return ack, heartbeat, compression
+
+
+def _destination_name(
+    dest: etree._Element,
+    name_el: etree._Element | None,
+    names: dict[str, etree._Element],
+    problems: _Problems,
+) -> str | None:
+    """The Destination Name, unique among the destinations (``names``: updated)."""
     name = _check_label(name_el, problems)
     if name_el is not None and name is not None:
         if name in names:
@@ -274,7 +344,18 @@ def _build_destination(
             name = None
         else:
             names[name] = dest
+    return name
 
+
+def _destination_group(
+    dest: etree._Element,
+    name_el: etree._Element | None,
+    name: str | None,
+    own: _Self,
+    problems: _Problems,
+) -> tuple[str | None, bool]:
+    """(Group or None, ok): the Group, and whether Name and Group are not this instance's."""
+    ok = True
     group_el = _first(dest, "Group")
     group = _check_name(group_el, problems) if group_el is not None else None
     ok &= group_el is None or group is not None
@@ -286,9 +367,14 @@ def _build_destination(
             "set Name and Group to those of the remote instance",
         )
         ok = False
+    return group, ok
 
-    sync_type = _text(_first(dest, "SyncType"), problems)
 
+def _destination_topics(
+    dest: etree._Element, problems: _Problems
+) -> tuple[tuple[ReplicationTopic, ...], bool]:
+    """(the Topic entries that are right, whether all are)."""
+    ok = True
     topics: list[ReplicationTopic] = []
     for topic_el in _children(dest, "Topic"):
         topic = _build_replication_topic(topic_el, problems)
@@ -296,7 +382,14 @@ def _build_destination(
             ok = False
         else:
             topics.append(topic)
+    return tuple(topics), ok
 
+
+def _destination_passthrough(
+    dest: etree._Element, problems: _Problems
+) -> tuple[tuple[str, ...], bool]:
+    """(the PassThrough expressions that compile, whether all do)."""
+    ok = True
     passthrough: list[str] = []
     for pass_el in _children(dest, "PassThrough"):
         if _compile_regex(
@@ -309,54 +402,90 @@ def _build_destination(
             passthrough.append(_text(pass_el, problems) or "")
         else:
             ok = False
+    return tuple(passthrough), ok
 
+
+def _destination_addresses(
+    transport_el: etree._Element | None,
+    name: str | None,
+    own: _Self,
+    targets: dict[tuple[str, int], tuple[str, etree._Element]],
+    problems: _Problems,
+) -> tuple[tuple[tuple[str, int], ...], bool]:
+    """(the Transport's InetAddrs that are right, whether all are): none may be this
+    instance's own listener, repeat in this Destination or be another destination's
+    (``targets``: updated)."""
+    ok = True
     inet_addrs: list[tuple[str, int]] = []
-    transport_el = _first(dest, "Transport")
-    reconnect = _reconnect_timeouts(_first(transport_el, "ReconnectTimeout"), problems)
-    ok &= reconnect is not None
     for inet_el in _children(transport_el, "InetAddr"):
         address = _destination_addr(inet_el, problems)
         if address is None:
             ok = False
             continue
-        shown = _inet_text(address)
-        listener = own.replication
-        client = next((t for t in own.clients if _same_endpoint((t.host, t.port), address)), None)
-        if listener is not None and _same_endpoint((listener.host, listener.port), address):
-            problems.add(
-                inet_el,
-                f"Destination {name or '?'!r} replicates to itself: InetAddr {shown} is this "
-                f"instance's own amps-replication transport {listener.name!r}",
-                "point InetAddr at the remote instance's amps-replication transport",
-            )
-        elif client is not None:
-            problems.add(
-                inet_el,
-                f"InetAddr {shown} is this instance's client transport {client.name!r}; "
-                "replication connects to an amps-replication transport",
-                "point InetAddr at the remote instance's amps-replication transport",
-            )
-        elif address in inet_addrs:
-            problems.add(
-                inet_el,
-                f"InetAddr {shown} is listed twice in this Destination",
-                "list each failover address once, in priority order",
-            )
-        elif address in targets:
-            other, other_el = targets[address]
-            problems.add(
-                inet_el,
-                f"InetAddr {shown} is already used by destination {other!r} on line "
-                f"{_line(other_el)}; one instance replicates to another over one link",
-                "merge the two Destinations (several Topic entries can share one), "
-                "or correct the address",
-            )
-        else:
-            inet_addrs.append(address)
-            targets[address] = (name or "?", inet_el)
+        if _address_clash(inet_el, address, name, own, inet_addrs, targets, problems):
+            ok = False
             continue
-        ok = False
+        inet_addrs.append(address)
+        targets[address] = (name or "?", inet_el)
+    return tuple(inet_addrs), ok
 
+
+def _address_clash(
+    inet_el: etree._Element,
+    address: tuple[str, int],
+    name: str | None,
+    own: _Self,
+    earlier: list[tuple[str, int]],
+    targets: dict[tuple[str, int], tuple[str, etree._Element]],
+    problems: _Problems,
+) -> bool:
+    """Whether ``address`` cannot be connected to (and a problem saying why)."""
+    shown = _inet_text(address)
+    listener = own.replication
+    client = next((t for t in own.clients if _same_endpoint((t.host, t.port), address)), None)
+    if listener is not None and _same_endpoint((listener.host, listener.port), address):
+        problems.add(
+            inet_el,
+            f"Destination {name or '?'!r} replicates to itself: InetAddr {shown} is this "
+            f"instance's own amps-replication transport {listener.name!r}",
+            "point InetAddr at the remote instance's amps-replication transport",
+        )
+    elif client is not None:
+        problems.add(
+            inet_el,
+            f"InetAddr {shown} is this instance's client transport {client.name!r}; "
+            "replication connects to an amps-replication transport",
+            "point InetAddr at the remote instance's amps-replication transport",
+        )
+    elif address in earlier:
+        problems.add(
+            inet_el,
+            f"InetAddr {shown} is listed twice in this Destination",
+            "list each failover address once, in priority order",
+        )
+    elif address in targets:
+        other, other_el = targets[address]
+        problems.add(
+            inet_el,
+            f"InetAddr {shown} is already used by destination {other!r} on line "
+            f"{_line(other_el)}; one instance replicates to another over one link",
+            "merge the two Destinations (several Topic entries can share one), "
+            "or correct the address",
+        )
+    else:
+        return False
+    return True
+
+
+def _check_reachable(
+    dest: etree._Element,
+    transport_el: etree._Element | None,
+    name: str | None,
+    own: _Self,
+    problems: _Problems,
+) -> bool:
+    """A Destination without Transport waits for the remote instance to connect: false
+    (and a problem) when this instance has no replication listener to accept it."""
     if transport_el is None and not own.has_replication_listener and not problems.faulty(dest):
         problems.add(
             dest,
@@ -367,52 +496,8 @@ def _build_destination(
             "</Transport> to the Destination, or an amps-replication Transport to "
             "<Transports>",
         )
-        ok = False
-
-    tls = _destination_tls(transport_el, problems)
-    ok &= tls is not None
-    authenticator_el = _first(transport_el, "Authenticator")
-    authenticator = (
-        _link_authenticator(authenticator_el, problems) if authenticator_el is not None else None
-    )
-    ok &= authenticator_el is None or authenticator is not None
-
-    ack = _positive_duration(
-        dest, "AckConflationInterval", DEFAULT_ACK_CONFLATION_INTERVAL, problems, zero_ok=True
-    )
-    heartbeat = _positive_duration(
-        dest, "HeartbeatInterval", DEFAULT_HEARTBEAT_INTERVAL, problems, zero_ok=False
-    )
-    compression = _optional_choice(dest, "Compression", "none", problems)
-
-    if (
-        not ok
-        or name is None
-        or sync_type is None
-        or reconnect is None
-        or ack is None
-        or heartbeat is None
-        or compression is None
-        or tls is None
-    ):
-        return None
-    return DestinationConfig(
-        name=name,
-        group=group,
-        sync_type=sync_type,
-        topics=tuple(topics),
-        passthrough=tuple(passthrough),
-        inet_addrs=tuple(inet_addrs),
-        reconnect_timeouts=reconnect,
-        ack_conflation_interval=ack,
-        compression=compression,
-        heartbeat_interval=heartbeat,
-        secure=tls[0],
-        ca_file=tls[1],
-        server_name=tls[2],
-        authenticator=authenticator,
-        line=_line(dest),
-    )
+        return False
+    return True
 
 
 def _check_journaled(

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Final
 
 from lxml import etree
 
@@ -83,11 +84,23 @@ def _read_model(schema: etree._Element) -> _Decl:
     (or ampspy:min/maxOccurs inside an unbounded choice), and the enumeration and
     minLength facets. Other facets are left to the XSD backstop.
     """
-    complex_types = {t.get("name"): t for t in schema.iterchildren(f"{_XS}complexType")}
-    simple_types = {t.get("name"): t for t in schema.iterchildren(f"{_XS}simpleType")}
-    groups = {f"{_XS}all", f"{_XS}sequence", f"{_XS}choice"}
+    root = schema.find(f"{_XS}element[@name='{_ROOT}']")
+    if root is None:  # pragma: no cover - the schema ships with the package
+        raise RuntimeError(f"{schema_path()} does not declare <{_ROOT}>")
+    return _ModelReader(schema).element(root, "")
 
-    def facets(simple: etree._Element | None) -> tuple[tuple[str, ...], int]:
+
+class _ModelReader:
+    """Reads element declarations of one schema into :class:`_Decl` trees."""
+
+    _GROUPS: Final = frozenset({f"{_XS}all", f"{_XS}sequence", f"{_XS}choice"})
+
+    def __init__(self, schema: etree._Element) -> None:
+        self.complex_types = {t.get("name"): t for t in schema.iterchildren(f"{_XS}complexType")}
+        self.simple_types = {t.get("name"): t for t in schema.iterchildren(f"{_XS}simpleType")}
+
+    def facets(self, simple: etree._Element | None) -> tuple[tuple[str, ...], int]:
+        """(enumeration, minLength) of a simple type, following its restriction bases."""
         enumeration: tuple[str, ...] = ()
         min_length = 0
         while simple is not None:
@@ -101,47 +114,50 @@ def _read_model(schema: etree._Element) -> _Decl:
             length = restriction.find(f"{_XS}minLength")
             if length is not None:
                 min_length = max(min_length, int(str(length.get("value"))))
-            simple = simple_types.get(restriction.get("base"))
+            simple = self.simple_types.get(restriction.get("base"))
         return enumeration, min_length
 
+    @staticmethod
     def documentation(decl: etree._Element) -> str:
         text = decl.findtext(f"{_XS}annotation/{_XS}documentation") or ""
         return " ".join(text.split())
 
-    def particles(group: etree._Element) -> Iterable[etree._Element]:
+    def particles(self, group: etree._Element) -> Iterable[etree._Element]:
+        """The element declarations of a model group, nested groups flattened."""
         for node in group:
             if node.tag == f"{_XS}element":
                 yield node
-            elif node.tag in groups:
-                yield from particles(node)
+            elif node.tag in self._GROUPS:
+                yield from self.particles(node)
 
-    def element(decl: etree._Element, parent_path: str) -> _Decl:
+    def element(self, decl: etree._Element, parent_path: str) -> _Decl:
+        """The :class:`_Decl` of an element declaration and, recursively, its children."""
         name = str(decl.get("name"))
         path = f"{parent_path}/{name}" if parent_path else name
         # Children of an unbounded choice carry their real limits as ampspy:* attributes.
         min_occurs = _occurs(decl.get(f"{_AMPSPY_NS}minOccurs") or decl.get("minOccurs"), 1)
         max_occurs = _occurs(decl.get(f"{_AMPSPY_NS}maxOccurs") or decl.get("maxOccurs"), 1)
         type_name = decl.get("type")
-        complex_type = complex_types.get(type_name) if type_name else decl.find(f"{_XS}complexType")
-        doc = documentation(decl)
+        complex_type = (
+            self.complex_types.get(type_name) if type_name else decl.find(f"{_XS}complexType")
+        )
+        doc = self.documentation(decl)
         if complex_type is None:
-            simple = simple_types.get(type_name) if type_name else decl.find(f"{_XS}simpleType")
-            enumeration, min_length = facets(simple)
+            simple = (
+                self.simple_types.get(type_name) if type_name else decl.find(f"{_XS}simpleType")
+            )
+            enumeration, min_length = self.facets(simple)
             return _Decl(
                 name, path, min_occurs or 0, max_occurs, doc, None, enumeration, min_length
             )
         children = {
-            str(child.get("name")): element(child, path) for child in particles(complex_type)
+            str(child.get("name")): self.element(child, path)
+            for child in self.particles(complex_type)
         }
         open_content = complex_type.find(f".//{_XS}any") is not None
         return _Decl(
             name, path, min_occurs or 0, max_occurs, doc, children, open_content=open_content
         )
-
-    root = schema.find(f"{_XS}element[@name='{_ROOT}']")
-    if root is None:  # pragma: no cover - the schema ships with the package
-        raise RuntimeError(f"{schema_path()} does not declare <{_ROOT}>")
-    return element(root, "")
 
 
 def _index_model(root: _Decl) -> dict[str, list[_Decl]]:

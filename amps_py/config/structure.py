@@ -208,11 +208,10 @@ def _unknown_element(
 ) -> str | None:
     """Report a child that the schema does not allow here; return the name suggested."""
     name = str(kid.tag)
-    parent_tag = parent.name
     assert parent.children is not None
     allowed = list(parent.children)
     unsupported = UNSUPPORTED_AMPS_ELEMENTS.get(parent.path, frozenset())
-    allowed_text = f"elements allowed in <{parent_tag}> are: {_one_of(allowed)}"
+    allowed_text = f"elements allowed in <{parent.name}> are: {_one_of(allowed)}"
 
     if name in unsupported:
         problems.add(
@@ -235,10 +234,24 @@ def _unknown_element(
         places = " or ".join(f"<{d.path.rpartition('/')[0]}>" for d in homes)
         problems.add(
             kid,
-            f"<{name}> is not allowed inside <{parent_tag}>; it belongs inside {places}",
+            f"<{name}> is not allowed inside <{parent.name}>; it belongs inside {places}",
             f"move <{name}> into {places}",
         )
         return None
+    return _misspelt_element(kid, parent.name, allowed, unsupported, allowed_text, problems)
+
+
+def _misspelt_element(
+    kid: etree._Element,
+    parent_tag: str,
+    allowed: list[str],
+    unsupported: frozenset[str],
+    allowed_text: str,
+    problems: _Problems,
+) -> str | None:
+    """Report an element known nowhere in the schema, with the closest name allowed
+    here (or not supported yet) if one is close; return the name suggested."""
+    name = str(kid.tag)
     close = _closest(name, allowed)
     if close:
         problems.add(

@@ -163,20 +163,7 @@ def _transport_tls(
             )
         return None if given else (None, None, None)
 
-    ok = True
-    for name, what in (
-        ("Certificate", "PEM certificate chain file (the listener's certificate first)"),
-        ("PrivateKey", "PEM private key file of that certificate"),
-    ):
-        if els[name] is None:
-            problems.add(
-                type_el,
-                f"Type {kind} needs a <{name}>: the {what}",
-                f"add <{name}>/path/to/{_EXAMPLE_FILE[name]}</{name}> inside this "
-                f"<Transport>, or set <Type>{_PLAIN_TWIN[kind]}</Type> for unencrypted "
-                "connections",
-            )
-            ok = False
+    ok = _check_tls_files_given(els, type_el, kind, problems)
     cert_el, key_el, ciphers_el = els["Certificate"], els["PrivateKey"], els["Ciphers"]
     ciphers = _check_ciphers(ciphers_el, problems)
     ok &= ciphers_el is None or ciphers is not None
@@ -192,22 +179,59 @@ def _transport_tls(
         ok &= _check_private_key_pem(key_el, key[1], problems)
     if not ok or cert is None or key is None or cert_el is None or key_el is None:
         return None
+    if not _check_key_pair(cert_el, key_el, cert[0], key[0], problems):
+        return None
+    return cert[0], key[0], ciphers
+
+
+def _check_tls_files_given(
+    els: Mapping[str, etree._Element | None],
+    type_el: etree._Element,
+    kind: str,
+    problems: _Problems,
+) -> bool:
+    """Whether the secure Type ``kind`` has both its Certificate and its PrivateKey."""
+    ok = True
+    for name, what in (
+        ("Certificate", "PEM certificate chain file (the listener's certificate first)"),
+        ("PrivateKey", "PEM private key file of that certificate"),
+    ):
+        if els[name] is None:
+            problems.add(
+                type_el,
+                f"Type {kind} needs a <{name}>: the {what}",
+                f"add <{name}>/path/to/{_EXAMPLE_FILE[name]}</{name}> inside this "
+                f"<Transport>, or set <Type>{_PLAIN_TWIN[kind]}</Type> for unencrypted "
+                "connections",
+            )
+            ok = False
+    return ok
+
+
+def _check_key_pair(
+    cert_el: etree._Element,
+    key_el: etree._Element,
+    cert: Path,
+    key: Path,
+    problems: _Problems,
+) -> bool:
+    """Whether the certificate and key load together, as the listener will load them."""
     try:
-        server_ssl_context(cert[0], key[0])
+        server_ssl_context(cert, key)
     except _PassphraseRequired as exc:
-        problems.add(key_el, f"PrivateKey file {str(key[0])!r}: {exc}", "store it unencrypted")
-        return None
+        problems.add(key_el, f"PrivateKey file {str(key)!r}: {exc}", "store it unencrypted")
+        return False
     except ssl.SSLError as exc:
-        _report_load_failure(cert_el, key_el, cert[0], key[0], exc, problems)
-        return None
+        _report_load_failure(cert_el, key_el, cert, key, exc, problems)
+        return False
     except OSError as exc:  # pragma: no cover - the files were readable a moment ago
         problems.add(
             cert_el,
             f"the Certificate and PrivateKey files cannot be loaded: {exc.strerror or exc}",
             "check the paths and the files' permissions",
         )
-        return None
-    return cert[0], key[0], ciphers
+        return False
+    return True
 
 
 def _report_load_failure(

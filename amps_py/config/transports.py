@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from lxml import etree
 
@@ -33,133 +34,183 @@ from amps_py.config.xmltree import _children, _first, _line
 from amps_py.units import UnitError, parse_count, parse_percent
 
 
-def _build_transports(root: etree._Element, problems: _Problems) -> tuple[TransportConfig, ...]:
-    transports: list[TransportConfig] = []
-    names: dict[str, etree._Element] = {}
-    addresses: list[tuple[tuple[str, int], str, etree._Element]] = []
+@dataclass
+class _TransportsSeen:
+    """What the Transports before the current one claimed (to report clashes)."""
+
+    names: dict[str, etree._Element] = field(default_factory=dict)
+    addresses: list[tuple[tuple[str, int], str, etree._Element]] = field(default_factory=list)
     replication_el: etree._Element | None = None  # the first amps-replication transport
+
+
+def _build_transports(root: etree._Element, problems: _Problems) -> tuple[TransportConfig, ...]:
+    seen = _TransportsSeen()
+    transports: list[TransportConfig] = []
     for transport in _children(_first(root, "Transports"), "Transport"):
-        name_el = _first(transport, "Name")
-        name = _text(name_el, problems)
-        if name_el is not None and name:
-            if name in names:
-                problems.add(
-                    name_el,
-                    f"transport name {name!r} is already used by the transport on line "
-                    f"{_line(names[name])}",
-                    "give each Transport a unique Name",
-                )
-                name = None
-            else:
-                names[name] = name_el
-        type_el = _first(transport, "Type")
-        kind = _text(type_el, problems)
-        if type_el is not None and kind in REPLICATION_TRANSPORT_TYPES:
-            if replication_el is None:
-                replication_el = transport
-            else:
-                first_name = _text(_first(replication_el, "Name"), problems) or "?"
-                problems.add(
-                    type_el,
-                    "an instance has at most one amps-replication transport, and transport "
-                    f"{first_name!r} on line {_line(replication_el)} already is one "
-                    "(amps-replication and amps-replication-secure count together)",
-                    "remove this transport (one amps-replication listener accepts every "
-                    "upstream instance), or change its Type to tcp or tcps",
-                )
-                kind = None
-
-        inet_el = _first(transport, "InetAddr")
-        inet_text = _text(inet_el, problems)
-        address: tuple[str, int] | None = None
-        if inet_el is not None and inet_text:
-            try:
-                address = _parse_inet_addr(inet_text)
-            except _BadValue as bad:
-                problems.add(inet_el, bad.message, bad.fix)
-        if inet_el is not None and address is not None:
-            for other, other_name, other_el in addresses:
-                if _ports_clash(address, other):
-                    problems.add(
-                        inet_el,
-                        f"InetAddr {inet_text} clashes with transport {other_name!r} on "
-                        f"line {_line(other_el)}, which listens on the same port "
-                        f"({_listener_text(other)}): the second transport could not start",
-                        "give each Transport its own port (or port 0 for a free one)",
-                    )
-                    address = None
-                    break
-            else:
-                addresses.append((address, name or "?", inet_el))
-
-        protocol_el = _first(transport, "Protocol")
-        protocol = _text(protocol_el, problems) if protocol_el is not None else "amps"
-        if protocol == "json":  # AMPS accepts json as another name for the amps protocol
-            protocol = "amps"
-        message_type_el = _first(transport, "MessageType")
-        message_type = _text(message_type_el, problems)
-        message_type_ok = message_type_el is None or message_type is not None
-        if kind in REPLICATION_TRANSPORT_TYPES and protocol is not None:
-            # Replication has its own framing and carries every message type.
-            protocol, message_type = REPLICATION_TRANSPORT_TYPE, None
-        size_el = _first(transport, "MaxMessageSize")
-        size = _bytes_value(size_el, problems) if size_el is not None else DEFAULT_MAX_MESSAGE_SIZE
-        state_el = _first(transport, "InitialState")
-        state = _text(state_el, problems) if state_el is not None else "enabled"
-        tls = _transport_tls(transport, type_el, kind, problems)
-        incoming = _incoming_replication(transport, kind, problems)
-        logon_timeout = _positive_duration(
-            transport, "LogonTimeout", DEFAULT_LOGON_TIMEOUT, problems, zero_ok=False
-        )
-        frame_timeout = _positive_duration(
-            transport,
-            "IncompleteMessageTimeout",
-            DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
-            problems,
-            zero_ok=False,
-        )
-        capacity_el = _first(transport, "ClientMaxCapacity")
-        capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
-        # the schema allows only true/false
-        always_acks = _text(_first(transport, "AlwaysSendPersistedAcks"), problems) == "true"
-
-        if (
-            name is None
-            or kind is None
-            or address is None
-            or protocol is None
-            or not message_type_ok
-            or size is None
-            or state is None
-            or tls is None
-            or incoming is None
-            or logon_timeout is None
-            or frame_timeout is None
-            or (capacity_el is not None and capacity is None)
-        ):
-            continue
-        transports.append(
-            TransportConfig(
-                name=name,
-                type=kind,
-                host=address[0],
-                port=address[1],
-                protocol=protocol,
-                message_type=message_type,
-                max_message_size=size,
-                enabled=state == "enabled",
-                certificate=tls[0],
-                private_key=tls[1],
-                ciphers=tls[2],
-                authentication=incoming[0],
-                sequence_gap_threshold=incoming[1],
-                logon_timeout=logon_timeout,
-                incomplete_message_timeout=frame_timeout,
-                client_max_capacity=capacity,
-                always_persisted_acks=always_acks,
-            )
-        )
+        built = _build_transport(transport, seen, problems)
+        if built is not None:
+            transports.append(built)
     return tuple(transports)
+
+
+def _build_transport(
+    transport: etree._Element, seen: _TransportsSeen, problems: _Problems
+) -> TransportConfig | None:
+    """One ``Transport`` (``seen``: updated); None (and problems) when wrong."""
+    name = _transport_name(transport, seen, problems)
+    type_el = _first(transport, "Type")
+    kind = _transport_type(transport, type_el, seen, problems)
+    address = _transport_address(transport, name, seen, problems)
+    protocol_el = _first(transport, "Protocol")
+    protocol = _text(protocol_el, problems) if protocol_el is not None else "amps"
+    if protocol == "json":  # AMPS accepts json as another name for the amps protocol
+        protocol = "amps"
+    message_type_el = _first(transport, "MessageType")
+    message_type = _text(message_type_el, problems)
+    message_type_ok = message_type_el is None or message_type is not None
+    if kind in REPLICATION_TRANSPORT_TYPES and protocol is not None:
+        # Replication has its own framing and carries every message type.
+        protocol, message_type = REPLICATION_TRANSPORT_TYPE, None
+    size_el = _first(transport, "MaxMessageSize")
+    size = _bytes_value(size_el, problems) if size_el is not None else DEFAULT_MAX_MESSAGE_SIZE
+    state_el = _first(transport, "InitialState")
+    state = _text(state_el, problems) if state_el is not None else "enabled"
+    tls = _transport_tls(transport, type_el, kind, problems)
+    incoming = _incoming_replication(transport, kind, problems)
+    limits = _client_limits(transport, problems)
+    # the schema allows only true/false
+    always_acks = _text(_first(transport, "AlwaysSendPersistedAcks"), problems) == "true"
+
+    if (
+        name is None
+        or kind is None
+        or address is None
+        or protocol is None
+        or not message_type_ok
+        or size is None
+        or state is None
+        or tls is None
+        or incoming is None
+        or limits is None
+    ):
+        return None
+    return TransportConfig(
+        name=name,
+        type=kind,
+        host=address[0],
+        port=address[1],
+        protocol=protocol,
+        message_type=message_type,
+        max_message_size=size,
+        enabled=state == "enabled",
+        certificate=tls[0],
+        private_key=tls[1],
+        ciphers=tls[2],
+        authentication=incoming[0],
+        sequence_gap_threshold=incoming[1],
+        logon_timeout=limits[0],
+        incomplete_message_timeout=limits[1],
+        client_max_capacity=limits[2],
+        always_persisted_acks=always_acks,
+    )
+
+
+def _transport_name(
+    transport: etree._Element, seen: _TransportsSeen, problems: _Problems
+) -> str | None:
+    """The Transport's Name, unique in the instance."""
+    name_el = _first(transport, "Name")
+    name = _text(name_el, problems)
+    if name_el is not None and name:
+        if name in seen.names:
+            problems.add(
+                name_el,
+                f"transport name {name!r} is already used by the transport on line "
+                f"{_line(seen.names[name])}",
+                "give each Transport a unique Name",
+            )
+            name = None
+        else:
+            seen.names[name] = name_el
+    return name
+
+
+def _transport_type(
+    transport: etree._Element,
+    type_el: etree._Element | None,
+    seen: _TransportsSeen,
+    problems: _Problems,
+) -> str | None:
+    """The Transport's Type; at most one transport is an amps-replication listener."""
+    kind = _text(type_el, problems)
+    if type_el is not None and kind in REPLICATION_TRANSPORT_TYPES:
+        if seen.replication_el is None:
+            seen.replication_el = transport
+        else:
+            first_name = _text(_first(seen.replication_el, "Name"), problems) or "?"
+            problems.add(
+                type_el,
+                "an instance has at most one amps-replication transport, and transport "
+                f"{first_name!r} on line {_line(seen.replication_el)} already is one "
+                "(amps-replication and amps-replication-secure count together)",
+                "remove this transport (one amps-replication listener accepts every "
+                "upstream instance), or change its Type to tcp or tcps",
+            )
+            kind = None
+    return kind
+
+
+def _transport_address(
+    transport: etree._Element, name: str | None, seen: _TransportsSeen, problems: _Problems
+) -> tuple[str, int] | None:
+    """The Transport's InetAddr as (host, port), on a port no earlier transport binds."""
+    inet_el = _first(transport, "InetAddr")
+    inet_text = _text(inet_el, problems)
+    address: tuple[str, int] | None = None
+    if inet_el is not None and inet_text:
+        try:
+            address = _parse_inet_addr(inet_text)
+        except _BadValue as bad:
+            problems.add(inet_el, bad.message, bad.fix)
+    if inet_el is not None and address is not None:
+        for other, other_name, other_el in seen.addresses:
+            if _ports_clash(address, other):
+                problems.add(
+                    inet_el,
+                    f"InetAddr {inet_text} clashes with transport {other_name!r} on "
+                    f"line {_line(other_el)}, which listens on the same port "
+                    f"({_listener_text(other)}): the second transport could not start",
+                    "give each Transport its own port (or port 0 for a free one)",
+                )
+                return None
+        seen.addresses.append((address, name or "?", inet_el))
+    return address
+
+
+def _client_limits(
+    transport: etree._Element, problems: _Problems
+) -> tuple[float, float, ClientCapacity | None] | None:
+    """(LogonTimeout, IncompleteMessageTimeout, ClientMaxCapacity or None) of a
+    Transport; None (and problems) when one is wrong."""
+    logon_timeout = _positive_duration(
+        transport, "LogonTimeout", DEFAULT_LOGON_TIMEOUT, problems, zero_ok=False
+    )
+    frame_timeout = _positive_duration(
+        transport,
+        "IncompleteMessageTimeout",
+        DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
+        problems,
+        zero_ok=False,
+    )
+    capacity_el = _first(transport, "ClientMaxCapacity")
+    capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
+    if (
+        logon_timeout is None
+        or frame_timeout is None
+        or (capacity_el is not None and capacity is None)
+    ):
+        return None
+    return logon_timeout, frame_timeout, capacity
 
 
 def _incoming_replication(
