@@ -13,6 +13,7 @@ from amps_py.config.problems import _BadValue, _Problems
 from amps_py.config.xmltree import _first
 from amps_py.units import UnitError, parse_bytes, parse_duration
 
+#: how to name a file (TLS files, password and rules files), for the fix of a problem
 _PATH_HINT = (
     "a relative path is relative to the working directory of amps-py; "
     "${AMPS_CONFIG_DIRECTORY}/NAME.pem names a file NAME.pem beside the config"
