@@ -407,7 +407,7 @@ class ActionRunner:
         await trio.lowlevel.checkpoint()
 
     async def _maintain_journal(self, kind: str, age: str) -> None:
-        from amps_py.server.maintenance import JournalMaintenanceError
+        from amps_py.errors import JournalMaintenanceError
 
         try:
             result = await self.instance.maintain_journal(kind, older_than=parse_duration(age))

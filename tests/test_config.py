@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from amps_py import config as config_module
 from amps_py import logs
 from amps_py.config import (
     DEFAULT_JOURNAL_SIZE,
@@ -31,6 +30,8 @@ from amps_py.config import (
     parse_config,
     schema_path,
 )
+from amps_py.config import model as config_model
+from amps_py.config import schema as config_schema
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config" / "examples" / "standalone.xml"
@@ -300,7 +301,7 @@ def test_journals_is_cached_and_does_not_affect_equality() -> None:
 
 
 def test_journals_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module, "_JOURNAL_CACHE_LIMIT", 10)
+    monkeypatch.setattr(config_model, "_JOURNAL_CACHE_LIMIT", 10)
     log = TransactionLogConfig(Path("d"), topics=(JournalTopic(".*", "json"),))
     for i in range(25):
         assert log.journals(f"t{i}", "json")
@@ -474,7 +475,7 @@ def test_schema_is_found_and_valid() -> None:
 
 def test_unsupported_elements_are_not_in_the_schema() -> None:
     """The not-yet-supported list and the schema must never overlap (or drift apart)."""
-    index = config_module._schema().index
+    index = config_schema._schema().index
     paths = {decl.path: decl for decls in index.values() for decl in decls}
     for parent, names in UNSUPPORTED_AMPS_ELEMENTS.items():
         assert parent in paths, f"{parent} is not an element path in amps.xsd"
@@ -493,7 +494,7 @@ def test_schema_path_prefers_the_packaged_copy(
     assert schema_path() == REPO / "config" / "amps.xsd"  # source checkout
     packaged = tmp_path / "amps.xsd"
     packaged.write_bytes((REPO / "config" / "amps.xsd").read_bytes())
-    monkeypatch.setattr(config_module, "_packaged_schema", lambda: packaged)
+    monkeypatch.setattr(config_schema, "_packaged_schema", lambda: packaged)
     assert schema_path() == packaged
 
 
@@ -521,7 +522,7 @@ def test_model_reader_handles_nested_groups_and_inline_types() -> None:
           </xs:element>
         </xs:schema>"""
     )
-    model = config_module._read_model(xsd)
+    model = config_schema._read_model(xsd)
     assert model.children is not None
     replication = model.children["Replication"]
     assert (replication.min_occurs, replication.max_occurs) == (0, 1)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from amps_py.config import ConfigError, ConfigProblem, _translate_schema_error, load_config
+from amps_py.config import ConfigError, ConfigProblem, load_config
 from amps_py.config import parse_config as _parse_config
+from amps_py.config.schema import _translate_schema_error
 
 HEAD = ["<AMPSConfig>", "  <Name>amps-1</Name>"]  # lines 1-2
 TAIL = ["</AMPSConfig>"]
@@ -706,9 +707,9 @@ def test_schema_messages_are_translated(raw: str, message: str, fix: str) -> Non
 
 def test_schema_backstop_reports_what_the_walk_missed(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the structural walk and amps.xsd ever disagree, the XSD still catches it."""
-    from amps_py import config as config_module
+    from amps_py.config import loader
 
-    monkeypatch.setattr(config_module, "_check_structure", lambda *args: None)
+    monkeypatch.setattr(loader, "_check_structure", lambda *args: None)
     with pytest.raises(ConfigError) as info:
         parse_config(doc("  <Transports>", *transport(Protocol="udp"), "  </Transports>"))
     (problem,) = info.value.problems

@@ -14,6 +14,7 @@ out. Two checks keep it that way:
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,99 @@ def test_txlog_imports_nothing_of_amps_py() -> None:
                 problems.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     why = "txlog imports amps_py (move what both need into txlog):\n"
     assert not problems, why + "\n".join(problems)
+
+
+# ---------------------------------------------------------------- no cycle between packages
+#: the units whose imports must form no cycle: each package directly under amps_py
+#: (and each top-level module) is one unit; ``txlog`` is one more. Every import
+#: counts, also one under ``if TYPE_CHECKING:`` or inside a function: a cycle that
+#: only type checkers follow still means two packages cannot be read apart.
+COMPOSITION_ROOTS = {
+    "amps_py.cli",
+    "amps_py.cli_client",
+    "amps_py.cli_pipeline",
+    "amps_py.__main__",
+}
+
+
+def _unit_of(module: str) -> str | None:
+    """The unit ``module`` belongs to (None for modules outside amps_py and txlog)."""
+    parts = module.split(".")
+    if parts[0] == "txlog":
+        return "txlog"
+    if parts[0] != "amps_py" or len(parts) < 2:
+        return None
+    return ".".join(parts[:2])
+
+
+def _unit_graph() -> dict[str, dict[str, list[str]]]:
+    """unit -> imported unit -> where (``path:line imports name``)."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for package, package_dir in (("amps_py", ROOT / "amps_py"), ("txlog", ROOT / "txlog")):
+        for path in sorted(package_dir.rglob("*.py")):
+            module = _module_name(package, package_dir, path)
+            unit = _unit_of(module)
+            if unit is None or unit in COMPOSITION_ROOTS:
+                continue
+            for line, imported in _imported_modules(path, module):
+                target = _unit_of(imported)
+                if target is None or target == unit or target == "amps_py.__init__":
+                    continue
+                if not (ROOT / Path(*target.split(".")).with_suffix(".py")).exists() and not (
+                    ROOT / Path(*target.split("."))
+                ).is_dir():
+                    continue  # "from amps_py import x" where x is a unit: counted as x
+                where = f"{path.relative_to(ROOT)}:{line} imports {imported}"
+                graph.setdefault(unit, {}).setdefault(target, []).append(where)
+    return graph
+
+
+def _find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
+    """One cycle of units (first unit repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(unit: str) -> list[str] | None:
+        state[unit] = 1
+        path.append(unit)
+        for nxt in sorted(graph.get(unit, {})):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[unit] = 2
+        return None
+
+    for unit in sorted(graph):
+        if unit not in state:
+            found = visit(unit)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph = _unit_graph()
+    cycle = _find_cycle(graph)
+    if cycle is None:
+        return
+    steps = []
+    for a, b in itertools.pairwise(cycle):
+        steps.append(f"{a} -> {b}: " + "; ".join(graph[a][b][:3]))
+    pytest.fail(
+        "packages import each other in a cycle (type-only imports count): "
+        + " -> ".join(cycle)
+        + "\n"
+        + "\n".join(steps)
+        + "\nbreak it with a Protocol on the importing side (see amps_py/replication/host.py) "
+        "or a leaf module both can import"
+    )
+
+
+def test_the_cycle_finder_reports_a_cycle() -> None:
+    graph = {"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}, "d": {"a": ["w"]}}
+    assert _find_cycle(graph) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b": ["x"]}, "b": {}}) is None

@@ -56,8 +56,7 @@ from amps_py.units import utc_iso, utc_timestamp
 from .metrics import render_metrics
 
 if TYPE_CHECKING:
-    from amps_py.server.instance import Instance
-    from amps_py.server.session import Session
+    from .host import AdminHost, ClientView
 
 log = logging.getLogger("amps_py.admin")
 
@@ -73,7 +72,7 @@ class HttpError(Exception):
         self.message = message
 
 
-def instance_tree(instance: Instance) -> dict[str, Any]:
+def instance_tree(instance: AdminHost) -> dict[str, Any]:
     """The ``/amps/instance`` tree, built from the instance's statistics."""
     stats = instance.statistics()
     repl = stats.replication or {"destinations": [], "upstreams": []}
@@ -117,7 +116,7 @@ def instance_tree(instance: Instance) -> dict[str, Any]:
 
 
 
-def journals_tree(instance: Instance) -> dict[str, Any]:
+def journals_tree(instance: AdminHost) -> dict[str, Any]:
     """The journal segments (AMPS's journal files) by id, with the log's time span and
     the maintenance state: ``journals``, ``min_timestamp``, ``max_timestamp``,
     ``maintenance`` (requests counted, removals pending and what holds them).
@@ -177,7 +176,7 @@ def _file_size(path: Path) -> int | None:
         return None
 
 
-def client_sessions(instance: Instance) -> dict[str, Session]:
+def client_sessions(instance: AdminHost) -> dict[str, ClientView]:
     """The connected clients by their key in ``/amps/instance/clients``, oldest first.
 
     The key is the client name, or ``connection-<id>`` for a connection that has not
@@ -187,7 +186,7 @@ def client_sessions(instance: Instance) -> dict[str, Session]:
     sessions = sorted(instance.sessions, key=lambda s: s.conn_id)
     names = Counter(s.client_name for s in sessions if s.logged_on and s.client_name)
     by_connection = {f"connection-{s.conn_id}" for s in sessions}
-    keyed: dict[str, Session] = {}
+    keyed: dict[str, ClientView] = {}
     for s in sessions:
         name = s.client_name if s.logged_on else ""
         unique = bool(name) and names[name] == 1 and name not in by_connection
@@ -195,7 +194,7 @@ def client_sessions(instance: Instance) -> dict[str, Session]:
     return keyed
 
 
-def client_entry(session: Session) -> dict[str, Any]:
+def client_entry(session: ClientView) -> dict[str, Any]:
     """What the admin API shows of one connection (the user, never a password).
 
     ``queued_bytes`` are bytes waiting to be written to the client: a client that does
@@ -232,7 +231,7 @@ def client_entry(session: Session) -> dict[str, Any]:
     }
 
 
-def disks_of(instance: Instance) -> dict[str, dict[str, Any]]:
+def disks_of(instance: AdminHost) -> dict[str, dict[str, Any]]:
     """Space on the file systems holding the journal and the archive directory, keyed
     by what they hold (``journal``, ``archive``)."""
     tl = instance.config.transaction_log
@@ -260,7 +259,7 @@ def disks_of(instance: Instance) -> dict[str, dict[str, Any]]:
     return disks
 
 
-def host_tree(instance: Instance | None = None) -> dict[str, Any]:
+def host_tree(instance: AdminHost | None = None) -> dict[str, Any]:
     load = os.getloadavg()
     memory: dict[str, int] = {}
     try:
@@ -321,7 +320,7 @@ def _valid_tag(name: str) -> bool:
 class AdminApp:
     """The ASGI application; one per instance."""
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: AdminHost) -> None:
         self.instance = instance
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -496,7 +495,7 @@ class AdminApp:
 
     async def _journal_action(self, journal_id: str, action: str, user: str) -> dict[str, Any]:
         """Compress, archive or remove journal ``journal_id`` and every older one."""
-        from amps_py.server.maintenance import JournalMaintenanceError
+        from amps_py.errors import JournalMaintenanceError
 
         if not journal_id.isdigit():
             raise HttpError(
@@ -580,7 +579,7 @@ def _basic_credentials(scope: Scope) -> tuple[str, str]:
 
 
 async def serve_admin(
-    instance: Instance,
+    instance: AdminHost,
     host: str,
     port: int,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,

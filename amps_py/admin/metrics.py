@@ -20,14 +20,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from amps_py.server.writer import BATCH_SIZE_BUCKETS, COMMIT_SECONDS_BUCKETS
+from amps_py.statistics import BATCH_SIZE_BUCKETS, COMMIT_SECONDS_BUCKETS
 
 if TYPE_CHECKING:
-    from amps_py.server.instance import Instance
+    from .host import AdminHost
 
 
 class InstanceCollector(Collector):
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: AdminHost) -> None:
         self.instance = instance
 
     def collect(self) -> Iterator[Metric]:
@@ -296,7 +296,7 @@ def _num(value: object) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def render_metrics(instance: Instance) -> bytes:
+def render_metrics(instance: AdminHost) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InstanceCollector(instance))
     return generate_latest(registry)

@@ -38,7 +38,7 @@ from .mux import RoleStream, SharedConnection
 from .validation import TopicDescriptor, describe, validate
 
 if TYPE_CHECKING:
-    from amps_py.server.instance import Instance
+    from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication.incoming")
 
@@ -132,7 +132,7 @@ class UpstreamConnection:
 
     def __init__(
         self,
-        instance: Instance,
+        instance: ReplicationHost,
         stream: RoleStream,
         peer: str,
         shared: SharedConnection | None = None,

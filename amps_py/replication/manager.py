@@ -20,13 +20,13 @@ from .mux import SharedConnection
 from .outgoing import Destination
 
 if TYPE_CHECKING:
-    from amps_py.server.instance import Instance
+    from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication")
 
 
 class ReplicationManager:
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: ReplicationHost) -> None:
         self.instance = instance
         self.destinations = [Destination(instance, d) for d in instance.config.replication]
         self.upstreams: dict[str, UpstreamConnection] = {}

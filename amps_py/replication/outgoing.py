@@ -50,7 +50,7 @@ from .outage import OutageLog, OutageReport
 from .routing import Route
 
 if TYPE_CHECKING:
-    from amps_py.server.instance import Instance
+    from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication.outgoing")
 
@@ -132,7 +132,7 @@ class DestinationStatistics:
 class Destination:
     """Runtime state of one configured destination."""
 
-    def __init__(self, instance: Instance, config: DestinationConfig) -> None:
+    def __init__(self, instance: ReplicationHost, config: DestinationConfig) -> None:
         self.instance = instance
         self.config = config
         self.name = config.name

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from amps_py.config import DestinationConfig, ReplicationTopic
+from amps_py.config.model import DestinationConfig, ReplicationTopic
 from amps_py.filters import Filter, compile_filter
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from amps_py.config import REPLICATION_VALIDATION_CHECKS, DestinationConfig, InstanceConfig
+from amps_py.config.model import REPLICATION_VALIDATION_CHECKS, DestinationConfig, InstanceConfig
 
 ALL_CHECKS = REPLICATION_VALIDATION_CHECKS
 

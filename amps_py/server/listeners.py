@@ -18,9 +18,10 @@ import trio
 from amps_py import events
 from amps_py.config import TransportConfig
 
-from .startup import ConfigurationError, listen_failure
+from .startup import ConfigurationError, listen_failure, os_error_in
 
 if TYPE_CHECKING:
+    from amps_py.admin.host import AdminHost
     from amps_py.replication import ReplicationManager
 
 log = logging.getLogger("amps_py.server")
@@ -113,6 +114,30 @@ class Listeners:
             raise ListenError("the instance is not running")
         await self._nursery.start(self._serve_transport, transport, self._nursery)
         return "enabled"
+
+    async def start_admin(
+        self, nursery: trio.Nursery, instance: AdminHost, host: str, port: int
+    ) -> None:
+        """Serve the admin interface (HTTP) on ``host:port``; it shows as ``admin`` in
+        :attr:`bound`. A port that cannot be bound stops the instance, saying why."""
+        from amps_py.admin.http import serve_admin
+
+        try:
+            bound = await nursery.start(serve_admin, instance, host, port)
+        except (OSError, BaseExceptionGroup) as exc:
+            bind_error = os_error_in(exc)  # hypercorn raises it in a group
+            if bind_error is None:
+                raise
+            raise cannot_listen(
+                listen_failure(
+                    "the admin interface",
+                    host,
+                    port,
+                    bind_error,
+                    self._setting("Admin/InetAddr", "--admin-port"),
+                )
+            ) from exc
+        self.bound["admin"] = (host, bound)
 
     def _client_transport(self, name: str) -> TransportConfig:
         for transport in self._transports:

@@ -32,12 +32,13 @@ import lmdb
 import trio
 
 from amps_py import events
+from amps_py.errors import JournalMaintenanceError
 from txlog import JournalError
 from txlog.offline import segment_ids_text
 from txlog.segments import Segment, wants_file
 
 if TYPE_CHECKING:
-    from .instance import Instance
+    from .host import MaintenanceHost
 
 log = logging.getLogger("amps_py.server.maintenance")
 
@@ -49,10 +50,6 @@ RECHECK_SECONDS: Final = 1.0
 SAVE_POSITIONS_SECONDS: Final = 10.0
 #: pause after a failed background step before trying again
 RETRY_SECONDS: Final = 10.0
-
-
-class JournalMaintenanceError(Exception):
-    """A maintenance request cannot be done as asked; the text says how to fix it."""
 
 
 @dataclass
@@ -100,7 +97,7 @@ class MaintenanceResult:
 class JournalMaintenance:
     """Runs an instance's journal maintenance; :meth:`run` is its background task."""
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: MaintenanceHost) -> None:
         assert instance.journal is not None and instance.writer is not None
         self.instance = instance
         self.journal = instance.journal
@@ -152,7 +149,7 @@ class JournalMaintenance:
                 reasons.append(
                     (acked, f"destination {name} has acknowledged through txid {acked} only")
                 )
-        for cursor in self.instance.active_replays.values():
+        for cursor in self.instance.active_replays.cursors():
             reasons.append((cursor, f"a bookmark replay is reading after txid {cursor}"))
         for txid, _ in reasons:
             limit = min(limit, txid)

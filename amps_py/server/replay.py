@@ -27,6 +27,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amps_py.server.replay")
 
+
+class ActiveReplays:
+    """The txid each running bookmark replay has read through: journal removal never
+    deletes a record a replay still has to read."""
+
+    def __init__(self) -> None:
+        self._cursors: dict[int, int] = {}
+
+    def reading(self, key: int, cursor: int) -> None:
+        """Replay ``key`` has read through txid ``cursor`` (registers it when new)."""
+        self._cursors[key] = cursor
+
+    def ended(self, key: int) -> None:
+        self._cursors.pop(key, None)
+
+    def cursors(self) -> list[int]:
+        """Where each running replay stands."""
+        return list(self._cursors.values())
+
+    def __len__(self) -> int:
+        return len(self._cursors)
+
 #: records per journal read; about a millisecond of event-loop time
 REPLAY_BATCH: Final = 512
 
@@ -155,7 +177,7 @@ async def run_replay(
     fields = completed_fields or {}
     replays = instance.active_replays
     key = id(sub)
-    replays[key] = cursor
+    replays.reading(key, cursor)
     try:
         while True:
             if session.subscriptions.get(sub.sub_id) is not sub:
@@ -188,7 +210,7 @@ async def run_replay(
                 continue
             instance.delivery.replay(sub, batch)
             cursor = batch[-1].txid
-            replays[key] = cursor
+            replays.reading(key, cursor)
             sub.delivered_upto = cursor
             await session.wait_outbox_below()
             await trio.lowlevel.checkpoint()
@@ -202,7 +224,7 @@ async def run_replay(
         )
         session.subscription_failed(sub, cid, reasons.JOURNAL_CORRUPT, str(exc))
     finally:
-        replays.pop(key, None)
+        replays.ended(key)
 
 
 def _completed_ack(

@@ -43,7 +43,7 @@ from .replay import BookmarkNotFound, plan_replay, run_replay
 from .subscriptions import BadTopic, Subscription, compile_topic
 
 if TYPE_CHECKING:
-    from .instance import Instance
+    from .host import SessionHost
 
 log = logging.getLogger("amps_py.server.session")
 
@@ -159,7 +159,7 @@ class Session:
     """State and tasks of one client connection. Created and run by the instance."""
 
     def __init__(
-        self, instance: Instance, stream: trio.abc.Stream, transport: str, peer: str
+        self, instance: SessionHost, stream: trio.abc.Stream, transport: str, peer: str
     ) -> None:
         self.instance = instance
         self.stream = stream

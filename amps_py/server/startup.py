@@ -1,4 +1,5 @@
-"""Why an instance could not start, in words an operator can act on.
+"""Starting an instance: opening its journal and access control, and why it could not
+start, in words an operator can act on.
 
 The listeners and the journal directory fail with a bare :class:`OSError`
 (``[Errno 98] Address already in use``, ``[Errno 30] Read-only file system``) that says
@@ -12,10 +13,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from amps_py import events
-from amps_py.config import TransactionLogConfig
+from amps_py import auth, events
+from amps_py.config import InstanceConfig, TransactionLogConfig
 from txlog import Journal, JournalError
 from txlog.preflight import describe_traces
 
@@ -160,4 +162,54 @@ def open_journal(tl: TransactionLogConfig, name: str, *, allow_empty: bool) -> J
             f"; its segment files were moved to {aside}" if aside else "",
             extra=events.extra(events.JOURNAL_STARTED_EMPTY),
         )
+    log.info(
+        "journal %s opened: last txid %d, durability %s, compression %s",
+        tl.journal_directory,
+        journal.last_txid,
+        tl.durability,
+        tl.compression,
+        extra=events.extra(events.JOURNAL_OPENED),
+    )
+    if tl.durability != "fsync":
+        log.warning(
+            "journal durability is %s: commits are not fsynced, a power loss "
+            "can lose acknowledged messages",
+            tl.durability,
+            extra=events.extra(events.JOURNAL_OPENED),
+        )
     return journal
+
+
+@dataclass(frozen=True)
+class AccessControl:
+    """Who may connect and what they may do."""
+
+    #: checks clients' credentials (the instance's Authentication)
+    authenticator: auth.Authenticator
+    #: decides what a user may publish, subscribe to and administer
+    entitler: auth.Entitler
+    #: checks upstream instances' credentials (the replication transport's own
+    #: Authentication, else the instance's)
+    replication_authenticator: auth.Authenticator
+
+
+def open_access_control(config: InstanceConfig) -> AccessControl:
+    """Load the configured authentication and entitlement modules and their files.
+
+    Raises:
+        ConfigurationError: a password or rules file cannot be read or is invalid.
+    """
+    try:
+        authenticator = auth.open_authenticator(
+            config.authentication.module, config.authentication.password_file
+        )
+        entitler = auth.open_entitler(config.entitlement.module, config.entitlement.rules_file)
+        incoming = config.replication_authentication
+        replication = (
+            authenticator
+            if incoming is config.authentication
+            else auth.open_authenticator(incoming.module, incoming.password_file)
+        )
+    except (auth.AuthFileError, ValueError) as exc:
+        raise ConfigurationError(str(exc)) from None
+    return AccessControl(authenticator, entitler, replication)

@@ -23,17 +23,14 @@ from typing import Final, TypeVar
 import outcome
 import trio
 
+from amps_py.statistics import BATCH_SIZE_BUCKETS, COMMIT_SECONDS_BUCKETS, WRITER_MAX_BATCH
 from txlog import Journal, Record
 
 log = logging.getLogger("amps_py.server.writer")
 _T = TypeVar("_T")
 
 #: most records in one transaction; bounds commit latency under a flood
-MAX_BATCH = 8192
-#: upper bounds (seconds) of the commit-latency histogram; the last bucket is +Inf
-COMMIT_SECONDS_BUCKETS: Final = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
-#: upper bounds (records) of the batch-size histogram; the last bucket is +Inf
-BATCH_SIZE_BUCKETS: Final = (1, 10, 100, 1000, 4096, MAX_BATCH)
+MAX_BATCH = WRITER_MAX_BATCH
 #: after a failed commit: first and longest wait before journal writes are tried again
 RETRY_FIRST: Final = 0.5
 RETRY_LONGEST: Final = 10.0

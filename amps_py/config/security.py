@@ -1,0 +1,45 @@
+"""Settings that load and run but leave an instance open to the network."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from amps_py import auth
+from amps_py.config.model import InstanceConfig
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether a listener bound to ``host`` is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # "" (every interface) or a host name
+        return host.lower() == "localhost" or host.lower().endswith(".localhost")
+
+
+def security_warnings(config: InstanceConfig) -> list[str]:
+    """What loads and runs, but leaves the instance open to anyone on the network, in
+    sentences naming the setting and the fix (``amps-py config check`` prints them; they
+    never stop an instance)."""
+    warnings: list[str] = []
+    transport = config.replication_transport
+    if (
+        transport is not None
+        and config.replication_authentication.module == auth.DEFAULT_AUTHENTICATION_MODULE
+        and not _loopback_only(transport.host)
+    ):
+        where = (
+            "every interface"
+            if transport.host in ("", "0.0.0.0", "::")
+            else f"{transport.host}, beyond this machine"
+        )
+        warnings.append(
+            f"replication transport {transport.name!r} ({transport.type}) listens on "
+            f"{transport.address} ({where}) without authentication: any program that "
+            "reaches it and names itself after a peer may write into this instance's "
+            "journal (see Replication trust in docs/GUARANTEES.md). Fix: add "
+            "<Authentication><Module>amps-password-file</Module><Options><PasswordFile>"
+            "FILE</PasswordFile></Options></Authentication> to the transport (create FILE "
+            "with `amps-py users add FILE USER`) and an Authenticator with that user to "
+            "each upstream's Destination/Transport; or listen on 127.0.0.1 only"
+        )
+    return warnings

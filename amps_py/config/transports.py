@@ -1,0 +1,346 @@
+"""``Transports`` (listeners), the instance's memory limits and the ``Admin`` address."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from amps_py.config.access import _authentication_config
+from amps_py.config.model import (
+    DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
+    DEFAULT_LOGON_TIMEOUT,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_SEQUENCE_GAP_THRESHOLD,
+    REPLICATION_TRANSPORT_TYPE,
+    REPLICATION_TRANSPORT_TYPES,
+    AuthenticationConfig,
+    ClientCapacity,
+    TransportConfig,
+)
+from amps_py.config.problems import _BadValue, _Problems
+from amps_py.config.tls import _transport_tls
+from amps_py.config.values import (
+    _bytes_value,
+    _listener_text,
+    _parse_inet_addr,
+    _ports_clash,
+    _positive_duration,
+    _text,
+    _unit_error,
+)
+from amps_py.config.xmltree import _children, _first, _line
+from amps_py.units import UnitError, parse_count, parse_percent
+
+
+@dataclass
+class _TransportsSeen:
+    """What the Transports before the current one claimed (to report clashes)."""
+
+    names: dict[str, etree._Element] = field(default_factory=dict)
+    addresses: list[tuple[tuple[str, int], str, etree._Element]] = field(default_factory=list)
+    replication_el: etree._Element | None = None  # the first amps-replication transport
+
+
+def _build_transports(root: etree._Element, problems: _Problems) -> tuple[TransportConfig, ...]:
+    seen = _TransportsSeen()
+    transports: list[TransportConfig] = []
+    for transport in _children(_first(root, "Transports"), "Transport"):
+        built = _build_transport(transport, seen, problems)
+        if built is not None:
+            transports.append(built)
+    return tuple(transports)
+
+
+def _build_transport(
+    transport: etree._Element, seen: _TransportsSeen, problems: _Problems
+) -> TransportConfig | None:
+    """One ``Transport`` (``seen``: updated); None (and problems) when wrong."""
+    name = _transport_name(transport, seen, problems)
+    type_el = _first(transport, "Type")
+    kind = _transport_type(transport, type_el, seen, problems)
+    address = _transport_address(transport, name, seen, problems)
+    protocol_el = _first(transport, "Protocol")
+    protocol = _text(protocol_el, problems) if protocol_el is not None else "amps"
+    if protocol == "json":  # AMPS accepts json as another name for the amps protocol
+        protocol = "amps"
+    message_type_el = _first(transport, "MessageType")
+    message_type = _text(message_type_el, problems)
+    message_type_ok = message_type_el is None or message_type is not None
+    if kind in REPLICATION_TRANSPORT_TYPES and protocol is not None:
+        # Replication has its own framing and carries every message type.
+        protocol, message_type = REPLICATION_TRANSPORT_TYPE, None
+    size_el = _first(transport, "MaxMessageSize")
+    size = _bytes_value(size_el, problems) if size_el is not None else DEFAULT_MAX_MESSAGE_SIZE
+    state_el = _first(transport, "InitialState")
+    state = _text(state_el, problems) if state_el is not None else "enabled"
+    tls = _transport_tls(transport, type_el, kind, problems)
+    incoming = _incoming_replication(transport, kind, problems)
+    limits = _client_limits(transport, problems)
+    # the schema allows only true/false
+    always_acks = _text(_first(transport, "AlwaysSendPersistedAcks"), problems) == "true"
+
+    if (
+        name is None
+        or kind is None
+        or address is None
+        or protocol is None
+        or not message_type_ok
+        or size is None
+        or state is None
+        or tls is None
+        or incoming is None
+        or limits is None
+    ):
+        return None
+    return TransportConfig(
+        name=name,
+        type=kind,
+        host=address[0],
+        port=address[1],
+        protocol=protocol,
+        message_type=message_type,
+        max_message_size=size,
+        enabled=state == "enabled",
+        certificate=tls[0],
+        private_key=tls[1],
+        ciphers=tls[2],
+        authentication=incoming[0],
+        sequence_gap_threshold=incoming[1],
+        logon_timeout=limits[0],
+        incomplete_message_timeout=limits[1],
+        client_max_capacity=limits[2],
+        always_persisted_acks=always_acks,
+    )
+
+
+def _transport_name(
+    transport: etree._Element, seen: _TransportsSeen, problems: _Problems
+) -> str | None:
+    """The Transport's Name, unique in the instance."""
+    name_el = _first(transport, "Name")
+    name = _text(name_el, problems)
+    if name_el is not None and name:
+        if name in seen.names:
+            problems.add(
+                name_el,
+                f"transport name {name!r} is already used by the transport on line "
+                f"{_line(seen.names[name])}",
+                "give each Transport a unique Name",
+            )
+            name = None
+        else:
+            seen.names[name] = name_el
+    return name
+
+
+def _transport_type(
+    transport: etree._Element,
+    type_el: etree._Element | None,
+    seen: _TransportsSeen,
+    problems: _Problems,
+) -> str | None:
+    """The Transport's Type; at most one transport is an amps-replication listener."""
+    kind = _text(type_el, problems)
+    if type_el is not None and kind in REPLICATION_TRANSPORT_TYPES:
+        if seen.replication_el is None:
+            seen.replication_el = transport
+        else:
+            first_name = _text(_first(seen.replication_el, "Name"), problems) or "?"
+            problems.add(
+                type_el,
+                "an instance has at most one amps-replication transport, and transport "
+                f"{first_name!r} on line {_line(seen.replication_el)} already is one "
+                "(amps-replication and amps-replication-secure count together)",
+                "remove this transport (one amps-replication listener accepts every "
+                "upstream instance), or change its Type to tcp or tcps",
+            )
+            kind = None
+    return kind
+
+
+def _transport_address(
+    transport: etree._Element, name: str | None, seen: _TransportsSeen, problems: _Problems
+) -> tuple[str, int] | None:
+    """The Transport's InetAddr as (host, port), on a port no earlier transport binds."""
+    inet_el = _first(transport, "InetAddr")
+    inet_text = _text(inet_el, problems)
+    address: tuple[str, int] | None = None
+    if inet_el is not None and inet_text:
+        try:
+            address = _parse_inet_addr(inet_text)
+        except _BadValue as bad:
+            problems.add(inet_el, bad.message, bad.fix)
+    if inet_el is not None and address is not None:
+        for other, other_name, other_el in seen.addresses:
+            if _ports_clash(address, other):
+                problems.add(
+                    inet_el,
+                    f"InetAddr {inet_text} clashes with transport {other_name!r} on "
+                    f"line {_line(other_el)}, which listens on the same port "
+                    f"({_listener_text(other)}): the second transport could not start",
+                    "give each Transport its own port (or port 0 for a free one)",
+                )
+                return None
+        seen.addresses.append((address, name or "?", inet_el))
+    return address
+
+
+def _client_limits(
+    transport: etree._Element, problems: _Problems
+) -> tuple[float, float, ClientCapacity | None] | None:
+    """(LogonTimeout, IncompleteMessageTimeout, ClientMaxCapacity or None) of a
+    Transport; None (and problems) when one is wrong."""
+    logon_timeout = _positive_duration(
+        transport, "LogonTimeout", DEFAULT_LOGON_TIMEOUT, problems, zero_ok=False
+    )
+    frame_timeout = _positive_duration(
+        transport,
+        "IncompleteMessageTimeout",
+        DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
+        problems,
+        zero_ok=False,
+    )
+    capacity_el = _first(transport, "ClientMaxCapacity")
+    capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
+    if (
+        logon_timeout is None
+        or frame_timeout is None
+        or (capacity_el is not None and capacity is None)
+    ):
+        return None
+    return logon_timeout, frame_timeout, capacity
+
+
+def _incoming_replication(
+    transport: etree._Element, kind: str | None, problems: _Problems
+) -> tuple[AuthenticationConfig | None, int] | None:
+    """(``Authentication``, ``SequenceGapThreshold``) of a Transport: settings of the
+    replication listener only; None (and problems) when wrong."""
+    auth_el = _first(transport, "Authentication")
+    gap_el = _first(transport, "SequenceGapThreshold")
+    if kind is not None and kind not in REPLICATION_TRANSPORT_TYPES:
+        for el, fix in (
+            (
+                auth_el,
+                "move it to AMPSConfig/Authentication (which every client transport "
+                "uses), or remove it",
+            ),
+            (gap_el, "remove it; it applies to records received by replication"),
+        ):
+            if el is not None:
+                problems.add(
+                    el,
+                    f"<{el.tag}> is read on the amps-replication transport only, and "
+                    f"this transport's Type is {kind}",
+                    fix,
+                )
+        if auth_el is not None or gap_el is not None:
+            return None
+        return None, DEFAULT_SEQUENCE_GAP_THRESHOLD
+    ok = True
+    authentication = None
+    if auth_el is not None:
+        authentication = _authentication_config(auth_el, problems)
+        ok = not problems.faulty(auth_el)
+    threshold = DEFAULT_SEQUENCE_GAP_THRESHOLD
+    gap_text = _text(gap_el, problems)
+    if gap_el is not None and gap_text is not None:
+        try:
+            threshold = parse_count(gap_text)
+        except UnitError as exc:
+            problems.add(
+                gap_el,
+                f"{exc.text!r} is not a valid count for SequenceGapThreshold",
+                f"{exc.accepted}; 100k is the default, 0 turns the check off",
+            )
+            ok = False
+    return (authentication, threshold) if ok else None
+
+
+def _capacity_value(el: etree._Element, problems: _Problems) -> ClientCapacity | None:
+    """ClientMaxCapacity: a percentage of MessageMemoryLimit above 0 and at most 100%,
+    or a byte size above 0; None (and a problem) otherwise."""
+    text = _text(el, problems)
+    if text is None:
+        return None
+    if text.endswith("%"):
+        try:
+            fraction = parse_percent(text)
+        except UnitError as exc:
+            _unit_error(el, exc, problems)
+            return None
+        if not 0 < fraction <= 1:
+            problems.add(
+                el,
+                f"ClientMaxCapacity {text} must be above 0% and at most 100%",
+                "give a share of MessageMemoryLimit such as 50%, or a byte size such as 64MB",
+            )
+            return None
+        return ClientCapacity(fraction=fraction)
+    size = _bytes_value(el, problems)
+    return ClientCapacity(size=size) if size is not None else None
+
+
+def _build_memory_limits(
+    root: etree._Element, transports: tuple[TransportConfig, ...], problems: _Problems
+) -> tuple[int | None, ClientCapacity | None, int | None]:
+    """MessageMemoryLimit, ClientMaxCapacity and IncompleteMessageMemoryLimit of the
+    instance (``None`` where not given)."""
+    memory_el = _first(root, "MessageMemoryLimit")
+    memory = _bytes_value(memory_el, problems) if memory_el is not None else None
+    capacity_el = _first(root, "ClientMaxCapacity")
+    capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
+    incomplete_el = _first(root, "IncompleteMessageMemoryLimit")
+    incomplete = _bytes_value(incomplete_el, problems) if incomplete_el is not None else None
+    if incomplete_el is not None and incomplete is not None:
+        for transport in transports:
+            if not transport.is_replication and transport.max_message_size > incomplete:
+                problems.add(
+                    incomplete_el,
+                    f"IncompleteMessageMemoryLimit {_text(incomplete_el, problems)} is smaller "
+                    f"than MaxMessageSize of transport {transport.name!r} "
+                    f"({transport.max_message_size} bytes): a message of that size could "
+                    "never be received",
+                    "raise IncompleteMessageMemoryLimit to at least the largest MaxMessageSize "
+                    "(a few times it lets several large messages arrive at once), or lower "
+                    "MaxMessageSize",
+                )
+                incomplete = None
+                break
+    return memory, capacity, incomplete
+
+
+def _build_admin(
+    root: etree._Element, transports: Sequence[TransportConfig], problems: _Problems
+) -> tuple[str, int] | None:
+    section = _first(root, "Admin")
+    if section is None:
+        return None
+    inet_el = _first(section, "InetAddr")
+    text = _text(inet_el, problems)
+    if inet_el is None or not text:
+        return None
+    try:
+        address = _parse_inet_addr(text)
+    except _BadValue as bad:
+        problems.add(inet_el, bad.message, bad.fix)
+        return None
+    lines = {
+        _text(_first(t, "Name"), problems): _line(inet)
+        for t in _children(_first(root, "Transports"), "Transport")
+        if (inet := _first(t, "InetAddr")) is not None
+    }
+    for transport in transports:
+        listener = (transport.host, transport.port)
+        if _ports_clash(address, listener, a_dual=False):
+            problems.add(
+                inet_el,
+                f"Admin InetAddr {text} clashes with transport {transport.name!r} on line "
+                f"{lines.get(transport.name, '?')}, which listens on the same port "
+                f"({_listener_text(listener)}): the instance could not start",
+                "give the admin interface a port of its own (or port 0 for a free one)",
+            )
+            return None
+    return address

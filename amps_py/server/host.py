@@ -1,0 +1,117 @@
+"""What the parts of the server need of the instance: narrow views, not the instance.
+
+A session, a bookmark replay and journal maintenance each take one of these
+:class:`~typing.Protocol` s; :class:`~amps_py.server.instance.Instance` satisfies all of
+them (mypy checks it, see the end of ``instance.py``). Each names exactly what its
+user reads or calls, so a reader sees what a session may touch, and a test may hand a
+part a small stand-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Protocol
+
+from txlog import Journal
+
+if TYPE_CHECKING:
+    from amps_py.auth import Authenticator, Entitler
+    from amps_py.config import TransportConfig
+    from amps_py.replication import ReplicationManager
+
+    from .counters import Counters
+    from .delivery import Delivery
+    from .durability import PublisherLedger
+    from .limits import InstanceLimits
+    from .publishing import Publisher
+    from .replay import ActiveReplays
+    from .session import Session
+    from .subscriptions import SubscriptionRegistry
+    from .writer import JournalWriter
+
+
+class ReplayHost(Protocol):
+    """What a bookmark replay reads and waits on."""
+
+    @property
+    def journal(self) -> Journal | None: ...
+    @property
+    def registry(self) -> SubscriptionRegistry: ...
+    @property
+    def delivery(self) -> Delivery: ...
+    @property
+    def active_replays(self) -> ActiveReplays: ...
+
+    def visible_txid(self, durable: bool) -> int:
+        """The newest txid a (``fully_durable``) subscription may see."""
+        ...
+
+    async def wait_for_commit(self, after_txid: int, *, durable: bool = False) -> None: ...
+
+
+class SessionHost(ReplayHost, Protocol):
+    """What a client session uses: logon, entitlements, publish, subscribe, limits."""
+
+    @property
+    def journal(self) -> Journal | None: ...
+    @property
+    def writer(self) -> JournalWriter | None: ...
+    @property
+    def sessions(self) -> Collection[Session]: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def limits(self) -> InstanceLimits: ...
+    @property
+    def authenticator(self) -> Authenticator: ...
+    @property
+    def entitler(self) -> Entitler: ...
+    @property
+    def last_durable_bookmark(self) -> str: ...
+
+    def next_connection_id(self) -> int: ...
+
+    def transport_config(self, transport: str) -> TransportConfig: ...
+
+    def max_frame_size(self, transport: str) -> int: ...
+
+    def client_limits(self, transport: str) -> tuple[float, float, int]:
+        """(LogonTimeout s, IncompleteMessageTimeout s, ClientMaxCapacity bytes)."""
+        ...
+
+    def compile_filter(self, text: str) -> Any: ...
+
+    def journals_topic(self, topic: str) -> bool: ...
+
+    def claim_client_name(self, session: Session, name: str, user: str) -> str:
+        """"" when ``session`` may use ``name``; else why not."""
+        ...
+
+    def session_ended(self, session: Session) -> None: ...
+
+    def held_seq(self, pub_hash: int) -> int: ...
+
+    def ledger(self, pub_hash: int) -> PublisherLedger: ...
+
+    def publish(
+        self, session: Publisher, topic: str, seq: int, payload: bytes, header: dict[str, Any]
+    ) -> str:
+        """``queued``, ``pending`` or ``done`` (see :meth:`PublishPath.publish`)."""
+        ...
+
+    def fire_action(self, on: str, variables: dict[str, str]) -> None: ...
+
+
+class MaintenanceHost(Protocol):
+    """What journal maintenance needs: the journal, who still reads it, and where."""
+
+    @property
+    def journal(self) -> Journal | None: ...
+    @property
+    def writer(self) -> JournalWriter | None: ...
+    @property
+    def replication(self) -> ReplicationManager | None: ...
+    @property
+    def committed_txid(self) -> int: ...
+    @property
+    def active_replays(self) -> ActiveReplays: ...

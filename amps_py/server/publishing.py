@@ -1,0 +1,388 @@
+"""The publish path: from an accepted publish to its delivery and persisted ack.
+
+::
+
+    Session._on_publish -> PublishPath.publish (dedup against the ledgers)
+        journaled:     JournalWriter.submit -> one commit (one fsync) -> on_commit
+                       -> Delivery.fan_out to live subscriptions (fully_durable ones
+                          wait for the sync destinations)
+                       -> DurableWindow: the durable watermark (local commit, and the
+                          sync destinations' acks via ``replication_acked``)
+                       -> Ledgers.settle -> Session.persisted_progress (persisted acks)
+        not journaled: Delivery.fan_out at once; the publish is done
+
+The decisions (dedup, what is durable, which acks advance) are pure and live in
+:mod:`.durability`; this module wires them to the writer, the subscriptions and the
+sessions, and wakes whoever waits for a commit (bookmark replays, destinations).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from amps_py import events, reasons
+from txlog import Journal, Record, publisher_hash
+
+from .counters import Counters
+from .delivery import Delivery
+from .durability import DurableWindow, Ledgers, PublisherLedger, Release
+from .session import JOURNAL_UNAVAILABLE, CommandFailed
+from .subscriptions import SubscriptionRegistry
+from .writer import JournalWriter
+
+log = logging.getLogger("amps_py.server")
+
+
+class Publisher(Protocol):
+    """Who publishes: a client session, or the instance itself (actions)."""
+
+    pub_hash: int
+    client_name: str
+
+
+class PublisherSession(Publisher, Protocol):
+    """The connection of a named publisher: told when its persisted acks advance and
+    when publishes of its failed."""
+
+    def persisted_progress(self) -> None: ...
+
+    def publishes_failed(self, seqs: list[int], reason: str, detail: str) -> None: ...
+
+
+class SyncAcks(Protocol):
+    """What the publish path needs of replication: the sync destinations' acks."""
+
+    @property
+    def has_sync(self) -> bool: ...
+
+    def durable_txid(self, committed: int) -> int: ...
+
+    def reset_upstreams(self, why: str) -> None: ...
+
+
+@dataclass
+class InternalPublisher:
+    """The instance publishing on its own behalf (``amps-action-do-publish-message``):
+    a publisher like any other, named ``<instance>-internal``, with its own seqs."""
+
+    pub_hash: int
+    client_name: str
+
+
+class PublishPath:
+    """Accepts publishes, journals them through the writer, delivers what commits and
+    advances persisted acks as records become durable.
+
+    ``journal``/``writer`` are ``None`` until :meth:`open` (an instance without a
+    TransactionLog never opens it: every publish is delivered at once);
+    ``replication`` is set by the instance when it has destinations.
+    """
+
+    def __init__(
+        self,
+        instance_name: str,
+        registry: SubscriptionRegistry,
+        delivery: Delivery,
+        counters: Counters,
+        journals_topic: Any,
+    ) -> None:
+        self.instance_name = instance_name
+        self.registry = registry
+        self.delivery = delivery
+        self.counters = counters
+        #: ``journals_topic(topic) -> bool``: does the TransactionLog record the topic
+        self.journals_topic = journals_topic
+        self.journal: Journal | None = None
+        self.writer: JournalWriter | None = None
+        self.replication: SyncAcks | None = None
+        #: per publisher: what it has in flight here (see durability.py)
+        self.ledgers = Ledgers(self.held_seq, self._queued_seq)
+        #: what is committed but not yet durable by the persisted-ack rule
+        self.window = DurableWindow()
+        #: the connection of each named publisher (by publisher hash)
+        self.sessions: dict[int, PublisherSession] = {}
+        self.message_type = "json"
+        self._commit_event = trio.Event()
+
+    def open(self, journal: Journal) -> JournalWriter:
+        """Start journaling into ``journal``: its newest record is durable already."""
+        self.journal = journal
+        self.writer = JournalWriter(
+            journal,
+            self.on_commit,
+            on_rejected=self.on_rejected,
+            on_failed=self.on_commit_failed,
+            on_recovered=self.on_writes_resumed,
+        )
+        if journal.last_txid:
+            self.window.last_bookmark = self.bookmark_of(journal.last_txid)
+        self.window.durable_txid = journal.last_txid
+        return self.writer
+
+    # ---------------------------------------------------------------- what is where
+    @property
+    def committed_txid(self) -> int:
+        """The newest txid committed to the local journal (0 without a journal)."""
+        return self.writer.committed_txid if self.writer is not None else 0
+
+    @property
+    def durable_txid(self) -> int:
+        """The newest txid durable by the persisted-ack rule."""
+        return self.window.durable_txid
+
+    def visible_txid(self, durable: bool) -> int:
+        """The newest txid a subscription may see: committed, or for ``fully_durable``
+        subscriptions, committed and acknowledged by every sync destination."""
+        if durable and self.window.holds_records:
+            return self.window.durable_txid
+        return self.committed_txid
+
+    async def wait_for_commit(self, after_txid: int, *, durable: bool = False) -> None:
+        """Wait until a txid after ``after_txid`` is committed (or, with ``durable``,
+        acknowledged by every sync destination too)."""
+        assert self.writer is not None
+        while self.visible_txid(durable) <= after_txid:
+            await self._commit_event.wait()
+
+    def bookmark_of(self, txid: int) -> str:
+        if self.journal is None or txid <= 0:
+            return ""
+        rec = self.journal.get(txid)
+        return rec.bookmark if rec is not None else ""
+
+    def held_seq(self, pub_hash: int) -> int:
+        """The highest seq this instance's journal holds for ``pub_hash``, from any
+        source (published here or received by replication), durable or not: what a
+        logon ack reports. It does not wait for sync destinations."""
+        return self.journal.publisher_last_seq(pub_hash) if self.journal is not None else 0
+
+    def _queued_seq(self, pub_hash: int) -> int:
+        return self.writer.queued_high(pub_hash) if self.writer is not None else 0
+
+    def ledger(self, pub_hash: int) -> PublisherLedger:
+        """The publisher's ledger, built from the journal and the writer's queue on
+        first use."""
+        return self.ledgers.of(pub_hash)
+
+    def note_replicated(self, records: Sequence[Record]) -> None:
+        """Records received by replication were queued for the journal: seqs the
+        server assigns later go above theirs."""
+        self.ledgers.saw(records)
+
+    def bytes_after(self, txid: int) -> int:
+        """Stored bytes of the committed records after ``txid`` (a destination's lag in
+        bytes): exact for the in-memory tail of recent commits, estimated per journal
+        segment further back."""
+        journal, writer = self.journal, self.writer
+        if journal is None or writer is None or txid >= writer.committed_txid:
+            return 0
+        exact = writer.recent.bytes_after(txid)
+        if exact is not None:
+            return exact
+        return max(journal.bytes_through(writer.committed_txid) - journal.bytes_through(txid), 0)
+
+    # ---------------------------------------------------------------- publishing
+    def publish(
+        self, session: Publisher, topic: str, seq: int, payload: bytes, header: dict[str, Any]
+    ) -> str:
+        """Accept one publish. Returns ``queued`` (waits for the journal), ``pending``
+        (a duplicate of a message not yet durable) or ``done`` (duplicate already
+        durable, or a topic that is not journaled and was delivered at once).
+
+        A publish is a duplicate only if that exact ``(publisher, seq)`` is journaled
+        or in flight here; a seq below the publisher's highest that is neither is
+        stored (a client may reorder its publishes after a failover). Seqs above the
+        highest take the fast path: one comparison.
+        """
+        self.counters.count_published()
+        writer = self.writer
+        if writer is not None and self.journals_topic(topic):
+            if writer.failure:
+                raise CommandFailed(JOURNAL_UNAVAILABLE, writer.failure)
+            ph = session.pub_hash
+            ledger = self.ledgers.of(ph)
+            if seq > ledger.high:
+                # the fast path: above every seq held, queued or in flight (so also
+                # above every pending one: appending keeps ``pending`` ascending)
+                ledger.high = seq
+                ledger.pending.append(seq)
+            else:
+                if ledger.is_pending(seq):
+                    self.counters.count_duplicate()
+                    return "pending"
+                held = self._held_txid(ph, seq)
+                if held is not None:
+                    self.counters.count_duplicate()
+                    if held <= self.durable_txid:
+                        return "done"
+                    ledger.accept(seq)  # settled when that record is durable
+                    return "pending"
+                ledger.accept(seq)
+            writer.submit(
+                Record(
+                    topic=topic,
+                    payload=payload,
+                    pub_hash=ph,
+                    seq=seq,
+                    client_name=session.client_name,
+                    message_type=self.message_type,
+                    origin=self.instance_name,
+                    correlation_id=str(header.get("x") or ""),
+                )
+            )
+            return "queued"
+        subs = self.registry.match(topic)
+        if subs:
+            self.delivery.fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
+        return "done"
+
+    def publish_internal(self, topic: str, payload: bytes) -> str:
+        """Publish ``payload`` to ``topic`` as the instance itself; same path, journal
+        and dedup rules as a client's publish."""
+        name = f"{self.instance_name}-internal"
+        publisher = InternalPublisher(publisher_hash(name), name)
+        seq = self.ledger(publisher.pub_hash).high + 1
+        return self.publish(publisher, topic, seq, payload, {})
+
+    def _held_txid(self, pub_hash: int, seq: int) -> int | None:
+        """The txid holding ``(pub_hash, seq)`` in the journal; 0 when it was there
+        and removal deleted it; ``None`` when this instance never stored it."""
+        assert self.journal is not None
+        txid = self.journal.lookup_bookmark(pub_hash, seq)
+        if txid is None and seq <= self.journal.publisher_floor(pub_hash):
+            return 0
+        return txid
+
+    # ---------------------------------------------------------------- after a commit
+    def on_commit(self, records: list[Record], dropped: list[Record]) -> None:
+        """After a journal commit: fan out, then advance persisted acks."""
+        replication = self.replication
+        upto = None
+        if replication is not None and replication.has_sync:
+            upto = replication.durable_txid(self.committed_txid)
+        if records:
+            self._fan_out_committed(records, holding=upto is not None)
+        self._released(self.window.committed(records, dropped, self.committed_txid, upto))
+
+    def advance_durable(self) -> None:
+        """The sync destinations acknowledged more, or changed: release what is
+        durable now."""
+        if self.window.waiting:
+            upto = self.committed_txid
+            if self.replication is not None and self.replication.has_sync:
+                upto = self.replication.durable_txid(upto)
+            self._released(self.window.advance(upto))
+
+    def _fan_out_committed(self, records: list[Record], holding: bool) -> None:
+        """Deliver committed records to live subscriptions; ``fully_durable`` ones wait
+        for the sync destinations when there are any (``holding``)."""
+        registry = self.registry
+        split = holding and registry.fully_durable > 0
+        fan_out = self.delivery.fan_out
+        for rec in records:
+            subs = registry.match(rec.topic)
+            if split:
+                subs = tuple(s for s in subs if not s.fully_durable)
+            if subs:
+                fan_out(
+                    rec.topic,
+                    rec.payload,
+                    rec.bookmark,
+                    rec.txid,
+                    subs,
+                    rec.correlation_id,
+                    rec.local_ts,
+                )
+
+    def _released(self, release: Release) -> None:
+        """Act on what became durable: ``fully_durable`` deliveries, persisted acks,
+        and wake what waits for commits."""
+        registry = self.registry
+        if release.records and registry.fully_durable:
+            for rec in release.records:
+                subs = tuple(s for s in registry.match(rec.topic) if s.fully_durable)
+                if subs:
+                    self.delivery.fan_out(
+                        rec.topic,
+                        rec.payload,
+                        rec.bookmark,
+                        rec.txid,
+                        subs,
+                        rec.correlation_id,
+                        rec.local_ts,
+                    )
+        if release.settled:
+            by_pub = self.sessions
+            for ph in self.ledgers.settle(release.settled, by_pub):
+                by_pub[ph].persisted_progress()
+        event = self._commit_event
+        self._commit_event = trio.Event()
+        event.set()
+
+    # ---------------------------------------------------------------- when writes fail
+    def on_rejected(self, rejected: list[tuple[Record, str]]) -> None:
+        """Records the journal could not store (the rest of their commit was)."""
+        for rec, why in rejected:
+            if rec.path:
+                log.error(
+                    "a record received from %s (bookmark %s, topic %.80r) cannot be "
+                    "stored and is missing on this instance: %s",
+                    rec.path[-1][0],
+                    rec.bookmark,
+                    rec.topic,
+                    why,
+                    extra=events.extra(events.REPLICATION_HOLE),
+                )
+                continue
+            log.error(
+                "publish seq %d of client %r (topic %.80r) was not stored: %s",
+                rec.seq,
+                rec.client_name,
+                rec.topic,
+                why,
+                extra=events.extra(events.JOURNAL_RECORD_REJECTED),
+            )
+            self._fail_publishes([rec], reasons.JOURNAL_WRITE_FAILED, why)
+
+    def on_commit_failed(self, records: list[Record], reason: str) -> None:
+        """A commit stored nothing; the writer refuses writes until it recovers."""
+        local = [rec for rec in records if not rec.path]
+        log.error(
+            "journal commit failed; %d queued publish(es) failed and %d replicated "
+            "record(s) will be resent by their upstreams; journaled publishes are "
+            "refused until writes succeed again: %s",
+            len(local),
+            len(records) - len(local),
+            reason,
+            extra=events.extra(events.JOURNAL_COMMIT_FAILED),
+        )
+        self._fail_publishes(local, reasons.JOURNAL_WRITE_FAILED, reason)
+        if self.replication is not None:
+            # the positions they acknowledged may ride on the failed batch: start over
+            self.replication.reset_upstreams("this instance's journal writes are failing")
+
+    def on_writes_resumed(self) -> None:
+        log.warning(
+            "journal writes are accepted again (%s)",
+            self.journal.path if self.journal is not None else "",
+            extra=events.extra(events.JOURNAL_WRITES_RESUMED),
+        )
+
+    def _fail_publishes(self, records: list[Record], reason: str, detail: str) -> None:
+        """Tell each publisher that these of its publishes were not stored: a persisted
+        failure ack per seq; they no longer hold back its acks."""
+        by_pub: dict[int, list[int]] = {}
+        for rec in records:
+            by_pub.setdefault(rec.pub_hash, []).append(rec.seq)
+        for ph, seqs in by_pub.items():
+            ledger = self.ledgers.get(ph)
+            if ledger is not None:
+                ledger.fail(seqs)
+            session = self.sessions.get(ph)
+            if session is not None:
+                session.publishes_failed(seqs, reason, detail)

@@ -1,0 +1,187 @@
+"""Layout guard for the ``amps_py.config`` package.
+
+* every function stays short (a section's builder is a list of named steps);
+* ``amps_py.config.model``, the option objects that the server, routing and link
+  validation read, never loads lxml, neither directly nor through what it imports
+  (checked statically, and dynamically in a fresh interpreter);
+* routing and validation import the model only, not the loader;
+* ``amps_py.config`` still offers every name the code and the tests import from it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "amps_py" / "config"
+MAX_FUNCTION_LINES = 60
+
+
+def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of an ``amps_py`` module, or None if it is not one of ours."""
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path, module: str) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``path``, ``from x import y``
+    counted as both ``x`` and ``x.y`` (which may be a submodule)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                anchor = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            found.append((node.lineno, base))
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+    return found
+
+
+def _import_chains(start: str) -> dict[str, list[str]]:
+    """Every module ``start`` imports, directly or through amps_py modules, with the
+    chain of imports that reaches it."""
+    chains: dict[str, list[str]] = {start: [start]}
+    pending = [start]
+    while pending:
+        module = pending.pop()
+        path = _module_file(module)
+        if path is None:
+            continue
+        for _, imported in _imports(path, module):
+            if imported not in chains:
+                chains[imported] = [*chains[module], imported]
+                if imported.split(".")[0] == "amps_py":
+                    pending.append(imported)
+    return chains
+
+
+def test_scanner_follows_relative_and_absolute_imports(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    source.write_text("import lxml.etree\nfrom . import sibling\nfrom ..units import parse\n")
+    found = {name for _, name in _imports(source, "amps_py.config.mod")}
+    assert {
+        "lxml.etree",
+        "amps_py.config",
+        "amps_py.config.sibling",
+        "amps_py.units",
+        "amps_py.units.parse",
+    } <= found
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG.glob("*.py")), ids=lambda p: p.name)
+def test_no_config_function_is_longer_than_60_lines(path: Path) -> None:
+    long = [
+        f"{path.relative_to(ROOT)}:{f.lineno} {f.name} is {f.end_lineno - f.lineno + 1} lines"
+        for f in _functions(path)
+        if f.end_lineno is not None and f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, (
+        f"split these into named steps (at most {MAX_FUNCTION_LINES} lines each):\n"
+        + "\n".join(long)
+    )
+
+
+def test_model_imports_no_lxml_even_indirectly() -> None:
+    chains = _import_chains("amps_py.config.model")
+    xml = {name: chain for name, chain in chains.items() if name.split(".")[0] == "lxml"}
+    assert not xml, "amps_py.config.model reaches lxml: " + "; ".join(
+        " -> ".join(chain) for chain in xml.values()
+    )
+
+
+def test_importing_the_model_loads_no_lxml() -> None:
+    """In a fresh interpreter: the package ``__init__`` loads the loader lazily."""
+    code = (
+        "import sys, amps_py.config.model\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'lxml')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"importing amps_py.config.model loaded {result.stdout}"
+
+
+@pytest.mark.parametrize("name", ["routing", "validation"])
+def test_routing_and_validation_import_only_the_model(name: str) -> None:
+    path = ROOT / "amps_py" / "replication" / f"{name}.py"
+    wrong = [
+        f"line {line}: {imported}"
+        for line, imported in _imports(path, f"amps_py.replication.{name}")
+        if imported.startswith("amps_py.config") and not imported.startswith("amps_py.config.model")
+    ]
+    assert not wrong, f"{name}.py imports amps_py.config beyond its model: {wrong}"
+
+
+def _names_imported_from_config() -> dict[str, str]:
+    """Name -> first file, for every ``from amps_py.config import NAME`` in the tree
+    (not counting submodules imported that way)."""
+    found: dict[str, str] = {}
+    for folder in ("amps_py", "tests", "tools", "txlog"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if CONFIG in path.parents:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "amps_py.config":
+                    for alias in node.names:
+                        if (CONFIG / f"{alias.name}.py").is_file():
+                            continue  # a submodule, not a name
+                        found.setdefault(alias.name, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_config_exports_every_name_the_code_imports() -> None:
+    import amps_py.config
+
+    imported = _names_imported_from_config()
+    assert "parse_config" in imported  # the scan sees the tests
+    exported = set(amps_py.config.__all__)
+    missing = {name: where for name, where in imported.items() if name not in exported}
+    assert not missing, f"add these to amps_py.config.__all__ (imported by): {missing}"
+
+
+def test_every_exported_name_resolves_in_a_fresh_interpreter() -> None:
+    """The lazily loaded names too; an unknown name is an AttributeError."""
+    code = (
+        "import amps_py.config as c\n"
+        "missing = [n for n in c.__all__ if not hasattr(c, n)]\n"
+        "assert not hasattr(c, 'no_such_name')\n"
+        "assert set(c.__all__) <= set(dir(c))\n"
+        "print(','.join(missing))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"amps_py.config cannot give: {result.stdout}"
