@@ -237,7 +237,7 @@ def _completed_ack(
     fields: dict[str, Any] = {"sub_id": sub.sub_id, **extra}
     if sub.resume_bookmark:
         fields["bm"] = sub.resume_bookmark
-    session._ack(header, "completed", **fields)
+    session.ack(header, "completed", **fields)
 
 
 def _finish_range(
@@ -245,4 +245,4 @@ def _finish_range(
 ) -> None:
     if "completed" in sub.acks:
         _completed_ack(session, sub, header, extra)
-    session._drop_subscription(sub)
+    session.end_subscription(sub)

@@ -502,7 +502,7 @@ class Session:
         self.out_bytes -= sum(len(data) for data in self._out)
         self._out.clear()
         for sub in list(self.subscriptions.values()):
-            self._drop_subscription(sub)
+            self.end_subscription(sub)
         notice = messages.ack(
             "processed",
             "failure",
@@ -646,9 +646,11 @@ class Session:
             await self._wait_drained(high_water // 2)
 
     # ---------------------------------------------------------------- acks
-    def _ack(
+    def ack(
         self, header: dict[str, Any], ack_type: str, status: str = "success", **fields: Any
     ) -> None:
+        """Send an ack of ``ack_type`` for the command whose header is ``header``
+        (its ``cid`` is echoed); ``fields`` become ack header fields."""
         self.send(messages.ack(ack_type, status, header.get("cid"), **fields))
 
     def _fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
@@ -666,7 +668,7 @@ class Session:
         if "s" in header:
             extra["s"] = header["s"]
         for ack_type in wanted:
-            self._ack(header, ack_type, "failure", **extra)
+            self.ack(header, ack_type, "failure", **extra)
 
     @property
     def awaiting_persisted(self) -> int:
@@ -683,9 +685,9 @@ class Session:
             self.send(messages.persisted_ack(safe, self.pub_hash))
         if not ledger.pending and self._flush_waiters:
             for cid, types in self._flush_waiters:
-                self._ack({"cid": cid}, "persisted")
+                self.ack({"cid": cid}, "persisted")
                 if "completed" in types:
-                    self._ack({"cid": cid}, "completed")
+                    self.ack({"cid": cid}, "completed")
             self._flush_waiters.clear()
 
     def publishes_failed(self, seqs: list[int], reason: str, detail: str) -> None:
@@ -776,7 +778,7 @@ class Session:
             fields: dict[str, Any] = {"client_name": name}
             if verdict.reason:
                 fields["reason"] = verdict.reason
-            self._ack(
+            self.ack(
                 header,
                 "processed",
                 **fields,
@@ -844,11 +846,11 @@ class Session:
         if outcome == "done" and ledger is not None:
             ledger.resent_durable(seq)
         if "received" in acks:
-            self._ack(header, "received", s=seq)
+            self.ack(header, "received", s=seq)
         if "processed" in acks:
-            self._ack(header, "processed", s=seq)
+            self.ack(header, "processed", s=seq)
         if "completed" in acks:
-            self._ack(header, "completed", s=seq)
+            self.ack(header, "completed", s=seq)
         if outcome == "done":
             self.persisted_progress()
 
@@ -884,14 +886,14 @@ class Session:
         sub = self._build_subscription(header)
         old = self.subscriptions.get(sub.sub_id)
         if old is not None:
-            self._drop_subscription(old)
+            self.end_subscription(old)
         if sub.bookmark:
             self._start_bookmark_subscription(sub, header)
             return
         self.subscriptions[sub.sub_id] = sub
         self.instance.registry.add(sub)
         if "processed" in sub.acks:
-            self._ack(header, "processed", sub_id=sub.sub_id)
+            self.ack(header, "processed", sub_id=sub.sub_id)
 
     def _on_sow_and_subscribe(self, frame: Frame) -> None:
         # No SOW topics exist yet: the query part is an empty group, then the subscription.
@@ -954,7 +956,7 @@ class Session:
                 extra=events.extra(events.CLIENT_COMMAND_FAILED),
             )
         if "processed" in sub.acks:
-            self._ack(header, "processed", sub_id=sub.sub_id, **extra)
+            self.ack(header, "processed", sub_id=sub.sub_id, **extra)
         assert self._nursery is not None
         self._nursery.start_soon(
             run_replay, self, sub, plan.start, plan.end, header.get("cid"), extra
@@ -973,9 +975,9 @@ class Session:
 
     def subscription_failed(self, sub: Subscription, cid: Any, reason: str, detail: str) -> None:
         """A replay could not run: drop the subscription and tell the client."""
-        self._drop_subscription(sub)
+        self.end_subscription(sub)
         header: dict[str, Any] = {"cid": cid} if cid is not None else {}
-        self._ack(
+        self.ack(
             header,
             "completed" if "completed" in sub.acks else "processed",
             "failure",
@@ -984,7 +986,9 @@ class Session:
             detail=detail,
         )
 
-    def _drop_subscription(self, sub: Subscription) -> None:
+    def end_subscription(self, sub: Subscription) -> None:
+        """``sub`` is over (unsubscribed, or a bookmark range replayed to its end):
+        it leaves this session and the registry."""
         if self.subscriptions.get(sub.sub_id) is sub:
             del self.subscriptions[sub.sub_id]
         self.instance.registry.remove(sub)
@@ -1004,9 +1008,9 @@ class Session:
                 if i.strip() in self.subscriptions
             ]
         for sub in targets:
-            self._drop_subscription(sub)
+            self.end_subscription(sub)
         if "processed" in acks:
-            self._ack(header, "processed", sub_id=ids)
+            self.ack(header, "processed", sub_id=ids)
 
     def _on_heartbeat(self, frame: Frame) -> None:
         header = frame.header
@@ -1026,7 +1030,7 @@ class Session:
                 self._nursery.start_soon(self._heartbeat_loop)
         acks = _ack_types(header)
         if "processed" in acks:
-            self._ack(header, "processed")
+            self.ack(header, "processed")
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -1052,14 +1056,14 @@ class Session:
         acks = _ack_types(header) or frozenset({"processed"})
         for kind in ("received", "processed"):
             if kind in acks:
-                self._ack(header, kind)
+                self.ack(header, kind)
         if "persisted" in acks:
             if self.awaiting_persisted:
                 self._flush_waiters.append((header.get("cid", ""), acks))
                 return
-            self._ack(header, "persisted")
+            self.ack(header, "persisted")
         if "completed" in acks:
-            self._ack(header, "completed")
+            self.ack(header, "completed")
 
     def _on_sow(self, frame: Frame) -> None:
         raise CommandFailed(
