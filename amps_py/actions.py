@@ -53,6 +53,7 @@ import trio
 from amps_py import events
 from amps_py.config import ActionConfig, ActionModule
 from amps_py.filters import EvalContext, Filter, FilterError, compile_filter
+from amps_py.replication.ackmode import DowngradeRule, KeptSync, UpgradeRule
 from amps_py.schedule import Schedule, parse_every
 from amps_py.units import parse_duration, parse_percent
 
@@ -420,49 +421,38 @@ class ActionRunner:
         while more than ``minimum_sync`` destinations stay sync (amps-py's
         ``MinimumSyncDestinations`` option: a floor under the number of copies a
         persisted ack waits for; AMPS has no such option, so the default 0 is AMPS's
-        behaviour)."""
+        behaviour). :class:`DowngradeRule` decides."""
         instance = self.instance
-        if grace and time.time() - instance.started_at < parse_duration(grace):
-            return
         manager = instance.replication
         if manager is None:
             return
-        lagging = [
-            (behind, d)
-            for d in manager.destinations
-            if d.config.sync and d.sync and (behind := d.seconds_behind()) > age
-        ]
-        sync_now = sum(1 for d in manager.destinations if d.sync)
-        for behind, d in sorted(lagging, key=lambda pair: -pair[0]):
-            if sync_now <= minimum_sync:
+        rule = DowngradeRule(age, parse_duration(grace) if grace else None, minimum_sync)
+        destinations = {d.name: d for d in manager.destinations}
+        observed = [d.observe() for d in manager.destinations]
+        for decision in rule.decide(time.time(), instance.started_at, observed):
+            if isinstance(decision, KeptSync):
                 log.warning(
                     "action: destination %s lags %.1f s (over the Age of %g s) but stays "
                     "sync: MinimumSyncDestinations is %d",
-                    d.config.name,
-                    behind,
+                    decision.name,
+                    decision.behind,
                     age,
                     minimum_sync,
                     extra=events.extra(events.ACTION_FAILED),
                 )
-                continue
-            d.downgrade(
-                f"action: its oldest unacknowledged message is {behind:.1f} s old, "
-                f"over the Age of {age:g} s"
-            )
-            sync_now -= 1
+            else:
+                destinations[decision.name].downgrade(decision.why)
 
     def _upgrade(self, age: float) -> None:
+        """Upgrade the downgraded destinations lagging under ``age``
+        (:class:`UpgradeRule` decides)."""
         manager = self.instance.replication
         if manager is None:
             return
-        for d in manager.destinations:
-            if d.config.sync and not d.sync and d.connected and not d.upgrade_pending:
-                behind = d.seconds_behind()
-                if behind < age:
-                    d.upgrade(
-                        f"action: its oldest unacknowledged message is {behind:.1f} s old, "
-                        f"under the Age of {age:g} s"
-                    )
+        destinations = {d.name: d for d in manager.destinations}
+        observed = [d.observe() for d in manager.destinations]
+        for decision in UpgradeRule(age).decide(time.time(), observed):
+            destinations[decision.name].upgrade(decision.why)
 
     def statistics(self) -> list[dict[str, Any]]:
         return [s.__dict__.copy() for s in self.stats]
