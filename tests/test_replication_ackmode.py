@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -306,3 +308,18 @@ def test_the_mode_follows_the_lag_once_each_way() -> None:
     run_schedule(dest, now, 4.0)
     assert dest.changes == ["downgraded", "upgraded"]
     assert (dest.mode.downgrades, dest.mode.upgrades) == (1, 1)
+
+
+def test_the_decisions_load_no_trio() -> None:
+    """The ack mode, the back-off, routing and the schedule parser are pure: importing
+    them in a fresh interpreter loads no trio (the config imports the schedule)."""
+    code = (
+        "import sys, amps_py.replication.ackmode, amps_py.replication.backoff,"
+        " amps_py.replication.routing, amps_py.actions.schedule\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'trio')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"loaded {result.stdout.strip()}"
