@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from amps_py.actions.schedule import ScheduleError, parse_every
+from amps_py.schedule import ScheduleError, parse_every
 
 UTC = datetime.UTC
 

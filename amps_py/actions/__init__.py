@@ -34,29 +34,25 @@ the upgrade Age well below the downgrade Age (AMPS recommends half), a lag that
 oscillates between the two never flips the mode back and forth.
 
 The package: :mod:`.runner` (:class:`ActionRunner`, which the instance runs, and the
-module helpers) and :mod:`.schedule` (when an ``amps-action-on-schedule`` fires: pure,
-and what the config checks ``Every`` with). The runner's names are loaded on first
-use, so importing :mod:`.schedule` loads neither trio nor the runner.
+module helpers), whose names this module re-exports. When an ``amps-action-on-schedule``
+fires is decided by :mod:`amps_py.schedule`, a pure leaf module outside this package:
+the config checks ``Every`` with it, and the config must not import this package (which
+imports the config: the two would form an import cycle).
 """
 
-from typing import TYPE_CHECKING, Any
-
-from .schedule import Schedule, ScheduleError, parse_every
-
-if TYPE_CHECKING:
-    from .runner import (
-        JOURNAL_MAINTENANCE,
-        SIGNALS,
-        ActionFailed,
-        ActionRunner,
-        ActionStatistics,
-        admin_path,
-        client_variables,
-        condition_holds,
-        file_system_usage,
-        required_parameters,
-        substitute,
-    )
+from .runner import (
+    JOURNAL_MAINTENANCE,
+    SIGNALS,
+    ActionFailed,
+    ActionRunner,
+    ActionStatistics,
+    admin_path,
+    client_variables,
+    condition_holds,
+    file_system_usage,
+    required_parameters,
+    substitute,
+)
 
 __all__ = [
     "JOURNAL_MAINTENANCE",
@@ -64,24 +60,10 @@ __all__ = [
     "ActionFailed",
     "ActionRunner",
     "ActionStatistics",
-    "Schedule",
-    "ScheduleError",
     "admin_path",
     "client_variables",
     "condition_holds",
     "file_system_usage",
-    "parse_every",
     "required_parameters",
     "substitute",
 ]
-
-#: the names :mod:`.runner` provides, imported when first asked for
-_RUNNER_NAMES = frozenset(__all__) - {"Schedule", "ScheduleError", "parse_every"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RUNNER_NAMES:
-        from . import runner
-
-        return getattr(runner, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

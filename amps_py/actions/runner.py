@@ -24,9 +24,8 @@ import trio
 from amps_py import events
 from amps_py.filters import EvalContext, Filter, FilterError, compile_filter
 from amps_py.replication.ackmode import DowngradeRule, KeptSync, UpgradeRule
+from amps_py.schedule import Schedule, parse_every
 from amps_py.units import parse_duration, parse_percent
-
-from .schedule import Schedule, parse_every
 
 if TYPE_CHECKING:
     from amps_py.config import ActionConfig, ActionModule
