@@ -34,7 +34,9 @@ the upgrade Age well below the downgrade Age (AMPS recommends half), a lag that
 oscillates between the two never flips the mode back and forth.
 
 The package: :mod:`.runner` (:class:`ActionRunner`, which the instance runs, and the
-module helpers), whose names this module re-exports. When an ``amps-action-on-schedule``
+module helpers), whose names this module re-exports, and :mod:`.host` (what the
+runner needs of the instance and of a client session: narrow views, so this package
+imports nothing of :mod:`amps_py.server`). When an ``amps-action-on-schedule``
 fires is decided by :mod:`amps_py.schedule`, a pure leaf module outside this package:
 the config checks ``Every`` with it, and the config must not import this package (which
 imports the config: the two would form an import cycle).

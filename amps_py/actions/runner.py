@@ -29,8 +29,8 @@ from amps_py.units import parse_duration, parse_percent
 
 if TYPE_CHECKING:
     from amps_py.config import ActionConfig, ActionModule
-    from amps_py.server.instance import Instance
-    from amps_py.server.session import Session
+
+    from .host import ActionsHost, ClientIdentity
 
 log = logging.getLogger("amps_py.actions")
 
@@ -128,7 +128,7 @@ def file_system_usage(path: str) -> float:
     return usage.used / usable if usable else 0.0
 
 
-def client_variables(session: Session, *, connected: bool) -> dict[str, str]:
+def client_variables(session: ClientIdentity, *, connected: bool) -> dict[str, str]:
     """The variables of an ``on-connect-client`` (``connected``: before logon), or an
     ``on-logon-client`` / ``on-disconnect-client`` event for ``session``."""
     connection = f"connection-{session.conn_id}"
@@ -146,7 +146,7 @@ def client_variables(session: Session, *, connected: bool) -> dict[str, str]:
 class ActionRunner:
     """Runs an instance's Actions; ``fire(event)`` runs those with ``On`` that event."""
 
-    def __init__(self, instance: Instance, actions: tuple[ActionConfig, ...]) -> None:
+    def __init__(self, instance: ActionsHost, actions: tuple[ActionConfig, ...]) -> None:
         self.instance = instance
         self.actions = actions
         self.stats = [
