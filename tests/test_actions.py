@@ -1,7 +1,8 @@
 """Actions: a scheduled replication downgrade/upgrade on a real sync pair whose link is
-slowed by the fault proxy (AMPS's "automatically downgrading acknowledgment"), with
-hysteresis that never flaps; If conditions; client connect/disconnect events on a real
-instance; config errors for Actions."""
+slowed by the fault proxy (AMPS's "automatically downgrading acknowledgment"; the
+hysteresis itself is tested on a fake clock in test_replication_ackmode.py); If
+conditions; client connect/disconnect events on a real instance; config errors for
+Actions."""
 
 from __future__ import annotations
 
@@ -77,9 +78,11 @@ def start_sync_pair(cluster: Cluster, a_extra: str, seed: int) -> tuple[Any, str
     return link, f"http://127.0.0.1:{ready['transports']['admin']}"
 
 
-async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
-    cluster: Cluster,
-) -> None:
+async def test_scheduled_downgrade_and_upgrade_follow_the_lag(cluster: Cluster) -> None:
+    """The scheduled action acts on the link: a slow one is downgraded (waiting
+    publishers get their persisted acks), a healthy one upgraded, once each. That a lag
+    between the two Ages changes nothing either way (the hysteresis) is tested on a fake
+    clock in tests/test_replication_ackmode.py."""
     link, base = start_sync_pair(cluster, ACTIONS_XML, seed=7)
 
     def mode() -> str:
@@ -118,26 +121,16 @@ async def test_scheduled_downgrade_and_upgrade_follow_the_lag_without_flapping(
         assert metric(base, "amps_replication_sync") == 0.0
         assert metric(base, "amps_replication_downgrades_total") == 1.0
 
-        # 2. lag between the two Ages (about 1 s): a downgraded link stays async
-        link.delay(0.45)
-        await trio.sleep(4)  # observation window: nothing may change in it
-        assert mode() == "async" and transitions() == (1, 0), "flapped while lag sat between Ages"
-
-        # 3. link healthy: upgraded once the lag is under UPGRADE_AGE and caught up
+        # 2. link healthy: upgraded once the lag is under UPGRADE_AGE and caught up
         link.delay(0)
         await await_mode("sync", 30)
         assert transitions() == (1, 1)
-
-        # 4. lag between the Ages again: a sync link stays sync
-        link.delay(0.45)
-        await trio.sleep(4)  # observation window
-        assert mode() == "sync" and transitions() == (1, 1), "flapped while lag sat between Ages"
-        link.delay(0)
         nursery.cancel_scope.cancel()
     log = cluster.log("A")
     assert "15-0009" in log and "15-0010" in log  # both changes logged with their codes
     [action] = actions_of(base)
-    assert action["runs"] > 20 and action["failures"] == 0
+    # the schedule kept firing while the lag built up (a run every EVERY)
+    assert action["runs"] >= DOWNGRADE_AGE / EVERY and action["failures"] == 0
     assert action["do"] == [
         "amps-action-do-downgrade-replication",
         "amps-action-do-upgrade-replication",

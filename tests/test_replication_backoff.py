@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from amps_py.config import DestinationConfig
 from amps_py.replication.backoff import QUICK_RETRIES, STABLE_AFTER, ReconnectBackoff
 
 CONFIGURED = (1.0, 2.0, 4.0, 8.0)  # ReconnectTimeout 1s,2s,4s,8s (the default)
@@ -80,3 +81,20 @@ def test_bad_schedules_are_refused_with_what_to_fix(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         ReconnectBackoff(timeouts, quick=quick)
+
+
+def test_a_destination_backs_off_on_its_configured_reconnect_delay() -> None:
+    """The outgoing driver builds its policy from ``DestinationConfig.reconnect_delay``:
+    the default config waits as the default ReconnectTimeout list does, a configured
+    list is followed and its last value repeats."""
+    default = DestinationConfig(name="b", group=None, sync_type="sync", topics=())
+    assert default.reconnect_timeouts == CONFIGURED
+    assert waits_after_failures(ReconnectBackoff(default.reconnect_delay), 0.0, 9) == (
+        pytest.approx(waits_after_failures(ReconnectBackoff(CONFIGURED), 0.0, 9))
+    )
+    configured = DestinationConfig(
+        name="b", group=None, sync_type="sync", topics=(), reconnect_timeouts=(0.5, 3.0)
+    )
+    assert waits_after_failures(
+        ReconnectBackoff(configured.reconnect_delay), 0.0, 6
+    ) == pytest.approx([*QUICK_RETRIES, 0.5, 3.0, 3.0])

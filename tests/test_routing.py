@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from amps_py.config import DestinationConfig, ReplicationTopic
 from amps_py.replication import Route
+from txlog import Record, RecordCodec
+from txlog.record import RouteView
 
 
 def dest(topics=((".*", None),), passthrough=(), name="b") -> DestinationConfig:  # type: ignore[no-untyped-def]
@@ -84,3 +88,81 @@ def test_cached_verdicts_agree_with_accepts_and_defer_to_filters() -> None:
     assert route.verdict("orders", "json", "a", (), "b") is None
     assert route.verdict("orders", "json", "b", (), "b") is False  # loop rule first
     assert route.verdict("orders", "binary", "a", (), "b") is False
+
+
+# ---------------------------------------------------------------- Route.select
+#: (topic, origin, path, payload) of a batch exercising every rule: a plain topic, a
+#: content filter both ways, a topic not replicated, the destination as origin, a
+#: passthrough group and one that is not, and a payload a filter cannot parse
+BATCH = [
+    ("audit", "a", (), b"{}"),
+    ("orders", "a", (), b'{"qty": 11, "pad": "' + b"x" * 200 + b'"}'),
+    ("orders", "a", (), b'{"qty": 5}'),
+    ("quotes", "a", (), b'{"qty": 99}'),
+    ("audit", "b", (), b"{}"),
+    ("orders", "x", (("x", "NYC"),), b'{"qty": 50}'),
+    ("orders", "x", (("x", "LDN"),), b'{"qty": 50}'),
+    ("orders", "a", (), b"not json"),
+]
+#: which of BATCH go to instance "b"
+EXPECTED = [0, 1, 5]
+
+
+def filtered_route() -> Route:
+    return Route(dest(topics=(("orders", "/qty > 10"), ("audit", None)), passthrough=("NY",)))
+
+
+def journaled(compress: bool) -> tuple[list[Record], list[bytes], RecordCodec]:
+    """BATCH as the writer holds it (records and their stored values)."""
+    codec = RecordCodec(compress=compress)
+    records = [
+        Record(topic=topic, payload=payload, pub_hash=1, seq=i, origin=origin, path=path, txid=i)
+        for i, (topic, origin, path, payload) in enumerate(BATCH, start=1)
+    ]
+    return records, [codec.encode(r) for r in records], codec
+
+
+def test_select_just_committed_records_sends_their_stored_values_in_order() -> None:
+    """The send loop's fresh path: in-memory records, their stored bytes go out."""
+    records, values, _ = journaled(compress=False)
+    selected = filtered_route().select(records, values, "b", lambda r: r.payload)
+    assert selected == [values[i] for i in EXPECTED]
+    for i, (topic, origin, path, payload) in enumerate(BATCH):
+        expected = accepts(filtered_route(), topic=topic, origin=origin, path=path, payload=payload)
+        assert expected is (i in EXPECTED), BATCH[i]  # select agrees with accepts
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_select_journal_views_reads_a_payload_only_for_a_content_filter(compress: bool) -> None:
+    """The send loop's catch-up path: routing views decoded from the stored values
+    (compressed or not); the payload is decoded only where a filter decides."""
+    _, values, codec = journaled(compress)
+    views = [codec.route_view(v, txid) for txid, v in enumerate(values, start=1)]
+    read: list[int] = []
+
+    def payload(view: RouteView) -> bytes:
+        read.append(view.txid)
+        return codec.route_payload(view)
+
+    route = filtered_route()
+    selected = route.select(views, [v.raw for v in views], "b", payload)
+    assert selected == [values[i] for i in EXPECTED]
+    # only "orders" from here or through NYC reach the filter; the rest is decided
+    # from topic, origin and path
+    assert read == [2, 3, 6, 8]
+    read.clear()
+    assert route.select(views, [v.raw for v in views], "b", payload) == selected
+    assert read == [2, 3, 6, 8]  # verdicts are cached, filter results are not
+
+
+def test_select_routes_for_the_remote_instance_it_is_given() -> None:
+    records, values, _ = journaled(compress=False)
+    # towards "x": what came from x never goes back to it; what "b" sent may go
+    selected = filtered_route().select(records, values, "x", lambda r: r.payload)
+    assert selected == [values[i] for i in (0, 1, 4)]
+
+
+def test_select_needs_one_value_per_message() -> None:
+    records, values, _ = journaled(compress=False)
+    with pytest.raises(ValueError):
+        filtered_route().select(records, values[:-1], "b", lambda r: r.payload)

@@ -16,8 +16,9 @@ early when the peer connects to this instance.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 #: waits after the first failed rounds, before the configured back-off (seconds)
@@ -34,28 +35,38 @@ class ReconnectBackoff:
     attempts. A new policy attempts at once.
 
     Args:
-        timeouts: the configured back-off (``ReconnectTimeout``), seconds, at least one;
-            the last value repeats.
+        configured: the configured back-off (``ReconnectTimeout``): either the wait
+            after configured round n (0-based) as a function, as
+            :meth:`DestinationConfig.reconnect_delay` gives it, or the waits
+            themselves (seconds, at least one; the last value repeats).
         quick: waits after the first failed rounds, before ``timeouts`` apply.
         stable_after: seconds a connection must have been up for its loss to start
             the schedule over.
 
     Raises:
-        ValueError: ``timeouts`` is empty or a wait is negative.
+        ValueError: the configured waits are empty, or a wait is negative.
     """
 
     def __init__(
         self,
-        timeouts: Sequence[float],
+        configured: Sequence[float] | Callable[[int], float],
         *,
         quick: Sequence[float] = QUICK_RETRIES,
         stable_after: float = STABLE_AFTER,
     ) -> None:
-        if not timeouts:
-            raise ValueError("`timeouts` needs at least one wait (the configured back-off)")
-        if any(t < 0 for t in (*timeouts, *quick)):
+        if any(t < 0 for t in quick):
             raise ValueError("back-off waits must not be negative")
-        self.timeouts = tuple(timeouts)
+        if callable(configured):
+            self._configured = configured
+        else:
+            timeouts = tuple(configured)
+            if not timeouts:
+                raise ValueError(
+                    "the configured back-off needs at least one wait (ReconnectTimeout)"
+                )
+            if any(t < 0 for t in timeouts):
+                raise ValueError("back-off waits must not be negative")
+            self._configured = functools.partial(_nth_repeating_last, timeouts)
         self.quick = tuple(quick)
         self.stable_after = stable_after
         #: failed rounds since the schedule last started over
@@ -69,8 +80,7 @@ class ReconnectBackoff:
         """The wait after failed round number ``failures`` (0-based) of a schedule."""
         if failures < len(self.quick):
             return self.quick[failures]
-        index = min(failures - len(self.quick), len(self.timeouts) - 1)
-        return self.timeouts[index]
+        return self._configured(failures - len(self.quick))
 
     def connected(self, now: float) -> None:
         """A connection completed its handshake at ``now``."""
@@ -99,3 +109,8 @@ class ReconnectBackoff:
     def delay(self, now: float) -> float:
         """Seconds from ``now`` until the next round is due (0: due now)."""
         return max(0.0, self._next_at - now)
+
+
+def _nth_repeating_last(waits: tuple[float, ...], n: int) -> float:
+    """``waits[n]``, the last one for any ``n`` beyond."""
+    return waits[min(n, len(waits) - 1)]

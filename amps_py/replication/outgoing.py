@@ -22,7 +22,6 @@ never logged.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import ssl
@@ -34,7 +33,6 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.config import (
-    DEFAULT_RECONNECT_TIMEOUTS,
     MIN_TLS_VERSION,
     DestinationConfig,
     LinkCredentialsError,
@@ -42,6 +40,7 @@ from amps_py.config import (
 from amps_py.trio_util import unwrapping_groups
 from amps_py.units import utc_iso
 
+from .ackmode import AckMode, Downgraded, Observed, Upgraded, seconds_behind
 from .backoff import ReconnectBackoff
 from .incoming import UpstreamConnection
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
@@ -50,6 +49,8 @@ from .outage import OutageLog, OutageReport
 from .routing import Route
 
 if TYPE_CHECKING:
+    from txlog import Record
+
     from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication.outgoing")
@@ -137,17 +138,11 @@ class Destination:
         self.config = config
         self.name = config.name
         self.route = Route(config)
-        self.sync = config.sync
-        #: upgrade back to sync once the destination has acknowledged up to this txid
-        self._upgrade_at: int | None = None
-        self.downgrades = 0
-        self.upgrades = 0
+        #: sync, downgraded or upgrade pending; the resync of the current connection
+        self.ack_mode = AckMode(config.sync)
         self.remote_name = ""
         self.connected = False
         self.address = ""
-        #: the committed txid when the current connection started, until the peer has
-        #: acknowledged it (then None: on-replication-resync-complete has fired)
-        self._resync_end: int | None = None
         self.remote_group = ""
         self.authenticated_id = ""
         self.connect_time = 0.0
@@ -172,8 +167,7 @@ class Destination:
         self._attached_scope: trio.CancelScope | None = None
         self._dial_scope: trio.CancelScope | None = None
         self._attach_wanted = trio.Event()
-        self._upgrade_why = ""
-        self._backoff = ReconnectBackoff(config.reconnect_timeouts or DEFAULT_RECONNECT_TIMEOUTS)
+        self._backoff = ReconnectBackoff(config.reconnect_delay)
         #: set when the peer connects to this instance: a back-off wait ends at once
         self._peer_up = trio.Event()
         #: the back-off wait in progress (seconds), 0 while connecting or connected
@@ -560,7 +554,7 @@ class Destination:
         self._peer_up = trio.Event()  # a connection of the peer's from before does not count
         self.resyncs += 1
         resync_end = instance.committed_txid
-        self._resync_end = resync_end
+        self.ack_mode.connected(resync_end)
         instance.fire_action("connect-replication", self._action_variables())
         self._check_resync_complete()
         log.info(
@@ -637,8 +631,7 @@ class Destination:
         instance = self.instance
         journal = instance.journal
         assert journal is not None
-        accepts = self.route.accepts
-        verdict = self.route.verdict
+        select = self.route.select
         remote = self.remote_name
         writer = instance.writer
         assert writer is not None
@@ -655,20 +648,7 @@ class Destination:
             if fresh is not None:
                 # just committed: the records and their stored bytes are in memory
                 records, values = fresh
-                selected = []
-                for rec, value in zip(records, values, strict=True):
-                    ok = verdict(rec.topic, rec.message_type, rec.origin, rec.path, remote)
-                    if ok is None:  # a content filter decides
-                        ok = accepts(
-                            topic=rec.topic,
-                            message_type=rec.message_type,
-                            origin=rec.origin,
-                            path=rec.path,
-                            payload=rec.payload,
-                            remote_name=remote,
-                        )
-                    if ok:
-                        selected.append(value)
+                selected = select(records, values, remote, _record_payload)
                 last = records[-1]
                 upto, upto_bm = last.txid, last.bookmark
                 frame = link.data(selected, upto, upto_bm, trio.current_time(), self.sent_txid)
@@ -677,20 +657,7 @@ class Destination:
             # further behind: routing views decode only what routing needs; the stored
             # bytes go out as they are, and a payload is decoded only for a content filter
             batch, damage = journal.read_route_views(self.sent_txid, SEND_BATCH, committed)
-            selected = []
-            for view in batch:
-                ok = verdict(view.topic, view.message_type, view.origin, view.path, remote)
-                if ok is None:
-                    ok = accepts(
-                        topic=view.topic,
-                        message_type=view.message_type,
-                        origin=view.origin,
-                        path=view.path,
-                        payload=functools.partial(journal.route_payload, view),
-                        remote_name=remote,
-                    )
-                if ok:
-                    selected.append(view.raw)
+            selected = select(batch, [view.raw for view in batch], remote, journal.route_payload)
             if damage is not None:
                 # a damaged record cannot be sent; say so loudly, never skip quietly
                 self.holes += 1
@@ -745,7 +712,9 @@ class Destination:
                         # never beyond what was sent (a confused peer cannot release acks)
                         self.acked_txid = min(event.upto, max(self.sent_txid, self._sending_upto))
                         self._ack_event.set()
-                        self._acked()
+                        upgraded = self.ack_mode.acked(self.acked_txid)
+                        if upgraded is not None:
+                            self._mode_changed(upgraded)
                         self._check_resync_complete()
                         self.instance.replication_acked()
                 elif isinstance(event, Refused):
@@ -759,61 +728,81 @@ class Destination:
                 await self._send(stream, data)
 
     # ---------------------------------------------------------------- info
-    def seconds_behind(self) -> float:
-        """Age of the oldest local record the destination has not acknowledged."""
+    @property
+    def sync(self) -> bool:
+        """Whether persisted acks wait for this destination now (see :class:`AckMode`)."""
+        return self.ack_mode.sync
+
+    @property
+    def upgrade_pending(self) -> bool:
+        return self.ack_mode.upgrade_pending
+
+    @property
+    def downgrades(self) -> int:
+        return self.ack_mode.downgrades
+
+    @property
+    def upgrades(self) -> int:
+        return self.ack_mode.upgrades
+
+    def oldest_unacked_at(self) -> float | None:
+        """When (epoch seconds) the oldest local record the destination has not
+        acknowledged was written; None when it has acknowledged every committed one."""
         instance = self.instance
         if self.acked_txid >= instance.committed_txid or instance.journal is None:
-            return 0.0
+            return None
         rec = instance.journal.get(self.acked_txid + 1)
         if rec is None:
-            return 0.0
-        return max(0.0, time.time() - rec.local_ts / 1e6)
+            return None
+        return rec.local_ts / 1e6
+
+    def seconds_behind(self) -> float:
+        """Age of the oldest local record the destination has not acknowledged."""
+        return seconds_behind(time.time(), self.oldest_unacked_at())
+
+    def observe(self) -> Observed:
+        """What the downgrade and upgrade rules look at (:mod:`.ackmode`)."""
+        return Observed(
+            name=self.name,
+            configured_sync=self.config.sync,
+            sync=self.sync,
+            connected=self.connected,
+            upgrade_pending=self.upgrade_pending,
+            oldest_unacked_at=self.oldest_unacked_at(),
+        )
 
     # ---------------------------------------------------------------- ack mode
     def downgrade(self, why: str) -> str:
         """Acknowledge async from now on: persisted acks stop waiting for this
         destination at once (those already waiting are released). Returns what
         happened, in words."""
-        if not self.config.sync:
-            return "not downgraded: the destination is configured async"
-        self._upgrade_at = None
-        if not self.sync:
-            return "already async"
-        self.sync = False
-        self.downgrades += 1
-        self._mode_changed("downgraded to async", "no longer wait", why)
-        return "downgraded to async"
+        decision = self.ack_mode.downgrade(why)
+        if isinstance(decision, Downgraded):
+            self._mode_changed(decision)
+        return decision.outcome
 
     def upgrade(self, why: str) -> str:
         """Back to sync once the destination has acknowledged everything committed now
         (so publishers never wait for a backlog). Returns what happened, in words."""
-        if not self.config.sync:
-            return "not upgraded: the destination is configured async"
-        if self.sync:
-            return "already sync"
-        target = self.instance.committed_txid
-        if self.connected and self.acked_txid >= target:
-            self._set_sync(why)
-            return "upgraded to sync"
-        self._upgrade_at = target
-        self._upgrade_why = why
-        return f"upgrade pending: sync again once txid {target} is acknowledged"
+        decision = self.ack_mode.upgrade(
+            why,
+            committed=self.instance.committed_txid,
+            acked=self.acked_txid,
+            connected=self.connected,
+        )
+        if isinstance(decision, Upgraded):
+            self._mode_changed(decision)
+        return decision.outcome
 
-    def _set_sync(self, why: str) -> None:
-        self._upgrade_at = None
-        self.sync = True
-        self.upgrades += 1
-        self._mode_changed("upgraded to sync", "wait again", why)
-
-    def _mode_changed(self, what: str, acks: str, why: str) -> None:
+    def _mode_changed(self, change: Downgraded | Upgraded) -> None:
         """Log a downgrade or upgrade, release or hold acks, fire the On actions."""
-        upgraded = self.sync
+        upgraded = isinstance(change, Upgraded)
         log.warning(
             "destination %s %s (%s): persisted acks %s for it",
             self.name,
-            what,
-            why,
-            acks,
+            change.outcome,
+            change.why,
+            "wait again" if upgraded else "no longer wait",
             extra=events.extra(
                 events.REPLICATION_UPGRADED if upgraded else events.REPLICATION_DOWNGRADED
             ),
@@ -838,14 +827,13 @@ class Destination:
     def _check_resync_complete(self) -> None:
         """Fire ``on-replication-resync-complete`` once per connection, when the peer
         has acknowledged everything this journal held when the connection started."""
-        if self._resync_end is not None and self.acked_txid >= self._resync_end:
-            self._resync_end = None
+        if self.ack_mode.resync_complete(self.acked_txid) is not None:
             self.instance.fire_action("replication-resync-complete", self._action_variables())
 
     def _session_ended(self) -> bool:
         """Bookkeeping when a connection (dialled or attached) ends; returns whether it
         had completed its handshake."""
-        self._resync_end = None
+        self.ack_mode.disconnected()
         was_up = self.connected
         if was_up:
             self._backoff.lost(trio.current_time())
@@ -856,14 +844,6 @@ class Destination:
             self.instance.fire_action("disconnect-replication", self._action_variables())
         self.instance.replication_changed()
         return was_up
-
-    @property
-    def upgrade_pending(self) -> bool:
-        return self._upgrade_at is not None
-
-    def _acked(self) -> None:
-        if self._upgrade_at is not None and self.acked_txid >= self._upgrade_at:
-            self._set_sync(self._upgrade_why)
 
     def statistics(self) -> DestinationStatistics:
         messages_rate, bytes_rate = self._rates.update(
@@ -892,7 +872,7 @@ class Destination:
             last_error=self.last_error,
             downgrades=self.downgrades,
             upgrades=self.upgrades,
-            upgrade_pending=self._upgrade_at is not None,
+            upgrade_pending=self.upgrade_pending,
             reconnect_wait=self.reconnect_wait,
             down_since=utc_iso(down_since) if down_since is not None else "",
             down_s=round(max(0.0, now - down_since), 3) if down_since is not None else 0.0,
@@ -906,6 +886,11 @@ class Destination:
             messages_out_per_sec=messages_rate,
             bytes_out_per_sec=bytes_rate,
         )
+
+
+def _record_payload(record: Record) -> bytes:
+    """A just-committed record's payload, for a content filter (:meth:`Route.select`)."""
+    return record.payload
 
 
 def _connect_failure(exc: OSError | trio.TooSlowError) -> str:

@@ -18,14 +18,36 @@ The server's links, the fabric topology check and the Spark audit all call
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from amps_py.config.model import DestinationConfig, ReplicationTopic
 from amps_py.filters import Filter, compile_filter
+
+
+class Routed(Protocol):
+    """What routing reads of a message: a journal :class:`~txlog.Record` or a
+    :class:`~txlog.RouteView` (decoded without the payload)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def message_type(self) -> str: ...
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def path(self) -> tuple[tuple[str, str], ...]: ...
+
+
+M = TypeVar("M", bound=Routed)
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -136,6 +158,43 @@ class Route:
             if rule.filter.matches(doc):
                 return True
         return False
+
+    def select(
+        self,
+        messages: Iterable[M],
+        values: Iterable[V],
+        remote_name: str,
+        payload: Callable[[M], bytes],
+    ) -> list[V]:
+        """The ``values`` (one per message, in step) of the ``messages`` that go to this
+        destination, whose instance is ``remote_name``, in order.
+
+        Each message is decided by its cached :meth:`verdict`; only when a content
+        filter must see it is ``payload(message)`` called (it may decode or decompress
+        the stored record).
+
+        Raises:
+            ValueError: ``messages`` and ``values`` differ in length.
+        """
+        verdict = self.verdict
+        accepts = self.accepts
+        selected: list[V] = []
+        for message, value in zip(messages, values, strict=True):
+            ok = verdict(
+                message.topic, message.message_type, message.origin, message.path, remote_name
+            )
+            if ok is None:  # a content filter decides
+                ok = accepts(
+                    topic=message.topic,
+                    message_type=message.message_type,
+                    origin=message.origin,
+                    path=message.path,
+                    payload=functools.partial(payload, message),
+                    remote_name=remote_name,
+                )
+            if ok:
+                selected.append(value)
+        return selected
 
     def describe_topics(self) -> list[dict[str, Any]]:
         """The topic descriptors sent in the handshake (for validation on connect)."""

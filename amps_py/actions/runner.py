@@ -1,37 +1,8 @@
-"""Actions: ``Actions/Action`` from the config, run by the instance.
+"""The action runner: fires an instance's Actions (On), checks their If modules and
+runs their Do modules; see :mod:`amps_py.actions` for what each module does.
 
-Each Action has one or more On modules (when), any number of If modules (whether) and
-one or more Do modules (what). When an On fires, the If modules are checked in file
-order; the first that does not hold skips the Do modules of that run (counted in
-``skipped``). Otherwise the Do modules run in file order; a Do that fails is logged and
-stops the rest of that run. ``{{NAME}}`` in an option is replaced from the run's
-variables (``AMPS_INSTANCE_NAME``, ``AMPS_DATETIME``, ``AMPS_UNIX_TIMESTAMP`` and those
-of the event, e.g. ``AMPS_DESTINATION_NAME`` for a downgrade, ``AMPS_CLIENT_NAME`` for a
-client connecting); an unknown name becomes "".
-
-If modules: ``if-condition`` holds when its ``Condition``, an AMPS content filter
-evaluated against an empty message once the variables are substituted, is TRUE (e.g.
-``'{{AMPS_CLIENT_NAME}}' LIKE '^important'``); ``if-file-system-usage`` holds when the
-used share of the file system holding ``Path`` is above ``GreaterThan`` and/or below
-``LessThan`` (percentages, measured like ``df``).
-
-Client events: ``on-connect-client`` fires when a connection is accepted, before logon,
-so its ``AMPS_CLIENT_NAME`` is the connection name (as in AMPS);
-``on-disconnect-client`` fires when it closes, with the client name it logged on with
-and ``AMPS_AUTHENTICATION_ID``. Both also set ``AMPS_CONNECTION_NAME`` and, an amps-py
-addition, ``AMPS_REMOTE_ADDRESS`` (``host:port``).
-
-The journal modules (``do-archive-journal``, ``-compress-journal``, ``-remove-journal``)
-ask the instance to archive, compress or remove the journal files older than ``Age``;
-when that cannot be done the Do fails with the instance's explanation.
-
-The replication modules implement AMPS's automatic downgrade: ``do-downgrade-
-replication`` makes every sync destination whose oldest unacknowledged message is older
-than ``Age`` async (persisted acks stop waiting for it at once), after an optional
-``GracePeriod`` from startup; ``do-upgrade-replication`` makes such a downgraded
-destination sync again once its lag is below its own ``Age`` and it has caught up. With
-the upgrade Age well below the downgrade Age (AMPS recommends half), a lag that
-oscillates between the two never flips the mode back and forth.
+The replication Do modules ask :mod:`amps_py.replication.ackmode` which destinations
+to downgrade or upgrade, and act on its answer.
 """
 
 from __future__ import annotations
@@ -51,14 +22,15 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from amps_py import events
-from amps_py.config import ActionConfig, ActionModule
 from amps_py.filters import EvalContext, Filter, FilterError, compile_filter
+from amps_py.replication.ackmode import DowngradeRule, KeptSync, UpgradeRule
 from amps_py.schedule import Schedule, parse_every
 from amps_py.units import parse_duration, parse_percent
 
 if TYPE_CHECKING:
-    from amps_py.server.instance import Instance
-    from amps_py.server.session import Session
+    from amps_py.config import ActionConfig, ActionModule
+
+    from .host import ActionsHost, ClientIdentity
 
 log = logging.getLogger("amps_py.actions")
 
@@ -156,7 +128,7 @@ def file_system_usage(path: str) -> float:
     return usage.used / usable if usable else 0.0
 
 
-def client_variables(session: Session, *, connected: bool) -> dict[str, str]:
+def client_variables(session: ClientIdentity, *, connected: bool) -> dict[str, str]:
     """The variables of an ``on-connect-client`` (``connected``: before logon), or an
     ``on-logon-client`` / ``on-disconnect-client`` event for ``session``."""
     connection = f"connection-{session.conn_id}"
@@ -174,7 +146,7 @@ def client_variables(session: Session, *, connected: bool) -> dict[str, str]:
 class ActionRunner:
     """Runs an instance's Actions; ``fire(event)`` runs those with ``On`` that event."""
 
-    def __init__(self, instance: Instance, actions: tuple[ActionConfig, ...]) -> None:
+    def __init__(self, instance: ActionsHost, actions: tuple[ActionConfig, ...]) -> None:
         self.instance = instance
         self.actions = actions
         self.stats = [
@@ -420,49 +392,38 @@ class ActionRunner:
         while more than ``minimum_sync`` destinations stay sync (amps-py's
         ``MinimumSyncDestinations`` option: a floor under the number of copies a
         persisted ack waits for; AMPS has no such option, so the default 0 is AMPS's
-        behaviour)."""
+        behaviour). :class:`DowngradeRule` decides."""
         instance = self.instance
-        if grace and time.time() - instance.started_at < parse_duration(grace):
-            return
         manager = instance.replication
         if manager is None:
             return
-        lagging = [
-            (behind, d)
-            for d in manager.destinations
-            if d.config.sync and d.sync and (behind := d.seconds_behind()) > age
-        ]
-        sync_now = sum(1 for d in manager.destinations if d.sync)
-        for behind, d in sorted(lagging, key=lambda pair: -pair[0]):
-            if sync_now <= minimum_sync:
+        rule = DowngradeRule(age, parse_duration(grace) if grace else None, minimum_sync)
+        destinations = {d.name: d for d in manager.destinations}
+        observed = [d.observe() for d in manager.destinations]
+        for decision in rule.decide(time.time(), instance.started_at, observed):
+            if isinstance(decision, KeptSync):
                 log.warning(
                     "action: destination %s lags %.1f s (over the Age of %g s) but stays "
                     "sync: MinimumSyncDestinations is %d",
-                    d.config.name,
-                    behind,
+                    decision.name,
+                    decision.behind,
                     age,
                     minimum_sync,
                     extra=events.extra(events.ACTION_FAILED),
                 )
-                continue
-            d.downgrade(
-                f"action: its oldest unacknowledged message is {behind:.1f} s old, "
-                f"over the Age of {age:g} s"
-            )
-            sync_now -= 1
+            else:
+                destinations[decision.name].downgrade(decision.why)
 
     def _upgrade(self, age: float) -> None:
+        """Upgrade the downgraded destinations lagging under ``age``
+        (:class:`UpgradeRule` decides)."""
         manager = self.instance.replication
         if manager is None:
             return
-        for d in manager.destinations:
-            if d.config.sync and not d.sync and d.connected and not d.upgrade_pending:
-                behind = d.seconds_behind()
-                if behind < age:
-                    d.upgrade(
-                        f"action: its oldest unacknowledged message is {behind:.1f} s old, "
-                        f"under the Age of {age:g} s"
-                    )
+        destinations = {d.name: d for d in manager.destinations}
+        observed = [d.observe() for d in manager.destinations]
+        for decision in UpgradeRule(age).decide(time.time(), observed):
+            destinations[decision.name].upgrade(decision.why)
 
     def statistics(self) -> list[dict[str, Any]]:
         return [s.__dict__.copy() for s in self.stats]
