@@ -232,6 +232,23 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/routing.py",
     "amps_py/replication/validation.py",
     "amps_py/replication/fabric.py",
+    "amps_py/replication/ackmode.py",
+    "amps_py/replication/backoff.py",
+    "amps_py/replication/host.py",
+    # the server's decisions and bookkeeping (the trio driver is instance.py & co.)
+    "amps_py/server/durability.py",
+    "amps_py/server/delivery.py",
+    "amps_py/server/counters.py",
+    "amps_py/server/names.py",
+    "amps_py/server/bookmark_spec.py",
+    "amps_py/server/subscriptions.py",
+    "amps_py/server/host.py",
+    # leaves every package may import
+    "amps_py/events.py",
+    "amps_py/reasons.py",
+    "amps_py/errors.py",
+    "amps_py/statistics.py",
+    "amps_py/units.py",
 )
 
 
@@ -243,13 +260,13 @@ def _imports_of(relative: str) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("relative", PURE_REPLICATION_MODULES)
-def test_pure_replication_modules_import_no_trio(relative: str) -> None:
+def test_pure_modules_import_no_trio(relative: str) -> None:
     problems = [
         f"{relative}:{line} imports {imported}: {FORBIDDEN['trio']}"
         for line, imported in _imports_of(relative)
         if imported.split(".", 1)[0] == "trio"
     ]
-    assert not problems, "a sans-IO replication module imports trio:\n" + "\n".join(problems)
+    assert not problems, "a sans-IO module imports trio:\n" + "\n".join(problems)
 
 
 def test_txlog_imports_nothing_of_amps_py() -> None:
@@ -358,3 +375,25 @@ def test_the_cycle_finder_reports_a_cycle() -> None:
     graph = {"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}, "d": {"a": ["w"]}}
     assert _find_cycle(graph) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b": ["x"]}, "b": {}}) is None
+
+
+#: modules every package may import: they import nothing of amps_py themselves
+LEAF_MODULES = (
+    "amps_py/events.py",
+    "amps_py/reasons.py",
+    "amps_py/errors.py",
+    "amps_py/statistics.py",
+    "amps_py/units.py",
+)
+
+
+@pytest.mark.parametrize("relative", LEAF_MODULES)
+def test_leaf_modules_import_nothing_of_amps_py(relative: str) -> None:
+    found = [
+        f"{relative}:{line} imports {imported}"
+        for line, imported in _imports_of(relative)
+        if imported == "amps_py" or imported.startswith("amps_py.")
+    ]
+    assert not found, "a leaf module imports amps_py (move the shared part to a leaf):\n" + (
+        "\n".join(found)
+    )
