@@ -101,7 +101,7 @@ def test_replication_configs_point_at_peers_or_their_proxies(cluster: Cluster) -
     inet = root.findtext("Replication/Destination/Transport/InetAddr")
     assert inet == f"127.0.0.1:{link.listen_port}"
 
-    # amps_py/config.py accepts the generated config as it is
+    # amps_py.config accepts the generated config as it is
     config = parse_config(text, "A.xml")
     assert config.group == "gA"
     assert config.replication_transport is not None
