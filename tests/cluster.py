@@ -44,6 +44,7 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -264,6 +265,11 @@ class _Member:
         return InstancePorts(self.client_port, self.replication_port)
 
 
+def _close_all(reservations: list[socket.socket]) -> None:
+    while reservations:
+        reservations.pop().close()
+
+
 class Cluster:
     """Instances under ``tmp_path/<name>/`` (see the module doc)."""
 
@@ -273,6 +279,9 @@ class Cluster:
         self._proxies: dict[tuple[str, str], ProxyHandle] = {}
         #: ports reserved for instances not started when a peer needed their port
         self._reservations: list[socket.socket] = []
+        # a cluster only written out (configs, no start) is never stopped: release its
+        # reservations when it is collected
+        weakref.finalize(self, _close_all, self._reservations)
         self._lock = threading.Lock()  # proxies and starts may run in threads
 
     wait_until = staticmethod(wait_until)
@@ -373,6 +382,15 @@ class Cluster:
             journal_extra=member.journal_extra,
         )
 
+    def write_configs(self, names: Iterable[str]) -> list[Path]:
+        """(Re)write the configs of ``names`` as a consistent set: every port one of
+        them names for another is settled (reserved) before the files are final. For
+        configs read without starting the instances (e.g. by the audit pipeline)."""
+        names = list(names)
+        for name in names:  # the first pass reserves what the configs name
+            self.write_config(name)
+        return [self.write_config(name) for name in names]
+
     def config_text(self, name: str) -> str:
         return self.write_config(name).read_text()
 
@@ -391,6 +409,9 @@ class Cluster:
         member.client_port = server.port
         if member.replication_transport:
             member.replication_port = server.ports[REPLICATION_TRANSPORT]
+        # the file now names the ports it listens on, for restarts and for whoever
+        # reads the config (the audit pipeline matches destinations to listeners)
+        self.write_config(name)
         return server
 
     def start_together(self, names: Iterable[str], timeout: float = 30) -> None:
@@ -398,8 +419,7 @@ class Cluster:
         one after the other first, so that every port one of them names for another is
         settled (reserved) before any of them starts."""
         names = list(names)
-        for name in names:
-            self.write_config(name)
+        self.write_configs(names)
         with ThreadPoolExecutor(max(len(names), 1)) as pool:
             for future in [pool.submit(self.start, name, timeout) for name in names]:
                 future.result()
@@ -444,9 +464,7 @@ class Cluster:
                 problems.append(f"instance {name} exited with {code}; output:\n{server.tail()}")
         for handle in self._proxies.values():
             handle.close()
-        for reservation in self._reservations:
-            reservation.close()
-        self._reservations.clear()
+        _close_all(self._reservations)
         if problems:
             raise AssertionError("\n".join(problems))
 

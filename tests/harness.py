@@ -7,8 +7,9 @@
   and can ``stop`` (SIGTERM), ``kill`` (SIGKILL) and ``restart``.
 - :func:`start_instance` starts one on port 0; a restart comes back on the port the
   first run bound.
-- :func:`reserve_port` is for the one case port 0 cannot serve: a config that must
-  name a peer's port before the peer has started (hot-hot pairs, rings).
+- :func:`reserve_port` is for the cases port 0 cannot serve: a config that must name
+  a peer's port before the peer has started (hot-hot pairs, rings), a transport that
+  listens again on its configured port once re-enabled.
 - :func:`wait_until` polls a function that returns what is still wrong (or ``None``)
   and fails with that text at the deadline.
 """
@@ -38,7 +39,8 @@ CLIENT_TRANSPORT = "json-tcp"
 def reserve_port(host: str = "127.0.0.1") -> socket.socket:
     """Reserve a port for an instance that has not started yet, when a config must name
     it before then (replication peers that dial each other, a fault proxy in front of
-    one). Everywhere else, listen on port 0 and read the port from the ready file.
+    one, a transport re-enabled on its configured port). Everywhere else, listen on port
+    0 and read the port from the ready file.
 
     Returns a socket bound to the port (``getsockname()[1]``), with SO_REUSEADDR and
     not listening; keep it open as long as the instance may (re)start there. While it
@@ -299,10 +301,16 @@ def assert_journal_sound(journal_dir: Path) -> None:
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def start_instance(tmp_path: Path, name: str = "inst", **config_kwargs: Any) -> ServerProcess:
-    """Start instance ``name`` (files under ``tmp_path``) with its client transport on
-    port 0; ``config_kwargs`` go to :func:`write_config`."""
-    server = ServerProcess(write_config(tmp_path, name, 0, **config_kwargs), tmp_path, 0, name)
+def start_instance(
+    tmp_path: Path, name: str = "inst", port: int = 0, **config_kwargs: Any
+) -> ServerProcess:
+    """Start instance ``name`` (files under ``tmp_path``); ``config_kwargs`` go to
+    :func:`write_config`.
+
+    ``port``: the client port its config names; 0 (the default) lets the OS pick one.
+    Give a port from :func:`reserve_port` only where the running instance must listen
+    again on its configured port (a transport disabled and enabled again)."""
+    server = ServerProcess(write_config(tmp_path, name, port, **config_kwargs), tmp_path, 0, name)
     server.start()
     # Tests restart instances and reconnect clients (some holding the URI) to the same
     # address, so from now on the config names the port this first run bound. Only a

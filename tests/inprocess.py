@@ -8,6 +8,12 @@ none can be taken by another process in between. Clients (the amps_py client lib
 raw frames) connect over real localhost sockets; there is no process to start, so a
 test pays for a journal open instead of an interpreter start.
 
+Replication between in-process instances needs no port chosen ahead: start the
+destination first (its replication transport on port 0, see :func:`replicated_by`),
+read its port with ``bound_port(REPLICATION_TRANSPORT)``, then start the source with a
+destination naming that port (or the port of a ``faultproxy.open_fault_proxy`` in
+between).
+
 What an :class:`InProcessInstance` offers mirrors :class:`harness.ServerProcess` where
 it makes sense in one process: ``uri``/``port``, ``statistics()``, ``log_text()``,
 ``stop``/``start``/``restart`` (a clean stop, as SIGTERM). What needs a process
@@ -39,6 +45,7 @@ from typing import Any, Final
 
 import trio
 import trio.testing
+from cluster import REPLICATION_TRANSPORT, replication_transport_xml
 from harness import write_config
 
 from amps_py.config import InstanceConfig, load_config
@@ -52,6 +59,26 @@ VIRTUAL_CLOCK_THRESHOLD: Final = 0.05
 
 #: the client transport :func:`harness.write_config` writes
 CLIENT_TRANSPORT: Final = "json-tcp"
+
+__all__ = [
+    "CLIENT_TRANSPORT",
+    "REPLICATION_TRANSPORT",
+    "InProcessInstance",
+    "instance_config",
+    "new_virtual_clock",
+    "replicated_by",
+    "serve_instance",
+]
+
+
+def replicated_by(group: str, replication: str = "") -> dict[str, str]:
+    """``config_kwargs`` for :func:`serve_instance`: an instance of ``group`` with an
+    incoming replication transport on port 0 and ``replication`` (a ``<Replication>``
+    element, see :func:`cluster.replication_xml`) as its outgoing links."""
+    return {
+        "extra_transport": replication_transport_xml(0),
+        "extra": f"<Group>{group}</Group>{replication}",
+    }
 
 
 def new_virtual_clock() -> trio.testing.MockClock:
