@@ -21,13 +21,15 @@ it makes sense in one process: ``uri``/``port``, ``statistics()``, ``log_text()`
 stays with :class:`harness.ServerProcess`.
 
 Virtual time: heartbeat tests run on :func:`new_virtual_clock` (the ``virtual_clock``
-fixture), a ``trio.testing.MockClock`` whose autojump waits a little real time
-first. A plain ``autojump_clock`` is not
-safe here: journal commits run in a worker thread (``trio.to_thread``) and a task
-waiting for a thread counts as blocked, so autojump would move the clock to the next
-deadline (a ``fail_after`` of the test, a heartbeat) while the commit is still in
-progress. With ``VIRTUAL_CLOCK_THRESHOLD`` the clock jumps only after every task has
-been idle that long in real time, which a commit on an idle machine does not reach.
+fixture), a ``trio.testing.MockClock`` whose autojump waits a little real time first.
+A plain ``autojump_clock`` is not safe here: journal commits run in a worker thread
+(``trio.to_thread``) and a task waiting for a thread counts as blocked, so autojump
+would move the clock to the next deadline (a ``fail_after`` of the test, a heartbeat)
+while the commit is still in progress. With ``VIRTUAL_CLOCK_THRESHOLD`` the clock
+jumps only after every task has been idle that long in real time, which a commit on
+an idle machine does not reach. Each jump costs that much real time, so poll with
+coarse intervals on this clock (``wait_until(..., interval=0.25)``), and keep tests
+that commit a lot (the replay seam) on the real clock.
 
 Logging: the ``amps_py`` logger is captured (AMPS-formatted lines, event codes
 included) for the duration of :func:`serve_instance`; two instances in one test share
