@@ -1,10 +1,10 @@
 """A cluster of real amps-py instances in real processes, for multi-instance tests.
 
-Ports are allocated when an instance is added (a client port and a replication port
-each), so configs can name each other before anything starts. The config of an instance
-is generated each time it starts, from :func:`harness.write_config` plus what the
-caller's ``xml_body_fn`` returns, which is usually a ``<Replication>`` element built with
-:func:`destination_xml`::
+Instances listen on port 0: the ports they bound are read from their ready files at
+the first start and kept for restarts (peers' configs and clients name them). The
+config of an instance is generated each time it starts, from
+:func:`harness.write_config` plus what the caller's ``xml_body_fn`` returns, which is
+usually a ``<Replication>`` element built with :func:`destination_xml`::
 
     def body(view: InstanceView) -> str:
         return replication_xml(destination_xml("B", "groupB", True, view.addr("B")))
@@ -15,6 +15,12 @@ caller's ``xml_body_fn`` returns, which is usually a ``<Replication>`` element b
     link = cluster.proxy("A", "B")   # A's destination B now points at a FaultProxy
     cluster.start_all()
     link.blackhole(True); ...; link.heal()
+
+:meth:`InstanceView.addr` needs the peer's replication port. When the peer has not
+started yet (the second of a hot-hot pair, a ring, a fault proxy created before the
+instances), its port is reserved with :func:`harness.reserve_port` (a bound socket the
+cluster holds until :meth:`Cluster.stop_all`), and the peer listens there when it
+starts. Nothing else is chosen ahead of the start.
 
 For TLS links, give the listening instance ``replication_tls=(certificate, key)`` (its
 transport becomes ``amps-replication-secure``) and build the sender's destination with
@@ -34,14 +40,25 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from harness import REPO, ServerProcess, free_port, wait_until, wait_until_sync, write_config
+from harness import (
+    REPO,
+    ServerProcess,
+    reserve_port,
+    wait_until,
+    wait_until_sync,
+    write_config,
+)
 
 sys.path.insert(0, str(REPO / "tools"))
 
@@ -62,10 +79,15 @@ __all__ = [
 HOST = "127.0.0.1"
 
 
+#: the name of the incoming replication transport in generated configs
+REPLICATION_TRANSPORT = "repl"
+
+
 @dataclass(frozen=True)
 class InstancePorts:
-    """The ports reserved for one instance: clients connect to ``client``, peers
-    replicate to ``replication``."""
+    """The ports of one instance: clients connect to ``client``, peers replicate to
+    ``replication``. 0: not known yet (the instance has not started, and nothing
+    reserved that port)."""
 
     client: int
     replication: int
@@ -73,22 +95,25 @@ class InstancePorts:
 
 @dataclass(frozen=True)
 class InstanceView:
-    """What an ``xml_body_fn`` sees when the config of instance ``name`` is written."""
+    """What an ``xml_body_fn`` sees when the config of instance ``name`` is written.
+
+    ``replication_port(to)`` gives ``to``'s replication port, reserving one when ``to``
+    has not started yet (see the module docstring)."""
 
     name: str
     group: str
-    ports: Mapping[str, InstancePorts]
     groups: Mapping[str, str]
+    replication_port: Callable[[str], int]
     proxies: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def addr(self, to: str) -> str:
         """``host:port`` this instance should replicate to for instance ``to``: the
         proxy's listen port when :meth:`Cluster.proxy` put one on that link, else
         ``to``'s replication port."""
-        if to not in self.ports:
+        if to not in self.groups:
             raise KeyError(f"no instance {to!r}; add it before starting {self.name!r}")
-        port = self.proxies.get((self.name, to), self.ports[to].replication)
-        return f"{HOST}:{port}"
+        port = self.proxies.get((self.name, to))
+        return f"{HOST}:{port if port is not None else self.replication_port(to)}"
 
 
 # ---------------------------------------------------------------------- XML helpers
@@ -164,7 +189,7 @@ def replication_xml(*destinations: str) -> str:
 
 
 def replication_transport_xml(
-    port: int, name: str = "repl", tls: tuple[Path, Path] | None = None
+    port: int, name: str = REPLICATION_TRANSPORT, tls: tuple[Path, Path] | None = None
 ) -> str:
     """The incoming replication transport (goes inside ``<Transports>``); with ``tls``
     (certificate chain PEM, private key PEM) it is ``amps-replication-secure``."""
@@ -224,34 +249,58 @@ class ProxyHandle(ProxyControl):
 class _Member:
     name: str
     group: str
-    ports: InstancePorts
     xml_body_fn: Callable[[InstanceView], str] | None
     replication_transport: bool
     server: ServerProcess
     journal_topics: tuple[str, ...] = (".*",)
     replication_tls: tuple[Path, Path] | None = None
     journal_extra: str = ""
+    #: 0 until the first start has bound one (then kept for restarts)
+    client_port: int = 0
+    #: 0 until the first start has bound one or a peer's config reserved one
+    replication_port: int = 0
+
+    @property
+    def ports(self) -> InstancePorts:
+        return InstancePorts(self.client_port, self.replication_port)
+
+
+def _close_all(reservations: list[socket.socket]) -> None:
+    while reservations:
+        reservations.pop().close()
 
 
 class Cluster:
-    """Instances under ``tmp_path/<name>/`` with reserved ports (see the module doc)."""
+    """Instances under ``tmp_path/<name>/`` (see the module doc)."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.root = tmp_path
         self._members: dict[str, _Member] = {}
         self._proxies: dict[tuple[str, str], ProxyHandle] = {}
-        self._ports: set[int] = set()
+        #: ports reserved for instances not started when a peer needed their port
+        self._reservations: list[socket.socket] = []
+        # a cluster only written out (configs, no start) is never stopped: release its
+        # reservations when it is collected
+        weakref.finalize(self, _close_all, self._reservations)
+        self._lock = threading.Lock()  # proxies and starts may run in threads
 
     wait_until = staticmethod(wait_until)
     wait_until_sync = staticmethod(wait_until_sync)
 
     # ------------------------------------------------------------------ building
-    def _reserve_port(self) -> int:
-        while True:
-            port = free_port()
-            if port not in self._ports:
-                self._ports.add(port)
-                return port
+    def replication_port(self, name: str) -> int:
+        """``name``'s replication port: the one it bound, or, before its first start,
+        one reserved for it now (:func:`harness.reserve_port`, held until
+        :meth:`stop_all`), which it will listen on."""
+        member = self._member(name)
+        with self._lock:
+            if member.replication_port == 0:
+                # (an instance without a replication transport never listens there: a
+                # peer dialing it is refused, as a test of an unreachable peer wants)
+                reservation = reserve_port(HOST)
+                self._reservations.append(reservation)
+                member.replication_port = int(reservation.getsockname()[1])
+            return member.replication_port
 
     def add_instance(
         self,
@@ -263,8 +312,8 @@ class Cluster:
         journal_topics: tuple[str, ...] = (".*",),
         replication_tls: tuple[Path, Path] | None = None,
         journal_extra: str = "",
-    ) -> InstancePorts:
-        """Add an instance (not started) and reserve its client and replication ports.
+    ) -> None:
+        """Add an instance (not started); its ports are chosen when it starts.
 
         Args:
             name: the instance name (also its directory under the cluster root).
@@ -283,14 +332,12 @@ class Cluster:
         """
         if name in self._members:
             raise ValueError(f"instance {name!r} was already added")
-        ports = InstancePorts(self._reserve_port(), self._reserve_port())
         workdir = self.root / name
         workdir.mkdir(parents=True, exist_ok=True)
-        server = ServerProcess(workdir / f"{name}.xml", workdir, ports.client, name)
+        server = ServerProcess(workdir / f"{name}.xml", workdir, 0, name)
         self._members[name] = _Member(
             name,
             group or name,
-            ports,
             xml_body_fn,
             xml_body_fn is not None if replication_transport is None else replication_transport,
             server,
@@ -298,7 +345,6 @@ class Cluster:
             replication_tls,
             journal_extra,
         )
-        return ports
 
     def _member(self, name: str) -> _Member:
         try:
@@ -313,8 +359,8 @@ class Cluster:
         return InstanceView(
             name=name,
             group=member.group,
-            ports={n: m.ports for n, m in self._members.items()},
             groups={n: m.group for n, m in self._members.items()},
+            replication_port=self.replication_port,
             proxies={pair: p.listen_port for pair, p in self._proxies.items()},
         )
 
@@ -325,10 +371,10 @@ class Cluster:
         return write_config(
             member.server.workdir,
             name,
-            member.ports.client,
+            member.client_port,
             topics=tuple((t, "json") for t in member.journal_topics),
             extra_transport=(
-                replication_transport_xml(member.ports.replication, tls=member.replication_tls)
+                replication_transport_xml(member.replication_port, tls=member.replication_tls)
                 if member.replication_transport
                 else ""
             ),
@@ -336,17 +382,47 @@ class Cluster:
             journal_extra=member.journal_extra,
         )
 
+    def write_configs(self, names: Iterable[str]) -> list[Path]:
+        """(Re)write the configs of ``names`` as a consistent set: every port one of
+        them names for another is settled (reserved) before the files are final. For
+        configs read without starting the instances (e.g. by the audit pipeline)."""
+        names = list(names)
+        for name in names:  # the first pass reserves what the configs name
+            self.write_config(name)
+        return [self.write_config(name) for name in names]
+
     def config_text(self, name: str) -> str:
         return self.write_config(name).read_text()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, name: str, timeout: float = 30) -> ServerProcess:
-        """Write the config and start ``name``; returns once it reports ready."""
+        """Write the config and start ``name``; returns once it reports ready.
+
+        The first start listens on port 0 (or on a port reserved for it) and records
+        the ports it bound: restarts come back on them, because peers' configs and
+        clients name them."""
         member = self._member(name)
         if member.server.alive:
             raise RuntimeError(f"instance {name!r} is already running; stop or kill it first")
         self.write_config(name)
-        return member.server.start(timeout)
+        server = member.server.start(timeout)
+        member.client_port = server.port
+        if member.replication_transport:
+            member.replication_port = server.ports[REPLICATION_TRANSPORT]
+        # the file now names the ports it listens on, for restarts and for whoever
+        # reads the config (the audit pipeline matches destinations to listeners)
+        self.write_config(name)
+        return server
+
+    def start_together(self, names: Iterable[str], timeout: float = 30) -> None:
+        """Start ``names`` side by side (one thread each). Their configs are written
+        one after the other first, so that every port one of them names for another is
+        settled (reserved) before any of them starts."""
+        names = list(names)
+        self.write_configs(names)
+        with ThreadPoolExecutor(max(len(names), 1)) as pool:
+            for future in [pool.submit(self.start, name, timeout) for name in names]:
+                future.result()
 
     def stop(self, name: str, timeout: float = 30) -> int:
         """SIGTERM and wait for a clean exit; returns the exit code."""
@@ -388,6 +464,7 @@ class Cluster:
                 problems.append(f"instance {name} exited with {code}; output:\n{server.tail()}")
         for handle in self._proxies.values():
             handle.close()
+        _close_all(self._reservations)
         if problems:
             raise AssertionError("\n".join(problems))
 
@@ -412,7 +489,7 @@ class Cluster:
                     f"name the link as proxy('A', 'B') or proxy('A->B'), not {source!r}"
                 )
         self._member(source)
-        target = self._member(destination)
+        self._member(destination)
         pair = (source, destination)
         if pair in self._proxies:
             return self._proxies[pair]
@@ -425,7 +502,7 @@ class Cluster:
                 "--listen",
                 f"{HOST}:0",
                 "--target",
-                f"{HOST}:{target.ports.replication}",
+                f"{HOST}:{self.replication_port(destination)}",
                 "--control",
                 f"{HOST}:0",
                 "--seed",
@@ -489,6 +566,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ inspection
     def ports(self, name: str) -> InstancePorts:
+        """``name``'s ports; 0 for one not known yet (see :class:`InstancePorts`)."""
         return self._member(name).ports
 
     def server(self, name: str) -> ServerProcess:
@@ -498,7 +576,10 @@ class Cluster:
         return list(self._members)
 
     def uri(self, name: str) -> str:
-        return self._member(name).server.uri
+        member = self._member(name)
+        if member.client_port == 0:
+            raise RuntimeError(f"instance {name!r} has not started: its client port is not known")
+        return member.server.uri
 
     def journal_dir(self, name: str) -> Path:
         return self._member(name).server.journal_dir

@@ -1,13 +1,16 @@
-"""Shared fixtures: real instances in real processes (see harness.py)."""
+"""Shared fixtures: real instances in real processes (see harness.py) and in the
+test's own trio run (see inprocess.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import trio.testing
 from cluster import Cluster
 from harness import ServerProcess, start_instance
+from inprocess import InProcessInstance, new_virtual_clock, serve_instance
 
 
 @pytest.fixture
@@ -48,3 +51,18 @@ def spark() -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+async def inproc(tmp_path: Path) -> AsyncIterator[InProcessInstance]:
+    """A running instance journaling every json topic, in the test's own trio run
+    (see inprocess.py), its client transport on a port the OS chose."""
+    async with serve_instance(tmp_path, "inst") as served:
+        yield served
+
+
+@pytest.fixture
+def virtual_clock() -> trio.testing.MockClock:
+    """Run the test on a fake clock that skips idle waits (heartbeats, timeouts) but
+    not a journal commit in progress; see inprocess.py."""
+    return new_virtual_clock()

@@ -1,11 +1,15 @@
 """Test harness: real amps-py instances as real processes, and pollers.
 
-- :func:`free_port` picks a port the OS says is free (kept across restarts, so a
-  restarted instance comes back on the same address).
-- :func:`write_config` writes a real AMPS-style XML config.
+- :func:`write_config` writes a real AMPS-style XML config; give it port 0 and the OS
+  picks a free port when the instance listens.
 - :class:`ServerProcess` starts ``python -m amps_py serve --config ... --ready-file ...``,
-  waits for the ready file (no sleeps), and can ``stop`` (SIGTERM), ``kill`` (SIGKILL)
-  and ``restart``.
+  waits for the ready file (no sleeps), reads the ports every listener bound from it,
+  and can ``stop`` (SIGTERM), ``kill`` (SIGKILL) and ``restart``.
+- :func:`start_instance` starts one on port 0; a restart comes back on the port the
+  first run bound.
+- :func:`reserve_port` is for the cases port 0 cannot serve: a config that must name
+  a peer's port before the peer has started (hot-hot pairs, rings), a transport that
+  listens again on its configured port once re-enabled.
 - :func:`wait_until` polls a function that returns what is still wrong (or ``None``)
   and fails with that text at the deadline.
 """
@@ -28,10 +32,31 @@ import trio
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: the client transport :func:`write_config` writes
+CLIENT_TRANSPORT = "json-tcp"
+
+
+def reserve_port(host: str = "127.0.0.1") -> socket.socket:
+    """Reserve a port for an instance that has not started yet, when a config must name
+    it before then (replication peers that dial each other, a fault proxy in front of
+    one, a transport re-enabled on its configured port). Everywhere else, listen on port
+    0 and read the port from the ready file.
+
+    Returns a socket bound to the port (``getsockname()[1]``), with SO_REUSEADDR and
+    not listening; keep it open as long as the instance may (re)start there. While it
+    is bound the kernel gives that port to no port-0 bind and no outgoing connection
+    (ours or another program's), unlike a bind-close-reuse "free port"; yet the
+    instance, which binds with SO_REUSEADDR as trio's listeners do, can listen on it.
+    Connections to it are refused until the instance listens. Close it when done.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def write_config(
@@ -113,13 +138,29 @@ async def wait_until(
 
 
 class ServerProcess:
-    """One amps-py instance in its own process, started from a config file."""
+    """One amps-py instance in its own process, started from a config file.
 
-    def __init__(self, config: Path, workdir: Path, port: int, name: str) -> None:
+    ``port`` is the client port the config names; 0 (the usual case) lets the OS pick
+    one. Each start reads the ready file: ``ports`` maps every listener (transport
+    names, ``admin``) to the port it bound, and ``port`` becomes the bound port of
+    ``client_transport`` when the instance has one.
+    """
+
+    def __init__(
+        self,
+        config: Path,
+        workdir: Path,
+        port: int = 0,
+        name: str = "inst",
+        client_transport: str = CLIENT_TRANSPORT,
+    ) -> None:
         self.config = config
         self.workdir = workdir
         self.port = port
         self.name = name
+        self.client_transport = client_transport
+        #: listener name -> bound port, from the ready file of the last start
+        self.ports: dict[str, int] = {}
         self.ready_file = workdir / f"{name}.ready.json"
         self.output = workdir / f"{name}.out"
         self.stats_file = workdir / f"{name}.stats.json"
@@ -197,7 +238,10 @@ class ServerProcess:
             return None
 
         wait_until_sync(check, timeout)
-        return dict(json.loads(self.ready_file.read_text()))
+        ready = dict(json.loads(self.ready_file.read_text()))
+        self.ports = {name: int(port) for name, port in ready["transports"].items()}
+        self.port = self.ports.get(self.client_transport, self.port)
+        return ready
 
     def tail(self, n: int = 40) -> str:
         text = ""
@@ -257,10 +301,22 @@ def assert_journal_sound(journal_dir: Path) -> None:
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def start_instance(tmp_path: Path, name: str = "inst", **config_kwargs: Any) -> ServerProcess:
-    port = free_port()
-    cfg = write_config(tmp_path, name, port, **config_kwargs)
-    return ServerProcess(cfg, tmp_path, port, name).start()
+def start_instance(
+    tmp_path: Path, name: str = "inst", port: int = 0, **config_kwargs: Any
+) -> ServerProcess:
+    """Start instance ``name`` (files under ``tmp_path``); ``config_kwargs`` go to
+    :func:`write_config`.
+
+    ``port``: the client port its config names; 0 (the default) lets the OS pick one.
+    Give a port from :func:`reserve_port` only where the running instance must listen
+    again on its configured port (a transport disabled and enabled again)."""
+    server = ServerProcess(write_config(tmp_path, name, port, **config_kwargs), tmp_path, 0, name)
+    server.start()
+    # Tests restart instances and reconnect clients (some holding the URI) to the same
+    # address, so from now on the config names the port this first run bound. Only a
+    # restart can lose it to another process, in the moment the instance is down.
+    write_config(tmp_path, name, server.port, **config_kwargs)
+    return server
 
 
 def security_xml(directory: Path, users: dict[str, str], rules: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 from cluster import Cluster, destination_xml, replication_xml
-from harness import start_instance, wait_until
+from harness import reserve_port, start_instance, wait_until
 
 from amps_py.actions import ActionRunner
 from amps_py.client import ConnectionLost, open_client
@@ -746,27 +746,29 @@ DOORS_ACTIONS = """
 
 
 async def test_transport_actions_close_and_open_the_client_port(tmp_path: Path) -> None:
-    server = start_instance(tmp_path, "doors", extra=DOORS_ACTIONS)
-    try:
-        ready = json.loads(server.ready_file.read_text())
-        base = f"http://127.0.0.1:{ready['transports']['admin']}/amps/administrator/actions"
-        async with open_client(server.uri, "early") as early:
-            status, body = await trio.to_thread.run_sync(http_get, f"{base}/close.json")
+    # a reserved port: the transport opened again listens on its configured port
+    with reserve_port() as held:
+        server = start_instance(tmp_path, "doors", port=held.getsockname()[1], extra=DOORS_ACTIONS)
+        try:
+            ready = json.loads(server.ready_file.read_text())
+            base = f"http://127.0.0.1:{ready['transports']['admin']}/amps/administrator/actions"
+            async with open_client(server.uri, "early") as early:
+                status, body = await trio.to_thread.run_sync(http_get, f"{base}/close.json")
+                assert status == 200 and body["runs"][0]["outcome"] == "done", body
+                with pytest.raises(ConnectionLost):
+                    await early.publish_persisted("orders", b"{}", timeout=10)
+            with pytest.raises(OSError):
+                await trio.open_tcp_stream("127.0.0.1", server.port)
+            status, body = await trio.to_thread.run_sync(http_get, f"{base}/open.json")
             assert status == 200 and body["runs"][0]["outcome"] == "done", body
-            with pytest.raises(ConnectionLost):
-                await early.publish_persisted("orders", b"{}", timeout=10)
-        with pytest.raises(OSError):
-            await trio.open_tcp_stream("127.0.0.1", server.port)
-        status, body = await trio.to_thread.run_sync(http_get, f"{base}/open.json")
-        assert status == 200 and body["runs"][0]["outcome"] == "done", body
-        async with open_client(server.uri, "late") as late:
-            await late.publish_persisted("orders", b"{}", timeout=10)
-        status, body = await trio.to_thread.run_sync(http_get, f"{base}/typo.json")
-        assert status == 200
-        outcome = body["runs"][0]["outcome"]
-        assert outcome == (
-            "failed: amps-action-do-disable-transport: no client transport 'json-tpc'; "
-            "client transports: json-tcp"
-        ), outcome
-    finally:
-        server.stop()
+            async with open_client(server.uri, "late") as late:
+                await late.publish_persisted("orders", b"{}", timeout=10)
+            status, body = await trio.to_thread.run_sync(http_get, f"{base}/typo.json")
+            assert status == 200
+            outcome = body["runs"][0]["outcome"]
+            assert outcome == (
+                "failed: amps-action-do-disable-transport: no client transport 'json-tpc'; "
+                "client transports: json-tcp"
+            ), outcome
+        finally:
+            server.stop()

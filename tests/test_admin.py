@@ -10,13 +10,14 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from cluster import Cluster, destination_xml, replication_xml
-from harness import ServerProcess, security_xml, start_instance, wait_until
+from harness import ServerProcess, reserve_port, security_xml, start_instance, wait_until
 from lxml import etree
 
 from amps_py.client import ConnectionLost, open_client
@@ -438,9 +439,20 @@ def test_console_journals(server: ServerProcess) -> None:
     assert json.loads(as_json.stdout)["durability"] == "fsync"
 
 
+@pytest.fixture
+def reopening_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """``server`` on a reserved client port: a transport enabled again listens on its
+    configured port, and clients come back to that address."""
+    with reserve_port() as held:
+        proc = start_instance(tmp_path, "adm", port=held.getsockname()[1], extra=ADMIN_XML)
+        yield proc
+        proc.stop()
+
+
 async def test_transport_disable_disconnects_and_refuses_then_enable_listens_again(
-    server: ServerProcess,
+    reopening_server: ServerProcess,
 ) -> None:
+    server = reopening_server
     base = admin_url(server)
     async with open_client(server.uri, "on-the-transport") as client:
         result = await trio.to_thread.run_sync(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import trio
-from harness import ServerProcess, free_port, start_instance, wait_until, write_config
+from harness import ServerProcess, start_instance, wait_until, write_config
 
 from amps_py import auth, events
 from amps_py.client import CommandError, open_client
@@ -170,7 +170,7 @@ def test_users_cli_round_trip(tmp_path: Path) -> None:
 
 
 def test_config_missing_password_file(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, "c", free_port(), extra=auth_xml(tmp_path / "absent.pw"))
+    cfg = write_config(tmp_path, "c", 0, extra=auth_xml(tmp_path / "absent.pw"))
     with pytest.raises(ConfigError) as info:
         load_config(cfg)
     (problem,) = info.value.problems
@@ -189,7 +189,7 @@ def test_config_missing_password_file(tmp_path: Path) -> None:
 def test_config_malformed_password_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pw"
     bad.write_text("alice:scrypt$16$8$1$AAAA$\n")
-    cfg = write_config(tmp_path, "c", free_port(), extra=auth_xml(bad))
+    cfg = write_config(tmp_path, "c", 0, extra=auth_xml(bad))
     with pytest.raises(ConfigError) as info:
         load_config(cfg)
     assert f"{bad}:1" in str(info.value)
@@ -199,7 +199,7 @@ def test_config_unknown_module(tmp_path: Path) -> None:
     cfg = write_config(
         tmp_path,
         "c",
-        free_port(),
+        0,
         extra="<Authentication><Module>amps-pasword-file</Module></Authentication>\n"
         "  <Entitlement><Module>ldap</Module></Entitlement>",
     )

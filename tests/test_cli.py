@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from clirun import DefaultServe, run
-from harness import REPO, free_port, start_instance, wait_until_sync, write_config
+from harness import REPO, reserve_port, start_instance, wait_until_sync, write_config
 
 
 @pytest.fixture
@@ -136,17 +136,13 @@ def test_serve_accepts_the_same_config_given_both_ways(tmp_path: Path) -> None:
 def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
     res = run("publish", "http://x:1", "t", "{}", cwd=tmp_path)
     assert res.returncode == 1 and "scheme must be tcp://" in res.stderr
-    res = run("publish", f"tcp://127.0.0.1:{_closed_port()}/amps/json", "t", "{}", cwd=tmp_path)
+    with reserve_port() as closed:  # bound, not listening: connections are refused
+        port = closed.getsockname()[1]
+        res = run("publish", f"tcp://127.0.0.1:{port}/amps/json", "t", "{}", cwd=tmp_path)
     assert res.returncode == 1 and "cannot connect to 127.0.0.1" in res.stderr
     assert "Traceback" not in res.stderr
     res = run("config", "check", str(tmp_path / "nope.xml"), cwd=tmp_path)
     assert res.returncode == 2 and "nope.xml" in res.stderr
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_second_instance_on_the_same_journal_is_refused(tmp_path: Path) -> None:
@@ -154,7 +150,7 @@ def test_a_second_instance_on_the_same_journal_is_refused(tmp_path: Path) -> Non
     and says which process holds the journal; the first keeps running."""
     first = start_instance(tmp_path / "one", "twin")
     try:
-        second_cfg = write_config(tmp_path / "two", "twin", free_port())
+        second_cfg = write_config(tmp_path / "two", "twin", 0)
         text = second_cfg.read_text().replace(
             str(tmp_path / "two" / "twin-journal"), str(first.journal_dir)
         )

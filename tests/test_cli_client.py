@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from clirun import DefaultServe, amps_py_command, cli_env, run, run_on_terminal
 from cluster import destination_xml, replication_xml
-from harness import ServerProcess, free_port, security_xml, start_instance
+from harness import ServerProcess, reserve_port, security_xml, start_instance
 
 PASSWORD = "alice-Secret-42"
 ADMIN_XML = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
@@ -223,47 +223,49 @@ def test_persisted_ack_timeout_names_the_sync_destination_it_waits_for(
 ) -> None:
     """A sync destination that is down holds persisted acks back; the publish that
     times out says so, names it with its address, and how to stop waiting for it."""
-    down = free_port()  # nothing listens there
-    dest = destination_xml("B", "B", True, f"127.0.0.1:{down}", exclude=("replicate",))
-    server = start_instance(tmp_path, "A", extra=replication_xml(dest) + ADMIN_XML)
-    other = DefaultServe(tmp_path / "other")
-    try:
-        base = admin_url(server)
-        started = time.monotonic()
-        res = run(
-            "publish", server.uri, "orders", '{"id": 1}', "--timeout", "2", "--admin-url", base,
-            cwd=tmp_path,
-        )  # fmt: skip
-        assert res.returncode == 1
-        assert time.monotonic() - started < 30
-        line = res.stderr.strip()
-        assert len(line.splitlines()) == 1 and "Traceback" not in line, line
-        assert "no persisted ack for seq 1 within 2 s" in line
-        assert "the instance has not confirmed that the messages are stored" in line
-        waits = "A waits for its sync replication destination(s) B (not connected; "
-        assert waits in line and f"127.0.0.1:{down}" in line
-        assert f"amps-py admin --url {base} downgrade B" in line
-        # its admin API unknown: says how to name it
-        unknown = run(
-            "publish", server.uri, "orders", "{}", "--timeout", "1",
-            "--admin-url", f"http://127.0.0.1:{free_port()}", cwd=tmp_path,
-        )  # fmt: skip
-        assert unknown.returncode == 1
-        assert "could not say why" in unknown.stderr and "pass --admin-url" in unknown.stderr
-        # another instance's admin API is not mistaken for this one's
-        wrong = run(
-            "publish", server.uri, "orders", "{}", "--timeout", "1",
-            cwd=tmp_path, env={"AMPS_PY_ADMIN_URL": other.admin_url},
-        )  # fmt: skip
-        assert wrong.returncode == 1
-        assert f"The admin API at {other.admin_url} belongs to another instance" in wrong.stderr
-        # the advice works: once B is downgraded, persisted acks stop waiting for it
-        assert run("admin", "--url", base, "downgrade", "B", cwd=tmp_path).returncode == 0
-        res = run("publish", server.uri, "orders", '{"id": 2}', "--timeout", "20", cwd=tmp_path)
-        assert res.returncode == 0, res.stderr
-    finally:
-        other.stop()
-        server.stop()
+    # bound and not listening for the whole test: connections to them are refused
+    with reserve_port() as b_down, reserve_port() as no_admin:
+        down, no_admin_port = b_down.getsockname()[1], no_admin.getsockname()[1]
+        dest = destination_xml("B", "B", True, f"127.0.0.1:{down}", exclude=("replicate",))
+        server = start_instance(tmp_path, "A", extra=replication_xml(dest) + ADMIN_XML)
+        other = DefaultServe(tmp_path / "other")
+        try:
+            base = admin_url(server)
+            started = time.monotonic()
+            res = run(
+                "publish", server.uri, "orders", '{"id": 1}', "--timeout", "2", "--admin-url", base,
+                cwd=tmp_path,
+            )  # fmt: skip
+            assert res.returncode == 1
+            assert time.monotonic() - started < 30
+            line = res.stderr.strip()
+            assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+            assert "no persisted ack for seq 1 within 2 s" in line
+            assert "the instance has not confirmed that the messages are stored" in line
+            waits = "A waits for its sync replication destination(s) B (not connected; "
+            assert waits in line and f"127.0.0.1:{down}" in line
+            assert f"amps-py admin --url {base} downgrade B" in line
+            # its admin API unknown: says how to name it
+            unknown = run(
+                "publish", server.uri, "orders", "{}", "--timeout", "1",
+                "--admin-url", f"http://127.0.0.1:{no_admin_port}", cwd=tmp_path,
+            )  # fmt: skip
+            assert unknown.returncode == 1
+            assert "could not say why" in unknown.stderr and "pass --admin-url" in unknown.stderr
+            # another instance's admin API is not mistaken for this one's
+            wrong = run(
+                "publish", server.uri, "orders", "{}", "--timeout", "1",
+                cwd=tmp_path, env={"AMPS_PY_ADMIN_URL": other.admin_url},
+            )  # fmt: skip
+            assert wrong.returncode == 1
+            assert f"The admin API at {other.admin_url} belongs to another instance" in wrong.stderr
+            # the advice works: once B is downgraded, persisted acks stop waiting for it
+            assert run("admin", "--url", base, "downgrade", "B", cwd=tmp_path).returncode == 0
+            res = run("publish", server.uri, "orders", '{"id": 2}', "--timeout", "20", cwd=tmp_path)
+            assert res.returncode == 0, res.stderr
+        finally:
+            other.stop()
+            server.stop()
 
 
 def test_waiting_destinations_are_the_sync_ones_down_or_behind() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from cluster import Cluster, destination_xml, replication_xml
+from cluster import Cluster, InstancePorts, destination_xml, replication_xml
 from harness import REPO
 
 from amps_py.client import open_client
@@ -31,16 +31,25 @@ def assert_gone(pids: list[int]) -> None:
 
 
 def test_generated_standalone_configs_load(cluster: Cluster) -> None:
-    a = cluster.add_instance("A", "east")
-    b = cluster.add_instance("B")
-    assert len({a.client, a.replication, b.client, b.replication}) == 4
+    cluster.add_instance("A", "east")
+    cluster.add_instance("B")
     config = load_config(cluster.write_config("A"))
     assert (config.name, config.group) == ("A", "east")
-    assert [t.port for t in config.transports] == [a.client]
+    # nothing is chosen ahead: the instance listens on a port the OS picks
+    assert [t.port for t in config.transports] == [0]
+    assert cluster.ports("A") == InstancePorts(0, 0)
     assert load_config(cluster.write_config("B")).group == "B"
-    assert cluster.uri("A") == f"tcp://127.0.0.1:{a.client}/amps/json"
+    with pytest.raises(RuntimeError, match="'A' has not started"):
+        cluster.uri("A")
     with pytest.raises(KeyError, match=r"no instance 'C' in the cluster \(instances: A, B\)"):
         cluster.uri("C")
+    cluster.start("A")
+    client = cluster.server("A").ports["json-tcp"]
+    assert client != 0 and cluster.ports("A").client == client
+    assert cluster.uri("A") == f"tcp://127.0.0.1:{client}/amps/json"
+    # a restart comes back on the same port, so clients and peers find it again
+    cluster.restart("A")
+    assert cluster.server("A").ports["json-tcp"] == client
 
 
 def test_destination_xml_has_the_replication_schema_shape() -> None:
@@ -85,8 +94,13 @@ def test_replication_configs_point_at_peers_or_their_proxies(cluster: Cluster) -
 
     cluster.add_instance("A", "gA", to_peer("B"))
     cluster.add_instance("B", "gB", to_peer("A"))
+    # a peer's config names B before B has started: B's replication port is reserved
+    assert cluster.ports("B").replication == 0
+    assert cluster.view("A").addr("B") == f"127.0.0.1:{cluster.ports('B').replication}"
+    assert cluster.ports("B").replication != 0
+    assert cluster.view("B").addr("A") == f"127.0.0.1:{cluster.ports('A').replication}"
     ports = {n: cluster.ports(n) for n in ("A", "B")}
-    assert cluster.view("A").addr("B") == f"127.0.0.1:{ports['B'].replication}"
+    assert ports["A"].replication not in (0, ports["B"].replication)
     link = cluster.proxy("A->B")
     assert cluster.proxy("A", "B") is link
     assert cluster.view("A").addr("B") == f"127.0.0.1:{link.listen_port}"

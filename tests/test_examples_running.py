@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -28,7 +29,7 @@ from xml.sax.saxutils import escape
 import pytest
 import trio
 from admin_screens import table
-from harness import REPO, ServerProcess, free_port, wait_until
+from harness import REPO, ServerProcess, reserve_port, wait_until
 
 from amps_py.client import CommandError, ConnectionLost, open_client
 from amps_py.config import load_config
@@ -50,16 +51,32 @@ _BESIDE = re.compile(r"\$\{AMPS_CONFIG_DIRECTORY\}/([^<\s]+)")
 # ---------------------------------------------------------------------- running examples
 
 
+#: ports reserved for the example being run; released after each test
+_RESERVED: list[socket.socket] = []
+
+
+@pytest.fixture(autouse=True)
+def _release_reserved_ports() -> Iterator[None]:
+    yield
+    while _RESERVED:
+        _RESERVED.pop().close()
+
+
 def _fresh_ports(ports: set[int]) -> dict[int, int]:
-    """Map each port to a distinct free port (none of them equal to an original)."""
+    """Map each port to a distinct port reserved for this test (none of them equal to
+    an original).
+
+    The examples' configs name each other's ports (hot-hot pairs replicate to each
+    other), so they cannot listen on port 0 and learn their ports afterwards: each
+    port is reserved with :func:`harness.reserve_port` and held until the test ends."""
     mapping: dict[int, int] = {}
-    taken = set(ports)
     for port in sorted(ports):
-        new = free_port()
-        while new in taken:
-            new = free_port()
-        taken.add(new)
-        mapping[port] = new
+        reservation = reserve_port()
+        while reservation.getsockname()[1] in ports:
+            reservation.close()
+            reservation = reserve_port()
+        _RESERVED.append(reservation)
+        mapping[port] = int(reservation.getsockname()[1])
     return mapping
 
 

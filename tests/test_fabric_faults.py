@@ -24,7 +24,6 @@ by a restart, one member down at a time.
 from __future__ import annotations
 
 import random
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -104,25 +103,14 @@ async def test_geo_ha_fabric_survives_site_cuts_and_kills(cluster: Cluster) -> N
     for name in NAMES:
         cluster.add_instance(name, SITE_OF[name], site_body(name))
     cross = [(a, b) for a in NAMES for b in NAMES if SITE_OF[a] != SITE_OF[b]]
-    # The 24 proxies bind 48 ports the OS picks; keep the instances' reserved ports
-    # bound meanwhile so that none of those is picked.
-    held = []
-    for name in NAMES:
-        for port in (cluster.ports(name).client, cluster.ports(name).replication):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", port))
-            held.append(sock)
-    try:
-        with ThreadPoolExecutor(8) as pool:  # start the proxy processes side by side
-            handles = list(
-                pool.map(lambda ab: cluster.proxy(ab[0], ab[1], seed=SEED + cross.index(ab)), cross)
-            )
-    finally:
-        for sock in held:
-            sock.close()
+    # the instances listen on port 0 (or on ports reserved for them while the proxies
+    # start): no proxy can take one of their ports
+    with ThreadPoolExecutor(8) as pool:  # start the proxy processes side by side
+        handles = list(
+            pool.map(lambda ab: cluster.proxy(ab[0], ab[1], seed=SEED + cross.index(ab)), cross)
+        )
     links: dict[tuple[str, str], ProxyHandle] = dict(zip(cross, handles, strict=True))
-    with ThreadPoolExecutor(len(NAMES)) as pool:
-        list(pool.map(cluster.start, NAMES))
+    cluster.start_together(NAMES)
 
     #: instances the test killed and has not restarted yet
     down: set[str] = set()

@@ -20,7 +20,8 @@ import pytest
 import trio
 from cluster import Cluster, InstanceView, destination_xml, replication_xml
 from ha_publisher import HAPublisher
-from harness import REPO, ServerProcess, wait_until
+from harness import REPO, wait_until
+from inprocess import InProcessInstance
 
 from amps_py.client import open_client
 
@@ -52,7 +53,8 @@ def seqs_of(stored: list, name: str) -> list[int]:  # type: ignore[type-arg]
     return [m.seq for m in stored if m.publisher == name]
 
 
-async def test_reordered_publishes_are_stored_once_each(instance: ServerProcess) -> None:
+async def test_reordered_publishes_are_stored_once_each(inproc: InProcessInstance) -> None:
+    instance = inproc  # one instance: served in the test's trio run (inprocess.py)
     await publish_reordered(instance.uri, "reorder")
     stored = await replay_instance(instance.uri, "orders")
     assert seqs_of(stored, "reorder") == list(REORDERED), (

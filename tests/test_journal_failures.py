@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 from cluster import Cluster, InstanceView, destination_xml, replication_xml
-from harness import ServerProcess, free_port, wait_until, write_config
+from harness import ServerProcess, wait_until, write_config
 
 from amps_py.client import CommandError, open_client
 from txlog import Journal, Record, publisher_hash
@@ -105,11 +105,10 @@ async def test_a_full_disk_fails_publishes_and_recovers_by_itself(tmp_path: Path
     with small_tmpfs(tmp_path, "16m") as disk:
         # ballast: taken out later to give the journal room again
         (disk / "ballast").write_bytes(b"\0" * 6 * 1024 * 1024)
-        port = free_port()
-        config = write_config(tmp_path, "full", port)
+        config = write_config(tmp_path, "full", 0)
         (disk / "journal").mkdir()
         (tmp_path / "full-journal").symlink_to(disk / "journal")
-        server = ServerProcess(config, tmp_path, port, "full").start()
+        server = ServerProcess(config, tmp_path, 0, "full").start()
         try:
             await fill_the_disk_and_recover(server, disk)
         finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -33,7 +34,7 @@ from audit_fabric import (
     run_fabric,
     swap_records,
 )
-from harness import free_port, wait_until_sync
+from harness import wait_until_sync
 
 pytest.importorskip("pyspark", reason="the audit tests need the spark extra (pyspark)")
 pytest.importorskip("pyarrow", reason="the audit tests need the spark extra (pyarrow)")
@@ -381,8 +382,6 @@ def standalone_spark(work: Path) -> Iterator[str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_NO_DAEMONIZE": "1",
     }
-    port = free_port()
-    url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(name: str, args: list[str]) -> Path:
@@ -413,12 +412,15 @@ def standalone_spark(work: Path) -> Iterator[str]:
                 "--host",
                 "127.0.0.1",
                 "--port",
-                str(port),
+                "0",  # the OS picks both ports; the master logs its URL
                 "--webui-port",
-                str(free_port()),
+                "0",
             ],
         )
         wait_until_sync(lambda: waiting_for(master_log, "elected leader", procs[0]), 120, 0.2)
+        started = re.search(r"Starting Spark master at (spark://\S+)", master_log.read_text())
+        assert started is not None, f"the master logged no URL:\n{master_log.read_text()}"
+        url = started.group(1)
         worker_log = start(
             "worker",
             [
@@ -431,7 +433,7 @@ def standalone_spark(work: Path) -> Iterator[str]:
                 "--memory",
                 "2g",
                 "--webui-port",
-                str(free_port()),
+                "0",
                 "--work-dir",
                 str(work / "work"),
             ],

@@ -46,7 +46,7 @@ SMALL = b'{"qty": 3}'
 def fabric(tmp_path: Path) -> Fabric:
     cluster = Cluster(tmp_path)
     add_fabric(cluster)
-    return load_fabric([cluster.write_config(n) for n in ("A", "B", "C")])
+    return load_fabric(cluster.write_configs(("A", "B", "C")))
 
 
 def test_simulate_applies_content_filters_to_a_payload(fabric: Fabric) -> None:
@@ -264,7 +264,7 @@ def _journal(path: Path, instance: str) -> Path:
 def test_bad_inputs_are_refused_before_spark_starts(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path / "fabric")
     add_fabric(cluster)
-    configs = [str(cluster.write_config(n)) for n in ("A", "B", "C")]
+    configs = [str(path) for path in cluster.write_configs(("A", "B", "C"))]
     stranger = _journal(tmp_path / "journals" / "z-journal", "Z")
     twin = _journal(tmp_path / "twins" / "a1", "A").parent
     _journal(twin / "a2", "A")

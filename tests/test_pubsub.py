@@ -1,4 +1,5 @@
-"""Publish -> subscribe through a real instance process: exact, regex and filtered
+"""Publish -> subscribe through an instance served in the test's trio run (real
+localhost sockets, the amps_py client library): exact, regex and filtered
 subscriptions, duplicates, persisted acks, logon ack after restart."""
 
 from __future__ import annotations
@@ -6,7 +7,9 @@ from __future__ import annotations
 import orjson
 import pytest
 import trio
-from harness import ServerProcess
+import trio.testing
+from harness import wait_until
+from inprocess import InProcessInstance
 
 from amps_py.client import CommandError, open_client
 
@@ -15,8 +18,8 @@ async def drain(sub, n: int, timeout: float = 10) -> list:  # type: ignore[no-un
     return [await sub.get(timeout) for _ in range(n)]
 
 
-async def test_exact_regex_and_filtered_subscriptions(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+async def test_exact_regex_and_filtered_subscriptions(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "pub") as pub, open_client(inproc.uri, "sub") as sub:
         async with (
             sub.subscribe("orders") as exact,
             sub.subscribe("^ord.*") as regex,
@@ -49,8 +52,8 @@ async def test_exact_regex_and_filtered_subscriptions(instance: ServerProcess) -
                 pytest.fail("a message on 'orders' reached the 'trades' subscription")
 
 
-async def test_bad_filter_and_bad_regex_are_refused(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "sub") as sub:
+async def test_bad_filter_and_bad_regex_are_refused(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "sub") as sub:
         with pytest.raises(CommandError) as info:
             async with sub.subscribe("orders", filter="/qty >> 3"):
                 pass
@@ -64,8 +67,8 @@ async def test_bad_filter_and_bad_regex_are_refused(instance: ServerProcess) -> 
             pass
 
 
-async def test_duplicates_are_acked_and_discarded(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+async def test_duplicates_are_acked_and_discarded(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "pub") as pub, open_client(inproc.uri, "sub") as sub:
         async with sub.subscribe("orders") as live:
             for seq in (1, 2, 3):
                 await pub.publish("orders", b'{"n":%d}' % seq, seq=seq)
@@ -87,14 +90,16 @@ async def test_duplicates_are_acked_and_discarded(instance: ServerProcess) -> No
                 pytest.fail(f"duplicate stored and replayed: {extra}")
 
 
-async def test_logon_ack_returns_last_persisted_seq_after_restart(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "pub-a") as pub:
+async def test_logon_ack_returns_last_persisted_seq_after_restart(
+    inproc: InProcessInstance,
+) -> None:
+    async with open_client(inproc.uri, "pub-a") as pub:
         assert int(pub.logon_ack["s"]) == 0
         for _ in range(7):
             await pub.publish("orders", b"{}")
         await pub.wait_persisted(7)
-    instance.restart()
-    async with open_client(instance.uri, "pub-a") as pub:
+    await inproc.restart()
+    async with open_client(inproc.uri, "pub-a") as pub:
         ack = pub.logon_ack
         assert int(ack["s"]) == 7
         assert ack["bm"].endswith("|7|")
@@ -103,47 +108,45 @@ async def test_logon_ack_returns_last_persisted_seq_after_restart(instance: Serv
         seq = await pub.publish("orders", b"{}")
         assert seq == 8
         await pub.wait_persisted(8)
-    async with open_client(instance.uri, "other") as other:
+    async with open_client(inproc.uri, "other") as other:
         assert int(other.logon_ack["s"]) == 0
 
 
-async def test_first_command_must_be_logon(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "x", logon=False) as client:
+async def test_first_command_must_be_logon(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "x", logon=False) as client:
         with pytest.raises(CommandError) as info:
             await client.command({"c": "publish", "t": "orders", "a": "processed"}, b"{}")
         assert info.value.reason == "logon required"
 
 
-async def test_second_logon_with_same_name_takes_over(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "same") as first:
-        async with open_client(instance.uri, "same") as second:
+async def test_second_logon_with_same_name_takes_over(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "same") as first:
+        async with open_client(inproc.uri, "same") as second:
             await second.publish_persisted("orders", b"{}")
 
             def first_closed() -> str | None:
                 return None if first.closed is not None else "first connection still open"
 
-            from harness import wait_until
-
             await wait_until(first_closed, 10)
 
 
-async def test_flush_waits_for_persistence(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "flusher") as pub:
+async def test_flush_waits_for_persistence(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "flusher") as pub:
         for _ in range(100):
             await pub.publish("orders", b'{"x":1}', ack=False)
         await pub.flush()
     async with (
-        open_client(instance.uri, "reader") as reader,
+        open_client(inproc.uri, "reader") as reader,
         reader.subscribe("orders", bookmark="0") as sub,
     ):
         msgs = [await sub.get(10) for _ in range(100)]
         assert len({m.bookmark for m in msgs}) == 100
 
 
-async def test_same_name_different_user_is_refused(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "shared-name", user_id="alice") as first:
+async def test_same_name_different_user_is_refused(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "shared-name", user_id="alice") as first:
         with pytest.raises(CommandError) as info:
-            async with open_client(instance.uri, "shared-name", user_id="bob"):
+            async with open_client(inproc.uri, "shared-name", user_id="bob"):
                 pass
         assert info.value.reason == "name in use"
         # the first connection is untouched
@@ -151,11 +154,11 @@ async def test_same_name_different_user_is_refused(instance: ServerProcess) -> N
 
 
 async def test_silent_client_is_disconnected_after_three_heartbeat_intervals(
-    instance: ServerProcess,
+    inproc: InProcessInstance, virtual_clock: trio.testing.MockClock
 ) -> None:
     from amps_py.protocol import FrameDecoder, encode_frame
 
-    stream = await trio.open_tcp_stream("127.0.0.1", instance.port)
+    stream = await trio.open_tcp_stream("127.0.0.1", inproc.port)
     decoder = FrameDecoder()
     await stream.send_all(encode_frame({"c": "logon", "client_name": "sleepy", "a": "processed"}))
     await stream.send_all(encode_frame({"c": "heartbeat", "o": "start,1", "a": "processed"}))
@@ -173,18 +176,18 @@ async def test_silent_client_is_disconnected_after_three_heartbeat_intervals(
     # grace: two intervals plus one more (1 s each here), then at the next beat
     assert 3 <= silent_for < 10, f"disconnected after {silent_for:.1f} s"
     await stream.aclose()
-    assert "07-0042" in instance.log_file.read_text()
+    assert "07-0042" in inproc.log_text()
 
 
-async def test_heartbeating_client_stays_connected(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "awake") as client:
+async def test_heartbeating_client_stays_connected(
+    inproc: InProcessInstance, virtual_clock: trio.testing.MockClock
+) -> None:
+    async with open_client(inproc.uri, "awake") as client:
         await client.heartbeat(0.5)
 
         def beats() -> str | None:
             return None if client.heartbeats >= 5 else f"{client.heartbeats} heartbeats so far"
 
-        from harness import wait_until
-
-        await wait_until(beats, 15)
+        await wait_until(beats, 15, interval=0.25)  # virtual time: few wake-ups
         assert client.closed is None
         await client.publish_persisted("orders", b"{}")

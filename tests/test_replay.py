@@ -1,13 +1,16 @@
-"""Bookmark replay against a real instance: EPOCH, NOW, bookmark, list, timestamp,
-range, bookmark_not_found, and the replay/live seam under concurrent publishing."""
+"""Bookmark replay against an instance served in the test's trio run (inprocess.py):
+EPOCH, NOW, bookmark, list, timestamp, range, bookmark_not_found, and the replay/live
+seam under concurrent publishing."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import trio
-from harness import ServerProcess
+from harness import wait_until
+from inprocess import InProcessInstance, serve_instance
 
 from amps_py.client import Client, CommandError, open_client
 
@@ -28,8 +31,8 @@ async def assert_quiet(sub, what: str) -> None:  # type: ignore[no-untyped-def]
         pytest.fail(f"{what}: unexpected extra message {extra}")
 
 
-async def test_epoch_now_bookmark_and_list(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+async def test_epoch_now_bookmark_and_list(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "pub") as pub, open_client(inproc.uri, "sub") as sub:
         await publish_n(pub, 10)
         marks = {}
         async with sub.subscribe("orders", bookmark="0") as s:
@@ -58,8 +61,8 @@ async def test_epoch_now_bookmark_and_list(instance: ServerProcess) -> None:
             await assert_quiet(s, "NOW")
 
 
-async def test_timestamp_bookmark(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+async def test_timestamp_bookmark(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "pub") as pub, open_client(inproc.uri, "sub") as sub:
         await publish_n(pub, 5)
         cut = time.time()
         await publish_n(pub, 5)
@@ -81,8 +84,8 @@ async def test_timestamp_bookmark(instance: ServerProcess) -> None:
             assert await collect(s, 1) == [11]
 
 
-async def test_range_and_bookmark_not_found(instance: ServerProcess) -> None:
-    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+async def test_range_and_bookmark_not_found(inproc: InProcessInstance) -> None:
+    async with open_client(inproc.uri, "pub") as pub, open_client(inproc.uri, "sub") as sub:
         await publish_n(pub, 8)
         marks = {}
         async with sub.subscribe("orders", bookmark="0") as s:
@@ -116,11 +119,8 @@ async def test_range_and_bookmark_not_found(instance: ServerProcess) -> None:
         assert info.value.reason == "bookmark not found"
 
 
-async def test_bad_bookmark_and_unjournaled_topic_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from harness import start_instance
-
-    server = start_instance(tmp_path, "partial", topics=(("orders.*", "json"),))
-    try:
+async def test_bad_bookmark_and_unjournaled_topic_are_refused(tmp_path: Path) -> None:
+    async with serve_instance(tmp_path, "partial", topics=(("orders.*", "json"),)) as server:
         async with open_client(server.uri, "sub") as sub:
             with pytest.raises(CommandError) as info:
                 async with sub.subscribe("orders", bookmark="not-a-bookmark"):
@@ -134,16 +134,14 @@ async def test_bad_bookmark_and_unjournaled_topic_are_refused(tmp_path) -> None:
             async with open_client(server.uri, "pub") as pub, sub.subscribe("quotes") as s:
                 await pub.publish_persisted("quotes", b'{"n":1}')
                 assert (await s.get(10)).json() == {"n": 1}
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("start", ["epoch", "bookmark"])
 async def test_no_gap_no_duplicate_at_the_seam_while_publishing(
-    instance: ServerProcess, start: str
+    inproc: InProcessInstance, start: str
 ) -> None:
     total = 6000
-    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+    async with open_client(inproc.uri, "pub") as pub, open_client(inproc.uri, "sub") as sub:
         await publish_n(pub, 500)
         first_bm = ""
         if start == "bookmark":
@@ -177,9 +175,9 @@ async def test_no_gap_no_duplicate_at_the_seam_while_publishing(
 
 
 async def test_persisted_acks_and_timestamps_on_bookmark_subscriptions(
-    instance: ServerProcess,
+    inproc: InProcessInstance,
 ) -> None:
-    async with open_client(instance.uri, "pub") as pub, open_client(instance.uri, "sub") as sub:
+    async with open_client(inproc.uri, "pub") as pub, open_client(inproc.uri, "sub") as sub:
         await publish_n(pub, 3)
         async with sub.subscribe(
             "orders", bookmark="0", options="timestamp", acks="processed,completed,persisted"
@@ -189,8 +187,6 @@ async def test_persisted_acks_and_timestamps_on_bookmark_subscriptions(
             await publish_n(pub, 1)
             live = await s.get(10)
             assert live.header["ts"].endswith("Z") and live.bookmark
-
-            from harness import wait_until
 
             def acked() -> str | None:
                 if s.persisted_bookmark == live.bookmark:

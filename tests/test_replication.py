@@ -1,5 +1,6 @@
 """Replication between real instance processes: passthrough, loops, hot-hot pairs,
-sync/async persisted acks, resync, refused links."""
+resync, refused links. (Persisted acks and fully_durable subscriptions with sync and
+async destinations: test_sync_acks.py, in process.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import trio
 from cluster import Cluster, destination_xml, replication_xml
 from harness import assert_journal_sound, wait_until
 
-from amps_py.client import Client, open_client
+from amps_py.client import open_client
 
 
 def dest(cluster_view, to: str, sync: bool = True, passthrough=(), topics=(".*",)):  # type: ignore[no-untyped-def]
@@ -156,46 +157,6 @@ async def test_hot_hot_pair_bookmarks_identical_and_failover_resume(cluster: Clu
                 break
             seen.append((m.json()["p"], m.json()["i"]))
     assert len(seen) == len(set(seen)) == 100, "gap or duplicate after switching instance"
-
-
-async def _publish_expecting(pub: Client, n: int) -> int:
-    for _ in range(n):
-        await pub.publish("orders", b'{"p":"x","i":%d}' % pub.seq)
-    return pub.seq
-
-
-async def test_sync_peer_blackholed_blocks_persisted_acks_until_healed(cluster: Cluster) -> None:
-    cluster.add_instance("A", "g", body(("B", True, ())))
-    cluster.add_instance("B", "g", body())
-    link = cluster.proxy("A", "B")
-    cluster.start_all()
-    async with open_client(cluster.uri("A"), "pub") as pub:
-        await pub.publish_persisted("orders", b'{"p":"x","i":0}')
-        link.blackhole(True)
-        last = await _publish_expecting(pub, 20)
-        with trio.move_on_after(1.5):
-            await pub.wait_persisted(last, timeout=1.5)
-            pytest.fail("persisted ack arrived while the sync destination was unreachable")
-        assert pub.persisted_seq == 1
-        link.heal()
-        link.cut()  # the blackholed connection is dead; make the link reconnect now
-        await pub.wait_persisted(last, timeout=30)
-    await wait_stored(cluster, {"A": 21, "B": 21})
-    assert sorted(i for _, i, _ in await replay(cluster.uri("B"))) == list(range(21))
-
-
-async def test_async_peer_blackholed_does_not_delay_acks(cluster: Cluster) -> None:
-    cluster.add_instance("A", "g", body(("B", False, ())))
-    cluster.add_instance("B", "g", body())
-    link = cluster.proxy("A", "B")
-    cluster.start_all()
-    link.blackhole(True)
-    async with open_client(cluster.uri("A"), "pub") as pub:
-        last = await _publish_expecting(pub, 50)
-        await pub.wait_persisted(last, timeout=5)
-    link.heal()
-    link.cut()
-    await wait_stored(cluster, {"A": 50, "B": 50})
 
 
 # ----------------------------------------------------------------------------- resync
@@ -402,35 +363,6 @@ async def test_wrong_version_and_garbage_are_refused(cluster: Cluster) -> None:
     await publish(cluster.uri("B"), "pb", 5)  # still serving
     cluster.stop("B")
     assert_journal_sound(cluster.journal_dir("B"))
-
-
-async def test_fully_durable_subscribers_wait_for_the_sync_destination(cluster: Cluster) -> None:
-    cluster.add_instance("A", "g", body(("B", True, ())))
-    cluster.add_instance("B", "g", body())
-    link = cluster.proxy("A", "B")
-    cluster.start_all()
-    await publish(cluster.uri("A"), "pa", 3)
-    async with (
-        open_client(cluster.uri("A"), "subs") as subs,
-        subs.subscribe("orders", bookmark="0", options="fully_durable") as durable,
-        subs.subscribe("orders") as live,
-    ):
-        assert [(await durable.get(10)).json()["i"] for _ in range(3)] == [0, 1, 2]
-        with trio.fail_after(10):
-            await durable.completed.wait()
-        link.blackhole(True)
-        async with open_client(cluster.uri("A"), "pa") as pub:
-            for i in range(3, 6):
-                await pub.publish("orders", b'{"p":"pa","i":%d}' % i)
-            # the plain subscription sees them once the local journal has them ...
-            assert [(await live.get(10)).json()["i"] for _ in range(3)] == [3, 4, 5]
-            # ... the fully_durable one only after B acknowledged them
-            with trio.move_on_after(1):
-                early = await durable.get(5)
-                pytest.fail(f"fully_durable delivered {early} before the sync ack")
-            link.heal()
-            link.cut()
-            assert [(await durable.get(30)).json()["i"] for _ in range(3)] == [3, 4, 5]
 
 
 async def test_compressed_link_is_smaller_on_the_wire(cluster: Cluster) -> None:

@@ -22,7 +22,7 @@ import pytest
 import trio
 import trustme
 from cluster import Cluster, destination_xml, replication_xml
-from harness import ServerProcess, free_port, start_instance, wait_until
+from harness import ServerProcess, start_instance, wait_until
 
 from amps_py import events
 from amps_py.client import BadURI, open_client
@@ -78,10 +78,9 @@ class TlsInstance:
 
 @pytest.fixture
 def tls_instance(tmp_path: Path, certs: Certs) -> Iterator[TlsInstance]:
-    port = free_port()
-    server = start_instance(tmp_path, "tls", extra_transport=tls_transport_xml(port, certs))
+    server = start_instance(tmp_path, "tls", extra_transport=tls_transport_xml(0, certs))
     try:
-        yield TlsInstance(server, port)
+        yield TlsInstance(server, server.ports["json-tls"])
     finally:
         if server.alive:
             server.stop()
@@ -265,10 +264,11 @@ async def test_replication_pair_over_tls_replicates_and_hides_the_payload(
     cluster: Cluster, certs: Certs, secure: bool
 ) -> None:
     """The plain run is the control: the same relay does see MARKER on a plain link."""
-    ports = cluster.add_instance(
+    cluster.add_instance(
         "B", "g", lambda view: "", replication_tls=(certs.cert, certs.key) if secure else None
     )
-    relay = RecordingRelay(ports.replication)
+    await trio.to_thread.run_sync(cluster.start, "B")  # on port 0: the relay needs its port
+    relay = RecordingRelay(cluster.ports("B").replication)
     async with trio.open_nursery() as nursery:
         relay_port = await nursery.start(relay.serve)
 

@@ -1,4 +1,5 @@
-"""What independent AMPS client libraries rely on, checked with raw frames on a socket.
+"""What independent AMPS client libraries rely on, checked with raw frames on a socket
+to an instance served in the test's trio run (inprocess.py).
 
 Each test speaks the wire protocol directly (no amps_py client code between the test
 and the server) the way an AMPS client library does: heartbeats answered late, failure
@@ -17,7 +18,8 @@ from typing import Any
 
 import pytest
 import trio
-from harness import ServerProcess, start_instance
+import trio.testing
+from inprocess import InProcessInstance, serve_instance
 
 from amps_py.client import open_client
 from amps_py.protocol import FrameDecoder, encode_frame
@@ -73,7 +75,7 @@ class Wire:
 
 @asynccontextmanager
 async def wire(
-    server: ServerProcess, name: str = "", compressed: bool = False
+    server: InProcessInstance, name: str = "", compressed: bool = False
 ) -> AsyncIterator[Wire]:
     stream = await trio.open_tcp_stream("127.0.0.1", server.port)
     async with stream:
@@ -88,11 +90,11 @@ async def wire(
 
 
 async def test_a_client_that_answers_each_beat_late_stays_connected(
-    instance: ServerProcess,
+    inproc: InProcessInstance, virtual_clock: trio.testing.MockClock
 ) -> None:
     """Beats every 0.5 s; the client answers each one 0.75 s after it arrives (its
     only traffic), as a client on a busy thread does. It must stay connected."""
-    async with wire(instance, "late-beats") as w:
+    async with wire(inproc, "late-beats") as w:
         await w.send({"c": "heartbeat", "o": "start,0.5", "a": "processed", "cid": "h"})
         await w.until(lambda h: h.get("cid") == "h")
         beats = 0
@@ -115,8 +117,8 @@ async def test_a_client_that_answers_each_beat_late_stays_connected(
 # ---------------------------------------------------------------------- failure acks
 
 
-async def test_refusals_answer_in_every_requested_ack_type(instance: ServerProcess) -> None:
-    async with wire(instance, "refused") as w:
+async def test_refusals_answer_in_every_requested_ack_type(inproc: InProcessInstance) -> None:
+    async with wire(inproc, "refused") as w:
         await w.send({"c": "sow_delete", "t": "orders", "f": "/a=1", "a": "stats", "cid": "1"})
         ack = (await w.until(lambda h: h.get("cid") == "1")).header
         assert (ack["a"], ack["status"], ack["reason"]) == ("stats", "failure", "invalid topic")
@@ -150,8 +152,8 @@ REASONS = [
 ]
 
 
-async def test_reason_strings_are_amps_spellings(instance: ServerProcess) -> None:
-    async with wire(instance, "reasons") as w:
+async def test_reason_strings_are_amps_spellings(inproc: InProcessInstance) -> None:
+    async with wire(inproc, "reasons") as w:
         await w.send({"c": "subscribe", "t": "orders", "sub_id": "s", "a": "processed", "cid": "0"})
         await w.until(lambda h: h.get("cid") == "0")
         cases = [*REASONS, ({"c": "subscribe", "t": "orders", "sub_id": "s"}, "subid in use")]
@@ -159,7 +161,7 @@ async def test_reason_strings_are_amps_spellings(instance: ServerProcess) -> Non
             await w.send({**header, "a": "processed", "cid": str(i)})
             ack = (await w.until(lambda h, i=i: h.get("cid") == str(i))).header
             assert (ack["status"], ack["reason"]) == ("failure", reason), header
-    async with wire(instance) as w:
+    async with wire(inproc) as w:
         await w.send({"c": "publish", "t": "orders", "a": "processed", "cid": "x"}, b"{}")
         ack = (await w.until(lambda h: h.get("c") == "ack")).header
         assert ack["reason"] == "logon required"
@@ -169,14 +171,14 @@ async def test_reason_strings_are_amps_spellings(instance: ServerProcess) -> Non
 
 
 async def test_logon_reads_version_and_answers_a_numeric_server_version(
-    instance: ServerProcess,
+    inproc: InProcessInstance,
 ) -> None:
-    async with wire(instance) as w:
+    async with wire(inproc) as w:
         ack = await w.logon("versioned", version="5.3.4.0.deadbeef:python")
     parts = ack["version"].split(".")
     assert [int(p) for p in parts[:4]] >= [5, 3, 0, 0], ack["version"]
     assert "amps-py" in ack["version"]
-    assert "5.3.4.0.deadbeef:python" in instance.log_file.read_text()
+    assert "5.3.4.0.deadbeef:python" in inproc.log_text()
 
 
 # ---------------------------------------------------------------------- bookmarks
@@ -210,12 +212,12 @@ async def replay(w: Wire, topic: str, bm: str, opts: str = "", sub: str = "r") -
             got.append(h["bm"])
 
 
-async def test_completed_ack_carries_the_last_replayed_bookmark(instance: ServerProcess) -> None:
-    async with wire(instance, "pub-a") as a, wire(instance, "pub-b") as b:
+async def test_completed_ack_carries_the_last_replayed_bookmark(inproc: InProcessInstance) -> None:
+    async with wire(inproc, "pub-a") as a, wire(inproc, "pub-b") as b:
         await publish(a, "orders", range(1, 4))
         await publish(b, "trades", range(1, 3))  # the seam record: another topic and publisher
         hash_a = publisher_hash("pub-a")
-        async with wire(instance, "reader") as r:
+        async with wire(inproc, "reader") as r:
             got, completed = await replay(r, "orders", "0")
             assert got == [f"{hash_a}|{n}|" for n in (1, 2, 3)]
             assert completed["bm"] == f"{hash_a}|3|", "not the record at the seam"
@@ -238,18 +240,18 @@ async def test_completed_ack_carries_the_last_replayed_bookmark(instance: Server
     ],
 )
 async def test_every_documented_timestamp_form_replays(tmp_path: Path, stamp: str) -> None:
-    server = start_instance(tmp_path, "stamps")
-    try:
-        async with wire(server, "pub") as p, wire(server, "reader") as r:
-            await publish(p, "orders", range(1, 3))
-            got, _ = await replay(r, "orders", stamp)
-            assert len(got) == 2
-    finally:
-        server.stop()
+    async with (
+        serve_instance(tmp_path, "stamps") as server,
+        wire(server, "pub") as p,
+        wire(server, "reader") as r,
+    ):
+        await publish(p, "orders", range(1, 3))
+        got, _ = await replay(r, "orders", stamp)
+        assert len(got) == 2
 
 
-async def test_bookmark_not_found_is_answered_per_option(instance: ServerProcess) -> None:
-    async with wire(instance, "pub") as p, wire(instance, "reader") as r:
+async def test_bookmark_not_found_is_answered_per_option(inproc: InProcessInstance) -> None:
+    async with wire(inproc, "pub") as p, wire(inproc, "reader") as r:
         await publish(p, "orders", range(1, 4))
         missing = "12345|6|"
         got, completed = await replay(r, "orders", missing, sub="now")
@@ -277,8 +279,8 @@ async def test_bookmark_not_found_is_answered_per_option(instance: ServerProcess
 # ---------------------------------------------------------------------- compression
 
 
-async def test_zlib_transport_compression_is_spoken_both_ways(instance: ServerProcess) -> None:
-    async with wire(instance, compressed=True) as w:
+async def test_zlib_transport_compression_is_spoken_both_ways(inproc: InProcessInstance) -> None:
+    async with wire(inproc, compressed=True) as w:
         ack = await w.logon("squeezed")
         assert ack["status"] == "success"
         await w.send({"c": "subscribe", "t": "orders", "sub_id": "z", "a": "processed", "cid": "s"})
@@ -288,17 +290,17 @@ async def test_zlib_transport_compression_is_spoken_both_ways(instance: ServerPr
         got = await w.until(lambda h: h.get("c") == "publish")
         assert got.payload == body
     # the library client speaks it from the URI option
-    uri = instance.uri + "?compression=zlib"
+    uri = inproc.uri + "?compression=zlib"
     async with (
         open_client(uri, "lib-zlib") as client,
         client.subscribe("orders", bookmark="0") as sub,
     ):
         assert (await sub.get(10)).data == body
-    assert "zlib transport compression" in instance.log_file.read_text()
+    assert "zlib transport compression" in inproc.log_text()
 
 
-async def test_a_damaged_zlib_stream_closes_only_that_connection(instance: ServerProcess) -> None:
-    stream = await trio.open_tcp_stream("127.0.0.1", instance.port)
+async def test_a_damaged_zlib_stream_closes_only_that_connection(inproc: InProcessInstance) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", inproc.port)
     async with stream:
         good = zlib.compressobj()
         await stream.send_all(good.compress(encode_frame({"c": "logon", "client_name": "z"})))
@@ -306,7 +308,7 @@ async def test_a_damaged_zlib_stream_closes_only_that_connection(instance: Serve
         with trio.fail_after(10):
             while await stream.receive_some(65536):
                 pass
-    async with open_client(instance.uri, "fine") as client:
+    async with open_client(inproc.uri, "fine") as client:
         await client.publish_persisted("orders", b"{}")
 
 
@@ -315,19 +317,18 @@ async def test_a_damaged_zlib_stream_closes_only_that_connection(instance: Serve
 
 async def test_always_send_persisted_acks_drains_stores_that_do_not_ask(tmp_path: Path) -> None:
     transport_extra = "<AlwaysSendPersistedAcks>true</AlwaysSendPersistedAcks>"
-    server = start_instance(tmp_path, "acks", transport_extra=transport_extra)
-    try:
-        async with wire(server, "store") as w:
-            for seq in (1, 2, 3):
-                await w.send({"c": "p", "t": "orders", "s": seq}, b"{}")  # no "a" at all
-            ack = (await w.until(lambda h: h.get("a") == "persisted")).header
-            assert ack["status"] == "success" and ack["s"] >= 1
-    finally:
-        server.stop()
+    async with (
+        serve_instance(tmp_path, "acks", transport_extra=transport_extra) as server,
+        wire(server, "store") as w,
+    ):
+        for seq in (1, 2, 3):
+            await w.send({"c": "p", "t": "orders", "s": seq}, b"{}")  # no "a" at all
+        ack = (await w.until(lambda h: h.get("a") == "persisted")).header
+        assert ack["status"] == "success" and ack["s"] >= 1
 
 
-async def test_without_the_option_no_unrequested_persisted_acks(instance: ServerProcess) -> None:
-    async with wire(instance, "store") as w:
+async def test_without_the_option_no_unrequested_persisted_acks(inproc: InProcessInstance) -> None:
+    async with wire(inproc, "store") as w:
         for seq in (1, 2, 3):
             await w.send({"c": "p", "t": "orders", "s": seq}, b"{}")
         await w.send({"c": "flush", "a": "processed", "cid": "f"})

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_publish import run_case
-from common import emit, env_info, free_port, running_instance
+from common import emit, env_info, running_instance
 
 
 def admin(base: str, path: str, method: str = "GET") -> Any:
@@ -71,14 +71,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     print("#", env_info(), flush=True)
-    admin_port = free_port()
-    base = f"http://127.0.0.1:{admin_port}"
     with running_instance(
         txlog_extra="<JournalSize>10MB</JournalSize>"
         "<JournalArchiveDirectory>archive</JournalArchiveDirectory>",
-        extra=f"<Admin><InetAddr>127.0.0.1:{admin_port}</InetAddr></Admin>",
+        extra="<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>",
     ) as inst:
         port, pid = inst["port"], inst["pid"]
+        base = f"http://127.0.0.1:{inst['ports']['admin']}"
         run_case(port, a.publishers, a.size, a.fill_secs, a.window, "fill", pid)
         print(f"# filled: {sealed_through(base)} sealed segments", flush=True)
         baseline = run_case(port, a.publishers, a.size, a.secs, a.window, "base", pid)

@@ -40,6 +40,7 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -50,7 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_publish import cpu_seconds, publisher, summarize
 from bench_replay import fill
-from common import emit, env_info, free_port
+from common import emit, env_info, ready_ports, reserve_port
 
 from txlog import Journal, Record, publisher_hash
 
@@ -84,8 +85,11 @@ class Node:
         self.name = name
         self.group = group
         self.durability = durability
-        self.port = free_port()
-        self.repl_port = free_port()
+        #: 0 (the OS picks) until the first start; kept for restarts
+        self.port = 0
+        #: 0 until the first start, or until :meth:`reserve_repl_port`
+        self.repl_port = 0
+        self._reservation: socket.socket | None = None
         self.journal = work / f"{name}-journal"
         self.stats_file = work / f"{name}.stats.json"
         self.ready_file = work / f"{name}.ready.json"
@@ -144,6 +148,14 @@ class Node:
                 stderr=subprocess.STDOUT,
             )
 
+    def reserve_repl_port(self) -> int:
+        """The replication port, reserved now when a peer's config must name it
+        before this instance starts (held until :meth:`stop`)."""
+        if self.repl_port == 0:
+            self._reservation = reserve_port(HOST)
+            self.repl_port = int(self._reservation.getsockname()[1])
+        return self.repl_port
+
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while not self.ready_file.exists():
@@ -151,6 +163,8 @@ class Node:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"instance {self.name} not ready after {timeout} s")
             time.sleep(0.005)
+        ports = ready_ports(self.ready_file)
+        self.port, self.repl_port = ports["json-tcp"], ports["repl"]
 
     def start(self) -> Node:
         self.spawn()
@@ -192,6 +206,9 @@ class Node:
         return int(w.get("commits", 0)), w.get("commit_seconds", 0.0), w.get("sync_seconds", 0.0)
 
     def stop(self) -> None:
+        if self._reservation is not None:
+            self._reservation.close()
+            self._reservation = None
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -328,12 +345,14 @@ def bench_pair(a: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="amps-bench-pair-"))
     A = Node(work, "A", "pair", a.durability)
     B = Node(work, "B", "pair", a.durability)
-    A.destinations = [destination_xml("B", "pair", True, B.repl_port)]
-    B.destinations = [destination_xml("A", "pair", True, A.repl_port)]
+    # a hot-hot pair: A's config names B's port before B starts (so it is reserved);
+    # B's names A's, which A bound by then
+    A.destinations = [destination_xml("B", "pair", True, B.reserve_repl_port())]
     single = Node(work, "S", "single", a.durability) if a.baseline else None
     gen = "full-window" if a.full_window else "bench_publish"
     try:
         A.start()
+        B.destinations = [destination_xml("A", "pair", True, A.repl_port)]
         B.start()
         if single is not None:
             single.start()
@@ -461,7 +480,9 @@ def bench_resync(a: argparse.Namespace) -> None:
         )
         for compression in a.compressions:
             B = Node(work, f"B{compression}", "gb", a.durability)
-            A.destinations = [destination_xml(B.name, "gb", False, B.repl_port, compression)]
+            A.destinations = [
+                destination_xml(B.name, "gb", False, B.reserve_repl_port(), compression)
+            ]
             try:
                 A.start()
                 poll("A's statistics", A.stats, 10)

@@ -26,10 +26,29 @@ from amps_py.protocol import FrameDecoder, encode_frame  # noqa: E402
 _LEN = struct.Struct(">I")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def reserve_port(host: str = "127.0.0.1") -> socket.socket:
+    """Reserve a port for an instance whose port a peer's config must name before the
+    instance starts (a replication pair); everywhere else, listen on port 0 and read the
+    port from the ready file.
+
+    Returns a socket bound to the port, with SO_REUSEADDR and not listening: while it is
+    open the kernel gives the port to no port-0 bind or outgoing connection, yet the
+    instance (trio binds with SO_REUSEADDR) can listen on it. Close it when done.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def ready_ports(ready_file: Path) -> dict[str, int]:
+    """Listener name -> bound port, from an instance's ``--ready-file``."""
+    info = json.loads(ready_file.read_text())
+    return {name: int(port) for name, port in info["transports"].items()}
 
 
 def config_xml(
@@ -64,10 +83,12 @@ def config_xml(
 def running_instance(
     workdir: Path | None = None, name: str = "bench", **kwargs: Any
 ) -> Iterator[dict[str, Any]]:
-    """Start an instance process; yield {port, journal, workdir, start_seconds}."""
+    """Start an instance process; yield {port, ports, journal, workdir, start_seconds}
+    (``port``: the client port; ``ports``: every listener's, ``admin`` included). The
+    client transport listens on ``port`` if given, else on one the OS picks."""
     tmp = Path(workdir or tempfile.mkdtemp(prefix="amps-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    port = kwargs.pop("port", None) or free_port()
+    port = kwargs.pop("port", None) or 0
     journal = tmp / f"{name}-journal"
     cfg = tmp / f"{name}.xml"
     cfg.write_text(config_xml(name, port, journal, **kwargs))
@@ -95,9 +116,11 @@ def running_instance(
             raise RuntimeError(f"instance did not start: {(tmp / (name + '.out')).read_text()}")
         time.sleep(0.002)
     started = time.perf_counter() - t0
+    ports = ready_ports(ready)
     try:
         yield {
-            "port": port,
+            "port": ports["json-tcp"],
+            "ports": ports,
             "journal": journal,
             "workdir": tmp,
             "start_seconds": started,
