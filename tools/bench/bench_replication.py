@@ -54,6 +54,7 @@ from bench_replay import fill
 from common import emit, env_info, ready_ports, reserve_port
 
 from txlog import Journal, Record, publisher_hash
+from txlog.journal import DEFAULT_SEGMENT_SIZE
 
 HOST = "127.0.0.1"
 
@@ -473,7 +474,7 @@ def bench_resync(a: argparse.Namespace) -> None:
         if a.payload == "random":
             fill_s = fill_random(A.journal, "A", a.records, a.size)
         else:
-            fill_s = fill(A.journal, "A", a.records, a.size, "none")
+            fill_s = fill(A.journal, "A", a.records, a.size, "none", DEFAULT_SEGMENT_SIZE)
         mb = (A.journal / "data.mdb").stat().st_size / 1e6
         print(
             f"# filled {a.records} records in {fill_s:.1f} s; A's data.mdb {mb:.0f} MB", flush=True
