@@ -293,6 +293,10 @@ COMPOSITION_ROOTS = {
     "amps_py.cli",
     "amps_py.cli_client",
     "amps_py.cli_pipeline",
+    "amps_py.cli_admin",
+    "amps_py.cli_config",
+    "amps_py.cli_txlog",
+    "amps_py.cli_users",
     "amps_py.__main__",
 }
 
