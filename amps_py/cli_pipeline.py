@@ -237,8 +237,8 @@ def pipeline_export(
 
     Prints one line when done; a progress bar on stderr when it is a terminal.
     """
-    from amps_py.cli import _journal_tool
     from amps_py.cli_client import progress
+    from amps_py.cli_txlog import journal_tool
 
     try:
         from amps_py.pipeline.export import (
@@ -252,7 +252,7 @@ def pipeline_export(
         _fail(f"the export needs pyarrow ({exc}): pip install -e '.[spark]'", 2)
 
     try:
-        with _journal_tool(journal), progress(f"exporting {journal}", None) as bar:
+        with journal_tool(journal), progress(f"exporting {journal}", None) as bar:
             try:
                 result = export_journal(
                     journal,

@@ -232,6 +232,9 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/routing.py",
     "amps_py/replication/validation.py",
     "amps_py/replication/fabric.py",
+    "amps_py/replication/fabric_model.py",
+    "amps_py/replication/fabric_loading.py",
+    "amps_py/replication/fabric_report.py",
     "amps_py/replication/ackmode.py",
     "amps_py/replication/backoff.py",
     "amps_py/replication/host.py",
@@ -290,6 +293,10 @@ COMPOSITION_ROOTS = {
     "amps_py.cli",
     "amps_py.cli_client",
     "amps_py.cli_pipeline",
+    "amps_py.cli_admin",
+    "amps_py.cli_config",
+    "amps_py.cli_txlog",
+    "amps_py.cli_users",
     "amps_py.__main__",
 }
 

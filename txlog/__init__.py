@@ -6,7 +6,8 @@ Imports no trio and no sockets.
 
 from .errors import JournalDamaged, JournalError
 from .identity import BadBookmark, format_bookmark, parse_bookmark, publisher_hash
-from .journal import DURABILITY_MODES, Journal, JournalStatistics, VerifyProblem
+from .inspection import JournalStatistics, VerifyProblem
+from .journal import DURABILITY_MODES, Journal
 from .record import CorruptRecord, Flags, Kind, Record, RecordCodec, ReplicaReader, ReplicaRecord
 
 __all__ = [

@@ -1,5 +1,5 @@
-"""The journal's exceptions (shared by :mod:`txlog.journal` and :mod:`txlog.maintenance`;
-:mod:`txlog` re-exports them)."""
+"""The journal's exceptions (shared by :mod:`txlog.journal`, :mod:`txlog.opening` and
+:mod:`txlog.maintenance`; :mod:`txlog` re-exports them)."""
 
 from __future__ import annotations
 

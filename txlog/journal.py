@@ -37,27 +37,38 @@ Contract:
   :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
   only the single writer's thread calls it, between appends.
 - Every read checks the record CRC; a damaged record raises :class:`CorruptRecord`.
+
+The journal's parts: opening and its checks in :mod:`txlog.opening`, the reads and
+index lookups in :mod:`txlog.reading`, statistics and verify in
+:mod:`txlog.inspection`, segment maintenance in :mod:`txlog.maintenance`. Writing
+(:meth:`Journal.append`) is here.
 """
 
 from __future__ import annotations
 
-import bisect
-import fcntl
 import os
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 import lmdb
 
 from . import preflight
 from .errors import JournalDamaged as JournalDamaged  # re-exported
 from .errors import JournalError as JournalError  # re-exported
-from .maintenance import PROGRESS_EVERY, SegmentMaintenance, unpack_u64
+from .inspection import JournalStatistics as JournalStatistics  # re-exported
+from .inspection import VerifyProblem as VerifyProblem  # re-exported
+from .inspection import journal_statistics, verify_journal
+from .maintenance import SegmentMaintenance, unpack_u64
+from .opening import JOURNAL_FORMAT as JOURNAL_FORMAT  # re-exported
+from .opening import LMDB_DAMAGE_ERRORS as LMDB_DAMAGE_ERRORS  # re-exported
+from .opening import WRITER_LOCK_FILE as WRITER_LOCK_FILE  # re-exported
+from .opening import check_before_open, check_format_and_owner, record_damaged, take_writer_lock
+from .opening import lmdb_damage as lmdb_damage  # re-exported
+from .opening import lmdb_error as lmdb_error  # re-exported
+from .reading import RecordReader
 from .record import (
     CorruptRecord,
     DeliveryView,
@@ -68,26 +79,16 @@ from .record import (
     StoredRecords,
     check_stored_records,
 )
-from .segments import (
-    Segment,
-    SegmentFile,
-    SegmentFileError,
-    bytes_through,
-    grown_table,
-    removed_through,
-)
+from .segments import Segment, bytes_through, grown_table, removed_through
 
-_T = TypeVar("_T")
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
-JOURNAL_FORMAT: Final = "amps-py-journal-1"
 DURABILITY_MODES: Final = ("fsync", "page-cache")
 #: one ``times`` index entry per this many microseconds of publishing
 TIME_INDEX_STEP_US: Final = 10_000
 DEFAULT_MAP_SIZE: Final = 64 * 1024**3
 #: AMPS's default JournalSize
 DEFAULT_SEGMENT_SIZE: Final = 1024**3
-_U64_MAX: Final = (1 << 64) - 1
 
 
 def _unstorable(exc: Exception) -> str:
@@ -100,90 +101,6 @@ def _unstorable(exc: Exception) -> str:
             f"or a number is out of range ({exc})"
         )
     return f"a field cannot be encoded ({exc})"
-
-
-@dataclass(frozen=True)
-class JournalStatistics:
-    path: str
-    instance_name: str
-    durability: str
-    compression: str
-    first_txid: int
-    last_txid: int
-    records: int
-    publishers: int
-    file_bytes: int
-    commits: int
-    appended: int
-    duplicates: int
-    segments: int = 0
-
-
-@dataclass(frozen=True)
-class VerifyProblem:
-    txid: int | None
-    problem: str
-
-
-WRITER_LOCK_FILE: Final = "amps-py.lock"
-
-
-def _take_writer_lock(path: Path) -> int:
-    """Hold an exclusive lock on ``path/amps-py.lock`` for as long as the journal is
-    open for writing: one writer process per journal (a second instance, or an offline
-    tool while the instance runs, is refused). Returns the lock file's descriptor.
-
-    Raises:
-        JournalError: another process holds the lock (its pid is named).
-    """
-    fd = os.open(path / WRITER_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise JournalError(
-            f"journal {path} is already open for writing (by process {holder}); give "
-            "each instance its own JournalDirectory, and maintain a running instance's "
-            "journals through its admin API (amps-py admin journal ...)"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-#: LMDB errors that mean the file's pages are not what LMDB wrote
-LMDB_DAMAGE_ERRORS: Final = (
-    lmdb.CorruptedError,
-    lmdb.PageNotFoundError,
-    lmdb.InvalidError,
-    lmdb.VersionMismatchError,
-)
-
-
-def lmdb_error(path: Path, exc: lmdb.Error) -> JournalError:
-    """``exc`` from LMDB on the journal in ``path``, as a :class:`JournalError` (a
-    :class:`JournalDamaged` when the file is damaged) whose text names the file and
-    what to do, in one line."""
-    if isinstance(exc, LMDB_DAMAGE_ERRORS):
-        return lmdb_damage(path, exc)
-    return JournalError(f"journal {path}: LMDB failed on {path / preflight.DATA_FILE}: {exc}")
-
-
-def lmdb_damage(path: Path, exc: lmdb.Error) -> JournalDamaged:
-    """LMDB's report of a damaged page in the journal in ``path``, with the fix."""
-    return JournalDamaged(
-        f"journal {path}: LMDB cannot read {path / preflight.DATA_FILE} ({exc}): the file "
-        f"is damaged. Fix: amps-py txlog verify {path} lists the damage; "
-        f"{preflight.repair_advice(path)}"
-    )
-
-
-def _next_key(key: bytes) -> bytes:
-    """The lowest key above ``key``: the next txid for a txid key."""
-    if len(key) == 8 and key != b"\xff" * 8:
-        return _U64.pack(_U64.unpack(key)[0] + 1)
-    return key + b"\x00"
 
 
 def _stored_pair(value: bytes, txid: int) -> tuple[int, bytes]:
@@ -253,11 +170,13 @@ class Journal:
         #: a read-only open that met a damaged LMDB page where it reads the newest
         #: record: what is wrong (``verify`` lists it; reading through it may abort)
         self.damage: JournalDamaged | None = None
-        traces = self._preflight(instance_name, readonly, allow_empty)
+        traces = check_before_open(
+            self.path, self.archive_directory, instance_name, readonly, allow_empty
+        )
         self._lock_fd = -1
         if not readonly:
             self.path.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = _take_writer_lock(self.path)
+            self._lock_fd = take_writer_lock(self.path)
             if traces:
                 self.started_empty_over = tuple(traces)
                 self.set_aside_to = tuple(
@@ -278,64 +197,20 @@ class Journal:
             )
         except lmdb.Error as exc:
             self._release_lock()
-            raise self._lmdb_failure(exc) from exc
+            raise lmdb_error(self.path, exc) from exc
         try:
             self._open_databases(instance_name, readonly, compression)
             if not readonly:
                 self._check_newest_record()
         except CorruptRecord as exc:
             self.close()
-            raise self._record_damaged(exc) from exc
+            raise record_damaged(self.path, exc, self._last_txid) from exc
         except lmdb.Error as exc:
             self.close()
-            raise self._lmdb_failure(exc) from exc
+            raise lmdb_error(self.path, exc) from exc
         except BaseException:
             self.close()  # a journal of another instance or format: let go of it
             raise
-
-    def _preflight(self, instance_name: str | None, readonly: bool, allow_empty: bool) -> list[str]:
-        """Check ``data.mdb`` before LMDB opens it (see :mod:`txlog.preflight`).
-
-        Returns the signs of a former journal when ``allow_empty`` lets an empty one
-        start over them (else nothing).
-
-        Raises:
-            JournalDamaged: the file is damaged, or empty/missing where a journal was.
-            JournalError: no journal to read (read-only), or the file is unreadable.
-        """
-        data = self.path / preflight.DATA_FILE
-        try:
-            size: int | None = data.stat().st_size
-        except FileNotFoundError:
-            size = None
-        if readonly and size is None:
-            raise JournalError(
-                f"{self.path} holds no journal (no data.mdb); pass the instance's "
-                "TransactionLog/JournalDirectory"
-            )
-        if not readonly and not size:
-            traces = preflight.find_traces(self.path, self.archive_directory, instance_name)
-            if traces and not allow_empty:
-                state = "missing" if size is None else "empty (0 bytes)"
-                raise JournalDamaged(
-                    f"journal {self.path} held a journal ({preflight.describe_traces(traces)}) "
-                    f"but its data.mdb is {state}: starting would begin an empty journal "
-                    "and lose every message it held; nothing was changed. Fix: restore "
-                    f"{self.path} from a backup, or to start empty on purpose (replication "
-                    "peers then resync what they replicate to this instance) start with "
-                    "amps-py serve --allow-empty-journal"
-                )
-            return traces
-        try:
-            preflight.check_data_file(data)
-        except preflight.DataFileDamage as exc:
-            raise JournalDamaged(
-                f"journal {self.path} is damaged: {exc}; nothing was opened or changed. "
-                f"Fix: {preflight.repair_advice(self.path)}"
-            ) from None
-        except OSError as exc:
-            raise JournalError(f"cannot read {data}: {exc.strerror or exc}") from exc
-        return []
 
     def _check_newest_record(self) -> None:
         """A writer continues from its newest record: it must read.
@@ -345,20 +220,6 @@ class Journal:
         """
         if self._last_txid:
             self.get(self._last_txid)
-
-    def _record_damaged(self, exc: CorruptRecord) -> JournalDamaged:
-        txid = exc.txid if exc.txid is not None else self._last_txid
-        which = "the newest record" if txid == self._last_txid else "the record"
-        return JournalDamaged(
-            f"journal {self.path}: {which}, txid {txid}, is damaged ({exc.problem}); the "
-            "journal cannot be continued from it and nothing was changed. Fix: "
-            f"amps-py txlog verify {self.path} lists every damaged record; "
-            f"{preflight.repair_advice(self.path)}"
-        )
-
-    def _lmdb_failure(self, exc: lmdb.Error) -> JournalError:
-        """An LMDB error while opening, as one line naming the file and the fix."""
-        return lmdb_error(self.path, exc)
 
     def _open_databases(self, instance_name: str | None, readonly: bool, compression: str) -> None:
         """The sub-databases, the format and owner checks, and the in-memory state."""
@@ -374,7 +235,9 @@ class Journal:
         self._destinations_db = self._open_optional_db(b"destinations", create)
         self._floors_db = self._open_optional_db(b"floors", create)
         self._codec = RecordCodec(compress=compression == "zstd")
-        self._check_meta(instance_name, readonly)
+        self.instance_name = check_format_and_owner(
+            self._env, self._meta, self.path, instance_name, readonly
+        )
         self._last_txid = self._newest_key(self._records, readonly)
         self._last_time_entry = self._newest_key(self._times, readonly)
         self._pub_cache: dict[int, int] = {}
@@ -382,8 +245,7 @@ class Journal:
         self._commits = 0
         self._appended = 0
         self._duplicates = 0
-        self._files: dict[str, SegmentFile] = {}
-        self._files_lock = threading.Lock()
+        self._reader = RecordReader(self)
         #: the segment table, oldest first; replaced (never changed in place) on change
         self._segments: list[Segment] = []
         self._removed_through = 0
@@ -450,33 +312,8 @@ class Journal:
         return [seg]
 
     def first_lmdb_record(self) -> Record | None:
-        with self._env.begin(db=self._records) as txn:
-            cur = txn.cursor()
-            if not cur.first():
-                return None
-            return self._codec.decode(cur.value(), _U64.unpack(cur.key())[0])
-
-    # ------------------------------------------------------------------ setup
-    def _check_meta(self, instance_name: str | None, readonly: bool) -> None:
-        with self._env.begin(db=self._meta, write=not readonly) as txn:
-            fmt = txn.get(b"format")
-            owner = txn.get(b"instance")
-            if fmt is None and not readonly:
-                txn.put(b"format", JOURNAL_FORMAT.encode())
-                if instance_name:
-                    txn.put(b"instance", instance_name.encode())
-                    owner = instance_name.encode()
-            elif fmt is not None and fmt.decode() != JOURNAL_FORMAT:
-                raise JournalError(
-                    f"{self.path} holds journal format {fmt.decode()!r}, this amps-py "
-                    f"reads {JOURNAL_FORMAT!r}; use the matching amps-py version"
-                )
-        self.instance_name = owner.decode() if owner else (instance_name or "")
-        if instance_name and owner and owner.decode() != instance_name:
-            raise JournalError(
-                f"journal {self.path} belongs to instance {owner.decode()!r}, not "
-                f"{instance_name!r}; give each instance its own JournalDirectory"
-            )
+        """See :meth:`RecordReader.first_lmdb_record`."""
+        return self._reader.first_lmdb_record()
 
     def close(self) -> None:
         self._env.close()
@@ -685,109 +522,15 @@ class Journal:
         return -1
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
-        """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
-        held here, or ``(0, "")`` when nothing was ever received from it."""
-        with self._env.begin(db=self._upstreams) as txn:
-            raw = txn.get(upstream.encode())
-        if raw is None:
-            return 0, ""
-        return _U64.unpack_from(raw)[0], raw[8:].decode()
+        """See :meth:`RecordReader.upstream_cursor`."""
+        return self._reader.upstream_cursor(upstream)
 
     # ------------------------------------------------------------------ reading
-    def _scan(
-        self,
-        after_txid: int,
-        limit: int,
-        max_txid: int | None,
-        convert: Callable[[bytes, int], _T],
-    ) -> tuple[list[_T], CorruptRecord | None]:
-        """``convert(value, txid)`` for up to ``limit`` records after ``after_txid``
-        (and <= ``max_txid``), in one short read transaction. A damaged record ends the
-        scan: the results before it are returned with the error.
-
-        Records of compressed or archived segments are read from their segment files;
-        removed segments are skipped. A segment file that went away meanwhile (archived
-        elsewhere, or removed) is looked up again once in a fresh transaction.
-        """
-        try:
-            return self._scan_once(after_txid, limit, max_txid, convert)
-        except SegmentFileError:
-            try:
-                return self._scan_once(after_txid, limit, max_txid, convert)
-            except SegmentFileError as exc:
-                return [], CorruptRecord(None, str(exc))
-
-    def _scan_once(
-        self,
-        after_txid: int,
-        limit: int,
-        max_txid: int | None,
-        convert: Callable[[bytes, int], _T],
-    ) -> tuple[list[_T], CorruptRecord | None]:
-        out: list[_T] = []
-        unpack = _U64.unpack
-        stop = max_txid if max_txid is not None else _U64_MAX
-        after_txid = max(after_txid, self._removed_through)
-        with self._env.begin(buffers=False) as txn:
-            cur = txn.cursor(db=self._records)
-            while len(out) < limit and after_txid < stop:
-                found = cur.set_range(_U64.pack(after_txid + 1))
-                next_txid = unpack(cur.key())[0] if found else None
-                if next_txid != after_txid + 1:
-                    # not in LMDB: in a segment file, or removed
-                    seg = self._offloaded_segment_after(txn, after_txid, next_txid)
-                    if seg is not None:
-                        pairs = self._segment_file(seg).after(
-                            after_txid, min(seg.last_txid, stop), limit - len(out)
-                        )
-                        for txid, value in pairs:
-                            try:
-                                out.append(convert(value, txid))
-                            except CorruptRecord as exc:
-                                return out, exc
-                        after_txid = pairs[-1][0] if pairs else seg.last_txid
-                        continue
-                    if not found:
-                        break
-                for key, value in cur:
-                    txid = unpack(key)[0]
-                    if txid > stop:
-                        break
-                    try:
-                        out.append(convert(value, txid))
-                    except CorruptRecord as exc:
-                        return out, exc
-                    if len(out) >= limit:
-                        break
-                break
-        return out, None
-
-    def _offloaded_segment_after(
-        self, txn: lmdb.Transaction, after_txid: int, next_lmdb_txid: int | None
-    ) -> Segment | None:
-        """The compressed or archived segment (as ``txn`` sees the table) that holds
-        the first record after ``after_txid``, if that record is not in LMDB."""
-        if self._segments_db is None:
-            return None
-        # segment boundaries never change: the in-memory table finds the segment that
-        # holds after_txid + 1, and the transaction's own rows say its state from there
-        known = self._segments
-        i = bisect.bisect_right(known, after_txid + 1, key=lambda s: s.first_txid) - 1
-        start = known[i].id if i >= 0 else 1
-        cursor = txn.cursor(db=self._segments_db)
-        if not cursor.set_range(_U64.pack(start)):
-            return None
-        for key, value in cursor:
-            seg = Segment.decode(_U64.unpack(key)[0], bytes(value))
-            if seg.last_txid <= after_txid or seg.state == "removed":
-                continue
-            if next_lmdb_txid is not None and seg.first_txid >= next_lmdb_txid:
-                return None
-            if seg.offloaded:
-                return seg
-            if seg.state == "live":
-                return None
-        return None
+    @property
+    def reader(self) -> RecordReader:
+        """The reads across LMDB and segment files, and the index lookups (the
+        methods below use or delegate to it)."""
+        return self._reader
 
     def segment_path(self, seg: Segment) -> Path:
         """Where ``seg``'s file is: files in the journal directory are recorded by name
@@ -796,18 +539,8 @@ class Journal:
         path = Path(seg.file)
         return path if path.is_absolute() else self.path / path
 
-    def _segment_file(self, seg: Segment) -> SegmentFile:
-        path = self.segment_path(seg)
-        key = str(path)
-        with self._files_lock:
-            handle = self._files.get(key)
-            if handle is None:
-                handle = self._files[key] = SegmentFile(path)
-            return handle
-
     def _forget_file(self, path: str) -> None:
-        with self._files_lock:
-            self._files.pop(path, None)
+        self._reader.forget_file(path)
 
     def read(self, after_txid: int, limit: int, max_txid: int | None = None) -> list[Record]:
         """Return up to ``limit`` records with txid > ``after_txid`` (and <= ``max_txid``).
@@ -815,7 +548,7 @@ class Journal:
         Raises:
             CorruptRecord: a record in the range failed its CRC.
         """
-        out, damage = self._scan(after_txid, limit, max_txid, self._codec.decode)
+        out, damage = self._reader.scan(after_txid, limit, max_txid, self._codec.decode)
         if damage is not None:
             raise damage
         return out
@@ -832,7 +565,7 @@ class Journal:
         Raises:
             CorruptRecord: a record in the range failed its checks (its txid named).
         """
-        pairs, damage = self._scan(after_txid, limit, max_txid, _stored_pair)
+        pairs, damage = self._reader.scan(after_txid, limit, max_txid, _stored_pair)
         stored = check_stored_records(pairs)
         if damage is not None:
             raise damage
@@ -843,7 +576,7 @@ class Journal:
     ) -> tuple[list[RouteView], CorruptRecord | None]:
         """Routing views (with the stored bytes) for replication; same damage rule as
         :meth:`read_views`."""
-        return self._scan(after_txid, limit, max_txid, self._codec.route_view)
+        return self._reader.scan(after_txid, limit, max_txid, self._codec.route_view)
 
     def route_payload(self, view: RouteView) -> bytes:
         return self._codec.route_payload(view)
@@ -857,7 +590,7 @@ class Journal:
         ends the batch: the sound views before it are returned with the error, so
         nothing before the damage is withheld and nothing damaged is served.
         """
-        return self._scan(after_txid, limit, max_txid, self._codec.view)
+        return self._reader.scan(after_txid, limit, max_txid, self._codec.view)
 
     def iter_records(self, after_txid: int = 0, chunk: int = 4096) -> Iterator[Record]:
         """Every record after ``after_txid`` in txid order, read in short transactions."""
@@ -886,50 +619,35 @@ class Journal:
             value = txn.get(_U64.pack(txid))
         if value is not None:
             return self._codec.decode(value, txid)
-        found, damage = self._scan(txid - 1, 1, txid, self._codec.decode)
+        found, damage = self._reader.scan(txid - 1, 1, txid, self._codec.decode)
         if damage is not None:
             raise damage
         return found[0] if found else None
 
     def first_txid(self) -> int:
         """The oldest txid still held (in LMDB or a segment file); 0 when none is."""
-        found, _ = self._scan(0, 1, None, lambda _value, txid: txid)
+        found, _ = self._reader.scan(0, 1, None, lambda _value, txid: txid)
         return found[0] if found else 0
 
     def lookup_bookmark(self, pub_hash: int, seq: int) -> int | None:
-        """The local txid of the message with this bookmark, or None."""
-        with self._env.begin(db=self._bookmarks) as txn:
-            raw = txn.get(_U64x2.pack(pub_hash, seq))
-        return None if raw is None else _U64.unpack(raw)[0]
+        """See :meth:`RecordReader.lookup_bookmark`."""
+        return self._reader.lookup_bookmark(pub_hash, seq)
 
     def publisher_last_seq(self, pub_hash: int) -> int:
-        """The highest seq journaled for this publisher (0 if none)."""
-        with self._env.begin(db=self._publishers) as txn:
-            raw = txn.get(_U64.pack(pub_hash))
-        return _U64.unpack_from(raw)[0] if raw else 0
+        """See :meth:`RecordReader.publisher_last_seq`."""
+        return self._reader.publisher_last_seq(pub_hash)
+
+    def publisher_floor(self, pub_hash: int) -> int:
+        """See :meth:`RecordReader.publisher_floor`."""
+        return self._reader.publisher_floor(pub_hash)
 
     def held_publishers(self) -> int:
-        """How many publishers have records in the journal, from the bookmark index
-        (one index search per publisher). Bookmarks of removed records leave the index
-        as their removal is purged: until :meth:`removal_pending` is false, publishers
-        whose every record was removed may still count."""
-        count = 0
-        with self._env.begin(db=self._bookmarks) as txn:
-            cur = txn.cursor()
-            found = cur.first()
-            while found:
-                count += 1
-                pub_hash = _U64.unpack_from(cur.key())[0]
-                if pub_hash == _U64_MAX:
-                    break
-                found = cur.set_range(_U64.pack(pub_hash + 1))
-        return count
+        """See :meth:`RecordReader.held_publishers`."""
+        return self._reader.held_publishers()
 
     def known_publishers(self) -> int:
-        """How many publishers the journal holds a last seq for (the logon ack's
-        source), including those whose records were all removed."""
-        with self._env.begin() as txn:
-            return int(txn.stat(self._publishers)["entries"])
+        """See :meth:`RecordReader.known_publishers`."""
+        return self._reader.known_publishers()
 
     def removal_pending(self) -> bool:
         """Whether a removed segment's records or index entries are still being
@@ -937,178 +655,21 @@ class Journal:
         return any(seg.state == "removed" and not seg.cleaned for seg in self._segments)
 
     def origin_high_water(self) -> dict[str, int]:
-        """Per origin instance, the highest origin txid stored here (resync)."""
-        with self._env.begin(db=self._origins) as txn:
-            return {k.decode(): _U64.unpack(v)[0] for k, v in txn.cursor()}
+        """See :meth:`RecordReader.origin_high_water`."""
+        return self._reader.origin_high_water()
 
     def txid_before_time(self, ts_us: int) -> int:
-        """The last txid whose local timestamp is certainly before ``ts_us``.
-
-        Uses the sparse time index, then walks forward through records: replay from
-        the returned txid (exclusive) starts with the first message at or after
-        ``ts_us``.
-        """
-        with self._env.begin(db=self._times) as txn:
-            cur = txn.cursor()
-            start = 0
-            if cur.set_range(_U64.pack(ts_us + 1)):
-                if cur.prev():
-                    start = _U64.unpack(cur.value())[0] - 1
-            elif cur.last():
-                start = _U64.unpack(cur.value())[0] - 1
-        after = max(start, 0)
-        while True:
-            batch = self.read(after, 1024)
-            if not batch:
-                return after
-            for rec in batch:
-                if rec.local_ts >= ts_us:
-                    return rec.txid - 1
-            after = batch[-1].txid
+        """See :meth:`RecordReader.txid_before_time`."""
+        return self._reader.txid_before_time(ts_us)
 
     # ------------------------------------------------------------------ tools
     def statistics(self) -> JournalStatistics:
-        with self._env.begin() as txn:
-            n_pubs = txn.stat(self._publishers)["entries"]
-        segments = [seg for seg in self._segments if seg.state != "removed"]
-        data = self.path / "data.mdb"
-        return JournalStatistics(
-            path=str(self.path),
-            instance_name=self.instance_name,
-            durability=self.durability,
-            compression=self.compression,
-            first_txid=self.first_txid(),
-            last_txid=self._last_txid,
-            records=sum(seg.records for seg in segments),
-            publishers=n_pubs,
-            file_bytes=data.stat().st_size if data.exists() else 0,
-            commits=self._commits,
-            appended=self._appended,
-            duplicates=self._duplicates,
-            segments=len(segments),
-        )
+        """See :func:`txlog.inspection.journal_statistics`."""
+        return journal_statistics(self)
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list[VerifyProblem]:
-        """Check every record's CRC and decoding, and that txids strictly increase.
-
-        Returns the problems found (empty when the journal is sound); never raises
-        for damaged records. ``progress``, when given, is called with the number of
-        records checked so far, every few thousand records and once at the end.
-        """
-        problems: list[VerifyProblem] = []
-        decode = self._codec.decode
-        checked = 0
-
-        def count() -> None:
-            nonlocal checked
-            checked += 1
-            if progress is not None and checked % PROGRESS_EVERY == 0:
-                progress(checked)
-
-        for seg in self._segments:
-            if not seg.offloaded:
-                continue
-            try:
-                pairs = iter(SegmentFile(self.segment_path(seg)))
-                for file_txid, file_value in pairs:
-                    if not seg.first_txid <= file_txid <= seg.last_txid:
-                        problems.append(
-                            VerifyProblem(
-                                file_txid,
-                                f"outside segment {seg.id} in its file {self.segment_path(seg)}",
-                            )
-                        )
-                        continue
-                    count()
-                    try:
-                        decode(file_value, file_txid)
-                    except CorruptRecord as exc:
-                        problems.append(VerifyProblem(file_txid, exc.problem))
-            except SegmentFileError as exc:
-                problems.append(VerifyProblem(None, str(exc)))
-        prev = 0
-        for item in self._walk_records():
-            if isinstance(item, VerifyProblem):
-                problems.append(item)
-                continue
-            key, value = item
-            txid = _U64.unpack(key)[0] if len(key) == 8 else None
-            if txid is None:
-                problems.append(VerifyProblem(None, f"bad record key {key.hex()}"))
-                continue
-            if txid <= prev:
-                problems.append(VerifyProblem(txid, f"txid not after previous {prev}"))
-            prev = txid
-            if txid <= self._removed_through:
-                continue  # left over from a removal still in progress
-            count()
-            try:
-                decode(value, txid)
-            except CorruptRecord as exc:
-                problems.append(VerifyProblem(txid, exc.problem))
-        if progress is not None:
-            progress(checked)
-        return problems
-
-    def _walk_records(self) -> Iterator[tuple[bytes, bytes] | VerifyProblem]:
-        """Every (key, value) of the LMDB records database in key order; a damaged
-        LMDB page is reported as a :class:`VerifyProblem` naming the txids it hides,
-        and the walk goes on after it.
-
-        Each record is found by a search (``set_range`` of the next txid), not by
-        LMDB's step to the next page: that step asserts, killing the process, when the
-        next page is damaged, while a search reports ``MDB_CORRUPTED``. LMDB looks in
-        the cursor's current page first, so a search costs little more than a step.
-        """
-        after: bytes | None = None
-        while True:
-            with self._env.begin(db=self._records, buffers=False) as txn:
-                cur = txn.cursor()
-                try:
-                    found = cur.first() if after is None else cur.set_range(_next_key(after))
-                    while found:
-                        after = cur.key()
-                        yield after, cur.value()
-                        found = cur.set_range(_next_key(after))
-                    return
-                except LMDB_DAMAGE_ERRORS as exc:
-                    damage = exc
-            if after is not None and len(after) != 8:
-                yield VerifyProblem(None, f"LMDB cannot read past key {after.hex()} ({damage})")
-                return
-            first = _U64.unpack(after)[0] + 1 if after is not None else 1
-            resume = self._readable_from(first)
-            hidden = f"txids {first} to {resume - 1}" if resume else f"txids from {first}"
-            yield VerifyProblem(
-                first, f"{hidden} unreadable: LMDB reports a damaged page ({damage})"
-            )
-            if resume is None:
-                return
-            after = _U64.pack(resume - 1)
-
-    def _readable_from(self, damaged: int) -> int | None:
-        """The lowest txid above ``damaged`` from which LMDB reads again (records from
-        there on are on sound pages), or None when nothing after it reads. Each probe
-        runs in its own read transaction (an LMDB error spoils the one it happens in)."""
-
-        def reads(txid: int) -> bool:
-            with self._env.begin(db=self._records) as txn:
-                try:
-                    txn.cursor().set_range(_U64.pack(txid))
-                except LMDB_DAMAGE_ERRORS:
-                    return False
-                return True
-
-        lo, hi = damaged, max(self._last_txid, damaged) + 1  # lo does not read
-        if not reads(hi):
-            return None
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if reads(mid):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        """See :func:`txlog.inspection.verify_journal` (never raises for damage)."""
+        return verify_journal(self, progress)
 
     # ------------------------------------------------------------------ segments
     def bytes_through(self, txid: int) -> int:
@@ -1184,12 +745,3 @@ class Journal:
             raw = txn.get(_U64.pack(pub_hash), db=self._floors_db) if self._floors_db else None
             floor = self._floor_cache[pub_hash] = unpack_u64(bytes(raw)) if raw else 0
         return floor
-
-    def publisher_floor(self, pub_hash: int) -> int:
-        """The highest seq of this publisher among removed records (0 if none): a
-        bookmark at or below it is older than what the journal keeps."""
-        if self._floors_db is None:
-            return 0
-        with self._env.begin(db=self._floors_db) as txn:
-            raw = txn.get(_U64.pack(pub_hash))
-        return unpack_u64(bytes(raw)) if raw else 0

@@ -15,8 +15,9 @@ The writing side of the segment table (:mod:`txlog.segments`):
 Everything but :meth:`~SegmentMaintenance.write_segment_file` and the reads writes:
 only the journal's single writer calls it, between appends. Callers use the
 :class:`~txlog.journal.Journal` methods of the same names, which delegate here. This
-module works on the journal's LMDB environment and in-memory segment table; it is the
-only module besides :mod:`txlog.journal` that does.
+module works on the journal's LMDB environment and in-memory segment table; besides
+:mod:`txlog.journal`, only the readers (:mod:`txlog.reading`, :mod:`txlog.inspection`)
+touch them, and they never write.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class SegmentMaintenance:
 
         after = seg.first_txid - 1
         while after < seg.last_txid:
-            batch, damage = self._journal._scan(after, 4096, seg.last_txid, checked)
+            batch, damage = self._journal.reader.scan(after, 4096, seg.last_txid, checked)
             yield from batch
             if damage is not None:
                 raise damage
