@@ -31,15 +31,42 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.actions import client_variables
-from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, messages
+from amps_py.protocol import Frame, FrameDecoder, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
 from amps_py.trio_util import unwrapping_groups
-from txlog import CorruptRecord, publisher_hash
+from txlog import publisher_hash
 
-from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
+from .commands import (
+    MAX_FIELD_BYTES,
+    MAX_SEQ,
+    CommandFailed,
+    Disconnect,
+    ack_types,
+    check_field_size,
+    failure_acks,
+    heartbeat_start,
+    options,
+    unsubscribe_ids,
+)
 from .durability import PublisherLedger
-from .limits import CLOSE_FLUSH_TIMEOUT, ReadDeadline, biggest, read_deadline
-from .replay import BookmarkNotFound, plan_replay, run_replay
+from .limits import (
+    CLOSE_FLUSH_TIMEOUT,
+    Closing,
+    ReadDeadline,
+    deadline_closing,
+    incomplete_memory_closing,
+    read_deadline,
+    shed,
+    slow_client_closing,
+)
+from .logon import (
+    LogonRefused,
+    check_authenticated,
+    check_claimed,
+    logon_ack_fields,
+    read_logon,
+)
+from .replay import persisted_acks, plan_subscription, run_replay
 from .subscriptions import BadTopic, Subscription, compile_topic
 
 if TYPE_CHECKING:
@@ -50,34 +77,13 @@ log = logging.getLogger("amps_py.server.session")
 RECEIVE_SIZE: Final = 256 * 1024
 #: a replay pauses while this many bytes wait in the session's outbox
 REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
-#: how often bookmark subscriptions that asked for persisted acks get one
-PERSISTED_ACK_INTERVAL: Final = 1.0
-#: the server version in logon acks: AMPS clients read the leading numbers as the server
-#: version and enable features by it (timestamp bookmarks need 5.3); amps-py's own
-#: version follows
-SERVER_VERSION: Final = "5.3.4.0.amps-py-0.1.0"
 #: a heartbeating client silent for more than this many intervals is disconnected
 HEARTBEAT_GRACE_INTERVALS: Final = 3
-#: the largest publisher seq (the journal stores it as an unsigned 64-bit integer)
-MAX_SEQ: Final = (1 << 64) - 1
-#: the longest topic, client name or correlation id the journal stores (UTF-8 bytes)
-MAX_FIELD_BYTES: Final = 65535
 #: the failure reason of a journaled publish while journal writes are failing
 JOURNAL_UNAVAILABLE: Final = reasons.JOURNAL_UNAVAILABLE
 #: the send loop writes at most about this many bytes per ``send_all`` (never one join
 #: of a whole backlog), so bytes leave the outbox, and its count, steadily
 SEND_CHUNK: Final = 1024 * 1024
-
-
-def check_field_size(value: str, what: str, reason: str) -> None:
-    """Refuse a string the journal could not store (longer than 65,535 UTF-8 bytes),
-    naming the field and the limit; cheap for the usual short strings."""
-    if len(value) > MAX_FIELD_BYTES // 4 and len(value.encode()) > MAX_FIELD_BYTES:
-        raise CommandFailed(
-            reason,
-            f"the {what} is {len(value.encode())} bytes; the limit is {MAX_FIELD_BYTES} "
-            "bytes (UTF-8): shorten it",
-        )
 
 
 def _pieces(batch: list[bytes]) -> Iterator[bytes]:
@@ -97,62 +103,6 @@ def _pieces(batch: list[bytes]) -> Iterator[bytes]:
             size = 0
     if group:
         yield b"".join(group)
-
-
-class Disconnect(Exception):
-    """Raised by a handler to end the session after the queued output is flushed."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class CommandFailed(Exception):
-    """A command the server refuses; ``reason`` goes into the failure ack."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(detail or reason)
-        self.reason = reason
-        self.detail = detail or reason
-
-
-#: the order acks of one command are sent in
-_ACK_ORDER: Final = ("received", "parsed", "processed", "persisted", "completed", "stats")
-_ACK_TYPES_CACHE: dict[str, frozenset[str]] = {}
-_NO_ACKS: frozenset[str] = frozenset()
-
-
-def _ack_types(header: dict[str, Any]) -> frozenset[str]:
-    raw = header.get("a")
-    if not raw:
-        return _NO_ACKS
-    cached = _ACK_TYPES_CACHE.get(raw)
-    if cached is not None:
-        return cached
-    types = frozenset(part.strip() for part in str(raw).split(",") if part.strip())
-    unknown = types - ACK_TYPES
-    if unknown:
-        raise CommandFailed(
-            reasons.INVALID_OPTIONS,
-            f"unknown ack type(s) {', '.join(sorted(unknown))}; use "
-            "received, processed, persisted, completed or stats",
-        )
-    if len(_ACK_TYPES_CACHE) < 1024:
-        _ACK_TYPES_CACHE[str(raw)] = types
-    return types
-
-
-def _options(header: dict[str, Any]) -> dict[str, str]:
-    raw = header.get("o")
-    out: dict[str, str] = {}
-    if not raw:
-        return out
-    for part in str(raw).split(","):
-        part = part.strip()
-        if part:
-            key, _, value = part.partition("=")
-            out[key.strip()] = value.strip()
-    return out
 
 
 class Session:
@@ -359,47 +309,20 @@ class Session:
         limits = self.instance.limits
         if deadline.kind == "logon":
             limits.logon_timeouts += 1
-            log.warning(
-                "closing connection %d from %s: no logon within LogonTimeout of %g s "
-                "(transport %s)",
-                self.conn_id,
-                self.peer,
-                self._logon_timeout,
-                self.transport,
-                extra=events.extra(events.CLIENT_LOGON_TIMEOUT),
-            )
-            reason = reasons.LOGON_TIMEOUT
-            detail = (
-                f"no logon within {self._logon_timeout:g} s of connecting (LogonTimeout of "
-                f"transport {self.transport}); log on first"
-            )
         else:
             limits.incomplete_timeouts += 1
-            partial = self.decoder.partial_frame()
-            received = partial.received if partial else 0
-            expected = (
-                str(partial.expected) if partial and partial.expected is not None else "unknown"
-            )
-            log.warning(
-                "closing connection %d (client %r, %s): it sent %d of %s bytes of a frame "
-                "and did not finish it within IncompleteMessageTimeout of %g s (transport %s)",
-                self.conn_id,
-                self.client_name,
-                self.peer,
-                received,
-                expected,
-                self._frame_timeout,
-                self.transport,
-                extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_TIMEOUT),
-            )
-            reason = reasons.INCOMPLETE_MESSAGE_TIMEOUT
-            detail = (
-                f"a frame was still incomplete ({received} of {expected} bytes) "
-                f"{self._frame_timeout:g} s after its first byte (IncompleteMessageTimeout "
-                f"of transport {self.transport})"
-            )
-        self.send(messages.ack("processed", "failure", reason=reason, detail=detail))
-        return reason
+        closing = deadline_closing(
+            deadline,
+            self,
+            logon_timeout=self._logon_timeout,
+            frame_timeout=self._frame_timeout,
+            partial=self.decoder.partial_frame(),
+        )
+        log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
+        self.send(
+            messages.ack("processed", "failure", reason=closing.reason, detail=closing.detail)
+        )
+        return closing.reason
 
     # ---------------------------------------------------------------- memory limits
     def _count_incomplete(self) -> None:
@@ -423,29 +346,15 @@ class Session:
         # pool over: a hostile client holding large partial frames goes first, and a
         # small message that happens to arrive at the wrong moment is not the victim.
         pool = self._incomplete_pool
-        while pool.total > pool.limit:
-            found = biggest((s, s._incomplete_held) for s in self.instance.sessions)
-            if found is None:
-                break
-            victim, held = found
+        held_by = ((s, s._incomplete_held) for s in self.instance.sessions)
+        for victim, held, total in shed(held_by, pool.total, pool.limit):
             self.instance.limits.incomplete_pool += 1
-            partial = victim.decoder.partial_frame()
-            expected = partial.expected if partial and partial.expected is not None else "?"
-            log.warning(
-                "closing connection %d (client %r, %s): its unfinished frame holds %d of %s "
-                "bytes, the largest of all connections, and unfinished frames together hold "
-                "%d bytes, over IncompleteMessageMemoryLimit of %d bytes",
-                victim.conn_id,
-                victim.client_name,
-                victim.peer,
-                held,
-                expected,
-                pool.total,
-                pool.limit,
-                extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_MEMORY),
+            closing = incomplete_memory_closing(
+                victim, held, victim.decoder.partial_frame(), pool, total
             )
-            victim._drop_partial_frame(reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT)
-            victim.close(reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT)
+            log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
+            victim._drop_partial_frame(closing.reason)
+            victim.close(closing.reason)
 
     def _drop_partial_frame(self, reason: str) -> None:
         """Free the partial frame now (not when the task ends) and uncount it."""
@@ -463,39 +372,26 @@ class Session:
         if self.out_bytes > self.queue_limit:
             limits.slow_client_capacity += 1
             self._disconnect_slow(
-                f"{self.out_bytes} bytes wait to be sent to it, over its ClientMaxCapacity "
-                f"of {self.queue_limit} bytes"
+                slow_client_closing(self, queued=self.out_bytes, capacity=self.queue_limit)
             )
-        while pool.total > pool.limit:
-            found = biggest((s, s.out_bytes) for s in self.instance.sessions if not s._discarding)
-            if found is None:
-                break
-            victim, held = found
+        queued = ((s, s.out_bytes) for s in self.instance.sessions if not s._discarding)
+        for victim, held, total in shed(queued, pool.total, pool.limit):
             limits.slow_client_pool += 1
             victim._disconnect_slow(
-                f"it has the most bytes waiting ({held}) and all clients together have "
-                f"{pool.total}, over MessageMemoryLimit of {pool.limit} bytes"
+                slow_client_closing(victim, queued=held, pool=pool, total=total)
             )
 
-    def _disconnect_slow(self, why: str) -> None:
+    def _disconnect_slow(self, closing: Closing) -> None:
         """Disconnect this client as a slow client: drop what it has not been sent yet
         and its subscriptions, queue a ``slow client`` failure ack behind what is being
         written, and close the socket once that is out or after
         :data:`CLOSE_FLUSH_TIMEOUT`, whichever comes first."""
         if self._discarding:
             return
-        log.warning(
-            "disconnecting client %r (connection %d, %s) as a slow client: %s; it can "
-            "resume by bookmark",
-            self.client_name,
-            self.conn_id,
-            self.peer,
-            why,
-            extra=events.extra(events.CLIENT_SLOW_DISCONNECTED),
-        )
+        log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
         self._discarding = True
         if not self.close_reason:
-            self.close_reason = reasons.SLOW_CLIENT
+            self.close_reason = closing.reason
         self._queued_pool.total -= self.out_bytes
         # What waits in the outbox is dropped; what the send loop is writing ends on a
         # frame boundary (it took whole frames), so the notice can follow it.
@@ -503,12 +399,7 @@ class Session:
         self._out.clear()
         for sub in list(self.subscriptions.values()):
             self.end_subscription(sub)
-        notice = messages.ack(
-            "processed",
-            "failure",
-            reason=reasons.SLOW_CLIENT,
-            detail=f"disconnected as a slow client: {why}; resume by bookmark",
-        )
+        notice = messages.ack("processed", "failure", reason=closing.reason, detail=closing.detail)
         self._out.append(notice)
         self.out_bytes += len(notice)
         self._wake.set()
@@ -657,18 +548,8 @@ class Session:
         """Answer a refused command at once: a failure ack in every ack type it asked
         for (so a client never waits for an ack that cannot come), or ``processed``
         when it asked for none."""
-        try:
-            types = _ack_types(header)
-        except CommandFailed:
-            types = frozenset({"processed"})
-        wanted = [t for t in _ACK_ORDER if t in types] or ["processed"]
-        extra: dict[str, Any] = {"reason": exc.reason}
-        if exc.detail != exc.reason:
-            extra["detail"] = exc.detail
-        if "s" in header:
-            extra["s"] = header["s"]
-        for ack_type in wanted:
-            self.ack(header, ack_type, "failure", **extra)
+        for ack_type, fields in failure_acks(header, exc):
+            self.ack(header, ack_type, "failure", **fields)
 
     @property
     def awaiting_persisted(self) -> int:
@@ -702,61 +583,29 @@ class Session:
     # ---------------------------------------------------------------- commands
     def _on_logon(self, frame: Frame) -> None:
         header = frame.header
-        acks = _ack_types(header)
+        acks = ack_types(header)
         if self.logged_on:
             raise CommandFailed(reasons.INVALID_LOGON, "this connection is already logged on")
-        name = str(header.get("client_name", "")).strip()
+        instance = self.instance
+        authenticator = instance.authenticator
         try:
-            check_field_size(name, "client name", reasons.INVALID_CLIENT_NAME)
-        except CommandFailed as exc:
+            request = read_logon(header, journaled=instance.journal is not None)
+            # the password is used for this check only: never stored, logged or echoed
+            verdict = authenticator.authenticate(request.user, request.password)
+            check_authenticated(request, verdict, self.peer, authenticator.module)
+            check_claimed(
+                request, instance.claim_client_name(self, request.name, request.user), self.peer
+            )
+        except LogonRefused as exc:
+            if exc.message:
+                log.warning(exc.message, *exc.log_args, extra=events.extra(exc.event))
             self._fail(header, exc)
-            raise Disconnect(exc.reason) from None
-        if not name and self.instance.journal is not None:
-            self._fail(
-                header,
-                CommandFailed(
-                    reasons.AUTH_FAILURE,
-                    "logon needs a client_name: this instance has a transaction log, "
-                    "and client names identify publishers in it",
-                ),
-            )
-            raise Disconnect(reasons.AUTH)
-        user = str(header.get("user_id", "")) or name
-        # the password is used for this check only: never stored, logged or echoed
-        verdict = self.instance.authenticator.authenticate(user, str(header.get("pw", "")))
-        if not verdict.ok:
-            log.warning(
-                "logon of client %r as user %r from %s refused by %s: unknown user or "
-                "wrong password",
-                name,
-                user,
-                self.peer,
-                self.instance.authenticator.module,
-                extra=events.extra(events.CLIENT_AUTH_FAILED),
-            )
-            self._fail(
-                header,
-                CommandFailed(reasons.AUTH_FAILURE, "unknown user or wrong password"),
-            )
-            raise Disconnect(reasons.AUTH)
-        refusal = self.instance.claim_client_name(self, name, user)
-        if refusal:
-            log.warning(
-                "logon of client %r from %s refused: %s",
-                name,
-                self.peer,
-                refusal,
-                extra=events.extra(events.CLIENT_LOGON_FAILED),
-            )
-            self._fail(header, CommandFailed(reasons.NAME_IN_USE, refusal))
-            raise Disconnect(reasons.NAME_IN_USE)
-        self.client_name = name
-        self.user_id = user
-        # AMPS clients send ``version``; ``v`` is its short form
-        self.client_version = str(header.get("version") or header.get("v") or "")[:200]
+            raise Disconnect(exc.disconnect) from None
+        name = self.client_name = request.name
+        self.user_id = request.user
+        self.client_version = request.version
         self.pub_hash = publisher_hash(name) if name else 0
         self.logged_on = True
-        instance = self.instance
         last = 0
         if name and instance.journal is not None:
             # the highest seq held here from any source, durable or not (a publisher
@@ -768,24 +617,14 @@ class Session:
             "client %r logged on from %s (user %r, last seq held %d, version %s)",
             name,
             self.peer,
-            user,
+            request.user,
             last,
             self.client_version or "not given",
             extra=events.extra(events.CLIENT_LOGON),
         )
-        self.instance.fire_action("logon-client", client_variables(self, connected=False))
+        instance.fire_action("logon-client", client_variables(self, connected=False))
         if "processed" in acks or not acks:
-            fields: dict[str, Any] = {"client_name": name}
-            if verdict.reason:
-                fields["reason"] = verdict.reason
-            self.ack(
-                header,
-                "processed",
-                **fields,
-                s=last,
-                bm=f"{self.pub_hash}|{last}|",
-                version=SERVER_VERSION,
-            )
+            self.ack(header, "processed", **logon_ack_fields(request, verdict, self.pub_hash, last))
 
     def _require_entitled(self, topic: str, *, write: bool) -> None:
         """Raise ``not entitled`` unless this session's user may read/write ``topic``.
@@ -825,7 +664,7 @@ class Session:
         if cid is not None:
             check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
         self._require_entitled(topic, write=True)
-        acks = _ack_types(header)
+        acks = ack_types(header)
         self.messages_in += 1
         seq = header.get("s")
         ledger = self.ledger
@@ -859,8 +698,8 @@ class Session:
         if not topic or not isinstance(topic, str):
             raise CommandFailed(reasons.NO_TOPIC, "subscribe needs a topic (t)")
         self._require_entitled(topic, write=False)
-        opts = _options(header)
-        acks = _ack_types(header)
+        opts = options(header)
+        acks = ack_types(header)
         sub_id = str(
             header.get("sub_id") or header.get("cid") or f"sub-{self.instance.next_connection_id()}"
         )
@@ -907,43 +746,10 @@ class Session:
         self._on_subscribe(frame)
 
     def _start_bookmark_subscription(self, sub: Subscription, header: dict[str, Any]) -> None:
-        instance = self.instance
-        if instance.journal is None:
-            raise CommandFailed(
-                reasons.INVALID_TOPIC,
-                "bookmark subscriptions need a transaction log; add a TransactionLog "
-                "with a Topic that covers this topic",
-            )
-        if sub.regex is None and not instance.journals_topic(sub.topic):
-            raise CommandFailed(
-                reasons.INVALID_TOPIC,
-                f"topic {sub.topic!r} is not recorded in the transaction log, so it cannot "
-                "be replayed; add a TransactionLog/Topic whose Name matches it",
-            )
-        try:
-            spec = parse_bookmark_spec(str(header["bm"]))
-        except BadBookmarkSpec as exc:
-            raise CommandFailed(exc.reason, str(exc)) from None
-        not_found = dict(_options(header)).get("bookmark_not_found", "now")
-        if not_found not in ("now", "epoch", "fail"):
-            raise CommandFailed(
-                reasons.INVALID_OPTIONS, "bookmark_not_found must be epoch, now or fail"
-            )
-        assert instance.writer is not None and instance.journal is not None
-        try:
-            plan = plan_replay(instance.journal, spec, instance.writer.committed_txid, not_found)
-        except BookmarkNotFound:
-            raise CommandFailed(
-                reasons.BOOKMARK_NOT_FOUND,
-                f"none of the bookmarks {str(header['bm'])[:200]!r} is in this instance's "
-                "journal (bookmark_not_found=fail); resubscribe with a bookmark it holds, "
-                "or with bookmark_not_found=epoch or now",
-            ) from None
-        except CorruptRecord as exc:
-            raise CommandFailed(reasons.JOURNAL_CORRUPT, str(exc)) from None
+        plan = plan_subscription(self.instance, sub, header)
         sub.resume_bookmark = plan.resumed_from
         self.subscriptions[sub.sub_id] = sub
-        instance.registry.add(sub)
+        self.instance.registry.add(sub)
         extra: dict[str, Any] = {}
         if plan.not_found:
             # not silent: the client learns where the replay starts instead
@@ -962,16 +768,7 @@ class Session:
             run_replay, self, sub, plan.start, plan.end, header.get("cid"), extra
         )
         if "persisted" in sub.acks:
-            self._nursery.start_soon(self._bookmark_persisted_acks, sub)
-
-    async def _bookmark_persisted_acks(self, sub: Subscription) -> None:
-        last = ""
-        while sub.sub_id in self.subscriptions and self.subscriptions[sub.sub_id] is sub:
-            await trio.sleep(PERSISTED_ACK_INTERVAL)
-            bm = self.instance.last_durable_bookmark
-            if sub.live and bm and bm != last:
-                last = bm
-                self.send(messages.subscription_persisted(sub.sub_id, bm))
+            self._nursery.start_soon(persisted_acks, self, sub)
 
     def subscription_failed(self, sub: Subscription, cid: Any, reason: str, detail: str) -> None:
         """A replay could not run: drop the subscription and tell the client."""
@@ -995,18 +792,12 @@ class Session:
 
     def _on_unsubscribe(self, frame: Frame) -> None:
         header = frame.header
-        acks = _ack_types(header)
-        ids = str(header.get("sub_id") or header.get("query_id") or "")
-        if not ids:
-            raise CommandFailed(reasons.INVALID_OPTIONS, "unsubscribe needs sub_id (or 'all')")
-        if ids.strip() == "all":
+        acks = ack_types(header)
+        ids, named = unsubscribe_ids(header)
+        if named is None:
             targets = list(self.subscriptions.values())
         else:
-            targets = [
-                self.subscriptions[i.strip()]
-                for i in ids.split(",")
-                if i.strip() in self.subscriptions
-            ]
+            targets = [self.subscriptions[i] for i in named if i in self.subscriptions]
         for sub in targets:
             self.end_subscription(sub)
         if "processed" in acks:
@@ -1014,21 +805,13 @@ class Session:
 
     def _on_heartbeat(self, frame: Frame) -> None:
         header = frame.header
-        opts = str(header.get("o", "")).split(",")
-        if opts and opts[0].strip() == "start":
-            try:
-                interval = float(opts[1]) if len(opts) > 1 else 30.0
-            except ValueError:
-                raise CommandFailed(
-                    reasons.INVALID_OPTIONS, "heartbeat start needs 'start,<seconds>'"
-                ) from None
-            if interval <= 0:
-                raise CommandFailed(reasons.INVALID_OPTIONS, "heartbeat interval must be positive")
+        interval = heartbeat_start(header)
+        if interval is not None:
             first = self.heartbeat_interval == 0
             self.heartbeat_interval = interval
             if first and self._nursery is not None:
                 self._nursery.start_soon(self._heartbeat_loop)
-        acks = _ack_types(header)
+        acks = ack_types(header)
         if "processed" in acks:
             self.ack(header, "processed")
 
@@ -1053,7 +836,7 @@ class Session:
 
     def _on_flush(self, frame: Frame) -> None:
         header = frame.header
-        acks = _ack_types(header) or frozenset({"processed"})
+        acks = ack_types(header) or frozenset({"processed"})
         for kind in ("received", "processed"):
             if kind in acks:
                 self.ack(header, kind)
