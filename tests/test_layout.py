@@ -243,6 +243,10 @@ PURE_REPLICATION_MODULES = (
     "amps_py/server/bookmark_spec.py",
     "amps_py/server/subscriptions.py",
     "amps_py/server/host.py",
+    "amps_py/server/commands.py",
+    "amps_py/server/logon.py",
+    "amps_py/server/limits.py",
+    "amps_py/server/flow.py",
     # leaves every package may import
     "amps_py/events.py",
     "amps_py/reasons.py",

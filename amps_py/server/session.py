@@ -17,6 +17,11 @@ is closed; partial frames count against the instance's IncompleteMessageMemoryLi
 bytes waiting to be sent against its MessageMemoryLimit and the client's
 ClientMaxCapacity. A slow client is sent a last ``slow client`` failure ack when it can
 still take it, then its socket is closed (it sees EOF).
+
+The parts, around this module's read loop, dispatch, outbox and publish path:
+reading headers (``commands.py``), logon (``logon.py``), subscription commands
+(``subscribing.py``, with ``replay.py``), the limits' decisions (``limits.py``) and
+their acting across connections (``flow.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -45,29 +51,18 @@ from .commands import (
     check_field_size,
     failure_acks,
     heartbeat_start,
-    options,
-    unsubscribe_ids,
 )
 from .durability import PublisherLedger
-from .limits import (
-    CLOSE_FLUSH_TIMEOUT,
-    Closing,
-    ReadDeadline,
-    deadline_closing,
-    incomplete_memory_closing,
-    read_deadline,
-    shed,
-    slow_client_closing,
+from .flow import (
+    close_over_incomplete_limit,
+    deadline_passed,
+    disconnect_slow_clients,
+    write_pieces,
 )
-from .logon import (
-    LogonRefused,
-    check_authenticated,
-    check_claimed,
-    logon_ack_fields,
-    read_logon,
-)
-from .replay import persisted_acks, plan_subscription, run_replay
-from .subscriptions import BadTopic, Subscription, compile_topic
+from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline
+from .logon import LogonRefused, check_authenticated, check_claimed, logon_ack_fields, read_logon
+from .subscribing import on_sow, on_sow_and_subscribe, on_sow_delete, on_subscribe, on_unsubscribe
+from .subscriptions import Subscription
 
 if TYPE_CHECKING:
     from .host import SessionHost
@@ -81,28 +76,6 @@ REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
 HEARTBEAT_GRACE_INTERVALS: Final = 3
 #: the failure reason of a journaled publish while journal writes are failing
 JOURNAL_UNAVAILABLE: Final = reasons.JOURNAL_UNAVAILABLE
-#: the send loop writes at most about this many bytes per ``send_all`` (never one join
-#: of a whole backlog), so bytes leave the outbox, and its count, steadily
-SEND_CHUNK: Final = 1024 * 1024
-
-
-def _pieces(batch: list[bytes]) -> Iterator[bytes]:
-    """The bytes of ``batch`` joined into pieces of about :data:`SEND_CHUNK` (one
-    piece may be larger when a single item is)."""
-    if len(batch) == 1:
-        yield batch[0]
-        return
-    group: list[bytes] = []
-    size = 0
-    for data in batch:
-        group.append(data)
-        size += len(data)
-        if size >= SEND_CHUNK:
-            yield b"".join(group)
-            group = []
-            size = 0
-    if group:
-        yield b"".join(group)
 
 
 class Session:
@@ -154,16 +127,16 @@ class Session:
         limits = instance.limits
         self._queued_pool = limits.queued
         self._incomplete_pool = limits.incomplete
-        logon_timeout, self._frame_timeout, self.queue_limit = instance.client_limits(transport)
+        logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
         #: Transport/AlwaysSendPersistedAcks: persisted acks for every publish with ``s``
         self._always_persisted = instance.transport_config(transport).always_persisted_acks
-        self._logon_timeout = logon_timeout
+        self.logon_timeout = logon_timeout
         self._logon_deadline = trio.current_time() + logon_timeout
         #: bytes of the partial frame counted in the IncompleteMessageMemoryLimit pool
-        self._incomplete_held = 0
+        self.incomplete_held = 0
         #: set once the connection is being closed as a slow client (or has ended):
         #: nothing more is queued and its bytes no longer count in the pool
-        self._discarding = False
+        self.discarding = False
         #: a replay pauses while this many bytes wait (well below ClientMaxCapacity)
         self._replay_high_water = min(REPLAY_HIGH_WATER, max(1, self.queue_limit // 4))
 
@@ -216,24 +189,24 @@ class Session:
         handlers = self._handlers()
         while True:
             data: bytes | bytearray | None = None
-            if self.logged_on and not self._incomplete_held:
+            if self.logged_on and not self.incomplete_held:
                 # the steady state: no deadline applies (no cancel scope to pay for)
                 data = await stream.receive_some(RECEIVE_SIZE)
             else:
                 deadline = read_deadline(
                     logon_deadline=None if self.logged_on else self._logon_deadline,
-                    partial=decoder.partial_frame() if self._incomplete_held else None,
-                    frame_timeout=self._frame_timeout,
+                    partial=decoder.partial_frame() if self.incomplete_held else None,
+                    frame_timeout=self.frame_timeout,
                 )
                 with trio.move_on_at(deadline.at if deadline is not None else math.inf):
                     data = await stream.receive_some(RECEIVE_SIZE)
                 if data is None:
                     assert deadline is not None
-                    await self._stop_reading(self._deadline_passed(deadline))
+                    await self._stop_reading(deadline_passed(self, deadline, self.instance.limits))
                     return
             if not data:
                 return
-            if self._discarding:
+            if self.discarding:
                 continue  # closing as a slow client: read (so the close is clean), ignore
             now = trio.current_time()
             self.last_receive = now
@@ -298,31 +271,10 @@ class Session:
         a failure ack), then let the session close."""
         if not self.close_reason:
             self.close_reason = reason
-        self._drop_partial_frame(reason)
+        self.drop_partial_frame(reason)
         # let the sender flush what was already queued (acks, the failure ack)
         with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
             await self._wait_drained(0)
-
-    def _deadline_passed(self, deadline: ReadDeadline) -> str:
-        """Log why the connection is closed for ``deadline``, queue a failure ack
-        saying so, and return the close reason."""
-        limits = self.instance.limits
-        if deadline.kind == "logon":
-            limits.logon_timeouts += 1
-        else:
-            limits.incomplete_timeouts += 1
-        closing = deadline_closing(
-            deadline,
-            self,
-            logon_timeout=self._logon_timeout,
-            frame_timeout=self._frame_timeout,
-            partial=self.decoder.partial_frame(),
-        )
-        log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
-        self.send(
-            messages.ack("processed", "failure", reason=closing.reason, detail=closing.detail)
-        )
-        return closing.reason
 
     # ---------------------------------------------------------------- memory limits
     def _count_incomplete(self) -> None:
@@ -330,66 +282,33 @@ class Session:
         IncompleteMessageMemoryLimit pool; if the pool is over, close the connection(s)
         holding the largest partial frames until it is not."""
         held = self.decoder.buffered
-        delta = held - self._incomplete_held
+        delta = held - self.incomplete_held
         if not delta:
             return
-        self._incomplete_held = held
+        self.incomplete_held = held
         pool = self._incomplete_pool
         pool.total += delta
         if delta > 0:
             pool.note_peak()
             if pool.total > pool.limit:
-                self._enforce_incomplete_pool()
+                close_over_incomplete_limit(self.instance.limits, self.instance.sessions)
 
-    def _enforce_incomplete_pool(self) -> None:
-        # Close the biggest holder rather than the connection whose bytes tipped the
-        # pool over: a hostile client holding large partial frames goes first, and a
-        # small message that happens to arrive at the wrong moment is not the victim.
-        pool = self._incomplete_pool
-        held_by = ((s, s._incomplete_held) for s in self.instance.sessions)
-        for victim, held, total in shed(held_by, pool.total, pool.limit):
-            self.instance.limits.incomplete_pool += 1
-            closing = incomplete_memory_closing(
-                victim, held, victim.decoder.partial_frame(), pool, total
-            )
-            log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
-            victim._drop_partial_frame(closing.reason)
-            victim.close(closing.reason)
-
-    def _drop_partial_frame(self, reason: str) -> None:
+    def drop_partial_frame(self, reason: str) -> None:
         """Free the partial frame now (not when the task ends) and uncount it."""
-        if self._incomplete_held:
-            self._incomplete_pool.total -= self._incomplete_held
-            self._incomplete_held = 0
+        if self.incomplete_held:
+            self._incomplete_pool.total -= self.incomplete_held
+            self.incomplete_held = 0
             self.decoder.discard(reason)
 
-    def _queue_over_limit(self) -> None:
-        """Called by :meth:`send` when this client is past its ClientMaxCapacity or all
-        clients together are past MessageMemoryLimit: disconnect slow clients, the
-        biggest first, until both hold."""
-        limits = self.instance.limits
-        pool = self._queued_pool
-        if self.out_bytes > self.queue_limit:
-            limits.slow_client_capacity += 1
-            self._disconnect_slow(
-                slow_client_closing(self, queued=self.out_bytes, capacity=self.queue_limit)
-            )
-        queued = ((s, s.out_bytes) for s in self.instance.sessions if not s._discarding)
-        for victim, held, total in shed(queued, pool.total, pool.limit):
-            limits.slow_client_pool += 1
-            victim._disconnect_slow(
-                slow_client_closing(victim, queued=held, pool=pool, total=total)
-            )
-
-    def _disconnect_slow(self, closing: Closing) -> None:
+    def disconnect_slow(self, closing: Closing) -> None:
         """Disconnect this client as a slow client: drop what it has not been sent yet
         and its subscriptions, queue a ``slow client`` failure ack behind what is being
         written, and close the socket once that is out or after
         :data:`CLOSE_FLUSH_TIMEOUT`, whichever comes first."""
-        if self._discarding:
+        if self.discarding:
             return
         log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
-        self._discarding = True
+        self.discarding = True
         if not self.close_reason:
             self.close_reason = closing.reason
         self._queued_pool.total -= self.out_bytes
@@ -410,27 +329,27 @@ class Session:
 
     def _release_memory(self) -> None:
         """The session ends: uncount its queued bytes and partial frame."""
-        if not self._discarding:
-            self._discarding = True
+        if not self.discarding:
+            self.discarding = True
             self._queued_pool.total -= self.out_bytes
         self._out.clear()
         self.out_bytes = 0
-        self._drop_partial_frame(reasons.CONNECTION_CLOSED)
+        self.drop_partial_frame(reasons.CONNECTION_CLOSED)
 
     def _handlers(self) -> dict[str, Callable[[Frame], None]]:
         return {
             "logon": self._on_logon,
             "publish": self._on_publish,
             "delta_publish": self._on_publish,
-            "subscribe": self._on_subscribe,
-            "delta_subscribe": self._on_subscribe,
-            "sow_and_subscribe": self._on_sow_and_subscribe,
-            "sow_and_delta_subscribe": self._on_sow_and_subscribe,
-            "unsubscribe": self._on_unsubscribe,
+            "subscribe": partial(on_subscribe, self),
+            "delta_subscribe": partial(on_subscribe, self),
+            "sow_and_subscribe": partial(on_sow_and_subscribe, self),
+            "sow_and_delta_subscribe": partial(on_sow_and_subscribe, self),
+            "unsubscribe": partial(on_unsubscribe, self),
             "heartbeat": self._on_heartbeat,
             "flush": self._on_flush,
-            "sow": self._on_sow,
-            "sow_delete": self._on_sow_delete,
+            "sow": partial(on_sow, self),
+            "sow_delete": partial(on_sow_delete, self),
         }
 
     def _dispatch(self, frame: Frame, handlers: dict[str, Callable[[Frame], None]]) -> None:
@@ -481,7 +400,7 @@ class Session:
         to exhaust memory; it can resume by bookmark. (Offlining to disk is a later
         feature.) Bytes sent to a client being disconnected are dropped.
         """
-        if self._discarding:
+        if self.discarding:
             return
         self._out.append(data)
         size = len(data)
@@ -492,20 +411,21 @@ class Session:
             pool.peak = pool.total
         self._wake.set()
         if self.out_bytes > self.queue_limit or pool.total > pool.limit:
-            self._queue_over_limit()
+            disconnect_slow_clients(self, self.instance.limits, self.instance.sessions)
 
     async def _send_loop(self) -> None:
         """Write queued bytes; ``out_bytes`` counts queued plus in-flight bytes.
 
         Each round takes the whole outbox (so what is being written always ends on a
-        frame boundary) and writes it in pieces of about :data:`SEND_CHUNK`. Once a
-        slow client's notice is written, the session is closed.
+        frame boundary) and writes it in pieces of about
+        :data:`~amps_py.server.flow.SEND_CHUNK`. Once a slow client's notice is written,
+        the session is closed.
         """
         stream = self.stream
         pool = self._queued_pool
         while True:
             if not self._out:
-                if self._discarding:
+                if self.discarding:
                     self.close(self.close_reason or reasons.SLOW_CLIENT)
                     return
                 self._wake = trio.Event()
@@ -514,11 +434,11 @@ class Session:
             batch = self._out
             self._out = []
             deflater = self._deflater
-            for piece in _pieces(batch):
+            for piece in write_pieces(batch):
                 await stream.send_all(piece if deflater is None else deflater.compress(piece))
                 size = len(piece)
                 self.out_bytes -= size
-                if not self._discarding:
+                if not self.discarding:
                     pool.total -= size
                 self._drained.set()
 
@@ -626,7 +546,7 @@ class Session:
         if "processed" in acks or not acks:
             self.ack(header, "processed", **logon_ack_fields(request, verdict, self.pub_hash, last))
 
-    def _require_entitled(self, topic: str, *, write: bool) -> None:
+    def require_entitled(self, topic: str, *, write: bool) -> None:
         """Raise ``not entitled`` unless this session's user may read/write ``topic``.
 
         A regex subscription is checked with its pattern text. Refusals are counted
@@ -663,7 +583,7 @@ class Session:
         cid = header.get("x")
         if cid is not None:
             check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
-        self._require_entitled(topic, write=True)
+        self.require_entitled(topic, write=True)
         acks = ack_types(header)
         self.messages_in += 1
         seq = header.get("s")
@@ -693,82 +613,10 @@ class Session:
         if outcome == "done":
             self.persisted_progress()
 
-    def _build_subscription(self, header: dict[str, Any]) -> Subscription:
-        topic = header.get("t")
-        if not topic or not isinstance(topic, str):
-            raise CommandFailed(reasons.NO_TOPIC, "subscribe needs a topic (t)")
-        self._require_entitled(topic, write=False)
-        opts = options(header)
-        acks = ack_types(header)
-        sub_id = str(
-            header.get("sub_id") or header.get("cid") or f"sub-{self.instance.next_connection_id()}"
-        )
-        if sub_id in self.subscriptions and "replace" not in opts:
-            raise CommandFailed(
-                reasons.SUBID_IN_USE,
-                f"this connection already has subscription {sub_id!r}; use another sub_id "
-                "or the replace option",
-            )
-        try:
-            regex = compile_topic(topic, "non_regex_topic" in opts)
-        except BadTopic as exc:
-            raise CommandFailed(exc.reason, str(exc)) from None
-        flt = None
-        ftext = header.get("f")
-        if ftext:
-            flt = self.instance.compile_filter(str(ftext))
-        bookmark = "bm" in header and str(header["bm"]).strip() != ""
-        return Subscription(self, sub_id, topic, regex, flt, frozenset(opts), acks, bookmark)
-
-    def _on_subscribe(self, frame: Frame) -> None:
-        header = frame.header
-        sub = self._build_subscription(header)
-        old = self.subscriptions.get(sub.sub_id)
-        if old is not None:
-            self.end_subscription(old)
-        if sub.bookmark:
-            self._start_bookmark_subscription(sub, header)
-            return
-        self.subscriptions[sub.sub_id] = sub
-        self.instance.registry.add(sub)
-        if "processed" in sub.acks:
-            self.ack(header, "processed", sub_id=sub.sub_id)
-
-    def _on_sow_and_subscribe(self, frame: Frame) -> None:
-        # No SOW topics exist yet: the query part is an empty group, then the subscription.
-        header = frame.header
-        topic = header.get("t")
-        if topic and isinstance(topic, str):
-            self._require_entitled(topic, write=False)
-        query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
-        self.send(messages.group_begin(query_id))
-        self.send(messages.group_end(query_id))
-        self._on_subscribe(frame)
-
-    def _start_bookmark_subscription(self, sub: Subscription, header: dict[str, Any]) -> None:
-        plan = plan_subscription(self.instance, sub, header)
-        sub.resume_bookmark = plan.resumed_from
-        self.subscriptions[sub.sub_id] = sub
-        self.instance.registry.add(sub)
-        extra: dict[str, Any] = {}
-        if plan.not_found:
-            # not silent: the client learns where the replay starts instead
-            extra["reason"] = plan.not_found
-            log.info(
-                "subscription %r of client %r: %s",
-                sub.sub_id,
-                self.client_name,
-                plan.not_found,
-                extra=events.extra(events.CLIENT_COMMAND_FAILED),
-            )
-        if "processed" in sub.acks:
-            self.ack(header, "processed", sub_id=sub.sub_id, **extra)
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Run ``fn(*args)`` as a task of this session (it ends with the session)."""
         assert self._nursery is not None
-        self._nursery.start_soon(
-            run_replay, self, sub, plan.start, plan.end, header.get("cid"), extra
-        )
-        if "persisted" in sub.acks:
-            self._nursery.start_soon(persisted_acks, self, sub)
+        self._nursery.start_soon(fn, *args)
 
     def subscription_failed(self, sub: Subscription, cid: Any, reason: str, detail: str) -> None:
         """A replay could not run: drop the subscription and tell the client."""
@@ -789,19 +637,6 @@ class Session:
         if self.subscriptions.get(sub.sub_id) is sub:
             del self.subscriptions[sub.sub_id]
         self.instance.registry.remove(sub)
-
-    def _on_unsubscribe(self, frame: Frame) -> None:
-        header = frame.header
-        acks = ack_types(header)
-        ids, named = unsubscribe_ids(header)
-        if named is None:
-            targets = list(self.subscriptions.values())
-        else:
-            targets = [self.subscriptions[i] for i in named if i in self.subscriptions]
-        for sub in targets:
-            self.end_subscription(sub)
-        if "processed" in acks:
-            self.ack(header, "processed", sub_id=ids)
 
     def _on_heartbeat(self, frame: Frame) -> None:
         header = frame.header
@@ -847,18 +682,6 @@ class Session:
             self.ack(header, "persisted")
         if "completed" in acks:
             self.ack(header, "completed")
-
-    def _on_sow(self, frame: Frame) -> None:
-        raise CommandFailed(
-            reasons.INVALID_TOPIC,
-            f"topic {frame.header.get('t')!r} has no State of the World; SOW topics are not "
-            "supported by amps-py yet",
-        )
-
-    def _on_sow_delete(self, frame: Frame) -> None:
-        raise CommandFailed(
-            reasons.INVALID_TOPIC, "sow_delete needs a SOW or queue topic; amps-py has none yet"
-        )
 
     # ---------------------------------------------------------------- info
     def describe(self) -> dict[str, Any]:
