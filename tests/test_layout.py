@@ -235,6 +235,8 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/ackmode.py",
     "amps_py/replication/backoff.py",
     "amps_py/replication/host.py",
+    "amps_py/replication/outage.py",
+    "amps_py/replication/destination_stats.py",
     # the server's decisions and bookkeeping (the trio driver is instance.py & co.)
     "amps_py/server/durability.py",
     "amps_py/server/delivery.py",
