@@ -238,6 +238,8 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/ackmode.py",
     "amps_py/replication/backoff.py",
     "amps_py/replication/host.py",
+    "amps_py/replication/outage.py",
+    "amps_py/replication/destination_stats.py",
     # the server's decisions and bookkeeping (the trio driver is instance.py & co.)
     "amps_py/server/durability.py",
     "amps_py/server/delivery.py",
@@ -246,6 +248,10 @@ PURE_REPLICATION_MODULES = (
     "amps_py/server/bookmark_spec.py",
     "amps_py/server/subscriptions.py",
     "amps_py/server/host.py",
+    "amps_py/server/commands.py",
+    "amps_py/server/logon.py",
+    "amps_py/server/limits.py",
+    "amps_py/server/flow.py",
     # leaves every package may import
     "amps_py/events.py",
     "amps_py/reasons.py",

@@ -3,10 +3,23 @@ in amps_py.server.limits (no sockets, time passed in)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
+from amps_py import events, reasons
 from amps_py.protocol import FrameDecoder, PartialFrame, ProtocolError, encode_frame
-from amps_py.server.limits import BytePool, InstanceLimits, ReadDeadline, biggest, read_deadline
+from amps_py.server.limits import (
+    BytePool,
+    InstanceLimits,
+    ReadDeadline,
+    biggest,
+    deadline_closing,
+    incomplete_memory_closing,
+    read_deadline,
+    shed,
+    slow_client_closing,
+)
 
 FRAME = encode_frame({"c": "p", "t": "t", "s": 1}, b"x" * 100)
 NEXT = encode_frame({"c": "p", "t": "t", "s": 2}, b"y" * 50)
@@ -106,3 +119,100 @@ def test_pools_report_what_they_hold() -> None:
     stats = limits.statistics()
     assert stats["queued"]["limit_bytes"] == 1000
     assert stats["incomplete_messages"]["limit_bytes"] == 2000
+
+
+# ---------------------------------------------------------------- who goes, in what words
+def test_shed_closes_the_biggest_first_until_the_pool_is_at_its_limit() -> None:
+    holders = [("a", 10), ("b", 50), ("c", 30), ("d", 0), ("e", 30)]
+    # 120 held, limit 60: b goes (70 left), then c, the first of the two 30s (40 left)
+    assert shed(holders, 120, 60) == [("b", 50, 120), ("c", 30, 70)]
+    assert shed(holders, 60, 60) == []  # at the limit is not over it
+    # holders of nothing never go, even when the pool cannot get under its limit
+    assert shed([("d", 0), ("a", 5)], 100, 10) == [("a", 5, 100)]
+
+
+def test_shed_picks_what_repeated_biggest_would() -> None:
+    holders = [("x", 7), ("y", 9), ("z", 9), ("w", 1)]
+    remaining, total, picked = dict(holders), 26, []
+    while total > 3:
+        found = biggest(remaining.items())
+        if found is None:
+            break
+        picked.append((*found, total))
+        total -= found[1]
+        del remaining[found[0]]
+    assert shed(holders, 26, 3) == picked
+
+
+@dataclass
+class Conn:
+    conn_id: int = 7
+    client_name: str = "sub"
+    peer: str = "10.0.0.1:5000"
+    transport: str = "json-tcp"
+
+
+def test_logon_deadline_closing_names_the_timeout_and_transport() -> None:
+    closing = deadline_closing(
+        ReadDeadline(30.0, "logon"), Conn(), logon_timeout=2.5, frame_timeout=60, partial=None
+    )
+    assert closing.reason == reasons.LOGON_TIMEOUT
+    assert closing.event == events.CLIENT_LOGON_TIMEOUT
+    assert closing.detail == (
+        "no logon within 2.5 s of connecting (LogonTimeout of transport json-tcp); log on first"
+    )
+    assert closing.message % closing.args == (
+        "closing connection 7 from 10.0.0.1:5000: no logon within LogonTimeout of 2.5 s "
+        "(transport json-tcp)"
+    )
+
+
+def test_frame_deadline_closing_says_how_much_of_the_frame_came() -> None:
+    partial = PartialFrame(40, 104, 1.0)
+    closing = deadline_closing(
+        ReadDeadline(2.0, "frame"), Conn(), logon_timeout=5, frame_timeout=1, partial=partial
+    )
+    assert closing.reason == reasons.INCOMPLETE_MESSAGE_TIMEOUT
+    assert closing.event == events.CLIENT_INCOMPLETE_MESSAGE_TIMEOUT
+    assert "still incomplete (40 of 104 bytes) 1 s after its first byte" in closing.detail
+    assert closing.message % closing.args == (
+        "closing connection 7 (client 'sub', 10.0.0.1:5000): it sent 40 of 104 bytes of a "
+        "frame and did not finish it within IncompleteMessageTimeout of 1 s (transport json-tcp)"
+    )
+    unknown = deadline_closing(
+        ReadDeadline(2.0, "frame"),
+        Conn(),
+        logon_timeout=5,
+        frame_timeout=1,
+        partial=PartialFrame(2, None, 1.0),
+    )
+    assert "(2 of unknown bytes)" in unknown.detail
+
+
+def test_incomplete_memory_closing_names_the_pool() -> None:
+    pool = BytePool("IncompleteMessageMemoryLimit", 1000)
+    closing = incomplete_memory_closing(Conn(), 900, PartialFrame(900, 5000, 0.0), pool, 1200)
+    assert closing.reason == reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT
+    assert closing.event == events.CLIENT_INCOMPLETE_MESSAGE_MEMORY
+    assert closing.message % closing.args == (
+        "closing connection 7 (client 'sub', 10.0.0.1:5000): its unfinished frame holds 900 "
+        "of 5000 bytes, the largest of all connections, and unfinished frames together hold "
+        "1200 bytes, over IncompleteMessageMemoryLimit of 1000 bytes"
+    )
+
+
+def test_slow_client_closing_says_which_limit_and_how_to_resume() -> None:
+    own = slow_client_closing(Conn(), queued=5000, capacity=4096)
+    assert own.reason == reasons.SLOW_CLIENT
+    assert own.event == events.CLIENT_SLOW_DISCONNECTED
+    assert own.detail == (
+        "disconnected as a slow client: 5000 bytes wait to be sent to it, over its "
+        "ClientMaxCapacity of 4096 bytes; resume by bookmark"
+    )
+    pool = BytePool("MessageMemoryLimit", 8000)
+    shared = slow_client_closing(Conn(), queued=3000, pool=pool, total=9000)
+    assert shared.message % shared.args == (
+        "disconnecting client 'sub' (connection 7, 10.0.0.1:5000) as a slow client: it has "
+        "the most bytes waiting (3000) and all clients together have 9000, over "
+        "MessageMemoryLimit of 8000 bytes; it can resume by bookmark"
+    )

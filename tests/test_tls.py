@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import trio
@@ -29,7 +29,7 @@ from amps_py.client import BadURI, open_client
 from amps_py.config import DestinationConfig, ReplicationTopic, server_ssl_context
 from amps_py.protocol import encode_frame
 from amps_py.replication import LinkError
-from amps_py.replication.outgoing import Destination
+from amps_py.replication.dialing import LinkTls
 
 #: A string that must never appear on the wire of a TLS link.
 MARKER = "cleartext-marker-5f1c9a"
@@ -379,7 +379,7 @@ def secure_destination(port: int, **tls: Any) -> DestinationConfig:
 async def tls_failure(
     certs: Certs, config: DestinationConfig, *, plain_peer: bool = False
 ) -> LinkError:
-    """Run Destination._secure against an in-process listener; return its LinkError."""
+    """Run LinkTls.wrap against an in-process listener; return its LinkError."""
     context = server_ssl_context(certs.cert, certs.key)
 
     async def serve(stream: trio.SocketStream) -> None:
@@ -399,11 +399,11 @@ async def tls_failure(
         port = listeners[0].socket.getsockname()[1]
         host, _ = config.inet_addrs[0]
         config = secure_destination(port, ca_file=config.ca_file, server_name=config.server_name)
-        destination = Destination(cast(Any, None), config)
+        tls = LinkTls(config)
         stream = await trio.open_tcp_stream(host, port)
         try:
             with pytest.raises(LinkError) as info:
-                await destination._secure(stream, host, f"{host}:{port}")
+                await tls.wrap(stream, host, f"{host}:{port}")
         finally:
             await trio.aclose_forcefully(stream)
             nursery.cancel_scope.cancel()
@@ -422,10 +422,10 @@ async def test_secure_link_handshake_succeeds_with_the_right_ca(certs: Certs) ->
 
         listeners = await nursery.start(trio.serve_tcp, serve, 0)
         port = listeners[0].socket.getsockname()[1]
-        destination = Destination(cast(Any, None), secure_destination(port, ca_file=certs.ca))
+        tls = LinkTls(secure_destination(port, ca_file=certs.ca))
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         try:
-            secured = await destination._secure(stream, "127.0.0.1", f"127.0.0.1:{port}")
+            secured = await tls.wrap(stream, "127.0.0.1", f"127.0.0.1:{port}")
             assert secured.transport_stream is stream
             assert await secured.receive_some(5) == b"hello"
             await secured.aclose()
@@ -455,8 +455,8 @@ async def test_secure_link_to_a_plain_listener(certs: Certs) -> None:
 
 
 def test_tls_context_is_tls12_or_later(certs: Certs) -> None:
-    destination = Destination(cast(Any, None), secure_destination(1, ca_file=certs.ca))
-    context = destination._client_tls_context()
+    tls = LinkTls(secure_destination(1, ca_file=certs.ca))
+    context = tls.context()
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
     assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
-    assert destination._client_tls_context() is context  # built once
+    assert tls.context() is context  # built once

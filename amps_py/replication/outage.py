@@ -14,7 +14,8 @@ would bury the log, logging none would hide the outage. :class:`OutageLog` decid
   was down and how many attempts failed.
 
 It also keeps what the admin API shows of a destination that is down: since when,
-how many attempts failed, the last error.
+how many attempts failed, the last error; and it words the log lines
+(:func:`outage_line`, :func:`duration`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from amps_py.units import utc_iso
 
 #: waits (seconds) between reports of an outage after the first; the last repeats
 REPORT_INTERVALS: Final[tuple[float, ...]] = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -153,3 +156,37 @@ class OutageLog:
         self._unreported = 0
         self._scheduled = 0
         self._errors.clear()
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``2m05s``, ``3h10m``: how long an outage lasted, for a log line."""
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def outage_line(
+    name: str, address: str, report: OutageReport, down_since: float | None, *, sync: bool
+) -> str:
+    """The log line of one :class:`OutageReport` of destination ``name`` (at
+    ``address``), down since ``down_since`` (epoch seconds); a ``sync`` destination's
+    line says that persisted acks wait for it."""
+    acks = "; persisted acks wait for it (sync destination)" if sync else ""
+    if report.first:
+        return (
+            f"replication to {name} ({address}) failed: {report.error}{acks}; "
+            "retrying on the ReconnectTimeout back-off, and logging again at growing "
+            "intervals while it fails"
+        )
+    since = utc_iso(down_since or 0.0)
+    head = f"replication to {name} still down since {since} ({duration(report.down_for)})"
+    counts = (
+        f"{report.attempts} failed attempt{'s' if report.attempts != 1 else ''} since the "
+        f"last report, {report.total_attempts} in all"
+    )
+    if report.new_error:
+        return f"{head}, {counts}; now failing with: {report.error}{acks}"
+    return f"{head}, {counts}; last error: {report.error}{acks}"

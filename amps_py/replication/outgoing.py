@@ -7,12 +7,11 @@ decides (quick retries after losing a connection that was up, then the configure
 ``ReconnectTimeout`` back-off); a wait ends early when the peer connects to this
 instance (:meth:`Destination.peer_connected`), since then it is up again.
 
-A ``secure`` destination (Transport Type ``amps-replication-secure``) wraps each TCP
-connection in TLS and completes the TLS handshake before the link's hello: the peer's
-certificate must chain to the destination's CA file (``Certificate``), or to the
-system's CAs when none is given, and be issued for ``ServerName`` (default: the
-InetAddr host). A certificate that does not verify ends the attempt with a
-:class:`LinkError` whose reason is ``tls``.
+A ``secure`` destination (Transport Type ``amps-replication-secure``) completes a TLS
+handshake before the link's hello (:mod:`.dialing`). The hello's answer is checked and
+the resync point found in :mod:`.handshake`; the sync/async decisions are
+:mod:`.ackmode`'s, the outage log lines :mod:`.outage`'s, the statistics'
+shape :mod:`.destination_stats`'.
 
 A destination with a Transport ``Authenticator`` sends its user and password in the
 hello (read at each connect: PasswordFile and PasswordEnv may change between
@@ -23,29 +22,25 @@ never logged.
 from __future__ import annotations
 
 import logging
-import os
-import ssl
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import trio
 
 from amps_py import events, reasons
-from amps_py.config import (
-    MIN_TLS_VERSION,
-    DestinationConfig,
-    LinkCredentialsError,
-)
+from amps_py.config import DestinationConfig, LinkCredentialsError
 from amps_py.trio_util import unwrapping_groups
 from amps_py.units import utc_iso
 
 from .ackmode import AckMode, Downgraded, Observed, Upgraded, seconds_behind
 from .backoff import ReconnectBackoff
+from .destination_stats import DestinationStatistics, Rates
+from .dialing import CONNECT_TIMEOUT, LinkTls, connect_failure
+from .handshake import RefusedByPeer, await_welcome, resync_point
 from .incoming import UpstreamConnection
-from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
+from .link import Ack, LinkError, Refused, UpstreamLink
 from .mux import RoleStream, SharedConnection
-from .outage import OutageLog, OutageReport
+from .outage import OutageLog, duration, outage_line
 from .routing import Route
 
 if TYPE_CHECKING:
@@ -59,8 +54,6 @@ log = logging.getLogger("amps_py.replication.outgoing")
 SEND_BATCH: Final = 8192
 #: stop sending while this many records are sent but not acknowledged
 MAX_UNACKED_RECORDS: Final = 200_000
-CONNECT_TIMEOUT: Final = 5.0
-HANDSHAKE_TIMEOUT: Final = 10.0
 #: what a broken link raises, possibly in several of its tasks at once
 CONNECTION_FAILURES: Final = (
     LinkError,
@@ -69,65 +62,6 @@ CONNECTION_FAILURES: Final = (
     OSError,
     trio.TooSlowError,
 )
-#: reason of the LinkError raised when the TLS handshake of a secure destination fails
-TLS_FAILURE_REASON: Final = reasons.TLS
-#: link errors in the handshake the peer is told about before the connection closes
-_TOLD_REASONS: Final = frozenset(
-    {reasons.MALFORMED_WELCOME, reasons.NOT_A_REPLICATION_PEER, reasons.PROTOCOL_VIOLATION}
-)
-
-
-class RefusedByPeer(LinkError):
-    """The peer answered the handshake with a refusal (validation, credentials, ...);
-    ``str()`` is ``<what>: <reason> (<the peer's detail>)``."""
-
-    def __init__(self, reason: str, detail: str, what: str) -> None:
-        super().__init__(reason, detail)
-        self.args = (f"{what}: {reason} ({detail})",)
-
-
-@dataclass(frozen=True)
-class DestinationStatistics:
-    name: str
-    remote_name: str
-    group: str | None
-    replication_type: str
-    configured_sync_type: str
-    is_connected: bool
-    address: str
-    messages_out: int
-    bytes_out: int
-    raw_bytes_out: int
-    sent_txid: int
-    acked_txid: int
-    seconds_behind: float
-    disconnect_count: int
-    resyncs: int
-    resync_records: int
-    holes: int
-    pass_through: tuple[str, ...]
-    last_error: str
-    downgrades: int = 0
-    upgrades: int = 0
-    upgrade_pending: bool = False
-    #: the reconnect back-off wait in progress (seconds); 0 while connected or dialling
-    reconnect_wait: float = 0.0
-    #: while the destination is down (its connection lost, or its attempts failing):
-    #: since when (UTC, ISO 8601), for how long (seconds), and how many attempts to
-    #: connect failed since; "", 0 and 0 while it is connected or has not tried yet
-    down_since: str = ""
-    down_s: float = 0.0
-    failed_attempts: int = 0
-    # AMPS's monitoring names (AMPS-NOTES 7.7)
-    client_name: str = ""
-    client_type: str = "destination"
-    authenticated_id: str = ""
-    destination_name: str = ""
-    destination_group_name: str = ""
-    connect_time: str = ""
-    disconnect_time: str = ""
-    messages_out_per_sec: float = 0.0
-    bytes_out_per_sec: float = 0.0
 
 
 class Destination:
@@ -147,7 +81,7 @@ class Destination:
         self.authenticated_id = ""
         self.connect_time = 0.0
         self.disconnect_time = 0.0
-        self._rates = _Rates()
+        self._rates = Rates()
         self.sent_txid = 0
         self.acked_txid = 0
         self.messages_out = 0
@@ -161,7 +95,7 @@ class Destination:
         self._ack_event = trio.Event()
         self._sending_upto = 0
         self._send_lock = trio.Lock()
-        self._tls_context: ssl.SSLContext | None = None
+        self._tls = LinkTls(config)
         # back replication: the peer's connection this destination streams over
         self._attached: SharedConnection | None = None
         self._attached_scope: trio.CancelScope | None = None
@@ -174,50 +108,6 @@ class Destination:
         self.reconnect_wait = 0.0
         #: whether it is down, since when, and when to log that (wall-clock time)
         self._outage = OutageLog()
-
-    def _client_tls_context(self) -> ssl.SSLContext:
-        """The client-side TLS context (built once): CA from ``ca_file`` or the system."""
-        if self._tls_context is None:
-            ca_file = self.config.ca_file
-            context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
-            context.minimum_version = MIN_TLS_VERSION
-            self._tls_context = context
-        return self._tls_context
-
-    async def _secure(
-        self, stream: trio.SocketStream, host: str, address: str
-    ) -> trio.SSLStream[trio.SocketStream]:
-        """Wrap ``stream`` in TLS and complete the handshake.
-
-        Raises:
-            LinkError: reason ``tls``: the certificate does not verify, or the peer does
-                not speak TLS; the detail names the cause and the fix.
-        """
-        cfg = self.config
-        server_name = cfg.server_name or host
-        try:
-            context = self._client_tls_context()
-        except OSError as exc:  # the CA file changed since the config was checked
-            raise LinkError(
-                TLS_FAILURE_REASON,
-                f"cannot load the CA file {cfg.ca_file}: {exc}; correct the file or "
-                f"Destination/Transport/Certificate of destination {cfg.name}",
-            ) from exc
-        secured = trio.SSLStream(stream, context, server_hostname=server_name)
-        try:
-            with trio.fail_after(HANDSHAKE_TIMEOUT):
-                await secured.do_handshake()
-        except trio.BrokenResourceError as exc:
-            raise LinkError(
-                TLS_FAILURE_REASON, _tls_failure_detail(cfg, address, server_name, exc.__cause__)
-            ) from exc
-        except trio.TooSlowError as exc:
-            raise LinkError(
-                TLS_FAILURE_REASON,
-                f"no TLS handshake with {address} within {HANDSHAKE_TIMEOUT:g} s; check that "
-                "it is the remote instance's amps-replication-secure transport",
-            ) from exc
-        return secured
 
     async def _send(self, stream: RoleStream, data: bytes) -> None:
         async with self._send_lock:
@@ -361,7 +251,7 @@ class Destination:
             with trio.fail_after(CONNECT_TIMEOUT):
                 stream = await trio.open_tcp_stream(host, port)
         except (OSError, trio.TooSlowError) as exc:
-            why = _connect_failure(exc)
+            why = connect_failure(exc)
             self._attempt_failed(
                 address, f"connect to {address}: {why}", events.REPLICATION_UNREACHABLE
             )
@@ -372,7 +262,7 @@ class Destination:
         ended_by: str | None = None
         try:
             if self.config.secure:
-                link_stream = await self._secure(stream, host, address)
+                link_stream = await self._tls.wrap(stream, host, address)
             await self._session(link_stream, address)
         except LinkError as exc:
             ended, ended_by = exc, str(exc)
@@ -432,28 +322,9 @@ class Destination:
         log.log(
             level,
             "%s",
-            self._outage_line(address, report),
+            outage_line(self.name, address, report, self._outage.down_since, sync=self.sync),
             extra=events.extra(code if report.new_error else events.REPLICATION_UNREACHABLE),
         )
-
-    def _outage_line(self, address: str, report: OutageReport) -> str:
-        """The log line of one :class:`OutageReport`."""
-        acks = "; persisted acks wait for it (sync destination)" if self.sync else ""
-        if report.first:
-            return (
-                f"replication to {self.name} ({address}) failed: {report.error}{acks}; "
-                "retrying on the ReconnectTimeout back-off, and logging again at growing "
-                "intervals while it fails"
-            )
-        since = utc_iso(self._outage.down_since or 0.0)
-        head = f"replication to {self.name} still down since {since} ({_duration(report.down_for)})"
-        counts = (
-            f"{report.attempts} failed attempt{'s' if report.attempts != 1 else ''} since the "
-            f"last report, {report.total_attempts} in all"
-        )
-        if report.new_error:
-            return f"{head}, {counts}; now failing with: {report.error}{acks}"
-        return f"{head}, {counts}; last error: {report.error}{acks}"
 
     async def _session(self, stream: trio.abc.Stream, peer: str) -> bool:
         """One connection this instance opened: handshake, resync, stream. Returns True
@@ -511,31 +382,13 @@ class Destination:
                 back=back,
             )
         )
-        try:
-            welcome = await self._await_welcome(stream, link)
-        except LinkError as exc:
-            if exc.reason in _TOLD_REASONS:  # tell the peer why (it may be misconfigured)
-                with trio.move_on_after(1):
-                    await stream.send_all(link.refuse(exc.reason, exc.detail, now()))
-            raise
-        if cfg.group is not None and welcome.group != cfg.group:
-            detail = (
-                f"destination {cfg.name} expects Group {cfg.group!r} but instance "
-                f"{welcome.name!r} is in Group {welcome.group!r}; fix Destination/Group in "
-                f"{instance.name}'s config or the peer's Group"
-            )
-            await stream.send_all(link.refuse(reasons.GROUP_MISMATCH, detail, now()))
-            raise LinkError(reasons.GROUP_MISMATCH, detail)
-        if welcome.name == instance.name:
-            detail = "the destination is this instance itself; fix Destination/Transport/InetAddr"
-            await stream.send_all(link.refuse(reasons.REPLICATES_TO_ITSELF, detail, now()))
-            raise LinkError(reasons.REPLICATES_TO_ITSELF, detail)
+        welcome = await await_welcome(stream, link, cfg, instance.name)
         # the welcome passed every check: full-size frames (the peer's stream back) from now
         stream.handshake_done()
         self.remote_name = welcome.name
         self.remote_group = welcome.group
         self.authenticated_id = credentials[0] if credentials else ""
-        start = await self._resync_point(welcome)
+        start = resync_point(self.name, welcome, instance.journal)
         self.sent_txid = self.acked_txid = self._sending_upto = start
         self.connected = True
         self.connect_time = time.time()
@@ -546,7 +399,7 @@ class Destination:
                 "replication to %s (%s) is up again after %s down (%d failed attempt%s)",
                 cfg.name,
                 self.address,
-                _duration(recovery.down_for),
+                duration(recovery.down_for),
                 recovery.total_attempts,
                 "s" if recovery.total_attempts != 1 else "",
                 extra=events.extra(events.REPLICATION_CONNECTED),
@@ -574,58 +427,6 @@ class Destination:
             nursery.start_soon(self._heartbeat_loop, stream, link)
             await self._send_loop(stream, link, resync_end)
         return True
-
-    async def _await_welcome(self, stream: RoleStream, link: UpstreamLink) -> Welcome:
-        with trio.fail_after(HANDSHAKE_TIMEOUT):
-            while True:
-                frames = await stream.receive_frames()
-                if not frames:
-                    raise LinkError(
-                        reasons.CLOSED, "the peer closed the connection during the handshake"
-                    )
-                for event in link.receive_frames(frames, trio.current_time()):
-                    if isinstance(event, Welcome):
-                        return event
-                    if isinstance(event, Refused):
-                        # logged by the caller, as a failed attempt (not every time)
-                        what = (
-                            "the peer refused validation (its log names each check)"
-                            if event.reason == reasons.VALIDATION_FAILED
-                            else "refused by the peer"
-                        )
-                        raise RefusedByPeer(event.reason, event.detail, what)
-
-    async def _resync_point(self, welcome: Welcome) -> int:
-        """The txid after which to resend: the downstream's cursor if this journal
-        still has that record with that bookmark, else 0 (resend everything)."""
-        if welcome.cursor_txid <= 0:
-            return 0
-        journal = self.instance.journal
-        assert journal is not None
-        if welcome.cursor_txid <= journal.removed_through:
-            # its position lies in journals removed here (removal waited for its ack):
-            # nothing to check it against, and nothing older to send anyway
-            log.info(
-                "replication to %s: the peer holds my stream up to txid %d, in journals "
-                "removed here; sending from the oldest record kept (after txid %d)",
-                self.name,
-                welcome.cursor_txid,
-                journal.removed_through,
-                extra=events.extra(events.REPLICATION_CONNECTED),
-            )
-            return journal.removed_through
-        rec = journal.get(welcome.cursor_txid) if welcome.cursor_txid <= journal.last_txid else None
-        if rec is None or rec.bookmark != welcome.cursor_bm:
-            log.warning(
-                "replication to %s: the peer holds my stream up to txid %d (%s), which this "
-                "journal does not have; resending from the start of the journal",
-                self.name,
-                welcome.cursor_txid,
-                welcome.cursor_bm,
-                extra=events.extra(events.REPLICATION_RESYNC_FULL),
-            )
-            return 0
-        return welcome.cursor_txid
 
     async def _send_loop(self, stream: RoleStream, link: UpstreamLink, resync_end: int) -> None:
         instance = self.instance
@@ -891,102 +692,3 @@ class Destination:
 def _record_payload(record: Record) -> bytes:
     """A just-committed record's payload, for a content filter (:meth:`Route.select`)."""
     return record.payload
-
-
-def _connect_failure(exc: OSError | trio.TooSlowError) -> str:
-    """Why a TCP connect failed, in the OS's words (``Connection refused``): trio's
-    ``all attempts to connect ... failed`` carries the reasons as its cause."""
-    if isinstance(exc, trio.TooSlowError):
-        return f"no connection within {CONNECT_TIMEOUT:g} s"
-    reasons: list[str] = []
-    pending: list[BaseException] = [exc]
-    while pending:
-        current = pending.pop(0)
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        elif isinstance(current, OSError) and current.strerror:
-            # the errno's own words; getaddrinfo's negative codes have only strerror
-            code = current.errno
-            reason = os.strerror(code) if code and code > 0 else current.strerror
-            if reason not in reasons:
-                reasons.append(reason)
-        elif current.__cause__ is not None:
-            pending.append(current.__cause__)
-    return "; ".join(reasons) if reasons else str(exc)
-
-
-def _duration(seconds: float) -> str:
-    """``45s``, ``2m05s``, ``3h10m``: how long an outage lasted, for a log line."""
-    s = int(seconds)
-    if s < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-class _Rates:
-    """Per-second rates of two counters, over at least the last second between reads
-    (statistics are read by the admin API, the stats file and metrics scrapes)."""
-
-    def __init__(self) -> None:
-        self._at = 0.0
-        self._counts = (0, 0)
-        self._rates = (0.0, 0.0)
-
-    def update(self, now: float, messages: int, nbytes: int) -> tuple[float, float]:
-        elapsed = now - self._at
-        if self._at and elapsed >= 1.0:
-            self._rates = (
-                round((messages - self._counts[0]) / elapsed, 1),
-                round((nbytes - self._counts[1]) / elapsed, 1),
-            )
-        if not self._at or elapsed >= 1.0:
-            self._at, self._counts = now, (messages, nbytes)
-        return self._rates
-
-
-def _tls_failure_detail(
-    cfg: DestinationConfig, address: str, server_name: str, cause: BaseException | None
-) -> str:
-    """Why the TLS handshake with a destination failed, and how to fix it."""
-    where = f"the TLS handshake with {address} (destination {cfg.name}) failed"
-    trusted = (
-        f"the CA certificates in {cfg.ca_file}"
-        if cfg.ca_file is not None
-        else "the system's default CAs"
-    )
-    if isinstance(cause, ssl.SSLCertVerificationError):
-        message = cause.verify_message or cause.reason or str(cause)
-        if "hostname" in message.lower() or "ip address mismatch" in message.lower():
-            return (
-                f"{where}: the peer's certificate is not issued for {server_name!r} "
-                f"({message}); set Destination/Transport/ServerName to a name the certificate "
-                "holds, or reissue the certificate for this name"
-            )
-        if cfg.ca_file is None:
-            fix = (
-                "set Destination/Transport/Certificate to the PEM file of the CA that "
-                "issued the peer's certificate (or to the peer's certificate itself if it "
-                "is self-signed)"
-            )
-        else:
-            fix = (
-                f"put the CA that issued the peer's certificate into {cfg.ca_file} (or the "
-                "peer's certificate itself if it is self-signed), or correct the peer's "
-                "Certificate"
-            )
-        return (
-            f"{where}: the peer's certificate does not verify against {trusted} ({message}); {fix}"
-        )
-    if isinstance(cause, ssl.SSLError):
-        return (
-            f"{where}: {cause.reason or cause}; check that {address} is the remote "
-            "instance's amps-replication-secure transport (a plain amps-replication "
-            "transport does not speak TLS)"
-        )
-    return (
-        f"{where}: the peer closed the connection during the handshake; check that "
-        f"{address} is an amps-replication-secure transport and the peer's log for why "
-        "it refused"
-    )

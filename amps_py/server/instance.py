@@ -48,6 +48,7 @@ from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
 from txlog import Journal, publisher_hash
 
+from .commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
 from .limits import InstanceLimits
@@ -56,7 +57,7 @@ from .maintenance import JournalMaintenance, MaintenanceResult
 from .names import ClientNames
 from .publishing import PublishPath
 from .replay import ActiveReplays
-from .session import CommandFailed, Session
+from .session import Session
 from .startup import ConfigurationError, open_access_control, open_journal
 from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter

@@ -13,6 +13,11 @@ hostile ones) from holding the instance's memory or sockets:
   must log on, and must finish a frame once its first byte arrived, in time
   (:func:`read_deadline`).
 
+Which connections go, and in what words, is decided here too (:func:`shed`,
+:func:`deadline_closing`, :func:`incomplete_memory_closing`, :func:`slow_client_closing`):
+each returns a :class:`Closing` with the close reason, the failure ack's detail and the
+log line, so the words are tested without a connection.
+
 Pure logic: no trio, no sockets; the current time is passed in. The session
 (:mod:`amps_py.server.session`) does the reading, writing and closing.
 """
@@ -21,17 +26,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
+from amps_py import events, reasons
 from amps_py.protocol import PartialFrame
 
 __all__ = [
     "CLOSE_FLUSH_TIMEOUT",
     "BytePool",
+    "Closing",
+    "Connection",
     "InstanceLimits",
     "ReadDeadline",
     "biggest",
+    "deadline_closing",
+    "incomplete_memory_closing",
     "read_deadline",
+    "shed",
+    "slow_client_closing",
 ]
 
 #: How long a connection being closed by the server may take to write what it still
@@ -83,6 +95,146 @@ def biggest(holders: Iterable[tuple[T, int]]) -> tuple[T, int] | None:
         if held > 0 and (best is None or held > best[1]):
             best = (holder, held)
     return best
+
+
+def shed(holders: Iterable[tuple[T, int]], total: int, limit: int) -> list[tuple[T, int, int]]:
+    """Who goes while a pool holds ``total`` bytes over ``limit``: the biggest holder
+    first (the first of equals), then the next biggest, until the bytes of those gone
+    bring the pool to its limit. Holders of no bytes never go.
+
+    Returns (holder, its bytes, the pool's total before it goes) for each, in order:
+    the caller frees each holder's bytes from the pool as it closes it.
+    """
+    gone: list[tuple[T, int, int]] = []
+    # a stable sort keeps the first of equals first, as repeated :func:`biggest` would
+    for holder, held in sorted(((h, n) for h, n in holders if n > 0), key=lambda x: -x[1]):
+        if total <= limit:
+            break
+        gone.append((holder, held, total))
+        total -= held
+    return gone
+
+
+class Connection(Protocol):
+    """What the log lines name of a client connection."""
+
+    @property
+    def conn_id(self) -> int: ...
+    @property
+    def client_name(self) -> str: ...
+    @property
+    def peer(self) -> str: ...
+    @property
+    def transport(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Closing:
+    """Why the server closes a connection, in its words.
+
+    Attributes:
+        reason: the close reason (and the failure ack's ``reason``).
+        detail: the failure ack's ``detail`` (what the client is told).
+        event: the log event (:mod:`amps_py.events`).
+        message: the log line's %-format; ``args`` its arguments.
+    """
+
+    reason: str
+    detail: str
+    event: str
+    message: str
+    args: tuple[Any, ...]
+
+
+def deadline_closing(
+    deadline: ReadDeadline,
+    conn: Connection,
+    *,
+    logon_timeout: float,
+    frame_timeout: float,
+    partial: PartialFrame | None,
+) -> Closing:
+    """The close of ``conn`` at a :class:`ReadDeadline`: no logon within LogonTimeout
+    (``kind`` ``logon``), or a frame (``partial``) unfinished within
+    IncompleteMessageTimeout."""
+    if deadline.kind == "logon":
+        return Closing(
+            reasons.LOGON_TIMEOUT,
+            f"no logon within {logon_timeout:g} s of connecting (LogonTimeout of "
+            f"transport {conn.transport}); log on first",
+            events.CLIENT_LOGON_TIMEOUT,
+            "closing connection %d from %s: no logon within LogonTimeout of %g s (transport %s)",
+            (conn.conn_id, conn.peer, logon_timeout, conn.transport),
+        )
+    received = partial.received if partial else 0
+    expected = str(partial.expected) if partial and partial.expected is not None else "unknown"
+    return Closing(
+        reasons.INCOMPLETE_MESSAGE_TIMEOUT,
+        f"a frame was still incomplete ({received} of {expected} bytes) "
+        f"{frame_timeout:g} s after its first byte (IncompleteMessageTimeout "
+        f"of transport {conn.transport})",
+        events.CLIENT_INCOMPLETE_MESSAGE_TIMEOUT,
+        "closing connection %d (client %r, %s): it sent %d of %s bytes of a frame "
+        "and did not finish it within IncompleteMessageTimeout of %g s (transport %s)",
+        (
+            conn.conn_id,
+            conn.client_name,
+            conn.peer,
+            received,
+            expected,
+            frame_timeout,
+            conn.transport,
+        ),
+    )
+
+
+def incomplete_memory_closing(
+    conn: Connection, held: int, partial: PartialFrame | None, pool: BytePool, total: int
+) -> Closing:
+    """The close of ``conn``, holding the largest unfinished frame (``held`` bytes)
+    while unfinished frames hold ``total`` bytes, over ``pool``'s limit (as decided by
+    :func:`shed`). The connection is sent no failure ack (``detail`` is the reason)."""
+    expected = partial.expected if partial and partial.expected is not None else "?"
+    return Closing(
+        reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT,
+        reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT,
+        events.CLIENT_INCOMPLETE_MESSAGE_MEMORY,
+        "closing connection %d (client %r, %s): its unfinished frame holds %d of %s "
+        "bytes, the largest of all connections, and unfinished frames together hold "
+        "%d bytes, over IncompleteMessageMemoryLimit of %d bytes",
+        (conn.conn_id, conn.client_name, conn.peer, held, expected, total, pool.limit),
+    )
+
+
+def slow_client_closing(
+    conn: Connection,
+    *,
+    queued: int,
+    capacity: int | None = None,
+    pool: BytePool | None = None,
+    total: int = 0,
+) -> Closing:
+    """The disconnect of a slow client with ``queued`` bytes waiting: past its own
+    ClientMaxCapacity (``capacity``), or the biggest while all clients together hold
+    ``total`` bytes, over ``pool``'s limit (MessageMemoryLimit)."""
+    if capacity is not None:
+        why = (
+            f"{queued} bytes wait to be sent to it, over its ClientMaxCapacity of {capacity} bytes"
+        )
+    else:
+        assert pool is not None, "give the client's capacity or the pool it is over"
+        why = (
+            f"it has the most bytes waiting ({queued}) and all clients together have "
+            f"{total}, over {pool.setting} of {pool.limit} bytes"
+        )
+    return Closing(
+        reasons.SLOW_CLIENT,
+        f"disconnected as a slow client: {why}; resume by bookmark",
+        events.CLIENT_SLOW_DISCONNECTED,
+        "disconnecting client %r (connection %d, %s) as a slow client: %s; it can "
+        "resume by bookmark",
+        (conn.client_name, conn.conn_id, conn.peer, why),
+    )
 
 
 @dataclass(frozen=True)

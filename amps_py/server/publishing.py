@@ -28,10 +28,10 @@ import trio
 from amps_py import events, reasons
 from txlog import Journal, Record, publisher_hash
 
+from .commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
 from .durability import DurableWindow, Ledgers, PublisherLedger, Release
-from .session import JOURNAL_UNAVAILABLE, CommandFailed
 from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -203,7 +203,7 @@ class PublishPath:
         writer = self.writer
         if writer is not None and self.journals_topic(topic):
             if writer.failure:
-                raise CommandFailed(JOURNAL_UNAVAILABLE, writer.failure)
+                raise CommandFailed(reasons.JOURNAL_UNAVAILABLE, writer.failure)
             ph = session.pub_hash
             ledger = self.ledgers.of(ph)
             if seq > ledger.high:

@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from amps_py import events, reasons
+from amps_py.protocol import messages
 from txlog import CorruptRecord, Journal
 
-from .bookmark_spec import BookmarkSpec, Point
+from .bookmark_spec import BadBookmarkSpec, BookmarkSpec, Point, parse_bookmark_spec
+from .commands import CommandFailed, bookmark_not_found
 
 if TYPE_CHECKING:
+    from .host import SessionHost
     from .session import Session
     from .subscriptions import Subscription
 
@@ -49,8 +52,11 @@ class ActiveReplays:
     def __len__(self) -> int:
         return len(self._cursors)
 
+
 #: records per journal read; about a millisecond of event-loop time
 REPLAY_BATCH: Final = 512
+#: how often bookmark subscriptions that asked for persisted acks get one
+PERSISTED_ACK_INTERVAL: Final = 1.0
 
 
 class BookmarkNotFound(Exception):
@@ -102,14 +108,22 @@ def _resolve_point(
     if not_found == "fail":
         raise BookmarkNotFound()
     if not_found == "epoch":
-        return 0, "", (
-            f"bookmark {asked} is not in this instance's journal; replaying from the "
-            "start (bookmark_not_found=epoch)"
+        return (
+            0,
+            "",
+            (
+                f"bookmark {asked} is not in this instance's journal; replaying from the "
+                "start (bookmark_not_found=epoch)"
+            ),
         )
-    return last_txid, "", (
-        f"bookmark {asked} is not in this instance's journal; starting with new messages "
-        "(bookmark_not_found=now, the default; use epoch to replay everything held, or "
-        "fail to refuse)"
+    return (
+        last_txid,
+        "",
+        (
+            f"bookmark {asked} is not in this instance's journal; starting with new messages "
+            "(bookmark_not_found=now, the default; use epoch to replay everything held, or "
+            "fail to refuse)"
+        ),
     )
 
 
@@ -148,9 +162,7 @@ def plan_replay(
     Raises:
         BookmarkNotFound: none of the bookmarks is in the journal and not_found is fail.
     """
-    start, resumed_from, missing = _resolve_point(
-        journal, spec.start, committed_txid, not_found
-    )
+    start, resumed_from, missing = _resolve_point(journal, spec.start, committed_txid, not_found)
     if spec.start_inclusive and spec.start.kind in ("bookmarks", "now") and start > 0:
         start -= 1
         resumed_from = ""  # the replay includes it: it resumes before it
@@ -158,6 +170,62 @@ def plan_replay(
     if spec.end is not None:
         end = _resolve_end(journal, spec.end, spec.end_inclusive, committed_txid)
     return ReplayPlan(start, end, resumed_from, missing)
+
+
+def plan_subscription(
+    instance: SessionHost, sub: Subscription, header: dict[str, Any]
+) -> ReplayPlan:
+    """Where the replay of bookmark subscription ``sub`` (its ``bm`` and
+    ``bookmark_not_found`` in ``header``) starts and ends, checked before the
+    subscription is registered.
+
+    Raises:
+        CommandFailed: no transaction log, a topic it does not record, a malformed
+            bookmark or option, none of the bookmarks held with
+            ``bookmark_not_found=fail``, or a corrupt journal record; the detail says
+            how to fix it.
+    """
+    if instance.journal is None:
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            "bookmark subscriptions need a transaction log; add a TransactionLog "
+            "with a Topic that covers this topic",
+        )
+    if sub.regex is None and not instance.journals_topic(sub.topic):
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            f"topic {sub.topic!r} is not recorded in the transaction log, so it cannot "
+            "be replayed; add a TransactionLog/Topic whose Name matches it",
+        )
+    try:
+        spec = parse_bookmark_spec(str(header["bm"]))
+    except BadBookmarkSpec as exc:
+        raise CommandFailed(exc.reason, str(exc)) from None
+    not_found = bookmark_not_found(header)
+    assert instance.writer is not None and instance.journal is not None
+    try:
+        return plan_replay(instance.journal, spec, instance.writer.committed_txid, not_found)
+    except BookmarkNotFound:
+        raise CommandFailed(
+            reasons.BOOKMARK_NOT_FOUND,
+            f"none of the bookmarks {str(header['bm'])[:200]!r} is in this instance's "
+            "journal (bookmark_not_found=fail); resubscribe with a bookmark it holds, "
+            "or with bookmark_not_found=epoch or now",
+        ) from None
+    except CorruptRecord as exc:
+        raise CommandFailed(reasons.JOURNAL_CORRUPT, str(exc)) from None
+
+
+async def persisted_acks(session: Session, sub: Subscription) -> None:
+    """Every :data:`PERSISTED_ACK_INTERVAL` while ``sub`` lasts, once it is live: a
+    persisted ack with the newest durable bookmark, when it moved."""
+    last = ""
+    while session.subscriptions.get(sub.sub_id) is sub:
+        await trio.sleep(PERSISTED_ACK_INTERVAL)
+        bm = session.instance.last_durable_bookmark
+        if sub.live and bm and bm != last:
+            last = bm
+            session.send(messages.subscription_persisted(sub.sub_id, bm))
 
 
 async def run_replay(

@@ -17,6 +17,11 @@ is closed; partial frames count against the instance's IncompleteMessageMemoryLi
 bytes waiting to be sent against its MessageMemoryLimit and the client's
 ClientMaxCapacity. A slow client is sent a last ``slow client`` failure ack when it can
 still take it, then its socket is closed (it sees EOF).
+
+The parts, around this module's read loop, dispatch, outbox and publish path:
+reading headers (``commands.py``), logon (``logon.py``), subscription commands
+(``subscribing.py``, with ``replay.py``), the limits' decisions (``limits.py``) and
+their acting across connections (``flow.py``).
 """
 
 from __future__ import annotations
@@ -24,23 +29,40 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from amps_py import events, reasons
 from amps_py.actions import client_variables
-from amps_py.protocol import ACK_TYPES, Frame, FrameDecoder, ProtocolError, messages
+from amps_py.protocol import Frame, FrameDecoder, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
 from amps_py.trio_util import unwrapping_groups
-from txlog import CorruptRecord, publisher_hash
+from txlog import publisher_hash
 
-from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
+from .commands import (
+    MAX_FIELD_BYTES,
+    MAX_SEQ,
+    CommandFailed,
+    Disconnect,
+    ack_types,
+    check_field_size,
+    failure_acks,
+    heartbeat_start,
+)
 from .durability import PublisherLedger
-from .limits import CLOSE_FLUSH_TIMEOUT, ReadDeadline, biggest, read_deadline
-from .replay import BookmarkNotFound, plan_replay, run_replay
-from .subscriptions import BadTopic, Subscription, compile_topic
+from .flow import (
+    close_over_incomplete_limit,
+    deadline_passed,
+    disconnect_slow_clients,
+    write_pieces,
+)
+from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline
+from .logon import LogonRefused, check_authenticated, check_claimed, logon_ack_fields, read_logon
+from .subscribing import on_sow, on_sow_and_subscribe, on_sow_delete, on_subscribe, on_unsubscribe
+from .subscriptions import Subscription
 
 if TYPE_CHECKING:
     from .host import SessionHost
@@ -50,109 +72,10 @@ log = logging.getLogger("amps_py.server.session")
 RECEIVE_SIZE: Final = 256 * 1024
 #: a replay pauses while this many bytes wait in the session's outbox
 REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
-#: how often bookmark subscriptions that asked for persisted acks get one
-PERSISTED_ACK_INTERVAL: Final = 1.0
-#: the server version in logon acks: AMPS clients read the leading numbers as the server
-#: version and enable features by it (timestamp bookmarks need 5.3); amps-py's own
-#: version follows
-SERVER_VERSION: Final = "5.3.4.0.amps-py-0.1.0"
 #: a heartbeating client silent for more than this many intervals is disconnected
 HEARTBEAT_GRACE_INTERVALS: Final = 3
-#: the largest publisher seq (the journal stores it as an unsigned 64-bit integer)
-MAX_SEQ: Final = (1 << 64) - 1
-#: the longest topic, client name or correlation id the journal stores (UTF-8 bytes)
-MAX_FIELD_BYTES: Final = 65535
 #: the failure reason of a journaled publish while journal writes are failing
 JOURNAL_UNAVAILABLE: Final = reasons.JOURNAL_UNAVAILABLE
-#: the send loop writes at most about this many bytes per ``send_all`` (never one join
-#: of a whole backlog), so bytes leave the outbox, and its count, steadily
-SEND_CHUNK: Final = 1024 * 1024
-
-
-def check_field_size(value: str, what: str, reason: str) -> None:
-    """Refuse a string the journal could not store (longer than 65,535 UTF-8 bytes),
-    naming the field and the limit; cheap for the usual short strings."""
-    if len(value) > MAX_FIELD_BYTES // 4 and len(value.encode()) > MAX_FIELD_BYTES:
-        raise CommandFailed(
-            reason,
-            f"the {what} is {len(value.encode())} bytes; the limit is {MAX_FIELD_BYTES} "
-            "bytes (UTF-8): shorten it",
-        )
-
-
-def _pieces(batch: list[bytes]) -> Iterator[bytes]:
-    """The bytes of ``batch`` joined into pieces of about :data:`SEND_CHUNK` (one
-    piece may be larger when a single item is)."""
-    if len(batch) == 1:
-        yield batch[0]
-        return
-    group: list[bytes] = []
-    size = 0
-    for data in batch:
-        group.append(data)
-        size += len(data)
-        if size >= SEND_CHUNK:
-            yield b"".join(group)
-            group = []
-            size = 0
-    if group:
-        yield b"".join(group)
-
-
-class Disconnect(Exception):
-    """Raised by a handler to end the session after the queued output is flushed."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class CommandFailed(Exception):
-    """A command the server refuses; ``reason`` goes into the failure ack."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(detail or reason)
-        self.reason = reason
-        self.detail = detail or reason
-
-
-#: the order acks of one command are sent in
-_ACK_ORDER: Final = ("received", "parsed", "processed", "persisted", "completed", "stats")
-_ACK_TYPES_CACHE: dict[str, frozenset[str]] = {}
-_NO_ACKS: frozenset[str] = frozenset()
-
-
-def _ack_types(header: dict[str, Any]) -> frozenset[str]:
-    raw = header.get("a")
-    if not raw:
-        return _NO_ACKS
-    cached = _ACK_TYPES_CACHE.get(raw)
-    if cached is not None:
-        return cached
-    types = frozenset(part.strip() for part in str(raw).split(",") if part.strip())
-    unknown = types - ACK_TYPES
-    if unknown:
-        raise CommandFailed(
-            reasons.INVALID_OPTIONS,
-            f"unknown ack type(s) {', '.join(sorted(unknown))}; use "
-            "received, processed, persisted, completed or stats",
-        )
-    if len(_ACK_TYPES_CACHE) < 1024:
-        _ACK_TYPES_CACHE[str(raw)] = types
-    return types
-
-
-def _options(header: dict[str, Any]) -> dict[str, str]:
-    raw = header.get("o")
-    out: dict[str, str] = {}
-    if not raw:
-        return out
-    for part in str(raw).split(","):
-        part = part.strip()
-        if part:
-            key, _, value = part.partition("=")
-            out[key.strip()] = value.strip()
-    return out
 
 
 class Session:
@@ -204,16 +127,16 @@ class Session:
         limits = instance.limits
         self._queued_pool = limits.queued
         self._incomplete_pool = limits.incomplete
-        logon_timeout, self._frame_timeout, self.queue_limit = instance.client_limits(transport)
+        logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
         #: Transport/AlwaysSendPersistedAcks: persisted acks for every publish with ``s``
         self._always_persisted = instance.transport_config(transport).always_persisted_acks
-        self._logon_timeout = logon_timeout
+        self.logon_timeout = logon_timeout
         self._logon_deadline = trio.current_time() + logon_timeout
         #: bytes of the partial frame counted in the IncompleteMessageMemoryLimit pool
-        self._incomplete_held = 0
+        self.incomplete_held = 0
         #: set once the connection is being closed as a slow client (or has ended):
         #: nothing more is queued and its bytes no longer count in the pool
-        self._discarding = False
+        self.discarding = False
         #: a replay pauses while this many bytes wait (well below ClientMaxCapacity)
         self._replay_high_water = min(REPLAY_HIGH_WATER, max(1, self.queue_limit // 4))
 
@@ -266,24 +189,24 @@ class Session:
         handlers = self._handlers()
         while True:
             data: bytes | bytearray | None = None
-            if self.logged_on and not self._incomplete_held:
+            if self.logged_on and not self.incomplete_held:
                 # the steady state: no deadline applies (no cancel scope to pay for)
                 data = await stream.receive_some(RECEIVE_SIZE)
             else:
                 deadline = read_deadline(
                     logon_deadline=None if self.logged_on else self._logon_deadline,
-                    partial=decoder.partial_frame() if self._incomplete_held else None,
-                    frame_timeout=self._frame_timeout,
+                    partial=decoder.partial_frame() if self.incomplete_held else None,
+                    frame_timeout=self.frame_timeout,
                 )
                 with trio.move_on_at(deadline.at if deadline is not None else math.inf):
                     data = await stream.receive_some(RECEIVE_SIZE)
                 if data is None:
                     assert deadline is not None
-                    await self._stop_reading(self._deadline_passed(deadline))
+                    await self._stop_reading(deadline_passed(self, deadline, self.instance.limits))
                     return
             if not data:
                 return
-            if self._discarding:
+            if self.discarding:
                 continue  # closing as a slow client: read (so the close is clean), ignore
             now = trio.current_time()
             self.last_receive = now
@@ -348,58 +271,10 @@ class Session:
         a failure ack), then let the session close."""
         if not self.close_reason:
             self.close_reason = reason
-        self._drop_partial_frame(reason)
+        self.drop_partial_frame(reason)
         # let the sender flush what was already queued (acks, the failure ack)
         with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
             await self._wait_drained(0)
-
-    def _deadline_passed(self, deadline: ReadDeadline) -> str:
-        """Log why the connection is closed for ``deadline``, queue a failure ack
-        saying so, and return the close reason."""
-        limits = self.instance.limits
-        if deadline.kind == "logon":
-            limits.logon_timeouts += 1
-            log.warning(
-                "closing connection %d from %s: no logon within LogonTimeout of %g s "
-                "(transport %s)",
-                self.conn_id,
-                self.peer,
-                self._logon_timeout,
-                self.transport,
-                extra=events.extra(events.CLIENT_LOGON_TIMEOUT),
-            )
-            reason = reasons.LOGON_TIMEOUT
-            detail = (
-                f"no logon within {self._logon_timeout:g} s of connecting (LogonTimeout of "
-                f"transport {self.transport}); log on first"
-            )
-        else:
-            limits.incomplete_timeouts += 1
-            partial = self.decoder.partial_frame()
-            received = partial.received if partial else 0
-            expected = (
-                str(partial.expected) if partial and partial.expected is not None else "unknown"
-            )
-            log.warning(
-                "closing connection %d (client %r, %s): it sent %d of %s bytes of a frame "
-                "and did not finish it within IncompleteMessageTimeout of %g s (transport %s)",
-                self.conn_id,
-                self.client_name,
-                self.peer,
-                received,
-                expected,
-                self._frame_timeout,
-                self.transport,
-                extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_TIMEOUT),
-            )
-            reason = reasons.INCOMPLETE_MESSAGE_TIMEOUT
-            detail = (
-                f"a frame was still incomplete ({received} of {expected} bytes) "
-                f"{self._frame_timeout:g} s after its first byte (IncompleteMessageTimeout "
-                f"of transport {self.transport})"
-            )
-        self.send(messages.ack("processed", "failure", reason=reason, detail=detail))
-        return reason
 
     # ---------------------------------------------------------------- memory limits
     def _count_incomplete(self) -> None:
@@ -407,95 +282,35 @@ class Session:
         IncompleteMessageMemoryLimit pool; if the pool is over, close the connection(s)
         holding the largest partial frames until it is not."""
         held = self.decoder.buffered
-        delta = held - self._incomplete_held
+        delta = held - self.incomplete_held
         if not delta:
             return
-        self._incomplete_held = held
+        self.incomplete_held = held
         pool = self._incomplete_pool
         pool.total += delta
         if delta > 0:
             pool.note_peak()
             if pool.total > pool.limit:
-                self._enforce_incomplete_pool()
+                close_over_incomplete_limit(self.instance.limits, self.instance.sessions)
 
-    def _enforce_incomplete_pool(self) -> None:
-        # Close the biggest holder rather than the connection whose bytes tipped the
-        # pool over: a hostile client holding large partial frames goes first, and a
-        # small message that happens to arrive at the wrong moment is not the victim.
-        pool = self._incomplete_pool
-        while pool.total > pool.limit:
-            found = biggest((s, s._incomplete_held) for s in self.instance.sessions)
-            if found is None:
-                break
-            victim, held = found
-            self.instance.limits.incomplete_pool += 1
-            partial = victim.decoder.partial_frame()
-            expected = partial.expected if partial and partial.expected is not None else "?"
-            log.warning(
-                "closing connection %d (client %r, %s): its unfinished frame holds %d of %s "
-                "bytes, the largest of all connections, and unfinished frames together hold "
-                "%d bytes, over IncompleteMessageMemoryLimit of %d bytes",
-                victim.conn_id,
-                victim.client_name,
-                victim.peer,
-                held,
-                expected,
-                pool.total,
-                pool.limit,
-                extra=events.extra(events.CLIENT_INCOMPLETE_MESSAGE_MEMORY),
-            )
-            victim._drop_partial_frame(reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT)
-            victim.close(reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT)
-
-    def _drop_partial_frame(self, reason: str) -> None:
+    def drop_partial_frame(self, reason: str) -> None:
         """Free the partial frame now (not when the task ends) and uncount it."""
-        if self._incomplete_held:
-            self._incomplete_pool.total -= self._incomplete_held
-            self._incomplete_held = 0
+        if self.incomplete_held:
+            self._incomplete_pool.total -= self.incomplete_held
+            self.incomplete_held = 0
             self.decoder.discard(reason)
 
-    def _queue_over_limit(self) -> None:
-        """Called by :meth:`send` when this client is past its ClientMaxCapacity or all
-        clients together are past MessageMemoryLimit: disconnect slow clients, the
-        biggest first, until both hold."""
-        limits = self.instance.limits
-        pool = self._queued_pool
-        if self.out_bytes > self.queue_limit:
-            limits.slow_client_capacity += 1
-            self._disconnect_slow(
-                f"{self.out_bytes} bytes wait to be sent to it, over its ClientMaxCapacity "
-                f"of {self.queue_limit} bytes"
-            )
-        while pool.total > pool.limit:
-            found = biggest((s, s.out_bytes) for s in self.instance.sessions if not s._discarding)
-            if found is None:
-                break
-            victim, held = found
-            limits.slow_client_pool += 1
-            victim._disconnect_slow(
-                f"it has the most bytes waiting ({held}) and all clients together have "
-                f"{pool.total}, over MessageMemoryLimit of {pool.limit} bytes"
-            )
-
-    def _disconnect_slow(self, why: str) -> None:
+    def disconnect_slow(self, closing: Closing) -> None:
         """Disconnect this client as a slow client: drop what it has not been sent yet
         and its subscriptions, queue a ``slow client`` failure ack behind what is being
         written, and close the socket once that is out or after
         :data:`CLOSE_FLUSH_TIMEOUT`, whichever comes first."""
-        if self._discarding:
+        if self.discarding:
             return
-        log.warning(
-            "disconnecting client %r (connection %d, %s) as a slow client: %s; it can "
-            "resume by bookmark",
-            self.client_name,
-            self.conn_id,
-            self.peer,
-            why,
-            extra=events.extra(events.CLIENT_SLOW_DISCONNECTED),
-        )
-        self._discarding = True
+        log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
+        self.discarding = True
         if not self.close_reason:
-            self.close_reason = reasons.SLOW_CLIENT
+            self.close_reason = closing.reason
         self._queued_pool.total -= self.out_bytes
         # What waits in the outbox is dropped; what the send loop is writing ends on a
         # frame boundary (it took whole frames), so the notice can follow it.
@@ -503,12 +318,7 @@ class Session:
         self._out.clear()
         for sub in list(self.subscriptions.values()):
             self.end_subscription(sub)
-        notice = messages.ack(
-            "processed",
-            "failure",
-            reason=reasons.SLOW_CLIENT,
-            detail=f"disconnected as a slow client: {why}; resume by bookmark",
-        )
+        notice = messages.ack("processed", "failure", reason=closing.reason, detail=closing.detail)
         self._out.append(notice)
         self.out_bytes += len(notice)
         self._wake.set()
@@ -519,27 +329,27 @@ class Session:
 
     def _release_memory(self) -> None:
         """The session ends: uncount its queued bytes and partial frame."""
-        if not self._discarding:
-            self._discarding = True
+        if not self.discarding:
+            self.discarding = True
             self._queued_pool.total -= self.out_bytes
         self._out.clear()
         self.out_bytes = 0
-        self._drop_partial_frame(reasons.CONNECTION_CLOSED)
+        self.drop_partial_frame(reasons.CONNECTION_CLOSED)
 
     def _handlers(self) -> dict[str, Callable[[Frame], None]]:
         return {
             "logon": self._on_logon,
             "publish": self._on_publish,
             "delta_publish": self._on_publish,
-            "subscribe": self._on_subscribe,
-            "delta_subscribe": self._on_subscribe,
-            "sow_and_subscribe": self._on_sow_and_subscribe,
-            "sow_and_delta_subscribe": self._on_sow_and_subscribe,
-            "unsubscribe": self._on_unsubscribe,
+            "subscribe": partial(on_subscribe, self),
+            "delta_subscribe": partial(on_subscribe, self),
+            "sow_and_subscribe": partial(on_sow_and_subscribe, self),
+            "sow_and_delta_subscribe": partial(on_sow_and_subscribe, self),
+            "unsubscribe": partial(on_unsubscribe, self),
             "heartbeat": self._on_heartbeat,
             "flush": self._on_flush,
-            "sow": self._on_sow,
-            "sow_delete": self._on_sow_delete,
+            "sow": partial(on_sow, self),
+            "sow_delete": partial(on_sow_delete, self),
         }
 
     def _dispatch(self, frame: Frame, handlers: dict[str, Callable[[Frame], None]]) -> None:
@@ -590,7 +400,7 @@ class Session:
         to exhaust memory; it can resume by bookmark. (Offlining to disk is a later
         feature.) Bytes sent to a client being disconnected are dropped.
         """
-        if self._discarding:
+        if self.discarding:
             return
         self._out.append(data)
         size = len(data)
@@ -601,20 +411,21 @@ class Session:
             pool.peak = pool.total
         self._wake.set()
         if self.out_bytes > self.queue_limit or pool.total > pool.limit:
-            self._queue_over_limit()
+            disconnect_slow_clients(self, self.instance.limits, self.instance.sessions)
 
     async def _send_loop(self) -> None:
         """Write queued bytes; ``out_bytes`` counts queued plus in-flight bytes.
 
         Each round takes the whole outbox (so what is being written always ends on a
-        frame boundary) and writes it in pieces of about :data:`SEND_CHUNK`. Once a
-        slow client's notice is written, the session is closed.
+        frame boundary) and writes it in pieces of about
+        :data:`~amps_py.server.flow.SEND_CHUNK`. Once a slow client's notice is written,
+        the session is closed.
         """
         stream = self.stream
         pool = self._queued_pool
         while True:
             if not self._out:
-                if self._discarding:
+                if self.discarding:
                     self.close(self.close_reason or reasons.SLOW_CLIENT)
                     return
                 self._wake = trio.Event()
@@ -623,11 +434,11 @@ class Session:
             batch = self._out
             self._out = []
             deflater = self._deflater
-            for piece in _pieces(batch):
+            for piece in write_pieces(batch):
                 await stream.send_all(piece if deflater is None else deflater.compress(piece))
                 size = len(piece)
                 self.out_bytes -= size
-                if not self._discarding:
+                if not self.discarding:
                     pool.total -= size
                 self._drained.set()
 
@@ -657,18 +468,8 @@ class Session:
         """Answer a refused command at once: a failure ack in every ack type it asked
         for (so a client never waits for an ack that cannot come), or ``processed``
         when it asked for none."""
-        try:
-            types = _ack_types(header)
-        except CommandFailed:
-            types = frozenset({"processed"})
-        wanted = [t for t in _ACK_ORDER if t in types] or ["processed"]
-        extra: dict[str, Any] = {"reason": exc.reason}
-        if exc.detail != exc.reason:
-            extra["detail"] = exc.detail
-        if "s" in header:
-            extra["s"] = header["s"]
-        for ack_type in wanted:
-            self.ack(header, ack_type, "failure", **extra)
+        for ack_type, fields in failure_acks(header, exc):
+            self.ack(header, ack_type, "failure", **fields)
 
     @property
     def awaiting_persisted(self) -> int:
@@ -702,61 +503,29 @@ class Session:
     # ---------------------------------------------------------------- commands
     def _on_logon(self, frame: Frame) -> None:
         header = frame.header
-        acks = _ack_types(header)
+        acks = ack_types(header)
         if self.logged_on:
             raise CommandFailed(reasons.INVALID_LOGON, "this connection is already logged on")
-        name = str(header.get("client_name", "")).strip()
+        instance = self.instance
+        authenticator = instance.authenticator
         try:
-            check_field_size(name, "client name", reasons.INVALID_CLIENT_NAME)
-        except CommandFailed as exc:
+            request = read_logon(header, journaled=instance.journal is not None)
+            # the password is used for this check only: never stored, logged or echoed
+            verdict = authenticator.authenticate(request.user, request.password)
+            check_authenticated(request, verdict, self.peer, authenticator.module)
+            check_claimed(
+                request, instance.claim_client_name(self, request.name, request.user), self.peer
+            )
+        except LogonRefused as exc:
+            if exc.message:
+                log.warning(exc.message, *exc.log_args, extra=events.extra(exc.event))
             self._fail(header, exc)
-            raise Disconnect(exc.reason) from None
-        if not name and self.instance.journal is not None:
-            self._fail(
-                header,
-                CommandFailed(
-                    reasons.AUTH_FAILURE,
-                    "logon needs a client_name: this instance has a transaction log, "
-                    "and client names identify publishers in it",
-                ),
-            )
-            raise Disconnect(reasons.AUTH)
-        user = str(header.get("user_id", "")) or name
-        # the password is used for this check only: never stored, logged or echoed
-        verdict = self.instance.authenticator.authenticate(user, str(header.get("pw", "")))
-        if not verdict.ok:
-            log.warning(
-                "logon of client %r as user %r from %s refused by %s: unknown user or "
-                "wrong password",
-                name,
-                user,
-                self.peer,
-                self.instance.authenticator.module,
-                extra=events.extra(events.CLIENT_AUTH_FAILED),
-            )
-            self._fail(
-                header,
-                CommandFailed(reasons.AUTH_FAILURE, "unknown user or wrong password"),
-            )
-            raise Disconnect(reasons.AUTH)
-        refusal = self.instance.claim_client_name(self, name, user)
-        if refusal:
-            log.warning(
-                "logon of client %r from %s refused: %s",
-                name,
-                self.peer,
-                refusal,
-                extra=events.extra(events.CLIENT_LOGON_FAILED),
-            )
-            self._fail(header, CommandFailed(reasons.NAME_IN_USE, refusal))
-            raise Disconnect(reasons.NAME_IN_USE)
-        self.client_name = name
-        self.user_id = user
-        # AMPS clients send ``version``; ``v`` is its short form
-        self.client_version = str(header.get("version") or header.get("v") or "")[:200]
+            raise Disconnect(exc.disconnect) from None
+        name = self.client_name = request.name
+        self.user_id = request.user
+        self.client_version = request.version
         self.pub_hash = publisher_hash(name) if name else 0
         self.logged_on = True
-        instance = self.instance
         last = 0
         if name and instance.journal is not None:
             # the highest seq held here from any source, durable or not (a publisher
@@ -768,26 +537,16 @@ class Session:
             "client %r logged on from %s (user %r, last seq held %d, version %s)",
             name,
             self.peer,
-            user,
+            request.user,
             last,
             self.client_version or "not given",
             extra=events.extra(events.CLIENT_LOGON),
         )
-        self.instance.fire_action("logon-client", client_variables(self, connected=False))
+        instance.fire_action("logon-client", client_variables(self, connected=False))
         if "processed" in acks or not acks:
-            fields: dict[str, Any] = {"client_name": name}
-            if verdict.reason:
-                fields["reason"] = verdict.reason
-            self.ack(
-                header,
-                "processed",
-                **fields,
-                s=last,
-                bm=f"{self.pub_hash}|{last}|",
-                version=SERVER_VERSION,
-            )
+            self.ack(header, "processed", **logon_ack_fields(request, verdict, self.pub_hash, last))
 
-    def _require_entitled(self, topic: str, *, write: bool) -> None:
+    def require_entitled(self, topic: str, *, write: bool) -> None:
         """Raise ``not entitled`` unless this session's user may read/write ``topic``.
 
         A regex subscription is checked with its pattern text. Refusals are counted
@@ -824,8 +583,8 @@ class Session:
         cid = header.get("x")
         if cid is not None:
             check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
-        self._require_entitled(topic, write=True)
-        acks = _ack_types(header)
+        self.require_entitled(topic, write=True)
+        acks = ack_types(header)
         self.messages_in += 1
         seq = header.get("s")
         ledger = self.ledger
@@ -854,124 +613,10 @@ class Session:
         if outcome == "done":
             self.persisted_progress()
 
-    def _build_subscription(self, header: dict[str, Any]) -> Subscription:
-        topic = header.get("t")
-        if not topic or not isinstance(topic, str):
-            raise CommandFailed(reasons.NO_TOPIC, "subscribe needs a topic (t)")
-        self._require_entitled(topic, write=False)
-        opts = _options(header)
-        acks = _ack_types(header)
-        sub_id = str(
-            header.get("sub_id") or header.get("cid") or f"sub-{self.instance.next_connection_id()}"
-        )
-        if sub_id in self.subscriptions and "replace" not in opts:
-            raise CommandFailed(
-                reasons.SUBID_IN_USE,
-                f"this connection already has subscription {sub_id!r}; use another sub_id "
-                "or the replace option",
-            )
-        try:
-            regex = compile_topic(topic, "non_regex_topic" in opts)
-        except BadTopic as exc:
-            raise CommandFailed(exc.reason, str(exc)) from None
-        flt = None
-        ftext = header.get("f")
-        if ftext:
-            flt = self.instance.compile_filter(str(ftext))
-        bookmark = "bm" in header and str(header["bm"]).strip() != ""
-        return Subscription(self, sub_id, topic, regex, flt, frozenset(opts), acks, bookmark)
-
-    def _on_subscribe(self, frame: Frame) -> None:
-        header = frame.header
-        sub = self._build_subscription(header)
-        old = self.subscriptions.get(sub.sub_id)
-        if old is not None:
-            self.end_subscription(old)
-        if sub.bookmark:
-            self._start_bookmark_subscription(sub, header)
-            return
-        self.subscriptions[sub.sub_id] = sub
-        self.instance.registry.add(sub)
-        if "processed" in sub.acks:
-            self.ack(header, "processed", sub_id=sub.sub_id)
-
-    def _on_sow_and_subscribe(self, frame: Frame) -> None:
-        # No SOW topics exist yet: the query part is an empty group, then the subscription.
-        header = frame.header
-        topic = header.get("t")
-        if topic and isinstance(topic, str):
-            self._require_entitled(topic, write=False)
-        query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
-        self.send(messages.group_begin(query_id))
-        self.send(messages.group_end(query_id))
-        self._on_subscribe(frame)
-
-    def _start_bookmark_subscription(self, sub: Subscription, header: dict[str, Any]) -> None:
-        instance = self.instance
-        if instance.journal is None:
-            raise CommandFailed(
-                reasons.INVALID_TOPIC,
-                "bookmark subscriptions need a transaction log; add a TransactionLog "
-                "with a Topic that covers this topic",
-            )
-        if sub.regex is None and not instance.journals_topic(sub.topic):
-            raise CommandFailed(
-                reasons.INVALID_TOPIC,
-                f"topic {sub.topic!r} is not recorded in the transaction log, so it cannot "
-                "be replayed; add a TransactionLog/Topic whose Name matches it",
-            )
-        try:
-            spec = parse_bookmark_spec(str(header["bm"]))
-        except BadBookmarkSpec as exc:
-            raise CommandFailed(exc.reason, str(exc)) from None
-        not_found = dict(_options(header)).get("bookmark_not_found", "now")
-        if not_found not in ("now", "epoch", "fail"):
-            raise CommandFailed(
-                reasons.INVALID_OPTIONS, "bookmark_not_found must be epoch, now or fail"
-            )
-        assert instance.writer is not None and instance.journal is not None
-        try:
-            plan = plan_replay(instance.journal, spec, instance.writer.committed_txid, not_found)
-        except BookmarkNotFound:
-            raise CommandFailed(
-                reasons.BOOKMARK_NOT_FOUND,
-                f"none of the bookmarks {str(header['bm'])[:200]!r} is in this instance's "
-                "journal (bookmark_not_found=fail); resubscribe with a bookmark it holds, "
-                "or with bookmark_not_found=epoch or now",
-            ) from None
-        except CorruptRecord as exc:
-            raise CommandFailed(reasons.JOURNAL_CORRUPT, str(exc)) from None
-        sub.resume_bookmark = plan.resumed_from
-        self.subscriptions[sub.sub_id] = sub
-        instance.registry.add(sub)
-        extra: dict[str, Any] = {}
-        if plan.not_found:
-            # not silent: the client learns where the replay starts instead
-            extra["reason"] = plan.not_found
-            log.info(
-                "subscription %r of client %r: %s",
-                sub.sub_id,
-                self.client_name,
-                plan.not_found,
-                extra=events.extra(events.CLIENT_COMMAND_FAILED),
-            )
-        if "processed" in sub.acks:
-            self.ack(header, "processed", sub_id=sub.sub_id, **extra)
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Run ``fn(*args)`` as a task of this session (it ends with the session)."""
         assert self._nursery is not None
-        self._nursery.start_soon(
-            run_replay, self, sub, plan.start, plan.end, header.get("cid"), extra
-        )
-        if "persisted" in sub.acks:
-            self._nursery.start_soon(self._bookmark_persisted_acks, sub)
-
-    async def _bookmark_persisted_acks(self, sub: Subscription) -> None:
-        last = ""
-        while sub.sub_id in self.subscriptions and self.subscriptions[sub.sub_id] is sub:
-            await trio.sleep(PERSISTED_ACK_INTERVAL)
-            bm = self.instance.last_durable_bookmark
-            if sub.live and bm and bm != last:
-                last = bm
-                self.send(messages.subscription_persisted(sub.sub_id, bm))
+        self._nursery.start_soon(fn, *args)
 
     def subscription_failed(self, sub: Subscription, cid: Any, reason: str, detail: str) -> None:
         """A replay could not run: drop the subscription and tell the client."""
@@ -993,42 +638,15 @@ class Session:
             del self.subscriptions[sub.sub_id]
         self.instance.registry.remove(sub)
 
-    def _on_unsubscribe(self, frame: Frame) -> None:
-        header = frame.header
-        acks = _ack_types(header)
-        ids = str(header.get("sub_id") or header.get("query_id") or "")
-        if not ids:
-            raise CommandFailed(reasons.INVALID_OPTIONS, "unsubscribe needs sub_id (or 'all')")
-        if ids.strip() == "all":
-            targets = list(self.subscriptions.values())
-        else:
-            targets = [
-                self.subscriptions[i.strip()]
-                for i in ids.split(",")
-                if i.strip() in self.subscriptions
-            ]
-        for sub in targets:
-            self.end_subscription(sub)
-        if "processed" in acks:
-            self.ack(header, "processed", sub_id=ids)
-
     def _on_heartbeat(self, frame: Frame) -> None:
         header = frame.header
-        opts = str(header.get("o", "")).split(",")
-        if opts and opts[0].strip() == "start":
-            try:
-                interval = float(opts[1]) if len(opts) > 1 else 30.0
-            except ValueError:
-                raise CommandFailed(
-                    reasons.INVALID_OPTIONS, "heartbeat start needs 'start,<seconds>'"
-                ) from None
-            if interval <= 0:
-                raise CommandFailed(reasons.INVALID_OPTIONS, "heartbeat interval must be positive")
+        interval = heartbeat_start(header)
+        if interval is not None:
             first = self.heartbeat_interval == 0
             self.heartbeat_interval = interval
             if first and self._nursery is not None:
                 self._nursery.start_soon(self._heartbeat_loop)
-        acks = _ack_types(header)
+        acks = ack_types(header)
         if "processed" in acks:
             self.ack(header, "processed")
 
@@ -1053,7 +671,7 @@ class Session:
 
     def _on_flush(self, frame: Frame) -> None:
         header = frame.header
-        acks = _ack_types(header) or frozenset({"processed"})
+        acks = ack_types(header) or frozenset({"processed"})
         for kind in ("received", "processed"):
             if kind in acks:
                 self.ack(header, kind)
@@ -1064,18 +682,6 @@ class Session:
             self.ack(header, "persisted")
         if "completed" in acks:
             self.ack(header, "completed")
-
-    def _on_sow(self, frame: Frame) -> None:
-        raise CommandFailed(
-            reasons.INVALID_TOPIC,
-            f"topic {frame.header.get('t')!r} has no State of the World; SOW topics are not "
-            "supported by amps-py yet",
-        )
-
-    def _on_sow_delete(self, frame: Frame) -> None:
-        raise CommandFailed(
-            reasons.INVALID_TOPIC, "sow_delete needs a SOW or queue topic; amps-py has none yet"
-        )
 
     # ---------------------------------------------------------------- info
     def describe(self) -> dict[str, Any]:

@@ -1,0 +1,171 @@
+"""Bytes in and out of client connections, within the instance's limits: the acting.
+
+:mod:`amps_py.server.limits` decides who goes and in what words; this module applies
+those decisions to the connections, through what each exposes (:class:`FlowSession`):
+
+* :func:`deadline_passed`: a connection missed its LogonTimeout or
+  IncompleteMessageTimeout: counted, logged, told why;
+* :func:`close_over_incomplete_limit`: unfinished frames hold more than
+  IncompleteMessageMemoryLimit: the largest holders are closed;
+* :func:`disconnect_slow_clients`: a client is past its ClientMaxCapacity, or all
+  clients together are past MessageMemoryLimit: it, then the biggest, are
+  disconnected as slow clients;
+* :func:`write_pieces`: how a session's send loop cuts its outbox into writes.
+
+These run only when a limit is hit (never per message). No trio: the session does the
+reading, writing and closing, so a test drives these with stand-in connections.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterator
+from typing import Final, Protocol
+
+from amps_py import events
+from amps_py.protocol import PartialFrame, messages
+
+from .limits import (
+    Closing,
+    Connection,
+    InstanceLimits,
+    ReadDeadline,
+    deadline_closing,
+    incomplete_memory_closing,
+    shed,
+    slow_client_closing,
+)
+
+__all__ = [
+    "SEND_CHUNK",
+    "FlowSession",
+    "close_over_incomplete_limit",
+    "deadline_passed",
+    "disconnect_slow_clients",
+    "write_pieces",
+]
+
+#: the session's logger: these lines are a connection's, as before they moved here
+log = logging.getLogger("amps_py.server.session")
+
+#: the send loop writes at most about this many bytes per ``send_all`` (never one join
+#: of a whole backlog), so bytes leave the outbox, and its count, steadily
+SEND_CHUNK: Final = 1024 * 1024
+
+
+class PartialFrames(Protocol):
+    def partial_frame(self) -> PartialFrame | None: ...
+
+
+class FlowSession(Connection, Protocol):
+    """What the limits act on of a client connection (:class:`~.session.Session`)."""
+
+    @property
+    def decoder(self) -> PartialFrames: ...
+    @property
+    def logon_timeout(self) -> float: ...
+    @property
+    def frame_timeout(self) -> float: ...
+    @property
+    def incomplete_held(self) -> int:
+        """Bytes of its unfinished frame counted in IncompleteMessageMemoryLimit."""
+        ...
+
+    @property
+    def out_bytes(self) -> int:
+        """Bytes waiting to be sent to it (counted in MessageMemoryLimit)."""
+        ...
+
+    @property
+    def queue_limit(self) -> int:
+        """Its ClientMaxCapacity (bytes)."""
+        ...
+
+    @property
+    def discarding(self) -> bool:
+        """Whether it is being disconnected as a slow client (or has ended)."""
+        ...
+
+    def send(self, data: bytes) -> None: ...
+
+    def close(self, reason: str) -> None: ...
+
+    def drop_partial_frame(self, reason: str) -> None: ...
+
+    def disconnect_slow(self, closing: Closing) -> None: ...
+
+
+def deadline_passed(session: FlowSession, deadline: ReadDeadline, limits: InstanceLimits) -> str:
+    """``session`` did not log on, or finish a frame, by ``deadline``: count it, log
+    why, queue a failure ack saying so, and return the close reason."""
+    if deadline.kind == "logon":
+        limits.logon_timeouts += 1
+    else:
+        limits.incomplete_timeouts += 1
+    closing = deadline_closing(
+        deadline,
+        session,
+        logon_timeout=session.logon_timeout,
+        frame_timeout=session.frame_timeout,
+        partial=session.decoder.partial_frame(),
+    )
+    log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
+    session.send(messages.ack("processed", "failure", reason=closing.reason, detail=closing.detail))
+    return closing.reason
+
+
+def close_over_incomplete_limit(limits: InstanceLimits, sessions: Collection[FlowSession]) -> None:
+    """Unfinished frames hold more than IncompleteMessageMemoryLimit: close the
+    connections holding the largest until they do not.
+
+    The biggest holder goes rather than the connection whose bytes tipped the pool
+    over: a hostile client holding large partial frames goes first, and a small message
+    that happens to arrive at the wrong moment is not the victim.
+    """
+    pool = limits.incomplete
+    held_by = ((s, s.incomplete_held) for s in sessions)
+    for victim, held, total in shed(held_by, pool.total, pool.limit):
+        limits.incomplete_pool += 1
+        closing = incomplete_memory_closing(
+            victim, held, victim.decoder.partial_frame(), pool, total
+        )
+        log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
+        victim.drop_partial_frame(closing.reason)
+        victim.close(closing.reason)
+
+
+def disconnect_slow_clients(
+    session: FlowSession, limits: InstanceLimits, sessions: Collection[FlowSession]
+) -> None:
+    """``session`` queued bytes past its ClientMaxCapacity, or all clients together are
+    past MessageMemoryLimit: disconnect ``session`` if it is past its own capacity, then
+    the clients with the most bytes waiting until the pool is within its limit."""
+    pool = limits.queued
+    if session.out_bytes > session.queue_limit:
+        limits.slow_client_capacity += 1
+        session.disconnect_slow(
+            slow_client_closing(session, queued=session.out_bytes, capacity=session.queue_limit)
+        )
+    queued = ((s, s.out_bytes) for s in sessions if not s.discarding)
+    for victim, held, total in shed(queued, pool.total, pool.limit):
+        limits.slow_client_pool += 1
+        victim.disconnect_slow(slow_client_closing(victim, queued=held, pool=pool, total=total))
+
+
+def write_pieces(batch: list[bytes]) -> Iterator[bytes]:
+    """The bytes of ``batch`` joined into pieces of about :data:`SEND_CHUNK` (one
+    piece may be larger when a single item is)."""
+    if len(batch) == 1:
+        yield batch[0]
+        return
+    group: list[bytes] = []
+    size = 0
+    for data in batch:
+        group.append(data)
+        size += len(data)
+        if size >= SEND_CHUNK:
+            yield b"".join(group)
+            group = []
+            size = 0
+    if group:
+        yield b"".join(group)

@@ -1,0 +1,161 @@
+"""A session's subscription commands: ``subscribe`` (live, or from a bookmark),
+``sow_and_subscribe``, ``unsubscribe``, and the SOW commands amps-py refuses.
+
+Each handler takes the :class:`~amps_py.server.session.Session` the command came on
+and acts through its public methods (``ack``, ``send``, ``require_entitled``,
+``end_subscription``, ``start_soon``); like every handler it is synchronous and
+raises :class:`~amps_py.server.commands.CommandFailed` for a command the server
+refuses. A bookmark subscription is planned before it is registered
+(:func:`~amps_py.server.replay.plan_subscription`), then its replay runs as a task of
+the session (:func:`~amps_py.server.replay.run_replay`). None of this is on the
+publish path.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from amps_py import events, reasons
+from amps_py.protocol import Frame, messages
+
+from .commands import CommandFailed, ack_types, options, unsubscribe_ids
+from .replay import persisted_acks, plan_subscription, run_replay
+from .subscriptions import BadTopic, Subscription, compile_topic
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = [
+    "build_subscription",
+    "on_sow",
+    "on_sow_and_subscribe",
+    "on_sow_delete",
+    "on_subscribe",
+    "on_unsubscribe",
+]
+
+#: the session's logger: these lines are a session's, as before they moved here
+log = logging.getLogger("amps_py.server.session")
+
+
+def build_subscription(session: Session, header: dict[str, Any]) -> Subscription:
+    """The subscription a ``subscribe`` header asks for, checked in this order: a
+    topic, read entitlement, ack types, a ``sub_id`` not in use (unless ``replace``),
+    a topic regex that compiles, a filter that compiles. Not registered yet.
+
+    Raises:
+        CommandFailed: the first check that fails.
+    """
+    topic = header.get("t")
+    if not topic or not isinstance(topic, str):
+        raise CommandFailed(reasons.NO_TOPIC, "subscribe needs a topic (t)")
+    session.require_entitled(topic, write=False)
+    opts = options(header)
+    acks = ack_types(header)
+    sub_id = str(
+        header.get("sub_id") or header.get("cid") or f"sub-{session.instance.next_connection_id()}"
+    )
+    if sub_id in session.subscriptions and "replace" not in opts:
+        raise CommandFailed(
+            reasons.SUBID_IN_USE,
+            f"this connection already has subscription {sub_id!r}; use another sub_id "
+            "or the replace option",
+        )
+    try:
+        regex = compile_topic(topic, "non_regex_topic" in opts)
+    except BadTopic as exc:
+        raise CommandFailed(exc.reason, str(exc)) from None
+    flt = None
+    ftext = header.get("f")
+    if ftext:
+        flt = session.instance.compile_filter(str(ftext))
+    bookmark = "bm" in header and str(header["bm"]).strip() != ""
+    return Subscription(session, sub_id, topic, regex, flt, frozenset(opts), acks, bookmark)
+
+
+def on_subscribe(session: Session, frame: Frame) -> None:
+    """``subscribe``: a live subscription at once, or a bookmark replay that goes live
+    (a ``sub_id`` in use is replaced with option ``replace``)."""
+    header = frame.header
+    sub = build_subscription(session, header)
+    old = session.subscriptions.get(sub.sub_id)
+    if old is not None:
+        session.end_subscription(old)
+    if sub.bookmark:
+        _start_bookmark_subscription(session, sub, header)
+        return
+    session.subscriptions[sub.sub_id] = sub
+    session.instance.registry.add(sub)
+    if "processed" in sub.acks:
+        session.ack(header, "processed", sub_id=sub.sub_id)
+
+
+def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
+    """``sow_and_subscribe``: no SOW topics exist yet, so the query part is an empty
+    group, then the subscription."""
+    header = frame.header
+    topic = header.get("t")
+    if topic and isinstance(topic, str):
+        session.require_entitled(topic, write=False)
+    query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
+    session.send(messages.group_begin(query_id))
+    session.send(messages.group_end(query_id))
+    on_subscribe(session, frame)
+
+
+def _start_bookmark_subscription(
+    session: Session, sub: Subscription, header: dict[str, Any]
+) -> None:
+    plan = plan_subscription(session.instance, sub, header)
+    sub.resume_bookmark = plan.resumed_from
+    session.subscriptions[sub.sub_id] = sub
+    session.instance.registry.add(sub)
+    extra: dict[str, Any] = {}
+    if plan.not_found:
+        # not silent: the client learns where the replay starts instead
+        extra["reason"] = plan.not_found
+        log.info(
+            "subscription %r of client %r: %s",
+            sub.sub_id,
+            session.client_name,
+            plan.not_found,
+            extra=events.extra(events.CLIENT_COMMAND_FAILED),
+        )
+    if "processed" in sub.acks:
+        session.ack(header, "processed", sub_id=sub.sub_id, **extra)
+    session.start_soon(run_replay, session, sub, plan.start, plan.end, header.get("cid"), extra)
+    if "persisted" in sub.acks:
+        session.start_soon(persisted_acks, session, sub)
+
+
+def on_unsubscribe(session: Session, frame: Frame) -> None:
+    """``unsubscribe``: the named subscriptions (those this connection has), or ``all``."""
+    header = frame.header
+    acks = ack_types(header)
+    ids, named = unsubscribe_ids(header)
+    subscriptions = session.subscriptions
+    if named is None:
+        targets = list(subscriptions.values())
+    else:
+        targets = [subscriptions[i] for i in named if i in subscriptions]
+    for sub in targets:
+        session.end_subscription(sub)
+    if "processed" in acks:
+        session.ack(header, "processed", sub_id=ids)
+
+
+def on_sow(session: Session, frame: Frame) -> None:
+    """``sow``: refused, no topic has a State of the World yet."""
+    raise CommandFailed(
+        reasons.INVALID_TOPIC,
+        f"topic {frame.header.get('t')!r} has no State of the World; SOW topics are not "
+        "supported by amps-py yet",
+    )
+
+
+def on_sow_delete(session: Session, frame: Frame) -> None:
+    """``sow_delete``: refused, there are no SOW or queue topics yet."""
+    raise CommandFailed(
+        reasons.INVALID_TOPIC, "sow_delete needs a SOW or queue topic; amps-py has none yet"
+    )

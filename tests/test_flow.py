@@ -1,0 +1,174 @@
+"""The client limits acting on connections (amps_py.server.flow), with stand-in
+connections: who is closed, with what reason, what is counted and what the client is
+told. No sockets, no event loop."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from amps_py import events, reasons
+from amps_py.protocol import FrameDecoder, PartialFrame, messages
+from amps_py.server.flow import (
+    SEND_CHUNK,
+    close_over_incomplete_limit,
+    deadline_passed,
+    disconnect_slow_clients,
+    write_pieces,
+)
+from amps_py.server.limits import Closing, InstanceLimits, ReadDeadline
+
+
+def header_of(data: bytes) -> dict[str, Any]:
+    decoder = FrameDecoder()
+    decoder.receive_data(data)
+    (frame,) = decoder.frames()
+    return frame.header
+
+
+@dataclass(eq=False)
+class StubDecoder:
+    partial: PartialFrame | None = None
+
+    def partial_frame(self) -> PartialFrame | None:
+        return self.partial
+
+
+@dataclass(eq=False)
+class StubSession:
+    """Keeps the pools' books the way a Session does."""
+
+    limits: InstanceLimits
+    conn_id: int
+    client_name: str = ""
+    peer: str = "127.0.0.1:4000"
+    transport: str = "json-tcp"
+    logon_timeout: float = 5.0
+    frame_timeout: float = 2.0
+    incomplete_held: int = 0
+    out_bytes: int = 0
+    queue_limit: int = 1 << 30
+    discarding: bool = False
+    decoder: StubDecoder = field(default_factory=StubDecoder)
+    sent: list[bytes] = field(default_factory=list)
+    closed: str = ""
+    dropped: str = ""
+    slow: Closing | None = None
+
+    def hold_partial(self, n: int) -> None:
+        self.incomplete_held += n
+        self.limits.incomplete.total += n
+        self.decoder.partial = PartialFrame(n, n * 2, 0.0)
+
+    def queue(self, n: int) -> None:
+        self.out_bytes += n
+        self.limits.queued.total += n
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def close(self, reason: str) -> None:
+        self.closed = self.closed or reason
+
+    def drop_partial_frame(self, reason: str) -> None:
+        self.limits.incomplete.total -= self.incomplete_held
+        self.incomplete_held = 0
+        self.dropped = reason
+
+    def disconnect_slow(self, closing: Closing) -> None:
+        if self.discarding:
+            return
+        self.discarding = True
+        self.slow = closing
+        self.limits.queued.total -= self.out_bytes
+
+
+def sessions(limits: InstanceLimits, n: int) -> list[StubSession]:
+    return [StubSession(limits, i, client_name=f"c{i}") for i in range(n)]
+
+
+def test_unfinished_frames_over_the_limit_close_the_biggest_holders(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limits = InstanceLimits(message_memory_limit=1 << 30, incomplete_limit=1000)
+    small, big, middle = sessions(limits, 3)
+    small.hold_partial(100)
+    big.hold_partial(700)
+    middle.hold_partial(400)  # 1200 held, 200 over
+    with caplog.at_level(logging.WARNING, logger="amps_py.server.session"):
+        close_over_incomplete_limit(limits, [small, big, middle])
+    assert big.closed == big.dropped == reasons.INCOMPLETE_MESSAGE_MEMORY_LIMIT
+    assert small.closed == middle.closed == ""  # the pool is back within its limit
+    assert limits.incomplete.total == 500 and limits.incomplete_pool == 1
+    (record,) = caplog.records
+    assert record.getMessage().startswith("closing connection 1 (client 'c1', 127.0.0.1:4000)")
+    assert "together hold 1200 bytes, over IncompleteMessageMemoryLimit of 1000" in (
+        record.getMessage()
+    )
+    assert getattr(record, "code", None) == events.CLIENT_INCOMPLETE_MESSAGE_MEMORY
+
+
+def test_a_client_past_its_own_capacity_goes_first_then_the_biggest() -> None:
+    limits = InstanceLimits(message_memory_limit=1000, incomplete_limit=1 << 30)
+    mine, bigger, other = sessions(limits, 3)
+    mine.queue_limit = 300
+    mine.queue(400)
+    bigger.queue(600)
+    other.queue(200)  # 1200 queued: over the pool and mine over its capacity
+    disconnect_slow_clients(mine, limits, [mine, bigger, other])
+    assert mine.slow is not None and bigger.slow is None  # 800 left: within the pool
+    assert "over its ClientMaxCapacity of 300 bytes" in mine.slow.detail
+    assert (limits.slow_client_capacity, limits.slow_client_pool) == (1, 0)
+
+    other.queue(300)  # 1100 queued by bigger (600) and other (500)
+    disconnect_slow_clients(other, limits, [mine, bigger, other])
+    assert bigger.slow is not None and other.slow is None
+    assert bigger.slow.reason == reasons.SLOW_CLIENT
+    assert "the most bytes waiting (600) and all clients together have 1100" in (bigger.slow.detail)
+    assert (limits.slow_client_capacity, limits.slow_client_pool) == (1, 1)
+
+
+def test_a_missed_logon_deadline_is_counted_and_told() -> None:
+    limits = InstanceLimits(1 << 30, 1 << 30)
+    (session,) = sessions(limits, 1)
+    reason = deadline_passed(session, ReadDeadline(5.0, "logon"), limits)
+    assert reason == reasons.LOGON_TIMEOUT
+    assert (limits.logon_timeouts, limits.incomplete_timeouts) == (1, 0)
+    (ack,) = session.sent
+    header = header_of(ack)
+    assert (header["a"], header["status"], header["reason"]) == (
+        "processed",
+        "failure",
+        reasons.LOGON_TIMEOUT,
+    )
+    assert ack == messages.ack("processed", "failure", reason=reason, detail=header["detail"])
+
+
+def test_a_missed_frame_deadline_is_counted_with_the_frame_it_waited_for() -> None:
+    limits = InstanceLimits(1 << 30, 1 << 30)
+    (session,) = sessions(limits, 1)
+    session.hold_partial(30)
+    assert deadline_passed(session, ReadDeadline(5.0, "frame"), limits) == (
+        reasons.INCOMPLETE_MESSAGE_TIMEOUT
+    )
+    assert limits.incomplete_timeouts == 1
+    assert "(30 of 60 bytes)" in header_of(session.sent[0])["detail"]
+
+
+def test_write_pieces_cut_a_backlog_on_item_boundaries() -> None:
+    assert list(write_pieces([b"one"])) == [b"one"]
+    half = b"h" * (SEND_CHUNK // 2)
+    pieces = list(write_pieces([half, half, b"x", b"huge" * SEND_CHUNK, b"tail"]))
+    assert pieces == [half + half, b"x" + b"huge" * SEND_CHUNK, b"tail"]
+    assert b"".join(pieces) == b"".join([half, half, b"x", b"huge" * SEND_CHUNK, b"tail"])
+
+
+def test_a_real_decoder_reports_what_the_deadline_names() -> None:
+    """The Session hands flow its FrameDecoder: the stand-in's contract holds for it."""
+    decoder = FrameDecoder()
+    decoder.receive_data(b"\x00\x00\x00\x10abc", now=1.0)
+    assert list(decoder.frames()) == []
+    assert decoder.partial_frame() == PartialFrame(7, 20, 1.0)
