@@ -682,19 +682,3 @@ class Session:
             self.ack(header, "persisted")
         if "completed" in acks:
             self.ack(header, "completed")
-
-    # ---------------------------------------------------------------- info
-    def describe(self) -> dict[str, Any]:
-        return {
-            "connection": self.conn_id,
-            "client_name": self.client_name,
-            "user_id": self.user_id,
-            "transport": self.transport,
-            "remote_address": self.peer,
-            "client_version": self.client_version,
-            "subscriptions": len(self.subscriptions),
-            "queued_bytes": self.out_bytes,
-            "messages_in": self.messages_in,
-            "messages_out": self.messages_out,
-            "connected_at": self.connected_at,
-        }
