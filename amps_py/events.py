@@ -95,6 +95,11 @@ ACTION_FAILED: Final = "16-0001"
 ACTION_RUN: Final = "16-0002"
 
 
+#: a SOW topic's store was (re)built from the journal, or set aside as unreadable
+SOW_STORE_REBUILT: Final = "17-0001"
+#: a journaled SOW record could not be applied (it names the record and why)
+SOW_RECORD_UNREADABLE: Final = "17-0002"
+
 def extra(code: str) -> dict[str, str]:
     """The ``extra=`` mapping that tags a log record with an event code."""
     return {"code": code}

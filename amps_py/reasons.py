@@ -61,6 +61,11 @@ JOURNAL_CORRUPT: Final = "journal corrupt"
 JOURNAL_UNAVAILABLE: Final = "journal unavailable"
 #: a publish was queued but its journal write failed (persisted failure ack)
 JOURNAL_WRITE_FAILED: Final = "journal write failed"
+#: a message of a SOW topic whose key cannot be read from it (not JSON, or a Key
+#: field missing)
+PARSE_ERROR: Final = "parse error"
+#: a SOW key (``k``) that is missing where the topic has no Key, or not a valid key
+BAD_SOW_KEY: Final = "bad sow key"
 #: no logon within the transport's LogonTimeout (then the connection closes)
 LOGON_TIMEOUT: Final = "logon timeout"
 #: a frame unfinished after IncompleteMessageTimeout (then the connection closes)

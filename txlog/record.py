@@ -293,14 +293,19 @@ class RecordCodec:
         pos = _FIXED_SIZE + n_client + n_origin
         try:
             topic = value[pos : pos + n_topic].decode()
-            cid = ""
-            if n_cid:
-                start = pos + n_topic + n_mtype + n_sow
+            cid = sow_key = ""
+            if n_cid or n_sow:
+                start = pos + n_topic + n_mtype
+                if n_sow:
+                    sow_key = value[start : start + n_sow].decode()
+                start += n_sow
                 cid = value[start : start + n_cid].decode()
         except UnicodeDecodeError as exc:
             raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
         payload = self._payload(value, end, fields[3], expected_txid)
-        return DeliveryView(fields[4], fields[5], fields[6], topic, cid, fields[9], payload)
+        return DeliveryView(
+            fields[4], fields[5], fields[6], topic, cid, fields[9], payload, fields[2], sow_key
+        )
 
     def route_view(self, value: bytes, expected_txid: int) -> RouteView:
         """Decode only the routing fields (CRC still checked). Raises CorruptRecord."""
@@ -571,6 +576,10 @@ class DeliveryView(NamedTuple):
     correlation_id: str
     local_ts: int
     payload: bytes
+    #: the record's :class:`Kind` (a SOW delete is not delivered as a publish)
+    kind: int = 1
+    #: the SOW key of a record of a SOW topic ("" otherwise)
+    sow_key: str = ""
 
 
 #: the fixed fields of a stored record, in :attr:`StoredRecords.fields` order (the

@@ -62,6 +62,11 @@ def correlation_part(correlation_id: Any) -> bytes:
     return b',"x":' + orjson.dumps(str(correlation_id)) if correlation_id else b""
 
 
+def sow_key_part(sow_key: str) -> bytes:
+    """The ``k`` piece: the SOW key of a message of a SOW topic."""
+    return b',"k":' + orjson.dumps(sow_key)
+
+
 def timestamp_part(ts_us: int) -> bytes:
     """The ``ts`` piece for the ``timestamp`` option: ``ts_us`` (µs since the epoch,
     UTC), or now for 0."""

@@ -19,6 +19,7 @@ from amps_py.protocol.messages import (
     correlation_part,
     frame_head,
     sids_part,
+    sow_key_part,
     timestamp_part,
     topic_head,
 )
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 
     from .session import Session
     from .subscriptions import Subscription
+
+#: the record kind of a SOW delete (txlog.record.Kind.SOW_DELETE)
+_SOW_DELETE: Final = 3
 
 #: the topic-head cache is emptied past this many topics
 _MAX_CACHED_TOPICS: Final = 100_000
@@ -75,6 +79,7 @@ class Delivery:
         subs: Sequence[Subscription],
         correlation_id: Any,
         local_ts: int,
+        sow_key: str = "",
     ) -> None:
         """Deliver one message to the matching live subscriptions.
 
@@ -87,6 +92,8 @@ class Delivery:
             return
         head = self.topic_head(topic)
         tail = correlation_part(correlation_id)
+        if sow_key:
+            tail += sow_key_part(sow_key)
         bm = bookmark_part(bookmark)
         size = len(payload)
         groups = _by_session(chosen)
@@ -125,12 +132,16 @@ class Delivery:
             topic = view.topic
             if (topic != sub.topic) if exact else not sub.topic_matches(topic):
                 continue
+            if view.kind == _SOW_DELETE:
+                continue  # a SOW delete is not a message (oof messages are live only)
             payload = view.payload
             if flt is not None and not flt.matches(parse_json(payload)):
                 continue
             last = view
             header = self.topic_head(topic) + suffix + bookmark_part_of(view.pub_hash, view.seq)
             header += correlation_part(view.correlation_id)
+            if view.sow_key:
+                header += sow_key_part(view.sow_key)
             if want_ts:
                 header += timestamp_part(view.local_ts)
             append(frame_head(header, len(payload)))

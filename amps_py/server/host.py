@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .publishing import Publisher
     from .replay import ActiveReplays
     from .session import Session
+    from .sowing import SowState
     from .subscriptions import SubscriptionRegistry
     from .writer import JournalWriter
 
@@ -68,6 +69,12 @@ class SessionHost(ReplayHost, Protocol):
     def entitler(self) -> Entitler: ...
     @property
     def last_durable_bookmark(self) -> str: ...
+    @property
+    def committed_txid(self) -> int: ...
+    @property
+    def sow(self) -> SowState:
+        """The SOW topics and their stores (empty without SOW)."""
+        ...
 
     def next_connection_id(self) -> int: ...
 
@@ -94,7 +101,13 @@ class SessionHost(ReplayHost, Protocol):
     def ledger(self, pub_hash: int) -> PublisherLedger: ...
 
     def publish(
-        self, session: Publisher, topic: str, seq: int, payload: bytes, header: dict[str, Any]
+        self,
+        session: Publisher,
+        topic: str,
+        seq: int,
+        payload: bytes,
+        header: dict[str, Any],
+        kind: int = ...,
     ) -> str:
         """``queued``, ``pending`` or ``done`` (see :meth:`PublishPath.publish`)."""
         ...

@@ -58,7 +58,8 @@ from .names import ClientNames
 from .publishing import PublishPath
 from .replay import ActiveReplays
 from .session import Session
-from .startup import ConfigurationError, open_access_control, open_journal
+from .sowing import SowState
+from .startup import ConfigurationError, open_access_control, open_journal, open_sow
 from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -217,6 +218,11 @@ class Instance:
         return self.publishing.durable_txid
 
     @property
+    def sow(self) -> SowState:
+        """The SOW topics and their stores (empty without SOW)."""
+        return self.publishing.sow
+
+    @property
     def last_durable_bookmark(self) -> str:
         return self.publishing.window.last_bookmark
 
@@ -309,6 +315,9 @@ class Instance:
             async with trio.open_nursery() as nursery:
                 if tl is not None:
                     journal = await trio.to_thread.run_sync(self._open_journal, tl)
+                    if config.sow_topics:
+                        sow = await open_sow(config.sow_topics, journal, tl)
+                        self.publishing.sow, self.publishing.sow_topics = sow, sow.topics
                     writer = self.publishing.open(journal)
                     nursery.start_soon(self._run_writer, writer)
                     if config.replication or config.replication_transport is not None:
@@ -340,6 +349,7 @@ class Instance:
                 )
                 task_status.started(dict(self.listeners.bound))
         finally:
+            self.publishing.sow.close()
             if self.journal is not None:
                 self.journal.close()
             log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))

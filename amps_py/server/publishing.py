@@ -21,17 +21,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import trio
 
 from amps_py import events, reasons
+from amps_py.protocol import messages
 from txlog import Journal, Record, publisher_hash
 
 from .commands import CommandFailed
 from .counters import Counters
-from .delivery import Delivery
+from .delivery import Delivery, parse_json
 from .durability import DurableWindow, Ledgers, PublisherLedger, Release
+from .sowing import PUBLISH, SOW_DELETE, Removed, SowState, SowTopic
 from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter
 
@@ -106,6 +109,9 @@ class PublishPath:
         self.window = DurableWindow()
         #: the connection of each named publisher (by publisher hash)
         self.sessions: dict[int, PublisherSession] = {}
+        #: the SOW topics (none without SOW): commits are applied to their stores
+        self.sow = SowState((), Path("."))
+        self.sow_topics: dict[str, SowTopic] = {}
         self.message_type = "json"
         self._commit_event = trio.Event()
 
@@ -188,7 +194,13 @@ class PublishPath:
 
     # ---------------------------------------------------------------- publishing
     def publish(
-        self, session: Publisher, topic: str, seq: int, payload: bytes, header: dict[str, Any]
+        self,
+        session: Publisher,
+        topic: str,
+        seq: int,
+        payload: bytes,
+        header: dict[str, Any],
+        kind: int = PUBLISH,
     ) -> str:
         """Accept one publish. Returns ``queued`` (waits for the journal), ``pending``
         (a duplicate of a message not yet durable) or ``done`` (duplicate already
@@ -204,6 +216,14 @@ class PublishPath:
         if writer is not None and self.journals_topic(topic):
             if writer.failure:
                 raise CommandFailed(reasons.JOURNAL_UNAVAILABLE, writer.failure)
+            sow_key = ""
+            if self.sow_topics:
+                sow = self.sow_topics.get(topic)
+                if sow is not None and kind != SOW_DELETE:
+                    # before the ledger: a message whose key cannot be read is refused
+                    kind, sow_key, payload = self.sow.prepare(
+                        sow, header, payload, header.get("c") == "delta_publish"
+                    )
             ph = session.pub_hash
             ledger = self.ledgers.of(ph)
             if seq > ledger.high:
@@ -223,18 +243,21 @@ class PublishPath:
                     ledger.accept(seq)  # settled when that record is durable
                     return "pending"
                 ledger.accept(seq)
-            writer.submit(
-                Record(
-                    topic=topic,
-                    payload=payload,
-                    pub_hash=ph,
-                    seq=seq,
-                    client_name=session.client_name,
-                    message_type=self.message_type,
-                    origin=self.instance_name,
-                    correlation_id=str(header.get("x") or ""),
-                )
+            record = Record(
+                topic=topic,
+                payload=payload,
+                pub_hash=ph,
+                seq=seq,
+                client_name=session.client_name,
+                message_type=self.message_type,
+                origin=self.instance_name,
+                correlation_id=str(header.get("x") or ""),
+                kind=kind,
+                sow_key=sow_key,
             )
+            writer.submit(record)
+            if sow_key or kind == SOW_DELETE:
+                self.sow.queued(record)
             return "queued"
         subs = self.registry.match(topic)
         if subs:
@@ -266,6 +289,10 @@ class PublishPath:
         if replication is not None and replication.has_sync:
             upto = replication.durable_txid(self.committed_txid)
         if records:
+            if self.sow_topics:
+                removed = self.sow.apply(records)
+                if removed:
+                    self._out_of_focus(removed)
             self._fan_out_committed(records, holding=upto is not None)
         self._released(self.window.committed(records, dropped, self.committed_txid, upto))
 
@@ -288,7 +315,7 @@ class PublishPath:
             subs = registry.match(rec.topic)
             if split:
                 subs = tuple(s for s in subs if not s.fully_durable)
-            if subs:
+            if subs and rec.kind != SOW_DELETE:
                 fan_out(
                     rec.topic,
                     rec.payload,
@@ -297,7 +324,27 @@ class PublishPath:
                     subs,
                     rec.correlation_id,
                     rec.local_ts,
+                    rec.sow_key,
                 )
+
+    def _out_of_focus(self, removed: list[Removed]) -> None:
+        """``oof`` messages for records a delete removed, to the subscriptions that
+        asked for them (option ``oof``) and that the removed message matched."""
+        for gone in removed:
+            subs = [s for s in self.registry.match(gone.topic) if "oof" in s.options]
+            for entry in gone.entries:
+                for sub in subs:
+                    if sub.filter is None or sub.filter.matches(parse_json(entry.payload)):
+                        sub.session.send(
+                            messages.oof(
+                                gone.topic,
+                                [sub.sub_id],
+                                entry.key,
+                                gone.reason,
+                                entry.payload,
+                                entry.correlation_id or None,
+                            )
+                        )
 
     def _released(self, release: Release) -> None:
         """Act on what became durable: ``fully_durable`` deliveries, persisted acks,
@@ -306,7 +353,7 @@ class PublishPath:
         if release.records and registry.fully_durable:
             for rec in release.records:
                 subs = tuple(s for s in registry.match(rec.topic) if s.fully_durable)
-                if subs:
+                if subs and rec.kind != SOW_DELETE:
                     self.delivery.fan_out(
                         rec.topic,
                         rec.payload,
@@ -315,6 +362,7 @@ class PublishPath:
                         subs,
                         rec.correlation_id,
                         rec.local_ts,
+                        rec.sow_key,
                     )
         if release.settled:
             by_pub = self.sessions
@@ -362,6 +410,8 @@ class PublishPath:
             extra=events.extra(events.JOURNAL_COMMIT_FAILED),
         )
         self._fail_publishes(local, reasons.JOURNAL_WRITE_FAILED, reason)
+        if self.sow_topics:
+            self.sow.forget(records)
         if self.replication is not None:
             # the positions they acknowledged may ride on the failed batch: start over
             self.replication.reset_upstreams("this instance's journal writes are failing")

@@ -61,7 +61,8 @@ from .flow import (
 )
 from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline
 from .logon import LogonRefused, check_authenticated, check_claimed, logon_ack_fields, read_logon
-from .subscribing import on_sow, on_sow_and_subscribe, on_sow_delete, on_subscribe, on_unsubscribe
+from .sow_commands import on_sow, on_sow_delete
+from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
 from .subscriptions import Subscription
 
 if TYPE_CHECKING:
@@ -586,21 +587,8 @@ class Session:
         self.require_entitled(topic, write=True)
         acks = ack_types(header)
         self.messages_in += 1
-        seq = header.get("s")
+        seq = self.publish_seq(header, acks)
         ledger = self.ledger
-        if seq is None:
-            # above every seq held or queued here for this name, from any source
-            if ledger is not None:
-                seq = ledger.high + 1
-            else:  # no journal: the seq only numbers the acks
-                self._auto_seq += 1
-                seq = self._auto_seq
-        elif type(seq) is not int or not 0 <= seq <= MAX_SEQ:
-            raise CommandFailed(
-                reasons.INVALID_SEQ, f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
-            )
-        if "persisted" in acks or (self._always_persisted and "s" in header):
-            self.wants_persisted = True
         outcome = self.instance.publish(self, topic, seq, frame.payload, header)
         if outcome == "done" and ledger is not None:
             ledger.resent_durable(seq)
@@ -612,6 +600,29 @@ class Session:
             self.ack(header, "completed", s=seq)
         if outcome == "done":
             self.persisted_progress()
+
+    def publish_seq(self, header: dict[str, Any], acks: frozenset[str]) -> int:
+        """The seq of a publish or sow_delete: its ``s``, or the next one above every
+        seq held or queued here for this client name. Notes a wish for persisted acks.
+
+        Raises:
+            CommandFailed: ``s`` is not a whole number in range.
+        """
+        seq = header.get("s")
+        if seq is None:
+            ledger = self.ledger
+            if ledger is not None:
+                seq = ledger.high + 1
+            else:  # no journal: the seq only numbers the acks
+                self._auto_seq += 1
+                seq = self._auto_seq
+        elif type(seq) is not int or not 0 <= seq <= MAX_SEQ:
+            raise CommandFailed(
+                reasons.INVALID_SEQ, f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
+            )
+        if "persisted" in acks or (self._always_persisted and "s" in header):
+            self.wants_persisted = True
+        return int(seq)
 
     def start_soon(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (it ends with the session)."""

@@ -16,10 +16,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import trio
+
 from amps_py import auth, events
 from amps_py.config import InstanceConfig, TransactionLogConfig
+from amps_py.config.model import SowTopicConfig
 from txlog import Journal, JournalError
 from txlog.preflight import describe_traces
+
+from .sowing import SowState
 
 log = logging.getLogger("amps_py.server")
 
@@ -213,3 +218,14 @@ def open_access_control(config: InstanceConfig) -> AccessControl:
     except (auth.AuthFileError, ValueError) as exc:
         raise ConfigurationError(str(exc)) from None
     return AccessControl(authenticator, entitler, replication)
+
+
+async def open_sow(
+    topics: tuple[SowTopicConfig, ...], journal: Journal, tl: TransactionLogConfig
+) -> SowState:
+    """Open the SOW topics' stores and apply what of the journal they lack (a missing
+    store is rebuilt from the journal), before anything new commits."""
+    sow = SowState(topics, tl.journal_directory)
+    await trio.to_thread.run_sync(sow.open)
+    await trio.to_thread.run_sync(sow.catch_up, journal)
+    return sow

@@ -1,5 +1,6 @@
 """A session's subscription commands: ``subscribe`` (live, or from a bookmark),
-``sow_and_subscribe``, ``unsubscribe``, and the SOW commands amps-py refuses.
+``sow_and_subscribe`` (on a SOW topic it is handed to :mod:`.sow_commands`) and
+``unsubscribe``.
 
 Each handler takes the :class:`~amps_py.server.session.Session` the command came on
 and acts through its public methods (``ack``, ``send``, ``require_entitled``,
@@ -21,6 +22,7 @@ from amps_py.protocol import Frame, messages
 
 from .commands import CommandFailed, ack_types, options, unsubscribe_ids
 from .replay import persisted_acks, plan_subscription, run_replay
+from .sow_commands import start_sow_and_subscribe
 from .subscriptions import BadTopic, Subscription, compile_topic
 
 if TYPE_CHECKING:
@@ -28,9 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "build_subscription",
-    "on_sow",
     "on_sow_and_subscribe",
-    "on_sow_delete",
     "on_subscribe",
     "on_unsubscribe",
 ]
@@ -98,10 +98,29 @@ def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
     topic = header.get("t")
     if topic and isinstance(topic, str):
         session.require_entitled(topic, write=False)
+        if _is_sow_query(session, topic, header):
+            sub = build_subscription(session, header)
+            old = session.subscriptions.get(sub.sub_id)
+            if old is not None:
+                session.end_subscription(old)
+            start_sow_and_subscribe(session, header, sub)
+            return
     query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
     session.send(messages.group_begin(query_id))
     session.send(messages.group_end(query_id))
     on_subscribe(session, frame)
+
+
+def _is_sow_query(session: Session, topic: str, header: dict[str, Any]) -> bool:
+    """Does ``topic`` name (or, as a regex, match) a SOW topic?"""
+    sow = session.instance.sow
+    if not sow:
+        return False
+    try:
+        pattern = compile_topic(topic, "non_regex_topic" in options(header))
+    except BadTopic:
+        return False  # build_subscription refuses it, saying why
+    return bool(sow.matching(pattern, topic))
 
 
 def _start_bookmark_subscription(
@@ -143,19 +162,3 @@ def on_unsubscribe(session: Session, frame: Frame) -> None:
         session.end_subscription(sub)
     if "processed" in acks:
         session.ack(header, "processed", sub_id=ids)
-
-
-def on_sow(session: Session, frame: Frame) -> None:
-    """``sow``: refused, no topic has a State of the World yet."""
-    raise CommandFailed(
-        reasons.INVALID_TOPIC,
-        f"topic {frame.header.get('t')!r} has no State of the World; SOW topics are not "
-        "supported by amps-py yet",
-    )
-
-
-def on_sow_delete(session: Session, frame: Frame) -> None:
-    """``sow_delete``: refused, there are no SOW or queue topics yet."""
-    raise CommandFailed(
-        reasons.INVALID_TOPIC, "sow_delete needs a SOW or queue topic; amps-py has none yet"
-    )

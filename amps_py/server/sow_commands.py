@@ -1,0 +1,280 @@
+"""The SOW commands of a session: ``sow``, ``sow_and_subscribe`` and ``sow_delete``.
+
+A query reads one point-in-time snapshot of each store it covers, taken in the
+synchronous step that handles the command. Stores change only in that same event loop,
+when commits are applied, so a snapshot holds exactly what was committed and delivered
+when the command arrived. ``sow_and_subscribe`` registers its subscription in that
+step too, paused like a bookmark replay at the snapshot's txid: once the snapshot is
+sent, the replay machinery sends what committed meanwhile and goes live at the seam
+(:func:`~amps_py.server.replay.run_replay`), so no update is lost or duplicated.
+
+Results go out as ``group_begin``, ``sow`` batches of up to ``bs`` records,
+``group_end``, then the ``completed`` and ``stats`` acks the command asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+import trio
+
+from amps_py import reasons
+from amps_py.protocol import Frame, messages
+from amps_py.sow.query import parse_orderby, select
+from amps_py.sow.store import SowEntry
+
+from .commands import CommandFailed, ack_types, options
+from .delivery import parse_json
+from .replay import run_replay
+from .sowing import SOW_DELETE, SowTopic
+from .subscriptions import BadTopic, compile_topic
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger("amps_py.server.session")
+
+#: AMPS refuses a larger batch size
+MAX_BATCH_SIZE: Final = 10_000
+#: records per sow frame when the command does not say (AMPS's default is 1)
+DEFAULT_BATCH_SIZE: Final = 1
+
+
+def _int_option(header: dict[str, Any], opts: dict[str, Any], name: str, short: str) -> int | None:
+    raw = header.get(short, opts.get(name))
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0:
+        raise CommandFailed(
+            reasons.INVALID_OPTIONS, f"{name} must be a whole number of 0 or more, got {raw!r}"
+        )
+    return value
+
+
+class Query:
+    """A parsed SOW query: which topics, which records, in what order, how batched."""
+
+    def __init__(self, session: Session, header: dict[str, Any]) -> None:
+        topic = header.get("t")
+        if not topic or not isinstance(topic, str):
+            raise CommandFailed(reasons.NO_TOPIC, "a SOW query needs a topic (t)")
+        session.require_entitled(topic, write=False)
+        self.topic = topic
+        opts = options(header)
+        try:
+            pattern = compile_topic(topic, "non_regex_topic" in opts)
+        except BadTopic as exc:
+            raise CommandFailed(exc.reason, str(exc)) from None
+        sow = session.instance.sow
+        self.topics: list[SowTopic] = sow.matching(pattern, topic) if sow else []
+        ftext = header.get("f")
+        self.filter = session.instance.compile_filter(str(ftext)) if ftext else None
+        try:
+            self.orderby = parse_orderby(str(header.get("o") or opts.get("orderby") or ""))
+        except ValueError as exc:
+            raise CommandFailed(reasons.INVALID_OPTIONS, str(exc)) from None
+        self.top_n = _int_option(header, opts, "top_n", "top_n")
+        self.skip_n = _int_option(header, opts, "skip_n", "skip_n")
+        batch = _int_option(header, opts, "batch_size", "bs")
+        self.batch_size = max(1, batch if batch is not None else DEFAULT_BATCH_SIZE)
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise CommandFailed(
+                reasons.INVALID_OPTIONS,
+                f"batch size {self.batch_size} is above the largest AMPS allows "
+                f"({MAX_BATCH_SIZE})",
+            )
+        keys = header.get("sow_keys")
+        self.keys = [k for k in str(keys).split(",") if k] if keys else None
+        self.query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
+
+    def matches(self, entry: SowEntry) -> bool:
+        if self.keys is not None and entry.key not in self.keys:
+            return False
+        return self.filter is None or bool(self.filter.matches(parse_json(entry.payload)))
+
+    def collect(self, snapshots: list[tuple[SowTopic, Any]]) -> tuple[list[tuple[str, SowEntry]], int]:
+        """The selected records of every topic (blocking: runs in a worker thread),
+        and how many records matched before top_n/skip_n."""
+        out: list[tuple[str, SowEntry]] = []
+        matched = 0
+        for sow, snapshot in snapshots:
+            try:
+                hits = [e for e in snapshot if self.matches(e)]
+            finally:
+                snapshot.close()
+            matched += len(hits)
+            chosen = select(hits, lambda _e: True, self.orderby, self.top_n, self.skip_n)
+            out.extend((sow.name, e) for e in chosen)
+        return out, matched
+
+
+async def send_results(
+    session: Session,
+    header: dict[str, Any],
+    query: Query,
+    snapshots: list[tuple[SowTopic, Any]],
+    sub_id: str | None = None,
+) -> int:
+    """Send one query's results: group_begin, batches, group_end; returns how many
+    records went out."""
+    entries, matched = await trio.to_thread.run_sync(query.collect, snapshots)
+    session.send(messages.group_begin(query.query_id))
+    size = query.batch_size
+    for start in range(0, len(entries), size):
+        chunk = entries[start : start + size]
+        by_topic: dict[str, list[SowEntry]] = {}
+        for topic, entry in chunk:
+            by_topic.setdefault(topic, []).append(entry)
+        for topic, batch in by_topic.items():
+            session.send(
+                messages.sow_batch(
+                    topic,
+                    query.query_id,
+                    [(e.key, e.payload, e.correlation_id, e.bookmark, e.ts_us) for e in batch],
+                    sub_id=sub_id,
+                )
+            )
+        session.messages_out += len(chunk)
+        await session.wait_outbox_below()
+    session.send(messages.group_end(query.query_id))
+    acks = ack_types(header)
+    if "stats" in acks:
+        session.ack(
+            header,
+            "stats",
+            query_id=query.query_id,
+            records_returned=len(entries),
+            topic_matches=len(query.topics),
+            matches=matched,
+        )
+    return len(entries)
+
+
+def _snapshots(query: Query) -> list[tuple[SowTopic, Any]]:
+    return [(sow, sow.store.snapshot()) for sow in query.topics]
+
+
+def on_sow(session: Session, frame: Frame) -> None:
+    """``sow``: query the State of the World of a topic (or of every SOW topic a regex
+    topic matches)."""
+    header = frame.header
+    query = Query(session, header)
+    if not query.topics:
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            f"topic {query.topic!r} has no State of the World; add a SOW/Topic for it to "
+            "the config to query it",
+        )
+    snapshots = _snapshots(query)
+
+    async def run() -> None:
+        await send_results(session, header, query, snapshots)
+        if "completed" in ack_types(header):
+            session.ack(header, "completed", query_id=query.query_id)
+
+    if "processed" in ack_types(header):
+        session.ack(header, "processed", query_id=query.query_id)
+    session.start_soon(run)
+
+
+def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) -> None:
+    """``sow_and_subscribe`` on a SOW topic: the snapshot, then what committed since,
+    then live (``sub`` is built, not registered)."""
+    query = Query(session, header)
+    instance = session.instance
+    snapshots = _snapshots(query)
+    # paused at the snapshot: the registry skips it until the replay flips it live
+    cursor = instance.committed_txid
+    sub.live = False
+    sub.journaled_only = True
+    sub.delivered_upto = cursor
+    session.subscriptions[sub.sub_id] = sub
+    instance.registry.add(sub)
+
+    async def run() -> None:
+        await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
+        await run_replay(session, sub, cursor, None, header.get("cid"))
+
+    if "processed" in sub.acks:
+        session.ack(header, "processed", sub_id=sub.sub_id)
+    session.start_soon(run)
+
+
+def on_sow_delete(session: Session, frame: Frame) -> None:
+    """``sow_delete`` by filter, by ``sow_keys`` or by data: the records it selects
+    are removed by one journaled delete record (replicated like a publish)."""
+    header = frame.header
+    topic = header.get("t")
+    if not topic or not isinstance(topic, str):
+        raise CommandFailed(reasons.NO_TOPIC, "sow_delete needs a topic (t)")
+    session.require_entitled(topic, write=True)
+    state = session.instance.sow
+    sow = state.get(topic) if state else None
+    if sow is None:
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            f"topic {topic!r} has no State of the World; sow_delete needs a SOW topic",
+        )
+    keys = _delete_selection(session, sow, header, frame.payload)
+    acks = ack_types(header)
+    session.messages_in += 1
+    seq = session.publish_seq(header, acks)
+    outcome = session.instance.publish(
+        session, topic, seq, orjson.dumps({"keys": keys}), header, kind=SOW_DELETE
+    )
+    if outcome == "done":
+        session.persisted_progress()
+    query_id = str(header.get("query_id") or header.get("cid") or "")
+    if "processed" in acks:
+        session.ack(header, "processed", s=seq, query_id=query_id)
+    if "stats" in acks:
+        session.ack(
+            header,
+            "stats",
+            query_id=query_id,
+            records_deleted=len(keys),
+            topic_matches=1,
+            matches=len(keys),
+        )
+
+
+def _delete_selection(
+    session: Session, sow: SowTopic, header: dict[str, Any], payload: bytes
+) -> list[str]:
+    """The keys a sow_delete removes: by ``sow_keys``, by data (the key the message
+    would have), or by filter (``1=1``: all)."""
+    if header.get("sow_keys"):
+        wanted = [k for k in str(header["sow_keys"]).split(",") if k]
+        return [k for k in wanted if sow.current(k) is not None]
+    if payload:
+        state = session.instance.sow
+        assert state is not None
+        _kind, key, _payload = state.prepare(sow, header, payload, delta=False)
+        return [key] if sow.current(key) is not None else []
+    ftext = header.get("f")
+    if not ftext:
+        raise CommandFailed(
+            reasons.BAD_FILTER,
+            "sow_delete needs a filter (f; 1=1 removes every record), sow_keys or a message",
+        )
+    flt = session.instance.compile_filter(str(ftext))
+    found: list[str] = []
+    seen: set[str] = set()
+    for key, rec in sow.queued.items():
+        seen.add(key)
+        if rec.kind != SOW_DELETE and flt.matches(parse_json(rec.payload)):
+            found.append(key)
+    snapshot = sow.store.snapshot()
+    try:
+        for entry in snapshot:
+            if entry.key not in seen and flt.matches(parse_json(entry.payload)):
+                found.append(entry.key)
+    finally:
+        snapshot.close()
+    return found

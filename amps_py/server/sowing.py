@@ -1,0 +1,307 @@
+"""State of the World in the server: which topics keep one, their stores, and what a
+publish, a commit and a delete do to them (no trio: the session and the publish path
+call it synchronously).
+
+SOW state is derived from the journal. Every committed record of a SOW topic, published
+here or received by replication, is applied to its topic's store in txid order, in the
+same synchronous step that fans it out (:meth:`SowState.apply` from
+``PublishPath.on_commit``). So at any point the event loop runs, a store holds exactly
+the committed records that were delivered, which is what makes ``sow_and_subscribe``
+atomic; replicas build the same state from the same records; and a store that is
+missing is rebuilt by applying the journal again (:meth:`SowState.catch_up`).
+
+Record kinds (:class:`txlog.record.Kind`):
+
+- ``PUBLISH``: insert or replace the record of ``Record.sow_key``;
+- ``DELTA_PUBLISH``: its payload is the message already merged with the stored one
+  (:meth:`SowState.prepare`), stored like a publish;
+- ``SOW_DELETE``: ``{"keys": [...]}`` names the records a ``sow_delete`` removed; the
+  keys were resolved where the command ran, so every instance removes the same ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from amps_py import events, reasons
+from amps_py.config.model import SowTopicConfig
+from amps_py.sow.keys import SowKeyer, SowKeyError
+from amps_py.sow.merge import delta_merge
+from amps_py.sow.store import SowEntry, SowStore, SowStoreError
+from txlog import Journal, Record
+from txlog.record import Kind
+
+from .commands import CommandFailed
+
+log = logging.getLogger("amps_py.server.sow")
+
+PUBLISH: Final = int(Kind.PUBLISH)
+DELTA_PUBLISH: Final = int(Kind.DELTA_PUBLISH)
+SOW_DELETE: Final = int(Kind.SOW_DELETE)
+
+#: records read per journal batch while a store catches up
+CATCH_UP_BATCH: Final = 4096
+
+
+def parse_document(payload: bytes, topic: str) -> Any:
+    """The JSON document of a message for a SOW topic with keys.
+
+    Raises:
+        CommandFailed: the payload is not JSON (its key cannot be read).
+    """
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise CommandFailed(
+            reasons.PARSE_ERROR,
+            f"SOW topic {topic!r} reads its key from the message, which is not JSON ({exc})",
+        ) from None
+
+
+@dataclass
+class Removed:
+    """Records a commit removed from a SOW topic (their ``oof`` messages go out)."""
+
+    topic: str
+    entries: list[SowEntry]
+    reason: str
+
+
+class SowTopic:
+    """One SOW topic: its config, its key rule, its store, and the publishes queued for
+    it that are not committed yet (a delta merges onto the newest of them)."""
+
+    def __init__(self, config: SowTopicConfig, store: SowStore) -> None:
+        self.config = config
+        self.name = config.name
+        self.store = store
+        self.keyer = SowKeyer(config.name, config.keys, config.key_domain)
+        #: key -> the newest record queued for the journal and not committed yet
+        self.queued: dict[str, Record] = {}
+
+    def key_of(self, header: dict[str, Any], doc: Any) -> str:
+        """The SOW key of a message: from its configured Key fields, else the
+        publisher's explicit ``k``."""
+        if self.config.keys:
+            try:
+                return self.keyer.key_of(doc)
+            except SowKeyError as exc:
+                raise CommandFailed(reasons.PARSE_ERROR, str(exc)) from None
+        k = header.get("k")
+        if not k:
+            raise CommandFailed(
+                reasons.BAD_SOW_KEY,
+                f"SOW topic {self.name!r} has no Key: publish with an explicit SOW key (k)",
+            )
+        try:
+            return self.keyer.explicit_key(str(k))
+        except SowKeyError as exc:
+            raise CommandFailed(reasons.BAD_SOW_KEY, str(exc)) from None
+
+    def current(self, key: str) -> bytes | None:
+        """The newest message of ``key``: queued, else stored, else None."""
+        rec = self.queued.get(key)
+        if rec is not None:
+            return None if rec.kind == SOW_DELETE else rec.payload
+        entry = self.store.get(key)
+        return entry.payload if entry is not None else None
+
+
+class SowState:
+    """The instance's SOW topics (none when the config has no ``SOW``)."""
+
+    def __init__(self, configs: Sequence[SowTopicConfig], journal_directory: Path) -> None:
+        self.configs = tuple(configs)
+        self.base = journal_directory / "sow"
+        self.topics: dict[str, SowTopic] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.configs)
+
+    def store_directory(self, config: SowTopicConfig) -> Path:
+        if config.file_name is not None:
+            return config.file_name
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in config.name)
+        return self.base / safe
+
+    def open(self) -> None:
+        """Open every topic's store (blocking: run it in a worker thread). A store that
+        cannot be read is set aside and rebuilt from the journal, saying so."""
+        for config in self.configs:
+            directory = self.store_directory(config)
+            transient = config.durability == "transient"
+            try:
+                store = SowStore(directory, config.name, transient=transient)
+            except SowStoreError as exc:
+                aside = directory.with_name(directory.name + ".damaged")
+                shutil.rmtree(aside, ignore_errors=True)
+                directory.rename(aside)
+                log.error(
+                    "SOW store of topic %s cannot be read (%s); moved to %s and rebuilt "
+                    "from the journal",
+                    config.name,
+                    exc,
+                    aside,
+                    extra=events.extra(events.SOW_STORE_REBUILT),
+                )
+                store = SowStore(directory, config.name, transient=transient)
+            self.topics[config.name] = SowTopic(config, store)
+
+    def close(self) -> None:
+        for topic in self.topics.values():
+            topic.store.close()
+
+    def get(self, topic: str) -> SowTopic | None:
+        return self.topics.get(topic)
+
+    def matching(self, pattern: Any, topic: str) -> list[SowTopic]:
+        """The SOW topics a query on ``topic`` covers, in configuration order: the one
+        named ``topic``, or every one a regex topic matches."""
+        if pattern is None:
+            found = self.topics.get(topic)
+            return [found] if found is not None else []
+        return [t for t in self.topics.values() if pattern.search(t.name)]
+
+    # ---------------------------------------------------------------- publishing
+    def prepare(
+        self, sow: SowTopic, header: dict[str, Any], payload: bytes, delta: bool
+    ) -> tuple[int, str, bytes]:
+        """(record kind, SOW key, payload to journal) of a publish to ``sow``. A delta
+        is merged onto the newest message of its key here, so the merged message is
+        what is journaled, replicated and delivered; a delta to no record is an insert.
+        """
+        doc = parse_document(payload, sow.name) if (sow.config.keys or delta) else None
+        key = sow.key_of(header, doc)
+        if not delta:
+            return PUBLISH, key, payload
+        stored = sow.current(key)
+        if stored is None:
+            return DELTA_PUBLISH, key, payload
+        merged = delta_merge(parse_document(stored, sow.name), doc)
+        return DELTA_PUBLISH, key, orjson.dumps(merged)
+
+    def queued(self, record: Record) -> None:
+        """``record`` (of a SOW topic) was queued for the journal: until it commits, it
+        is the newest message of its key(s) (a delta merges onto it)."""
+        sow = self.topics.get(record.topic)
+        if sow is not None:
+            for key in _keys_of(record):
+                sow.queued[key] = record
+
+    def forget(self, records: Iterable[Record]) -> None:
+        """These queued records will never commit (the commit failed)."""
+        for rec in records:
+            sow = self.topics.get(rec.topic)
+            if sow is not None:
+                for key in _keys_of(rec):
+                    if sow.queued.get(key) is rec:
+                        del sow.queued[key]
+
+    # ---------------------------------------------------------------- applying commits
+    def apply(self, records: Sequence[Record]) -> list[Removed]:
+        """Apply committed records to their topics' stores (one write per topic);
+        return what deletes removed, for ``oof`` messages."""
+        by_topic: dict[str, list[Record]] = {}
+        for rec in records:
+            if rec.topic in self.topics:
+                by_topic.setdefault(rec.topic, []).append(rec)
+        removed: list[Removed] = []
+        for name, recs in by_topic.items():
+            gone = self._apply_topic(self.topics[name], recs)
+            if gone:
+                removed.append(Removed(name, gone, "deleted"))
+        return removed
+
+    def _apply_topic(self, sow: SowTopic, records: list[Record]) -> list[SowEntry]:
+        upserts: dict[str, SowEntry] = {}
+        deletes: dict[str, None] = {}
+        gone: list[SowEntry] = []
+        store = sow.store
+        for rec in records:
+            for key in _keys_of(rec):
+                if sow.queued.get(key) is rec:
+                    del sow.queued[key]
+            if rec.kind == SOW_DELETE:
+                for key in _delete_keys(rec):
+                    old = upserts.pop(key, None) or store.get(key)
+                    if old is not None:
+                        gone.append(old)
+                        deletes[key] = None
+                continue
+            key = rec.sow_key
+            if not key:
+                continue  # journaled before the topic kept a SOW: nothing to key it by
+            deletes.pop(key, None)
+            upserts[key] = SowEntry(
+                key, rec.txid, rec.bookmark, rec.correlation_id, rec.local_ts, rec.payload
+            )
+        store.apply(list(upserts.values()), list(deletes), records[-1].txid)
+        return gone
+
+    def catch_up(self, journal: Journal) -> int:
+        """Apply the journal records each store has not applied yet (blocking: at
+        startup, in a worker thread); returns how many records were applied."""
+        if not self.topics:
+            return 0
+        start = min(t.store.applied_txid for t in self.topics.values())
+        applied = 0
+        after = start
+        while True:
+            batch = journal.read(after, CATCH_UP_BATCH)
+            if not batch:
+                break
+            after = batch[-1].txid
+            fresh = [
+                rec
+                for rec in batch
+                if rec.topic in self.topics and rec.txid > self.topics[rec.topic].store.applied_txid
+            ]
+            if fresh:
+                self.apply(fresh)
+                applied += len(fresh)
+        if applied:
+            log.info(
+                "SOW: applied %d journal record(s) to the stores of %s",
+                applied,
+                ", ".join(self.topics),
+                extra=events.extra(events.SOW_STORE_REBUILT),
+            )
+        return applied
+
+    def statistics(self) -> dict[str, dict[str, int]]:
+        return {
+            name: {
+                "records": t.store.count,
+                "bytes": t.store.bytes,
+                "applied_txid": t.store.applied_txid,
+            }
+            for name, t in self.topics.items()
+        }
+
+
+def _keys_of(record: Record) -> list[str]:
+    """The SOW keys a record changes."""
+    if record.kind == SOW_DELETE:
+        return _delete_keys(record)
+    return [record.sow_key] if record.sow_key else []
+
+
+def _delete_keys(record: Record) -> list[str]:
+    try:
+        keys = orjson.loads(record.payload).get("keys", [])
+    except (orjson.JSONDecodeError, AttributeError):
+        log.error(
+            "SOW delete record %s (txid %d) is not readable; nothing removed",
+            record.bookmark,
+            record.txid,
+            extra=events.extra(events.SOW_RECORD_UNREADABLE),
+        )
+        return []
+    return [str(k) for k in keys]
