@@ -9,6 +9,7 @@ amps-py txlog info|dump|verify PATH    inspect a journal directory
 amps-py txlog compress|archive|remove PATH ID   maintain a stopped instance's journals
 amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
+amps-py sow TOPIC [--uri URI]          print a SOW topic's records, one per line
 amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
 amps-py pipeline stats JOURNAL...      topic and publisher statistics (Spark)
 amps-py pipeline export JOURNAL OUT    journal records to Parquet, incrementally
@@ -21,7 +22,8 @@ a terminal, and nothing extra when piped.
 
 Each command group lives in its own module, registered on :func:`main` here:
 ``cli_config``, ``cli_txlog``, ``cli_users``, ``cli_admin``, ``cli_pipeline``
-(``cli_client`` holds what publish and subscribe need; ``cli_common`` what all share).
+(``cli_client`` holds what publish, subscribe and sow need; ``cli_common`` what all
+share).
 """
 
 from __future__ import annotations
@@ -575,6 +577,93 @@ def subscribe(
         contextlib.suppress(KeyboardInterrupt),
     ):
         trio.run(run)
+
+
+@main.command(epilog=_URI_HELP)
+@click.argument("topic")
+@click.option("--filter", "filter_", default=None, help='Content filter, e.g. "/qty > 10".')
+@click.option("--top-n", type=click.IntRange(min=0), default=None, help="At most N records.")
+@click.option(
+    "--orderby", default=None, help='Sort order, e.g. "/qty DESC,/id" (unordered without it).'
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000),
+    default=10,
+    show_default=True,
+    help="Records per result frame from the server.",
+)
+@click.option(
+    "--uri",
+    default=None,
+    help="The instance to ask; default: the embedded default's tcp://127.0.0.1:9007/amps/json.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print each record as {"key", "bookmark", "data"} instead of its payload.',
+)
+@click.option("--name", default=None, help="Client name.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=60,
+    show_default=True,
+    help="Seconds allowed to connect, log on and receive the whole result.",
+)
+@_ca_file_option
+@_user_option
+@_password_env_option
+def sow(
+    topic: str,
+    filter_: str | None,
+    top_n: int | None,
+    orderby: str | None,
+    batch_size: int,
+    uri: str | None,
+    as_json: bool,
+    name: str | None,
+    timeout: float,
+    ca_file: str | None,
+    user: str | None,
+    password_env: str,
+) -> None:
+    """Print the records of the SOW topic TOPIC (State of the World), one per line.
+
+    Each line is a record's payload, or with --json a JSON object {key, bookmark,
+    data}. A last line on stderr counts them. Exit status 0, or 1 with a line on
+    stderr when the query was refused (e.g. `invalid topic`: TOPIC has no SOW) or
+    failed.
+    """
+    from amps_py.cli_client import DEFAULT_URI, sow_record_line, sow_summary
+    from amps_py.client import open_client
+
+    target = uri or DEFAULT_URI
+    credentials = _credentials(target, user, password_env)
+    client_name = _client_name(name, "sow")
+    out = sys.stdout
+
+    async def run() -> tuple[int, dict[str, int]]:
+        async with open_client(
+            target, client_name, timeout=timeout, ca_file=ca_file, **credentials.logon_fields()
+        ) as client:
+            records = await client.sow(
+                topic,
+                filter_,
+                top_n=top_n,
+                orderby=orderby,
+                batch_size=batch_size,
+                timeout=timeout,
+            )
+        for record in records:
+            out.write(sow_record_line(record, as_json) + "\n")
+        out.flush()
+        return len(records), records.stats
+
+    with _client_errors(credentials, client_name, password_env, topic):
+        count, stats = trio.run(run)
+    click.echo(sow_summary(topic, count, stats), err=True)
 
 
 for group in (admin, config, pipeline, txlog, users):

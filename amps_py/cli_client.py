@@ -1,7 +1,7 @@
-"""What the ``amps-py`` client commands (publish, subscribe) need beyond the client
+"""What the ``amps-py`` client commands (publish, subscribe, sow) need beyond the client
 library: credentials from flags, the URI and the environment; error lines that say how
-to fix a refusal; progress on a terminal; and, when a persisted ack does not come, which
-replication destinations the instance is waiting for.
+to fix a refusal; progress on a terminal; when a persisted ack does not come, which
+replication destinations the instance is waiting for; and how a sow record is printed.
 
 Everything here is plain functions over values (no sockets, no trio), except
 :func:`fetch_instance`, which asks an admin API over HTTP, and :func:`progress`, which
@@ -17,10 +17,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from amps_py.client import CommandError, parse_uri
+import orjson
+
+from amps_py.client import CommandError, SowRecord, parse_uri
 
 #: the admin API port of the embedded default (``Admin/InetAddr`` 127.0.0.1:8085)
 DEFAULT_ADMIN_PORT: Final = 8085
+#: the client transport of the embedded default (``amps-py serve`` without a config)
+DEFAULT_URI: Final = "tcp://127.0.0.1:9007/amps/json"
 
 
 class CredentialsError(ValueError):
@@ -99,6 +103,28 @@ def explain_refusal(
             "Entitlement rules decide); log on as a user who may, with --user NAME"
         )
     return str(exc)
+
+
+def sow_record_line(record: SowRecord, as_json: bool) -> str:
+    """How ``amps-py sow`` prints one record: its payload as text, or with ``as_json``
+    a JSON object ``{"key", "bookmark", "data"}`` whose ``data`` is the payload parsed
+    as JSON (its text when it is not JSON). Never contains a line break unless the
+    payload text itself does."""
+    if not as_json:
+        return record.data.decode(errors="replace")
+    try:
+        data: Any = orjson.loads(record.data)
+    except orjson.JSONDecodeError:
+        data = record.data.decode(errors="replace")
+    return orjson.dumps({"key": record.key, "bookmark": record.bookmark, "data": data}).decode()
+
+
+def sow_summary(topic: str, count: int, stats: Mapping[str, int]) -> str:
+    """The line ``amps-py sow`` writes on stderr after the records."""
+    line = f"amps-py: {count} record(s) from {topic}"
+    if "matches" in stats and "topic_matches" in stats:
+        line += f" ({stats['matches']} matched of {stats['topic_matches']} in the topic)"
+    return line
 
 
 # ------------------------------------------------------------------ persisted-ack waits

@@ -110,6 +110,86 @@ CASES: list[tuple[str, bytes, dict[str, Any], bytes]] = [
     ("heartbeat", messages.HEARTBEAT, {"c": "heartbeat"}, b""),
     ("group begin", messages.group_begin("q"), {"c": "group_begin", "query_id": "q"}, b""),
     ("group end", messages.group_end("q"), {"c": "group_end", "query_id": "q"}, b""),
+    (
+        "sow batch",
+        messages.sow_batch(
+            "orders",
+            "q1",
+            [
+                ("11", b'{"id":11}', None, "", 0),
+                ("12", b'{"id":12,"s":"}{"}', "abc", "5|7|", 1_706_702_400_123_456),
+            ],
+        ),
+        {"c": "sow", "t": "orders", "query_id": "q1", "bs": 2},
+        b'{"k":"11","l":9}{"id":11}'
+        b'{"k":"12","l":18,"x":"abc","bm":"5|7|","ts":"20240131T120000.123456Z"}'
+        b'{"id":12,"s":"}{"}',
+    ),
+    (
+        "sow batch of a sow_and_subscribe, empty payload",
+        messages.sow_batch("t", "q", [("k1", b"", "", "", 0)], sub_id="s9"),
+        {"c": "sow", "t": "t", "query_id": "q", "sub_id": "s9", "bs": 1},
+        b'{"k":"k1","l":0}',
+    ),
+    (
+        "oof deleted",
+        messages.oof("orders", "s1", "11", "deleted", b'{"id":11}', "abc"),
+        {
+            "c": "oof",
+            "t": "orders",
+            "sub_id": "s1",
+            "k": "11",
+            "reason": "deleted",
+            "x": "abc",
+            "l": 9,
+        },
+        b'{"id":11}',
+    ),
+    (
+        "oof to several subscriptions",
+        messages.oof("orders", ["a", "b"], "12", "match", b"{}"),
+        {
+            "c": "oof",
+            "t": "orders",
+            "sub_id": "a",
+            "sids": "a,b",
+            "k": "12",
+            "reason": "match",
+            "l": 2,
+        },
+        b"{}",
+    ),
+    (
+        "sow stats ack",
+        messages.ack(
+            "stats", cid="4", query_id="q1", records_returned=2, topic_matches=10, matches=3
+        ),
+        {
+            "c": "ack",
+            "a": "stats",
+            "cid": "4",
+            "status": "success",
+            "query_id": "q1",
+            "records_returned": 2,
+            "topic_matches": 10,
+            "matches": 3,
+        },
+        b"",
+    ),
+    (
+        "sow_delete stats ack",
+        messages.ack("stats", cid="5", records_deleted=4, topic_matches=9, matches=4),
+        {
+            "c": "ack",
+            "a": "stats",
+            "cid": "5",
+            "status": "success",
+            "records_deleted": 4,
+            "topic_matches": 9,
+            "matches": 4,
+        },
+        b"",
+    ),
 ]
 
 

@@ -1,4 +1,7 @@
-"""The amps-py trio client: :func:`open_client`, :class:`Client`, subscriptions, URIs."""
+"""The amps-py trio client: :func:`open_client`, :class:`Client`, subscriptions, SOW
+queries (:class:`SowRecord`), URIs."""
+
+from amps_py.protocol import SowRecord
 
 from .client import (
     AMPSError,
@@ -6,6 +9,8 @@ from .client import (
     CommandError,
     ConnectionLost,
     Message,
+    SowResult,
+    SowSubscription,
     Subscription,
     open_client,
 )
@@ -19,6 +24,9 @@ __all__ = [
     "ConnectionLost",
     "Message",
     "ServerURI",
+    "SowRecord",
+    "SowResult",
+    "SowSubscription",
     "Subscription",
     "open_client",
     "parse_uri",

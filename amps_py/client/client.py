@@ -9,6 +9,19 @@ Use it through :func:`open_client`, which connects, logs on and owns the reader 
             async for message in sub:
                 ...
 
+State of the World: :meth:`Client.sow` returns a topic's current records,
+:meth:`Client.sow_and_subscribe` yields them (``message.snapshot`` is true) and then the
+live stream (publishes, and ``oof`` messages when a record leaves the subscription),
+:meth:`Client.sow_delete` deletes records and returns the server's counts, and
+:meth:`Client.delta_publish` publishes a delta the server merges into the record::
+
+        records = await client.sow("orders", "/qty > 10", orderby="/qty DESC", top_n=5)
+        async with client.sow_and_subscribe("orders", options="oof") as sub:
+            async for message in sub:
+                if message.snapshot: ...      # the records at subscribe time
+                elif message.command == "oof": ...  # message.key left (message.reason)
+                else: ...                     # a live publish
+
 A ``tcps://`` URI connects with TLS (1.2 or later), verifying the server's certificate
 against the system's CAs, or against ``ca_file`` (a PEM file; for a self-signed server,
 its certificate), for the URI's host or ``server_hostname``::
@@ -30,14 +43,21 @@ import itertools
 import math
 import os
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import trio
 
-from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol import (
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    SowRecord,
+    encode_frame,
+    split_sow_batch,
+)
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
 from amps_py.trio_util import unwrapping_groups
 
@@ -45,6 +65,20 @@ from .uri import BadURI, ServerURI, parse_uri
 
 #: Oldest TLS version a ``tcps://`` connection accepts (TLS 1.0/1.1 are deprecated).
 MIN_TLS_VERSION = ssl.TLSVersion.TLSv1_2
+
+#: the counters a ``stats`` ack may carry (sow family and sow_delete)
+STATS_FIELDS: Final = frozenset(
+    {
+        "records_returned",
+        "records_deleted",
+        "records_inserted",
+        "records_updated",
+        "topic_matches",
+        "matches",
+    }
+)
+#: the largest ``batch_size`` the server accepts for a query (AMPS refuses larger)
+MAX_BATCH_SIZE: Final = 10_000
 
 
 class AMPSError(Exception):
@@ -70,7 +104,13 @@ class ConnectionLost(AMPSError):
 
 
 class Message:
-    """A message delivered to a subscription."""
+    """A message delivered to a subscription.
+
+    ``command`` says what it is: ``publish`` (a live message), ``sow`` (a record of a
+    ``sow_and_subscribe`` snapshot: ``snapshot`` is true) or ``oof`` (the record
+    ``key`` left the subscription for ``reason``: ``deleted``, ``expired``, ``match``,
+    ``entitlement``; ``data`` is its last message, or the new one for ``match``).
+    """
 
     __slots__ = ("bookmark", "data", "header", "sub_id", "topic")
 
@@ -81,11 +121,65 @@ class Message:
         self.bookmark: str = header.get("bm", "")
         self.sub_id: str = header.get("sub_id", "")
 
+    @property
+    def command(self) -> str:
+        """``publish``, ``sow`` or ``oof``."""
+        return str(self.header.get("c", "publish"))
+
+    @property
+    def snapshot(self) -> bool:
+        """True for a record of a ``sow_and_subscribe`` snapshot, False for what
+        came live."""
+        return self.header.get("c") == "sow"
+
+    @property
+    def key(self) -> str:
+        """The SOW key (``k``), or "" when the server sent none."""
+        return str(self.header.get("k", ""))
+
+    @property
+    def correlation_id(self) -> str:
+        return str(self.header.get("x", ""))
+
+    @property
+    def reason(self) -> str:
+        """Why an ``oof`` message left the subscription ("" for other messages)."""
+        return str(self.header.get("reason", ""))
+
     def json(self) -> Any:
         return orjson.loads(self.data)
 
     def __repr__(self) -> str:
-        return f"Message(topic={self.topic!r}, bm={self.bookmark!r}, data={self.data[:60]!r})"
+        kind = "" if self.command == "publish" else f"{self.command}, "
+        return f"Message({kind}topic={self.topic!r}, bm={self.bookmark!r}, data={self.data[:60]!r})"
+
+
+class SowResult(list[SowRecord]):
+    """The records a :meth:`Client.sow` query returned, in the order the server sent
+    them, with the server's ``stats`` ack counters in :attr:`stats`
+    (``records_returned``, ``topic_matches``, ``matches``)."""
+
+    def __init__(self, records: Iterable[SowRecord], stats: dict[str, int]) -> None:
+        super().__init__(records)
+        self.stats = stats
+
+
+def _stats_of(ack: dict[str, Any]) -> dict[str, int]:
+    """The integer counters of a ``stats`` ack."""
+    found: dict[str, int] = {}
+    for name in STATS_FIELDS.intersection(ack):
+        with contextlib.suppress(TypeError, ValueError):
+            found[name] = int(ack[name])
+    return found
+
+
+class _SowQuery:
+    """The results of one :meth:`Client.sow` while they arrive."""
+
+    def __init__(self) -> None:
+        self.records: list[SowRecord] = []
+        self.ended = False
+        self.error: ProtocolError | None = None
 
 
 class Subscription:
@@ -109,6 +203,19 @@ class Subscription:
         self.delivered = 0
         self.persisted_bookmark = ""
         self.failure: dict[str, Any] | None = None
+
+    def _put(self, message: Message) -> None:
+        """Hand a received message to the iterator (from the reader task)."""
+        try:
+            self._send.send_nowait(message)
+            self.delivered += 1
+        except trio.WouldBlock:
+            # The application is not keeping up; drop the oldest behaviour would
+            # hide loss, so fail loudly instead.
+            self.failure = {"reason": "client buffer full"}
+            self._send.close()
+        except trio.ClosedResourceError:
+            pass
 
     def __aiter__(self) -> Subscription:
         return self
@@ -137,6 +244,24 @@ class Subscription:
         await self.client.unsubscribe(self.sub_id)
 
 
+class SowSubscription(Subscription):
+    """A ``sow_and_subscribe``: iterating it yields the snapshot records first
+    (``message.snapshot`` is true, ``message.command == "sow"``), then the live
+    messages (``publish``, and ``oof`` when the subscription asked for option ``oof``).
+
+    ``snapshot_done`` is set at the server's ``group_end`` (every snapshot record has
+    arrived); ``snapshot_size`` counts the snapshot records; ``completed`` (from the
+    base class) is set by the ``completed`` ack, after which ``replayed`` is the
+    snapshot's size; ``stats`` holds the ``stats`` ack's counters once it came.
+    """
+
+    def __init__(self, client: Client, sub_id: str, buffer: float) -> None:
+        super().__init__(client, sub_id, buffer)
+        self.snapshot_done = trio.Event()
+        self.snapshot_size = 0
+        self.stats: dict[str, int] = {}
+
+
 class Client:
     """A logged-on connection. Create it with :func:`open_client`."""
 
@@ -145,8 +270,10 @@ class Client:
         self._stream = stream
         self._decoder = FrameDecoder(max_frame_size=256 * 1024 * 1024)
         self._cids = itertools.count(1)
-        self._waiting: dict[str, tuple[trio.Event, list[dict[str, Any]], int]] = {}
+        # cid -> (event, acks so far, how many acks / which ack types end the wait)
+        self._waiting: dict[str, tuple[trio.Event, list[dict[str, Any]], int | frozenset[str]]] = {}
         self._subs: dict[str, Subscription] = {}
+        self._queries: dict[str, _SowQuery] = {}
         self._send_lock = trio.Lock()
         self._persisted_changed = trio.Event()
         self.seq = 0
@@ -177,9 +304,16 @@ class Client:
         return str(next(self._cids))
 
     async def command(
-        self, header: dict[str, Any], payload: bytes = b"", *, wait: int = 1, timeout: float = 30
+        self,
+        header: dict[str, Any],
+        payload: bytes = b"",
+        *,
+        wait: int | Collection[str] = 1,
+        timeout: float = 30,
     ) -> list[dict[str, Any]]:
-        """Send a command with a fresh ``cid`` and wait for ``wait`` acks for it.
+        """Send a command with a fresh ``cid`` and wait for ``wait`` acks for it (a
+        number of acks, or the ack types that must all have come). A failure ack ends
+        the wait at once.
 
         Raises:
             CommandError: an ack has status failure.
@@ -188,7 +322,8 @@ class Client:
         cid = header.setdefault("cid", self._next_cid())
         event = trio.Event()
         acks: list[dict[str, Any]] = []
-        self._waiting[cid] = (event, acks, wait)
+        want: int | frozenset[str] = wait if isinstance(wait, int) else frozenset(wait)
+        self._waiting[cid] = (event, acks, want)
         try:
             await self._send(header, payload)
             with trio.move_on_after(timeout) as scope:
@@ -200,7 +335,7 @@ class Client:
         for ack in acks:
             if ack.get("status") == "failure":
                 raise CommandError(header["c"], ack)
-        if self.closed is not None and len(acks) < wait:
+        if self.closed is not None and not _acks_complete(acks, want):
             raise ConnectionLost(
                 f"connection closed while waiting for {header['c']}: {self.closed}"
             )
@@ -239,30 +374,74 @@ class Client:
     def _dispatch(self, frame: Frame) -> None:
         header = frame.header
         command = header["c"]
-        if command == "publish":
+        if command == "publish" or command == "oof":
             sid = header.get("sub_id", "")
             sids = header.get("sids")
             targets = sids.split(",") if sids else [sid]
             for target in targets:
                 sub = self._subs.get(target)
                 if sub is not None:
-                    try:
-                        sub._send.send_nowait(Message(header, frame.payload))
-                        sub.delivered += 1
-                    except trio.WouldBlock:
-                        # The application is not keeping up; drop the oldest behaviour would
-                        # hide loss, so fail loudly instead.
-                        sub.failure = {"reason": "client buffer full"}
-                        sub._send.close()
-                    except trio.ClosedResourceError:
-                        pass
+                    sub._put(Message(header, frame.payload))
             return
-        if command == "ack":
+        if command == "sow":
+            self._on_sow_batch(frame)
+        elif command == "group_begin" or command == "group_end":
+            self._on_group(header)
+        elif command == "ack":
             self._on_ack(header)
         elif command == "heartbeat":
             self.heartbeats += 1
             if self._nursery is not None and self.closed is None:
                 self._nursery.start_soon(self._beat)
+
+    def _sow_target(self, header: dict[str, Any]) -> _SowQuery | SowSubscription | None:
+        """Who gets a query's frames: a running :meth:`sow` (by ``query_id``) or a
+        ``sow_and_subscribe`` (by ``sub_id``, else ``query_id``)."""
+        query_id = str(header.get("query_id", ""))
+        query = self._queries.get(query_id)
+        if query is not None:
+            return query
+        sub = self._subs.get(str(header.get("sub_id") or query_id))
+        return sub if isinstance(sub, SowSubscription) else None
+
+    def _on_sow_batch(self, frame: Frame) -> None:
+        target = self._sow_target(frame.header)
+        if target is None:
+            return  # a query given up on (timeout): its late results are dropped
+        try:
+            records = split_sow_batch(frame)
+        except ProtocolError as exc:
+            if isinstance(target, _SowQuery):
+                target.error = target.error or exc
+            else:
+                target.failure = {"reason": exc.reason, "detail": str(exc)}
+                target._send.close()
+            return
+        if isinstance(target, _SowQuery):
+            target.records.extend(records)
+            return
+        head = {"c": "sow", "sub_id": target.sub_id}
+        if "query_id" in frame.header:
+            head["query_id"] = frame.header["query_id"]
+        for record in records:
+            header = {**head, "t": record.topic, "k": record.key}
+            if record.correlation_id:
+                header["x"] = record.correlation_id
+            if record.bookmark:
+                header["bm"] = record.bookmark
+            if record.timestamp:
+                header["ts"] = record.timestamp
+            target.snapshot_size += 1
+            target._put(Message(header, record.data))
+
+    def _on_group(self, header: dict[str, Any]) -> None:
+        target = self._sow_target(header)
+        if target is None or header["c"] == "group_begin":
+            return
+        if isinstance(target, _SowQuery):
+            target.ended = True
+        else:
+            target.snapshot_done.set()
 
     async def _beat(self) -> None:
         with contextlib.suppress(AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -272,8 +451,12 @@ class Client:
         cid = header.get("cid")
         ack_type = header.get("a")
         sub_id = header.get("sub_id")
+        if sub_id is None and header.get("query_id") in self._subs:
+            sub_id = header["query_id"]  # a sow_and_subscribe ack naming the query only
         if sub_id is not None and sub_id in self._subs:
             sub = self._subs[sub_id]
+            if ack_type == "stats" and isinstance(sub, SowSubscription):
+                sub.stats = _stats_of(header)
             if ack_type == "completed":
                 sub.completed_bookmark = header.get("bm", "")
                 if sub.replayed is None:
@@ -289,7 +472,7 @@ class Client:
             if waiting is not None:
                 event, acks, want = waiting
                 acks.append(header)
-                if len(acks) >= want or header.get("status") == "failure":
+                if _acks_complete(acks, want) or header.get("status") == "failure":
                     event.set()
             return
         if sub_id is None and "s" not in header and header.get("status") == "failure":
@@ -325,10 +508,45 @@ class Client:
         return ack
 
     async def publish(
-        self, topic: str, data: bytes | str, *, seq: int | None = None, ack: bool = True
+        self,
+        topic: str,
+        data: bytes | str,
+        *,
+        seq: int | None = None,
+        ack: bool = True,
+        sow_key: str | None = None,
     ) -> int:
         """Publish one message; returns its seq. With ``ack`` the server sends
-        conflated persisted acks; use :meth:`wait_persisted` to wait for durability."""
+        conflated persisted acks; use :meth:`wait_persisted` to wait for durability.
+        ``sow_key`` is the explicit SOW key (``k``) for a SOW topic configured without
+        ``Key`` paths."""
+        return await self._publish("p", topic, data, seq, ack, sow_key)
+
+    async def delta_publish(
+        self,
+        topic: str,
+        data: bytes | str,
+        *,
+        seq: int | None = None,
+        ack: bool = True,
+        sow_key: str | None = None,
+    ) -> int:
+        """Publish a delta: on a SOW topic the server merges the fields of ``data``
+        into the stored record with the same key (fields given replace, others stay;
+        no record: stored as it is) and delivers the merged message; elsewhere it is a
+        plain publish. Sequence numbers and persisted acks as for :meth:`publish`
+        (:meth:`wait_persisted` waits for it)."""
+        return await self._publish("delta_publish", topic, data, seq, ack, sow_key)
+
+    async def _publish(
+        self,
+        command: str,
+        topic: str,
+        data: bytes | str,
+        seq: int | None,
+        ack: bool,
+        sow_key: str | None,
+    ) -> int:
         payload = data.encode() if isinstance(data, str) else data
         if seq is None:
             self.seq += 1
@@ -336,9 +554,11 @@ class Client:
         else:
             self.seq = max(self.seq, seq)
         self.failed_publishes.pop(seq, None)  # sent again: its new fate counts
-        header: dict[str, Any] = {"c": "p", "t": topic, "s": seq}
+        header: dict[str, Any] = {"c": command, "t": topic, "s": seq}
         if ack:
             header["a"] = "persisted"
+        if sow_key is not None:
+            header["k"] = sow_key
         await self._send(header, payload)
         return seq
 
@@ -390,7 +610,6 @@ class Client:
         """
         sid = sub_id or f"s{next(self._cids)}"
         sub = Subscription(self, sid, buffer)
-        self._subs[sid] = sub
         header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sid, "a": acks}
         if filter:
             header["f"] = filter
@@ -398,13 +617,24 @@ class Client:
             header["bm"] = bookmark
         if options:
             header["o"] = options
+        async with self._subscribed(sub, header, timeout):
+            yield sub
+
+    @asynccontextmanager
+    async def _subscribed(
+        self, sub: Subscription, header: dict[str, Any], timeout: float
+    ) -> AsyncIterator[None]:
+        """Register ``sub``, send ``header`` and wait for its first ack; on exit
+        unsubscribe."""
+        sid = sub.sub_id
+        self._subs[sid] = sub
         try:
             await self.command(header, wait=1, timeout=timeout)
         except BaseException:
             self._subs.pop(sid, None)
             raise
         try:
-            yield sub
+            yield
         finally:
             self._subs.pop(sid, None)
             if self.closed is None:
@@ -421,11 +651,201 @@ class Client:
         """Shorthand for ``subscribe(topic, bookmark=...)`` (EPOCH by default)."""
         return self.subscribe(topic, bookmark=bookmark, **kwargs)
 
+    # ---------------------------------------------------------------- SOW
+    async def sow(
+        self,
+        topic: str,
+        filter: str | None = None,
+        *,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        skip_n: int | None = None,
+        batch_size: int = 10,
+        sow_keys: str | Iterable[str] | None = None,
+        options: str | None = None,
+        timeout: float = 60,
+    ) -> SowResult:
+        """Query the State of the World of ``topic`` (a SOW topic, or a regex of them).
+
+        Args:
+            filter: content filter the records must match, e.g. ``"/qty > 10"``.
+            top_n: return at most this many records.
+            orderby: sort order, e.g. ``"/qty DESC, /id"`` (unordered without it).
+            skip_n: skip this many records first (pagination; with ``orderby``).
+            batch_size: records per result frame (1..10000; bigger batches cost fewer
+                frames, more server memory per frame).
+            sow_keys: only the records with these SOW keys (a list, or a comma list).
+            options: further query options (``o``).
+            timeout: seconds allowed for the whole result.
+
+        Returns:
+            The records in the order the server sent them (``orderby``'s order when
+            given); ``.stats`` holds the server's counts (``records_returned``,
+            ``topic_matches``, ``matches``).
+
+        Raises:
+            CommandError: the server refused the query (``reason`` e.g. ``invalid
+                topic`` for a topic without a SOW, ``bad filter``).
+            AMPSError: the server sent damaged results.
+            TimeoutError: the results did not all come within ``timeout``; the
+                server is asked to stop the query.
+            ValueError: ``batch_size`` is out of range.
+        """
+        header = self._query_header("sow", topic, filter, top_n, orderby, skip_n, batch_size)
+        query_id = f"q{next(self._cids)}"
+        header["query_id"] = query_id
+        header["a"] = "processed,completed,stats"
+        if sow_keys is not None:
+            header["sow_keys"] = _comma_list(sow_keys)
+        _add_options(header, options)
+        query = _SowQuery()
+        self._queries[query_id] = query
+        try:
+            acks = await self.command(header, wait=("completed", "stats"), timeout=timeout)
+        except (TimeoutError, trio.Cancelled):
+            if self.closed is None:
+                await self._stop_query(query_id)
+            raise
+        finally:
+            self._queries.pop(query_id, None)
+        if query.error is not None:
+            raise AMPSError(f"sow {topic}: the server sent a damaged result batch ({query.error})")
+        if not query.ended:
+            raise AMPSError(
+                f"sow {topic}: the server acknowledged the query as completed before its "
+                "group_end; the results may be incomplete"
+            )
+        stats = next((_stats_of(a) for a in acks if a.get("a") == "stats"), {})
+        return SowResult(query.records, stats)
+
+    async def _stop_query(self, query_id: str) -> None:
+        """Ask the server to stop sending a query's results (best effort)."""
+        with (
+            trio.CancelScope(shield=True),
+            trio.move_on_after(5),
+            contextlib.suppress(AMPSError, trio.BrokenResourceError, trio.ClosedResourceError),
+        ):
+            await self._send({"c": "unsubscribe", "query_id": query_id})
+
+    def _query_header(
+        self,
+        command: str,
+        topic: str,
+        filter: str | None,
+        top_n: int | None,
+        orderby: str | None,
+        skip_n: int | None,
+        batch_size: int,
+    ) -> dict[str, Any]:
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+        if top_n is not None and top_n < 0:
+            raise ValueError(f"top_n must be 0 or more, got {top_n}")
+        if skip_n is not None and skip_n < 0:
+            raise ValueError(f"skip_n must be 0 or more, got {skip_n}")
+        header: dict[str, Any] = {"c": command, "t": topic, "bs": batch_size}
+        if filter:
+            header["f"] = filter
+        if top_n is not None:
+            header["top_n"] = top_n
+        if orderby:
+            header["orderby"] = orderby
+        if skip_n:
+            header["o"] = f"skip_n={skip_n}"
+        return header
+
+    @asynccontextmanager
+    async def sow_and_subscribe(
+        self,
+        topic: str,
+        filter: str | None = None,
+        *,
+        options: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int = 10,
+        sow_keys: str | Iterable[str] | None = None,
+        sub_id: str | None = None,
+        buffer: float = math.inf,
+        timeout: float = 30,
+    ) -> AsyncIterator[SowSubscription]:
+        """Query ``topic`` and subscribe to it in one atomic step: no update is lost
+        or duplicated between the snapshot and the live stream.
+
+        Iterate the :class:`SowSubscription` for the snapshot records
+        (``message.snapshot``), then live publishes, then (with option ``oof``) ``oof``
+        messages for records that left it. The context manager waits for the server's
+        processed ack, so a refused query (``invalid topic``, ``bad filter``) raises
+        :class:`CommandError` here; leaving it unsubscribes.
+
+        Args: as :meth:`sow` and :meth:`subscribe` (``options``: e.g. ``"oof"``).
+        """
+        header = self._query_header(
+            "sow_and_subscribe", topic, filter, top_n, orderby, None, batch_size
+        )
+        sid = sub_id or f"s{next(self._cids)}"
+        header["sub_id"] = sid
+        header["query_id"] = sid
+        header["a"] = "processed,completed,stats"
+        if sow_keys is not None:
+            header["sow_keys"] = _comma_list(sow_keys)
+        _add_options(header, options)
+        sub = SowSubscription(self, sid, buffer)
+        async with self._subscribed(sub, header, timeout):
+            yield sub
+
     async def unsubscribe(self, sub_id: str) -> None:
         await self.command({"c": "unsubscribe", "sub_id": sub_id, "a": "processed"})
         sub = self._subs.pop(sub_id, None)
         if sub is not None:
             sub._send.close()
+
+    async def sow_delete(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        data: bytes | str | None = None,
+        timeout: float = 30,
+    ) -> dict[str, int]:
+        """Delete records of the SOW topic ``topic``, selected by exactly one of:
+        ``filter`` (a content filter; ``"1=1"`` deletes every record), ``keys`` (SOW
+        keys, a list or a comma list) or ``data`` (a message whose key fields name
+        the record, as if it were published).
+
+        Returns:
+            The server's ``stats`` counts: ``records_deleted``, ``matches``,
+            ``topic_matches``. Subscribers with option ``oof`` get an ``oof``
+            (``deleted``) for each deleted record.
+
+        Raises:
+            ValueError: not exactly one selector was given.
+            CommandError: the server refused it (e.g. ``invalid topic``: no SOW).
+            TimeoutError: no stats ack within ``timeout`` seconds.
+        """
+        given = [
+            name
+            for name, value in (("filter", filter), ("keys", keys), ("data", data))
+            if value is not None
+        ]
+        if len(given) != 1:
+            got = ", ".join(f"{name}=" for name in given) or "none"
+            raise ValueError(
+                "sow_delete needs exactly one of filter=, keys= or data= (got "
+                f"{got}); filter='1=1' deletes every record"
+            )
+        header: dict[str, Any] = {"c": "sow_delete", "t": topic, "a": "processed,stats"}
+        header["query_id"] = f"q{next(self._cids)}"
+        payload = b""
+        if filter is not None:
+            header["f"] = filter
+        elif keys is not None:
+            header["sow_keys"] = _comma_list(keys)
+        elif data is not None:
+            payload = data.encode() if isinstance(data, str) else data
+        acks = await self.command(header, payload, wait=("processed", "stats"), timeout=timeout)
+        return next((_stats_of(a) for a in acks if a.get("a") == "stats"), {})
 
     async def flush(self, *, timeout: float = 30) -> None:
         """Wait until the server has persisted every publish sent so far."""
@@ -438,6 +858,24 @@ class Client:
     async def aclose(self) -> None:
         self._shutdown(ConnectionLost("client closed"))
         await self._stream.aclose()
+
+
+def _acks_complete(acks: list[dict[str, Any]], want: int | frozenset[str]) -> bool:
+    """Whether ``acks`` end a wait for ``want`` (a count, or ack types that must all
+    have come)."""
+    if isinstance(want, int):
+        return len(acks) >= want
+    return want <= {str(ack.get("a")) for ack in acks}
+
+
+def _comma_list(values: str | Iterable[str]) -> str:
+    return values if isinstance(values, str) else ",".join(values)
+
+
+def _add_options(header: dict[str, Any], options: str | None) -> None:
+    """Append ``options`` to the header's ``o`` (which may already hold ``skip_n``)."""
+    if options:
+        header["o"] = f"{header['o']},{options}" if header.get("o") else options
 
 
 def _client_tls_context(ca_file: str | os.PathLike[str] | None) -> ssl.SSLContext:

@@ -15,6 +15,7 @@ from .codec import (
 )
 from .errors import FrameTooLarge, ProtocolError
 from .header import ACK_TYPES, CLIENT_COMMANDS, COMMAND_ALIASES, LONG_TO_SHORT
+from .sow import SowRecord, split_sow_batch
 
 __all__ = [
     "ACK_TYPES",
@@ -27,8 +28,10 @@ __all__ = [
     "FrameTooLarge",
     "PartialFrame",
     "ProtocolError",
+    "SowRecord",
     "encode_frame",
     "encode_raw",
     "normalise_header",
     "split_header",
+    "split_sow_batch",
 ]
