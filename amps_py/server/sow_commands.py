@@ -76,7 +76,7 @@ class Query:
         ftext = header.get("f")
         self.filter = session.instance.compile_filter(str(ftext)) if ftext else None
         try:
-            self.orderby = parse_orderby(str(header.get("o") or opts.get("orderby") or ""))
+            self.orderby = parse_orderby(str(header.get("orderby") or opts.get("orderby") or ""))
         except ValueError as exc:
             raise CommandFailed(reasons.INVALID_OPTIONS, str(exc)) from None
         self.top_n = _int_option(header, opts, "top_n", "top_n")
