@@ -461,3 +461,11 @@ def test_every_problem_of_several_topics_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as info:
         load(text)
     assert [p.line for p in info.value.problems] == [10, 16]
+
+
+def test_the_standalone_example_keeps_orders_by_id() -> None:
+    from amps_py.config import load_config
+
+    example = Path(__file__).resolve().parents[1] / "config" / "examples" / "standalone.xml"
+    config = load_config(example, environ={})
+    assert config.sow_topic("orders") == SowTopicConfig("orders", "json", ("/id",))
