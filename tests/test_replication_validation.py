@@ -4,13 +4,16 @@ the peer refused validation), and the same pair connects once the check is exclu
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from cluster import Cluster, destination_xml, replication_xml
-from harness import wait_until
+from harness import REPO, wait_until
 
 from amps_py.config import InstanceConfig, parse_config
+from amps_py.replication.fabric import load_fabric
 from amps_py.replication.link import PROTOCOL_VERSION, RemoteProtocolError, parse_hello
 from amps_py.replication.routing import Route
 from amps_py.replication.validation import (
@@ -363,3 +366,21 @@ def test_a_malformed_sow_description_is_refused(sow_topics: object, field: str) 
     with pytest.raises(RemoteProtocolError) as info:
         parse_hello({"version": PROTOCOL_VERSION, "name": "A", "topics": [topic]})
     assert info.value.reason == "malformed hello" and field in info.value.detail
+
+
+def test_config_check_of_a_pair_reports_a_sow_mismatch(tmp_path: Path) -> None:
+    """``amps-py config check`` over both configs of a pair (the fabric check) reports
+    what the downstream would refuse at connect: here amps-b has no SOW topic orders."""
+    example = REPO / "config" / "examples" / "hot-hot"
+    for path in example.iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    a = tmp_path / "amps-a.xml"
+    sow = _sow(("/id",))
+    a.write_text(a.read_text().replace("</AMPSConfig>", f"  {sow}\n</AMPSConfig>"))
+    findings = load_fabric([tmp_path]).findings()
+    (finding,) = [f for f in findings if "check sow fails" in f.message]
+    assert finding.level == "error"
+    assert "amps-b would refuse the link: check sow fails: orders is a SOW topic on amps-a" in (
+        finding.message
+    )
+    assert "<SOW><Topic><Name>orders</Name>" in finding.fix
