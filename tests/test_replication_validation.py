@@ -4,14 +4,26 @@ the peer refused validation), and the same pair connects once the check is exclu
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from cluster import Cluster, destination_xml, replication_xml
-from harness import wait_until
+from harness import REPO, wait_until
 
-from amps_py.config import parse_config
-from amps_py.replication.validation import ALL_CHECKS, TopicDescriptor, covers, validate
+from amps_py.config import InstanceConfig, parse_config
+from amps_py.replication.fabric import load_fabric
+from amps_py.replication.link import PROTOCOL_VERSION, RemoteProtocolError, parse_hello
+from amps_py.replication.routing import Route
+from amps_py.replication.validation import (
+    ALL_CHECKS,
+    SowFacts,
+    TopicDescriptor,
+    ValidationFailure,
+    covers,
+    validate,
+)
 
 
 @dataclass
@@ -25,6 +37,11 @@ class Case:
     b_journal: tuple[str, ...]
     b_onward_exclude: tuple[str, ...]
     a_pre_exclude: tuple[str, ...] = ()
+    #: the Key paths of A's / B's SOW topic "orders" (json); None: not a SOW topic there
+    a_sow_keys: tuple[str, ...] | None = None
+    b_sow_keys: tuple[str, ...] | None = None
+    #: what B's log must also say (both sides' settings)
+    detail: str = ""
 
 
 CASES = [
@@ -36,7 +53,40 @@ CASES = [
     Case("replicate_filter", ("orders",), "/qty > 1", True, None, (".*",), ()),
     # B replicates onward to C without the txlog check that A enforces
     Case("cascade", ("orders",), None, True, None, (".*",), ("txlog",)),
+    # orders is a SOW topic on A but not on B
+    Case(
+        "sow",
+        ("orders",),
+        None,
+        True,
+        None,
+        (".*",),
+        (),
+        a_sow_keys=("/id",),
+        detail="orders is a SOW topic on A (MessageType json, Key /id) but not on B",
+    ),
+    # orders is a SOW topic on both, keyed differently
+    Case(
+        "keys",
+        ("orders",),
+        None,
+        True,
+        None,
+        (".*",),
+        (),
+        a_sow_keys=("/id",),
+        b_sow_keys=("/region", "/id"),
+        detail="SOW topic orders is keyed by /id on A but by /region, /id on B",
+    ),
 ]
+
+
+def _sow(keys: tuple[str, ...] | None) -> str:
+    """A SOW section making "orders" (json) a SOW topic keyed by ``keys``; "" for None."""
+    if keys is None:
+        return ""
+    key_xml = "".join(f"<Key>{k}</Key>" for k in keys)
+    return f"<SOW><Topic><Name>orders</Name><MessageType>json</MessageType>{key_xml}</Topic></SOW>"
 
 
 def _topic(name: str, filt: str | None, exclude: tuple[str, ...]) -> str:
@@ -60,7 +110,7 @@ async def test_check_refuses_then_exclusion_connects(cluster: Cluster, case: Cas
     def a_body(view) -> str:  # type: ignore[no-untyped-def]
         exclude = tuple(excluded)
         topics = "".join(_topic(t, case.a_filter, exclude) for t in case.a_topics)
-        return replication_xml(_dest("B", "gb", view.addr("B"), topics))
+        return replication_xml(_dest("B", "gb", view.addr("B"), topics)) + _sow(case.a_sow_keys)
 
     def b_body(view) -> str:  # type: ignore[no-untyped-def]
         dests = []
@@ -70,7 +120,7 @@ async def test_check_refuses_then_exclusion_connects(cluster: Cluster, case: Cas
             dests.append(
                 destination_xml("C", "gc", False, view.addr("C"), exclude=case.b_onward_exclude)
             )
-        return replication_xml(*dests) if dests else ""
+        return (replication_xml(*dests) if dests else "") + _sow(case.b_sow_keys)
 
     cluster.add_instance("A", "ga", a_body)
     cluster.add_instance("B", "gb", b_body, journal_topics=case.b_journal)
@@ -87,6 +137,7 @@ async def test_check_refuses_then_exclusion_connects(cluster: Cluster, case: Cas
 
     await wait_until(refused, 20)
     assert "Fix:" in cluster.log("B")
+    assert case.detail in cluster.log("B")
     assert not cluster.server("A").destination("B")["is_connected"]
 
     excluded.append(case.check)
@@ -124,3 +175,212 @@ def test_topic_coverage_rules() -> None:
     assert covers("orders", "orders") and covers("ord.*", "orders")
     assert not covers("orders", "ord.*")  # a literal cannot cover a pattern
     assert not covers("audit.*", "orders")
+
+
+# --------------------------------------------------------------- sow and keys (pure)
+
+#: B's destination back to A (group ga) for orders, so that ``replicate`` passes
+_BACK = (
+    "<Replication><Destination><Name>A</Name><Group>ga</Group><SyncType>async</SyncType>"
+    "<Topic><Name>orders</Name><MessageType>json</MessageType></Topic>"
+    "<Transport><Type>amps-replication</Type><InetAddr>127.0.0.1:19998</InetAddr></Transport>"
+    "</Destination></Replication>"
+)
+
+
+def _sow_config(sow: str, name: str = "B") -> InstanceConfig:
+    """Instance ``name`` journaling every json and binary topic, replicating orders back
+    to A, with the SOW topics ``sow`` (SOW/Topic elements)."""
+    return parse_config(
+        f"""<AMPSConfig><Name>{name}</Name><Group>g{name.lower()}</Group>
+<TransactionLog><JournalDirectory>/tmp/x</JournalDirectory>
+<Topic><Name>.*</Name><MessageType>json</MessageType></Topic>
+<Topic><Name>.*</Name><MessageType>binary</MessageType></Topic></TransactionLog>
+{_BACK}<SOW>{sow}</SOW></AMPSConfig>"""
+    )
+
+
+def _sow_topic(name: str, keys: tuple[str, ...] = ("/id",), message_type: str = "json") -> str:
+    key_xml = "".join(f"<Key>{k}</Key>" for k in keys)
+    return f"<Topic><Name>{name}</Name><MessageType>{message_type}</MessageType>{key_xml}</Topic>"
+
+
+def _hello_topic(
+    name: str | None = "orders",
+    sow: tuple[SowFacts, ...] = (),
+    excluded: frozenset[str] = frozenset(),
+) -> TopicDescriptor:
+    """An upstream entry for ``name`` (json) as it arrives in a hello."""
+    raw = TopicDescriptor(name, "json", None, excluded, sow)
+    wire = {
+        "name": raw.name,
+        "message_type": raw.message_type,
+        "filter": None,
+        "exclude_validation": sorted(excluded),
+        "sow_topics": [s.to_wire() for s in sow],
+    }
+    assert TopicDescriptor.from_wire(wire) == raw
+    return raw
+
+
+ORDERS_BY_ID = SowFacts("orders", "json", ("/id",))
+
+
+def _checks(failures: list[ValidationFailure]) -> list[tuple[str, str]]:
+    return [(f.check, f.topic) for f in failures]
+
+
+def test_a_matching_sow_topic_passes() -> None:
+    local = _sow_config(_sow_topic("orders", ("/id",)) + _sow_topic("extra"))
+    # a SOW topic only the downstream has (extra) is fine
+    assert validate([_hello_topic(sow=(ORDERS_BY_ID,))], local, "A", "ga") == []
+
+
+def test_sow_check_refuses_a_downstream_without_the_sow_topic() -> None:
+    local = _sow_config("")
+    (failure,) = validate([_hello_topic(sow=(ORDERS_BY_ID,))], local, "A", "ga")
+    assert (failure.check, failure.topic) == ("sow", "orders (json)")
+    assert failure.problem == "orders is a SOW topic on A (MessageType json, Key /id) but not on B"
+    assert failure.fix.startswith(
+        "add <SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key>"
+        "</Topic></SOW> to B's config, or ExcludeValidation sow on A's Destination Topic "
+        "orders (json)"
+    )
+    assert str(failure).startswith("check sow failed for topic orders (json): ")
+
+
+def test_sow_check_refuses_another_message_type() -> None:
+    local = _sow_config(_sow_topic("orders", (), "binary"))
+    upstream = SowFacts("orders", "json", ())
+    (failure,) = validate([_hello_topic(sow=(upstream,))], local, "A", "ga")
+    assert failure.check == "sow"
+    assert failure.problem == "SOW topic orders has MessageType json on A but binary on B"
+    assert "<MessageType>json</MessageType> in B's SOW Topic" in failure.fix
+
+
+@pytest.mark.parametrize(
+    ("upstream", "downstream", "shown"),
+    [
+        (("/id",), ("/order_id",), "keyed by /id on A but by /order_id on B"),
+        (("/a", "/b"), ("/b", "/a"), "keyed by /a, /b on A but by /b, /a on B"),  # order counts
+        (("/id",), (), "keyed by /id on A but by no Key (explicit keys) on B"),
+        ((), ("/id",), "keyed by no Key (explicit keys) on A but by /id on B"),
+    ],
+)
+def test_keys_check_refuses_other_key_paths(
+    upstream: tuple[str, ...], downstream: tuple[str, ...], shown: str
+) -> None:
+    local = _sow_config(_sow_topic("orders", downstream))
+    sow = SowFacts("orders", "json", upstream)
+    (failure,) = validate([_hello_topic(sow=(sow,))], local, "A", "ga")
+    assert (failure.check, failure.topic) == ("keys", "orders (json)")
+    assert failure.problem == f"SOW topic orders is {shown}"
+    assert "the same Key elements in the same order on both instances" in failure.fix
+    assert "ExcludeValidation keys on A's Destination Topic orders (json)" in failure.fix
+
+
+def test_keys_are_compared_only_when_both_sides_have_the_sow_topic() -> None:
+    """Without a downstream SOW topic the ``sow`` check reports it; ``keys`` has
+    nothing to compare (also when ``sow`` is excluded)."""
+    local = _sow_config("")
+    topic = _hello_topic(sow=(ORDERS_BY_ID,))
+    assert _checks(validate([topic], local, "A", "ga")) == [("sow", "orders (json)")]
+    relaxed = _hello_topic(sow=(ORDERS_BY_ID,), excluded=frozenset({"sow"}))
+    assert validate([relaxed], local, "A", "ga") == []
+
+
+@pytest.mark.parametrize("check", ["sow", "keys"])
+def test_exclude_validation_skips_the_sow_checks(check: str) -> None:
+    mismatched = {"sow": _sow_config(""), "keys": _sow_config(_sow_topic("orders", ("/x",)))}
+    local = mismatched[check]
+    topic = _hello_topic(sow=(ORDERS_BY_ID,))
+    assert _checks(validate([topic], local, "A", "ga")) == [(check, "orders (json)")]
+    excluded = _hello_topic(sow=(ORDERS_BY_ID,), excluded=frozenset({check}))
+    assert validate([excluded], local, "A", "ga") == []
+
+
+def test_every_sow_topic_a_pattern_entry_covers_is_checked() -> None:
+    local = _sow_config(_sow_topic("orders") + _sow_topic("quotes", ("/sym",)))
+    upstream = (
+        ORDERS_BY_ID,
+        SowFacts("quotes", "json", ("/symbol",)),
+        SowFacts("trades", "json", ("/id",)),
+    )
+    entry = _hello_topic(".*", sow=upstream, excluded=frozenset({"replicate"}))
+    failures = validate([entry], local, "A", "ga")
+    assert _checks(failures) == [("keys", "quotes (json)"), ("sow", "trades (json)")]
+
+
+def test_a_hello_without_sow_facts_describes_no_sow_topic() -> None:
+    """An older amps-py sends no ``sow_topics``: sow and keys have nothing to check."""
+    local = _sow_config(_sow_topic("orders"))
+    old = {"name": "orders", "message_type": "json", "filter": None, "exclude_validation": []}
+    topic = TopicDescriptor.from_wire(old)
+    assert topic.sow_topics == ()
+    assert validate([topic], local, "A", "ga") == []
+
+
+def test_the_hello_describes_the_sow_topics_each_entry_covers() -> None:
+    upstream = parse_config(
+        """<AMPSConfig><Name>A</Name><Group>ga</Group>
+<TransactionLog><JournalDirectory>/tmp/x</JournalDirectory>
+<Topic><Name>.*</Name><MessageType>json</MessageType></Topic>
+<Topic><Name>.*</Name><MessageType>binary</MessageType></Topic></TransactionLog>
+<Replication><Destination><Name>B</Name><SyncType>async</SyncType>
+<Topic><Name>orders</Name><MessageType>json</MessageType></Topic>
+<Topic><Name>q.*</Name><MessageType>json</MessageType></Topic>
+<Topic><Name>audit</Name><MessageType>json</MessageType></Topic>
+<Topic><MessageType>binary</MessageType></Topic>
+<Transport><Type>amps-replication</Type><InetAddr>127.0.0.1:19997</InetAddr></Transport>
+</Destination></Replication>
+<SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key></Topic>
+<Topic><Name>quotes</Name><MessageType>json</MessageType><Key>/sym</Key><Key>/venue</Key>
+</Topic></SOW></AMPSConfig>"""
+    )
+    described = Route(upstream.replication[0]).describe_topics(upstream.sow_topics)
+    assert [d.get("sow_topics") for d in described] == [
+        [{"name": "orders", "message_type": "json", "keys": ["/id"]}],
+        [{"name": "quotes", "message_type": "json", "keys": ["/sym", "/venue"]}],
+        None,  # covers no SOW topic: the key is left out, as an older amps-py sends it
+        None,  # binary: the json SOW topics are not covered
+    ]
+    # what the downstream reads back from the hello
+    hello = parse_hello({"version": PROTOCOL_VERSION, "name": "A", "topics": described})
+    descriptors = [TopicDescriptor.from_wire(t) for t in hello.topics]
+    assert descriptors[1].sow_topics == (SowFacts("quotes", "json", ("/sym", "/venue")),)
+
+
+@pytest.mark.parametrize(
+    ("sow_topics", "field"),
+    [
+        ("orders", "topics[0].sow_topics"),
+        (["orders"], "topics[0].sow_topics[0]"),
+        ([{"message_type": "json"}], "topics[0].sow_topics[0].name"),
+        ([{"name": "orders", "message_type": 5}], "topics[0].sow_topics[0].message_type"),
+        ([{"name": "orders", "keys": "/id"}], "topics[0].sow_topics[0].keys"),
+        ([{"name": "orders", "keys": [1]}], "topics[0].sow_topics[0].keys"),
+    ],
+)
+def test_a_malformed_sow_description_is_refused(sow_topics: object, field: str) -> None:
+    topic = {"name": "orders", "message_type": "json", "sow_topics": sow_topics}
+    with pytest.raises(RemoteProtocolError) as info:
+        parse_hello({"version": PROTOCOL_VERSION, "name": "A", "topics": [topic]})
+    assert info.value.reason == "malformed hello" and field in info.value.detail
+
+
+def test_config_check_of_a_pair_reports_a_sow_mismatch(tmp_path: Path) -> None:
+    """``amps-py config check`` over both configs of a pair (the fabric check) reports
+    what the downstream would refuse at connect: here amps-b has no SOW topic orders."""
+    example = REPO / "config" / "examples" / "hot-hot"
+    for path in example.iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    a = tmp_path / "amps-a.xml"
+    sow = _sow(("/id",))
+    a.write_text(a.read_text().replace("</AMPSConfig>", f"  {sow}\n</AMPSConfig>"))
+    findings = load_fabric([tmp_path]).findings()
+    (finding,) = [f for f in findings if "check sow fails" in f.message]
+    assert finding.level == "error"
+    assert "amps-b would refuse the link: check sow fails: orders is a SOW topic on amps-a" in (
+        finding.message
+    )
+    assert "<SOW><Topic><Name>orders</Name>" in finding.fix

@@ -35,8 +35,8 @@ The package, one module per step or section:
 - ``parsing``          steps 1-2 (XML, ``${VAR}``, entities, namespaces);
 - ``schema``, ``structure``  the model of amps.xsd, the structural walk, the XSD backstop;
 - ``transports``, ``tls``, ``transaction_log``, ``log_targets``, ``replication``,
-  ``access`` (authentication, entitlement, link authenticators), ``actions``: step 4,
-  one ``_build_<section>`` per section;
+  ``access`` (authentication, entitlement, link authenticators), ``actions``, ``sow``:
+  step 4, one ``_build_<section>`` per section;
 - ``loader``           :func:`parse_config` and :func:`load_config`, which run them all.
 
 The names below are importable from ``amps_py.config`` as before. Those of ``model``,
@@ -106,6 +106,7 @@ from amps_py.config.model import (
     LinkCredentialsError,
     LogTarget,
     ReplicationTopic,
+    SowTopicConfig,
     TransactionLogConfig,
     TransportConfig,
     default_message_memory_limit,
@@ -196,6 +197,7 @@ __all__ = [
     "LinkCredentialsError",
     "LogTarget",
     "ReplicationTopic",
+    "SowTopicConfig",
     "TransactionLogConfig",
     "TransportConfig",
     "default_config",

@@ -25,6 +25,7 @@ from amps_py.config.parsing import (
 from amps_py.config.problems import ConfigError, ConfigProblem, _Problems
 from amps_py.config.replication import _build_replication, _Self
 from amps_py.config.schema import _ROOT, _check_schema, _schema
+from amps_py.config.sow import _build_sow
 from amps_py.config.structure import _check_structure
 from amps_py.config.transaction_log import _build_transaction_log
 from amps_py.config.transports import _build_admin, _build_memory_limits, _build_transports
@@ -56,6 +57,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     authentication = _build_authentication(root, problems)
     entitlement = _build_entitlement(root, problems)
     memory_limit, capacity, incomplete_limit = _build_memory_limits(root, transports, problems)
+    sow_topics = _build_sow(root, transaction_log, problems)
     return InstanceConfig(
         name=name or "",
         group=group or "",
@@ -73,6 +75,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         message_memory_limit=memory_limit,
         client_max_capacity=capacity,
         incomplete_message_memory_limit=incomplete_limit,
+        sow_topics=sow_topics,
     )
 
 

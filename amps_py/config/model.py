@@ -466,6 +466,54 @@ class ReplicationTopic:
         return self._pattern.fullmatch(topic) is not None
 
 
+@dataclass(frozen=True)
+class SowTopicConfig:
+    """One ``SOW/Topic``: a topic whose last value per key is kept (State of the World).
+
+    amps-py derives a SOW topic's store from the journal, so the loader only accepts a
+    SOW topic that the TransactionLog records.
+
+    Attributes:
+        name: the topic, literal (``Name``, or its pre-5.0 synonym ``Topic``).
+        message_type: the message type of the topic, e.g. ``json``.
+        keys: the ``Key`` identifier paths (``/id``, ``/order/id``) that together
+            form a record's key, in the order written; ``()``: publishers send an
+            explicit key (the ``k`` header).
+        durability: ``persistent`` (the store survives a restart) or ``transient``
+            (rebuilt from the journal at start); ``Durability`` or its synonym
+            ``Duration``.
+        expiration: the default lifetime of a record in seconds (``Expiration``
+            given as a duration); ``None``: no default lifetime.
+        expiration_enabled: ``Expiration`` is ``enabled``: only records published
+            with an ``e`` header expire. Records expire at all when either this is
+            true or :attr:`expiration` is set (see :attr:`expires`).
+        file_name: the directory of this topic's store (``FileName``, ``%n``
+            expanded); ``None``: ``<JournalDirectory>/sow/<name>``.
+        key_domain: ``KeyDomain``, the seed for generated keys; ``""``: the topic
+            name.
+    """
+
+    name: str
+    message_type: str
+    keys: tuple[str, ...]
+    durability: str = "persistent"
+    expiration: float | None = None
+    expiration_enabled: bool = False
+    file_name: Path | None = None
+    key_domain: str = ""
+
+    @property
+    def transient(self) -> bool:
+        """Whether the store is kept only for the life of the process."""
+        return self.durability == "transient"
+
+    @property
+    def expires(self) -> bool:
+        """Whether records of this topic can expire (a default lifetime, or the
+        per-message ``e`` header honoured)."""
+        return self.expiration is not None or self.expiration_enabled
+
+
 #: Destination Transport Authenticator modules: send no credentials / a user and password.
 DEFAULT_LINK_AUTHENTICATOR: Final = "amps-default-authenticator"
 PASSWORD_LINK_AUTHENTICATOR: Final = "amps-password-authenticator"
@@ -693,6 +741,7 @@ class InstanceConfig:
         replication: the outgoing replication links, in file order.
         authentication: the logon check; the default module lets everyone on.
         entitlement: the per-user rights; the default module allows everything.
+        sow_topics: the SOW topics (see :meth:`sow_topic`).
     """
 
     name: str
@@ -718,6 +767,18 @@ class InstanceConfig:
     #: ``IncompleteMessageMemoryLimit`` in bytes; ``None``: the default (see
     #: :meth:`incomplete_message_budget`)
     incomplete_message_memory_limit: int | None = None
+    #: ``SOW/Topic``, in file order (names are unique)
+    sow_topics: tuple[SowTopicConfig, ...] = ()
+    _sow_by_name: dict[str, SowTopicConfig] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        self._sow_by_name.update((t.name, t) for t in self.sow_topics)
+
+    def sow_topic(self, topic: str) -> SowTopicConfig | None:
+        """The SOW topic named exactly ``topic``, or ``None`` when it is not one."""
+        return self._sow_by_name.get(topic)
 
     def message_memory_budget(self) -> int:
         """Bytes that may wait to be sent to all clients together (MessageMemoryLimit)."""

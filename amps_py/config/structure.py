@@ -31,7 +31,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "Modules",
             "Protocols",
             "RequiredMinimumVersion",
-            "SOW",
             "SuggestedMinimumVersion",
             "Tuning",
             "UserDefinedFunctions",
@@ -55,6 +54,28 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "PrivateKey",
         }
     ),
+    "AMPSConfig/SOW": frozenset(
+        {
+            "ConflatedTopic",
+            "GroupLocalQueue",
+            "LocalQueue",
+            "Queue",
+            "ReplicaDefinition",
+            "View",
+        }
+    ),
+    "AMPSConfig/SOW/Topic": frozenset(
+        {
+            "ExpectedKeyCountHint",
+            "HashIndex",
+            "History",
+            "Index",
+            "InitialSlabCount",
+            "KeyGenerator",
+            "Pattern",
+            "SlabSize",
+        }
+    ),
     "AMPSConfig/TransactionLog": frozenset(
         {
             "BlockSize",
@@ -62,6 +83,21 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "InactiveClientAckExpiration",
             "O_DIRECT",
         }
+    ),
+}
+
+#: What to add to the "not supported yet" message of some unsupported elements, by the
+#: element's path.
+UNSUPPORTED_AMPS_NOTES: Final[Mapping[str, str]] = {
+    **{
+        f"AMPSConfig/SOW/{queue}": "message queues come in a later amps-py release"
+        for queue in ("Queue", "LocalQueue", "GroupLocalQueue")
+    },
+    "AMPSConfig/SOW/View": "views come in a later amps-py release",
+    "AMPSConfig/SOW/ConflatedTopic": "conflated topics come in a later amps-py release",
+    "AMPSConfig/SOW/ReplicaDefinition": (
+        "ReplicaDefinition is AMPS's other name for ConflatedTopic; conflated topics come "
+        "in a later amps-py release"
     ),
 }
 
@@ -89,6 +125,7 @@ UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/Transports/Transport/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/TransactionLog/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/Replication/Destination/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
+    "AMPSConfig/SOW/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/Logging/Target/Protocol": frozenset({"gzip", "syslog"}),
     "AMPSConfig/Authentication/Module": frozenset(
         {
@@ -214,9 +251,12 @@ def _unknown_element(
     allowed_text = f"elements allowed in <{parent.name}> are: {_one_of(allowed)}"
 
     if name in unsupported:
+        note = UNSUPPORTED_AMPS_NOTES.get(f"{parent.path}/{name}")
         problems.add(
             kid,
-            f"<{name}> is a recognised AMPS element, not supported by amps-py yet; remove it",
+            f"<{name}> is a recognised AMPS element, not supported by amps-py yet"
+            + (f" ({note})" if note else "")
+            + "; remove it",
             f"delete <{name}> and its contents; {allowed_text}",
         )
         return None

@@ -445,8 +445,9 @@ class _Fields:
     def topics(self, key: str) -> tuple[dict[str, Any], ...]:
         """The replicated Topic descriptors (see :mod:`.validation`): a list of
         objects with ``name`` (string or null), ``message_type`` (a non-empty string),
-        ``filter`` (string or null) and ``exclude_validation`` (a list of strings);
-        a missing key takes its default, other keys are ignored."""
+        ``filter`` (string or null), ``exclude_validation`` (a list of strings) and
+        ``sow_topics`` (a list of objects with ``name``, ``message_type`` and ``keys``, a
+        list of strings); a missing key takes its default, other keys are ignored."""
         value = self.body.get(key, [])
         shape = (
             'a list of topic objects {"name": string|null, "message_type": string, '
@@ -474,7 +475,29 @@ class _Fields:
                 raise self.bad(
                     f"{where}.exclude_validation", "a list of check names (strings)", excluded
                 )
+            self._sow_topics(f"{where}.sow_topics", topic.get("sow_topics"))
         return tuple(value)
+
+    def _sow_topics(self, where: str, value: object) -> None:
+        """Check the ``sow_topics`` of one Topic descriptor (``None``: absent)."""
+        if value is None:
+            return
+        shape = 'a list of SOW topics {"name": string, "message_type": string, "keys": [string]}'
+        if not isinstance(value, list):
+            raise self.bad(where, shape, value)
+        for i, sow in enumerate(value):
+            at = f"{where}[{i}]"
+            if not isinstance(sow, dict):
+                raise self.bad(at, shape, sow)
+            name, mtype, keys = sow.get("name"), sow.get("message_type", "json"), sow.get("keys")
+            if not isinstance(name, str) or not name:
+                raise self.bad(f"{at}.name", "a topic name (non-empty string)", name)
+            if not isinstance(mtype, str) or not 0 < len(mtype) <= MAX_NAME_LENGTH:
+                raise self.bad(f"{at}.message_type", "a message type such as json", mtype)
+            if keys is not None and not (
+                isinstance(keys, list) and all(isinstance(k, str) for k in keys)
+            ):
+                raise self.bad(f"{at}.keys", "a list of Key paths (strings)", keys)
 
 
 def parse_hello(body: dict[str, Any]) -> Hello:
@@ -643,7 +666,8 @@ class UpstreamLink(_Link):
             self.state = LinkState.CLOSED
             raise LocalProtocolError(
                 reasons.HELLO_TOO_LARGE,
-                f"destination {destination} describes {len(topics)} Topic entries in a hello "
+                f"destination {destination} describes {len(topics)} Topic entries (and the "
+                "SOW topics they cover) in a hello "
                 f"of {len(frame) - 4} bytes, but a peer accepts at most {MAX_HANDSHAKE_FRAME} "
                 "bytes before the handshake; use fewer, broader Topic entries (a regex Name "
                 "covers many topics) or shorter Filters",

@@ -25,8 +25,10 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from amps_py.config.model import DestinationConfig, ReplicationTopic
+from amps_py.config.model import DestinationConfig, ReplicationTopic, SowTopicConfig
 from amps_py.filters import Filter, compile_filter
+
+from .validation import sow_facts
 
 
 class Routed(Protocol):
@@ -196,17 +198,23 @@ class Route:
                 selected.append(value)
         return selected
 
-    def describe_topics(self) -> list[dict[str, Any]]:
-        """The topic descriptors sent in the handshake (for validation on connect)."""
-        return [
-            {
+    def describe_topics(self, sow_topics: Sequence[SowTopicConfig] = ()) -> list[dict[str, Any]]:
+        """The topic descriptors sent in the handshake (for validation on connect; see
+        :mod:`.validation`); ``sow_topics``: this instance's SOW topics, each described
+        in the entries that cover it (the key is left out when an entry covers none)."""
+        described = []
+        for t in self.destination.topics:
+            entry: dict[str, Any] = {
                 "name": t.name,
                 "message_type": t.message_type,
                 "filter": t.filter,
                 "exclude_validation": list(t.exclude_validation),
             }
-            for t in self.destination.topics
-        ]
+            covered = sow_facts(t, sow_topics)
+            if covered:
+                entry["sow_topics"] = covered
+            described.append(entry)
+        return described
 
 
 class _Unparsed:

@@ -2,19 +2,36 @@
 partner for every topic the upstream sends it?
 
 The upstream describes each replicated Topic in its hello (name, message type, filter,
-excluded checks). The downstream evaluates the checks against its own config and
-refuses the link on the first failures, logging the check, the topic and the change
-that fixes it; the upstream logs that the peer refused validation.
+excluded checks, and the upstream's SOW topics that the entry covers, with their
+MessageType and Key paths). The downstream evaluates the checks against its own config
+and refuses the link on the first failures, logging the check, the topic, both sides'
+settings and the change that fixes it; the upstream logs that the peer refused
+validation.
 
-Checks (AMPS Table 25.2): ``txlog``, ``replicate``, ``sow``, ``cascade``, ``queue``,
-``keys``, ``replicate_filter``, ``queue_passthrough``, ``queue_underlying``. amps-py has
-no SOW topics or queues yet, so ``sow``, ``keys`` and the three queue checks compare
-declared configuration that is empty on both sides and always pass; they are listed so
-that a later SOW/queue release only has to fill them in.
+Checks (AMPS Table 25.2), each skipped for a Topic entry whose ExcludeValidation names
+it (``queue`` and ``queue_underlying`` cannot be excluded):
+
+- ``txlog``: the downstream's TransactionLog records the topic;
+- ``replicate``: the downstream replicates the topic back to the upstream's group;
+- ``replicate_filter``: ... with the same Filter the upstream uses;
+- ``cascade``: the downstream's own destinations for the topic enforce every check the
+  upstream enforces;
+- ``sow``: a topic that is a SOW topic on the upstream is a SOW topic on the
+  downstream, with the same MessageType (a downstream SOW topic the upstream does not
+  have is fine);
+- ``keys``: a SOW topic has the same Key paths, in the same order, on both sides
+  (compared only when both sides have it: without a downstream SOW topic the ``sow``
+  check reports, or was excluded);
+- ``queue``, ``queue_passthrough``, ``queue_underlying``: amps-py has no queues yet, so
+  they compare declared configuration that is empty on both sides and always pass.
+
+A hello without SOW facts (an older amps-py) describes no SOW topic, so ``sow`` and
+``keys`` pass for it.
 
 Topic names compare as written: a downstream entry covers an upstream entry when it is
 the same literal or pattern, when it is ``.*`` or omitted (every topic), or when the
-upstream's name is a literal the downstream's pattern matches.
+upstream's name is a literal the downstream's pattern matches. SOW topic names are
+literal and compare exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +41,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from amps_py.config.model import REPLICATION_VALIDATION_CHECKS, DestinationConfig, InstanceConfig
+from amps_py.config.model import (
+    REPLICATION_VALIDATION_CHECKS,
+    DestinationConfig,
+    InstanceConfig,
+    ReplicationTopic,
+    SowTopicConfig,
+)
 
 ALL_CHECKS = REPLICATION_VALIDATION_CHECKS
 
@@ -32,13 +55,43 @@ _REGEX_CHARS = frozenset(".*+?[](){}|^$\\")
 
 
 @dataclass(frozen=True)
+class SowFacts:
+    """What the upstream says of one of its SOW topics: its literal name, message type
+    and Key paths in order (``()``: publishers send explicit keys)."""
+
+    name: str
+    message_type: str
+    keys: tuple[str, ...]
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> SowFacts:
+        return cls(
+            name=str(raw["name"]),
+            message_type=str(raw.get("message_type", "json")),
+            keys=tuple(str(k) for k in raw.get("keys") or ()),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "message_type": self.message_type, "keys": list(self.keys)}
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.message_type})"
+
+
+@dataclass(frozen=True)
 class TopicDescriptor:
-    """A replicated Topic as the upstream describes it in the hello."""
+    """A replicated Topic as the upstream describes it in the hello.
+
+    ``sow_topics``: the upstream's SOW topics this entry covers; empty when there are
+    none, and when the hello carries no ``sow_topics`` (an older amps-py).
+    """
 
     name: str | None
     message_type: str
     filter: str | None
     excluded: frozenset[str]
+    sow_topics: tuple[SowFacts, ...] = ()
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> TopicDescriptor:
@@ -48,6 +101,7 @@ class TopicDescriptor:
             message_type=str(raw.get("message_type", "json")),
             filter=raw.get("filter") or None,
             excluded=frozenset(str(x) for x in excluded),
+            sow_topics=tuple(SowFacts.from_wire(t) for t in raw.get("sow_topics") or ()),
         )
 
     def enforces(self, check: str) -> bool:
@@ -67,6 +121,73 @@ class ValidationFailure:
 
     def __str__(self) -> str:
         return f"check {self.check} failed for topic {self.topic}: {self.problem}. Fix: {self.fix}"
+
+
+def sow_facts(
+    entry: ReplicationTopic, sow_topics: Iterable[SowTopicConfig]
+) -> list[dict[str, Any]]:
+    """The ``sow_topics`` of a Topic descriptor: the SOW topics ``entry`` (a
+    Destination Topic of the upstream) covers, as sent in the hello."""
+    return [
+        SowFacts(t.name, t.message_type, t.keys).to_wire()
+        for t in sow_topics
+        if entry.matches(t.name, t.message_type)
+    ]
+
+
+def _keys_text(keys: tuple[str, ...]) -> str:
+    return ", ".join(keys) if keys else "no Key (explicit keys)"
+
+
+def _keys_xml(keys: tuple[str, ...]) -> str:
+    return "".join(f"<Key>{k}</Key>" for k in keys)
+
+
+def _sow_failures(
+    topic: TopicDescriptor, local: InstanceConfig, upstream_name: str
+) -> list[ValidationFailure]:
+    """The ``sow`` and ``keys`` failures of the SOW topics ``topic`` covers upstream."""
+    failures: list[ValidationFailure] = []
+    entry = f"{upstream_name}'s Destination Topic {topic.label}"
+    for sow in topic.sow_topics:
+        mine = local.sow_topic(sow.name)
+        if topic.enforces("sow") and mine is None:
+            failures.append(
+                ValidationFailure(
+                    "sow",
+                    sow.label,
+                    f"{sow.name} is a SOW topic on {upstream_name} (MessageType "
+                    f"{sow.message_type}, Key {_keys_text(sow.keys)}) but not on {local.name}",
+                    f"add <SOW><Topic><Name>{sow.name}</Name><MessageType>{sow.message_type}"
+                    f"</MessageType>{_keys_xml(sow.keys)}</Topic></SOW> to {local.name}'s "
+                    f"config, or ExcludeValidation sow on {entry}",
+                )
+            )
+        elif topic.enforces("sow") and mine is not None and mine.message_type != sow.message_type:
+            failures.append(
+                ValidationFailure(
+                    "sow",
+                    sow.label,
+                    f"SOW topic {sow.name} has MessageType {sow.message_type} on "
+                    f"{upstream_name} but {mine.message_type} on {local.name}",
+                    f"use the same MessageType for SOW topic {sow.name} on both instances "
+                    f"(<MessageType>{sow.message_type}</MessageType> in {local.name}'s SOW "
+                    f"Topic), or ExcludeValidation sow on {entry}",
+                )
+            )
+        if topic.enforces("keys") and mine is not None and mine.keys != sow.keys:
+            failures.append(
+                ValidationFailure(
+                    "keys",
+                    sow.label,
+                    f"SOW topic {sow.name} is keyed by {_keys_text(sow.keys)} on "
+                    f"{upstream_name} but by {_keys_text(mine.keys)} on {local.name}",
+                    f"give SOW topic {sow.name} the same Key elements in the same order on "
+                    f"both instances ({_keys_xml(sow.keys) or 'no <Key>'} in {local.name}'s "
+                    f"SOW Topic), or ExcludeValidation keys on {entry}",
+                )
+            )
+    return failures
 
 
 def covers(pattern: str | None, name: str | None) -> bool:
@@ -184,8 +305,9 @@ def validate(
                                 "cascade on the upstream's Topic",
                             )
                         )
-        # sow, keys, queue, queue_passthrough, queue_underlying: no SOW topics or queues
-        # exist in amps-py yet, so the declared configurations agree by construction.
+        failures.extend(_sow_failures(topic, local, upstream_name))
+        # queue, queue_passthrough, queue_underlying: no queues exist in amps-py yet, so
+        # the declared configurations agree by construction.
     return failures
 
 
