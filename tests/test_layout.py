@@ -256,6 +256,7 @@ PURE_REPLICATION_MODULES = (
     "amps_py/sow/__init__.py",
     "amps_py/sow/entry.py",
     "amps_py/sow/keys.py",
+    "amps_py/sow/layout.py",
     "amps_py/sow/merge.py",
     "amps_py/sow/query.py",
     "amps_py/sow/store.py",

@@ -6,6 +6,7 @@ No trio anywhere in this package: the server drives it synchronously.
 - ``merge``  ``delta_publish`` merge of a partial update into the stored record
 - ``query``  ``OrderBy`` parsing, ``select`` (filter, order, ``top_n``/``skip_n``), batches
 - ``entry``  :class:`SowEntry`, one stored record
+- ``layout`` the store's versioned binary value layout
 - ``store``  :class:`SowStore`, one topic's records in LMDB, derived from the journal
 """
 

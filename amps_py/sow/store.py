@@ -13,8 +13,8 @@ directory.
 
 Layout of the LMDB environment (one per topic, in its own directory):
 
-* ``records``: SOW key (UTF-8) -> the entry in the versioned layout :data:`_HEADER`
-  (version 1: txid, timestamp, expiry, then the bookmark, the correlation id and the
+* ``records``: SOW key (UTF-8) -> the entry in the versioned binary layout of
+  :mod:`amps_py.sow.layout` (txid, timestamp, expiry, bookmark, correlation id,
   payload), never pickle;
 * ``expiry``: (expiry time as big-endian u64, key) -> empty, for records that expire;
 * ``meta``: the format tag, the topic, and ``state`` = (applied txid, record count,
@@ -34,7 +34,6 @@ import builtins
 import contextlib
 import fcntl
 import os
-import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,15 +44,19 @@ import lmdb
 from txlog.preflight import DATA_FILE, DataFileDamage, check_data_file
 
 from .entry import SowEntry
+from .layout import (
+    EXPIRY,
+    FORMAT,
+    STATE,
+    decode_entry,
+    encode_entry,
+    expires_of,
+    expiry_key,
+    payload_size,
+)
 
 __all__ = ["ApplyResult", "SowEntry", "SowSnapshot", "SowStore", "SowStoreError"]
 
-FORMAT: Final = b"amps-py-sow/1"
-#: value layout version 1: version, txid, ts_us, expires_us, len(bookmark), len(cid)
-_HEADER: Final = struct.Struct(">BQqQHI")
-_VERSION: Final = 1
-_STATE: Final = struct.Struct(">QQQ")  # applied txid, count, payload bytes
-_EXPIRY: Final = struct.Struct(">Q")
 LOCK_FILE: Final = "amps-py-sow.lock"
 LMDB_LOCK_FILE: Final = "lock.mdb"
 #: the map LMDB reserves at first (address space, not disk); it doubles when full
@@ -83,56 +86,6 @@ class ApplyResult(NamedTuple):
     inserted: int
     replaced: int
     deleted: int
-
-
-def encode_entry(entry: SowEntry) -> bytes:
-    """``entry`` (less its key, which is the LMDB key) in the version-1 value layout."""
-    bookmark = entry.bookmark.encode()
-    cid = entry.correlation_id.encode()
-    header = _HEADER.pack(
-        _VERSION, entry.txid, entry.ts_us, entry.expires_us, len(bookmark), len(cid)
-    )
-    return b"".join((header, bookmark, cid, entry.payload))
-
-
-def decode_entry(key: str, value: bytes) -> SowEntry:
-    """The entry stored under ``key``.
-
-    Raises:
-        ValueError: ``value`` is not in a layout this version reads.
-    """
-    if len(value) < _HEADER.size or value[0] != _VERSION:
-        version = value[0] if value else None
-        raise ValueError(f"SOW record {key!r} has layout version {version} of {len(value)} bytes")
-    _, txid, ts_us, expires_us, bm_len, cid_len = _HEADER.unpack_from(value)
-    start = _HEADER.size
-    cid_start = start + bm_len
-    payload_start = cid_start + cid_len
-    if payload_start > len(value):
-        raise ValueError(f"SOW record {key!r} is cut short ({len(value)} bytes)")
-    return SowEntry(
-        key,
-        txid,
-        value[start:cid_start].decode(),
-        value[cid_start:payload_start].decode(),
-        ts_us,
-        value[payload_start:],
-        expires_us,
-    )
-
-
-def _payload_size(value: bytes) -> int:
-    """Payload bytes of a stored value, from its header alone."""
-    _, _, _, _, bm_len, cid_len = _HEADER.unpack_from(value)
-    return len(value) - _HEADER.size - int(bm_len) - int(cid_len)
-
-
-def _expires_of(value: bytes) -> int:
-    return int(_HEADER.unpack_from(value)[3])
-
-
-def _expiry_key(expires_us: int, key: bytes) -> bytes:
-    return _EXPIRY.pack(expires_us) + key
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +330,7 @@ class SowStore:
                     )
                 txn.put(b"format", FORMAT, db=self._meta)
                 txn.put(b"topic", topic, db=self._meta)
-                txn.put(b"state", _STATE.pack(0, 0, 0), db=self._meta)
+                txn.put(b"state", STATE.pack(0, 0, 0), db=self._meta)
             elif fmt != FORMAT:
                 raise self._fail(
                     f"{self.directory / DATA_FILE} is a SOW store of format "
@@ -395,12 +348,12 @@ class SowStore:
 
     def _read_state(self, txn: lmdb.Transaction) -> _State:
         raw = txn.get(b"state", db=self._meta)
-        if raw is None or len(raw) != _STATE.size:
+        if raw is None or len(raw) != STATE.size:
             raise self._fail(
                 f"SOW store file {self.directory / DATA_FILE} has no readable state record",
                 damaged=True,
             )
-        return _State(*_STATE.unpack(raw))
+        return _State(*STATE.unpack(raw))
 
     # ------------------------------------------------------------------ helpers
 
@@ -500,9 +453,9 @@ class SowStore:
                 if not cursor.first():
                     return out
                 for raw in map(bytes, cursor.iternext(values=False)):
-                    if _EXPIRY.unpack_from(raw)[0] > now_us:
+                    if EXPIRY.unpack_from(raw)[0] > now_us:
                         break
-                    entry = snap.get(raw[_EXPIRY.size :].decode())
+                    entry = snap.get(raw[EXPIRY.size :].decode())
                     if entry is not None:
                         out.append(entry)
                     if limit is not None and len(out) >= limit:
@@ -603,7 +556,7 @@ class SowStore:
                         old = txn.replace(key, value, db=records)
                         size += len(entry.payload)
                         if entry.expires_us:
-                            txn.put(_expiry_key(entry.expires_us, key), b"", db=expiry)
+                            txn.put(expiry_key(entry.expires_us, key), b"", db=expiry)
                         if old is None:
                             inserted += 1
                             count += 1
@@ -611,14 +564,14 @@ class SowStore:
                         replaced += 1
                     if old is None:
                         continue
-                    size -= _payload_size(old)
+                    size -= payload_size(old)
                     if value is None:
                         count -= 1
-                    old_expires = _expires_of(old)
+                    old_expires = expires_of(old)
                     if old_expires and (entry is None or old_expires != entry.expires_us):
-                        txn.delete(_expiry_key(old_expires, key), db=expiry)
+                        txn.delete(expiry_key(old_expires, key), db=expiry)
                 new_state = _State(through_txid, count, size)
-                txn.put(b"state", _STATE.pack(through_txid, count, size), db=self._meta)
+                txn.put(b"state", STATE.pack(through_txid, count, size), db=self._meta)
         except lmdb.MapFullError:
             raise
         except lmdb.Error as exc:
@@ -637,7 +590,7 @@ class SowStore:
         with self._errors("clear"), env.begin(write=True) as txn:
             txn.drop(self._records, delete=False)
             txn.drop(self._expiry, delete=False)
-            txn.put(b"state", _STATE.pack(0, 0, 0), db=self._meta)
+            txn.put(b"state", STATE.pack(0, 0, 0), db=self._meta)
         self._state = _State(0, 0, 0)
 
     def sync(self) -> None:
