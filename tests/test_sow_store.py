@@ -278,3 +278,24 @@ def test_an_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SowStoreError, match="cannot create the SOW store") as info:
         SowStore(blocker / "s", "t", transient=False)
     assert not info.value.damaged
+
+
+def test_closing_the_store_under_an_iterator_says_closed_not_damaged(tmp_path: Path) -> None:
+    store = SowStore(tmp_path / "s", "t", transient=False)
+    store.apply([rec(f"k{i}", i + 1) for i in range(1000)], [], 1000)
+    it = store.entries()
+    next(it)
+    store.close()
+    with pytest.raises(SowStoreError, match="closed") as info:
+        list(it)
+    assert not info.value.damaged
+
+
+def test_a_dropped_snapshot_does_not_stop_the_map_from_growing(tmp_path: Path) -> None:
+    with SowStore(tmp_path / "s", "t", transient=False, map_size=1 << 20) as store:
+        snap = store.snapshot()
+        assert snap.count == 0
+        del snap  # never closed
+        for txid in range(1, 600):
+            store.apply([rec(f"k{txid}", txid, b"z" * 4000)], [], txid)
+        assert store.count == 599

@@ -32,9 +32,10 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from amps_py.filters.context import DEFAULT_CONTEXT
 from amps_py.filters.errors import FilterError
 from amps_py.filters.lexer import PathStep, Tok, tokenize
-from amps_py.filters.paths import walk
+from amps_py.filters.paths import make_getter
 from amps_py.filters.values import Scalar, Value
 
 #: the longest key LMDB (default build) stores: keys are the store's LMDB keys
@@ -132,7 +133,7 @@ class SowKeyer:
     def __init__(self, topic: str, key_paths: Sequence[str], key_domain: str = "") -> None:
         self.topic = topic
         self.key_paths = parse_key_paths(key_paths)
-        self._getters = tuple((path, _steps_of(path)) for path in self.key_paths)
+        self._getters = tuple((path, make_getter(_steps_of(path))) for path in self.key_paths)
         domain = (key_domain or topic).encode("utf-8", "surrogatepass")
         self._domain = _LEN.pack(len(domain)) + domain
 
@@ -157,8 +158,8 @@ class SowKeyer:
                 "key in the k header (or configure Key paths for the topic)"
             )
         out = bytearray(self._domain)
-        for path, steps in self._getters:
-            value: Value = walk(doc, steps)
+        for path, getter in self._getters:
+            value: Value = getter(doc, DEFAULT_CONTEXT)
             if value is None:
                 raise SowKeyError(
                     f"the message has no value at key path {path} of SOW topic "

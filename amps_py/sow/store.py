@@ -3,13 +3,18 @@
 **Derived from the journal.** Every committed record of a SOW topic (published here or
 replicated) is applied to the store in txid order, and the store records the txid it
 has applied through (:attr:`SowStore.applied_txid`, written in the same LMDB write
-transaction as the records). LMDB runs with ``sync=False`` and ``metasync=False``: a
-crash of the machine may lose the newest transactions or roll the store back to an
-older consistent state, never tear one, and the server re-applies the journal from
-``applied_txid + 1``. A store that is missing starts empty (``applied_txid`` 0) and is
-rebuilt by applying the journal from its start; a damaged one raises
-:class:`SowStoreError` and is rebuilt once the operator (or the server) deletes its
-directory.
+transaction as the records), so the records and ``applied_txid`` always agree. LMDB
+runs with ``sync=False`` and ``metasync=False``: a commit reaches the OS page cache,
+not the disk, so a crash of the process loses nothing, while a crash of the machine
+can lose the newest transactions (the server re-applies the journal from
+``applied_txid + 1``) or, LMDB warns, damage the file (caught at open where it can
+be: :class:`SowStoreError`, and a rebuild). :meth:`SowStore.close` flushes, so a
+clean shutdown leaves a store on disk. A store whose ``applied_txid`` is beyond the
+journal's last txid (the journal lost a tail the store kept) must be rebuilt too:
+that check is the caller's, which knows the journal. A store that is missing starts
+empty (``applied_txid`` 0) and is rebuilt by applying the journal from its start; a
+damaged one raises :class:`SowStoreError` and is rebuilt once the operator (or the
+server) deletes its directory.
 
 Layout of the LMDB environment (one per topic, in its own directory):
 
@@ -161,6 +166,7 @@ class SowSnapshot:
                 yield decode(cast(bytes, raw_key).decode(), cast(bytes, value))
         except lmdb.Error as exc:
             self._live()  # closed under the iterator: say so, it is not damage
+            store._live_env()
             raise store._fail(
                 f"SOW store file {store.directory / DATA_FILE} of topic {store.topic!r}: "
                 f"read failed: {exc}",
@@ -174,6 +180,11 @@ class SowSnapshot:
             with contextlib.suppress(lmdb.Error):
                 txn.abort()
             self._store._readers -= 1
+
+    def __del__(self) -> None:
+        # a snapshot dropped without close() must not block the map from growing
+        if getattr(self, "_txn", None) is not None:
+            self.close()
 
     def __enter__(self) -> SowSnapshot:
         return self
@@ -600,9 +611,12 @@ class SowStore:
             env.sync(True)
 
     def close(self) -> None:
-        """Close the store and release its directory (idempotent). Open snapshots end."""
-        env, self._env = self._env, None
+        """Flush and close the store, and release its directory (idempotent). Open
+        snapshots end."""
+        env, self._env = getattr(self, "_env", None), None
         if env is not None:
+            with contextlib.suppress(lmdb.Error):
+                env.sync(True)
             with contextlib.suppress(lmdb.Error):
                 env.close()
         fd, self._lock_fd = getattr(self, "_lock_fd", -1), -1
