@@ -252,6 +252,14 @@ PURE_REPLICATION_MODULES = (
     "amps_py/server/logon.py",
     "amps_py/server/limits.py",
     "amps_py/server/flow.py",
+    # State of the World: the pure core and the LMDB store (driven by the server)
+    "amps_py/sow/__init__.py",
+    "amps_py/sow/entry.py",
+    "amps_py/sow/keys.py",
+    "amps_py/sow/layout.py",
+    "amps_py/sow/merge.py",
+    "amps_py/sow/query.py",
+    "amps_py/sow/store.py",
     # leaves every package may import
     "amps_py/events.py",
     "amps_py/reasons.py",
