@@ -121,7 +121,7 @@ async def test_sow_delete_by_filter_keys_and_data_with_oof(sow_inst: InProcessIn
             assert stats["records_deleted"] == 1
             rest = sorted(r.json()["id"] for r in await d.sow("orders"))
             assert rest == [0, 4, 5, 6]
-            got = sorted((await live.get(10)).json()["id"] for _ in range(3))
+            got = sorted([(await live.get(10)).json()["id"] for _ in range(3)])
             assert got == [1, 2, 3]
 
 

@@ -49,6 +49,10 @@ class ReplayHost(Protocol):
 
     async def wait_for_commit(self, after_txid: int, *, durable: bool = False) -> None: ...
 
+    async def wait_for_any_commit(self) -> None:
+        """Return after the next commit (or failed commit)."""
+        ...
+
 
 class SessionHost(ReplayHost, Protocol):
     """What a client session uses: logon, entitlements, publish, subscribe, limits."""

@@ -114,6 +114,7 @@ class Instance:
         self.publish = p.publish
         self.publish_internal = p.publish_internal
         self.wait_for_commit = p.wait_for_commit
+        self.wait_for_any_commit = p.wait_for_any_commit
         self.visible_txid = p.visible_txid
         self.held_seq = p.held_seq
         self.ledger = p.ledger

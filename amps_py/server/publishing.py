@@ -155,6 +155,10 @@ class PublishPath:
         while self.visible_txid(durable) <= after_txid:
             await self._commit_event.wait()
 
+    async def wait_for_any_commit(self) -> None:
+        """Wait for the next commit, or the next failed one."""
+        await self._commit_event.wait()
+
     def bookmark_of(self, txid: int) -> str:
         if self.journal is None or txid <= 0:
             return ""
@@ -368,6 +372,10 @@ class PublishPath:
             by_pub = self.sessions
             for ph in self.ledgers.settle(release.settled, by_pub):
                 by_pub[ph].persisted_progress()
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """Wake every task waiting in :meth:`wait_for_commit` (each checks again)."""
         event = self._commit_event
         self._commit_event = trio.Event()
         event.set()
@@ -412,6 +420,7 @@ class PublishPath:
         self._fail_publishes(local, reasons.JOURNAL_WRITE_FAILED, reason)
         if self.sow_topics:
             self.sow.forget(records)
+        self._wake_waiters()  # what waits for these records learns they failed
         if self.replication is not None:
             # the positions they acknowledged may ride on the failed batch: start over
             self.replication.reset_upstreams("this instance's journal writes are failing")

@@ -91,14 +91,18 @@ class Query:
             )
         keys = header.get("sow_keys")
         self.keys = [k for k in str(keys).split(",") if k] if keys else None
-        self.query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
+        self.query_id = str(
+            header.get("query_id") or header.get("sub_id") or header.get("cid") or ""
+        )
 
     def matches(self, entry: SowEntry) -> bool:
         if self.keys is not None and entry.key not in self.keys:
             return False
         return self.filter is None or bool(self.filter.matches(parse_json(entry.payload)))
 
-    def collect(self, snapshots: list[tuple[SowTopic, Any]]) -> tuple[list[tuple[str, SowEntry]], int]:
+    def collect(
+        self, snapshots: list[tuple[SowTopic, Any]]
+    ) -> tuple[list[tuple[str, SowEntry]], int]:
         """The selected records of every topic (blocking: runs in a worker thread),
         and how many records matched before top_n/skip_n."""
         out: list[tuple[str, SowEntry]] = []
@@ -109,7 +113,7 @@ class Query:
             finally:
                 snapshot.close()
             matched += len(hits)
-            chosen = select(hits, lambda _e: True, self.orderby, self.top_n, self.skip_n)
+            chosen = select(hits, None, self.orderby, self.top_n, self.skip_n or 0)
             out.extend((sow.name, e) for e in chosen)
         return out, matched
 
@@ -233,15 +237,30 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     query_id = str(header.get("query_id") or header.get("cid") or "")
     if "processed" in acks:
         session.ack(header, "processed", s=seq, query_id=query_id)
-    if "stats" in acks:
+    if "stats" not in acks:
+        return
+    record = state.last_queued if outcome == "queued" else None
+
+    async def stats_when_applied() -> None:
+        # "after the command has fully completed": once the delete is committed and
+        # applied, a query on this connection no longer finds the records
+        instance = session.instance
+        while record is not None and record.txid == 0:
+            writer = instance.writer
+            if writer is None or writer.failure:
+                break  # the publisher gets a persisted failure ack for it
+            await instance.wait_for_any_commit()
+        deleted = len(keys) if record is None or record.txid else 0
         session.ack(
             header,
             "stats",
             query_id=query_id,
-            records_deleted=len(keys),
+            records_deleted=deleted,
             topic_matches=1,
             matches=len(keys),
         )
+
+    session.start_soon(stats_when_applied)
 
 
 def _delete_selection(

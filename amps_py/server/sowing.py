@@ -121,6 +121,8 @@ class SowState:
         self.configs = tuple(configs)
         self.base = journal_directory / "sow"
         self.topics: dict[str, SowTopic] = {}
+        #: the newest SOW record queued for the journal (a sow_delete waits for it)
+        self.last_queued: Record | None = None
 
     def __bool__(self) -> bool:
         return bool(self.configs)
@@ -194,6 +196,7 @@ class SowState:
         if sow is not None:
             for key in _keys_of(record):
                 sow.queued[key] = record
+        self.last_queued = record
 
     def forget(self, records: Iterable[Record]) -> None:
         """These queued records will never commit (the commit failed)."""
@@ -250,6 +253,18 @@ class SowState:
         startup, in a worker thread); returns how many records were applied."""
         if not self.topics:
             return 0
+        for sow in self.topics.values():
+            if sow.store.applied_txid > journal.last_txid:
+                # the journal lost a tail (a machine crash) the store had applied
+                log.warning(
+                    "SOW store of topic %s has applied txid %d but the journal ends at %d; "
+                    "rebuilding it from the journal",
+                    sow.name,
+                    sow.store.applied_txid,
+                    journal.last_txid,
+                    extra=events.extra(events.SOW_STORE_REBUILT),
+                )
+                sow.store.clear()
         start = min(t.store.applied_txid for t in self.topics.values())
         applied = 0
         after = start
