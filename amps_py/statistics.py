@@ -40,3 +40,6 @@ class InstanceStatistics:
     durable_txid: int = 0
     #: the client memory pools and the connections they closed (InstanceLimits)
     limits: dict[str, Any] | None = None
+    #: per SOW topic: ``records``, ``bytes`` (payload bytes), ``file_bytes`` and the
+    #: journal txid its store has applied through (empty without SOW)
+    sow: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -198,3 +199,23 @@ async def test_a_deleted_store_is_rebuilt_from_the_journal(tmp_path: Path) -> No
             after = sorted((r.key, r.data) for r in await q.sow("orders"))
         assert after == before
         assert "17-0001" in inst.log_text()
+
+
+async def test_admin_and_metrics_show_each_sow_topic(tmp_path: Path) -> None:
+    admin = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
+    async with serve_instance(tmp_path, "sow", extra=SOW_XML + admin) as inst:
+        await publish_all(inst.uri, [{"id": i, "pad": "x" * 10} for i in range(25)])
+        port = inst.bound_port("admin")
+
+        def get(path: str) -> bytes:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return bytes(r.read())
+
+        tree = orjson.loads(await trio.to_thread.run_sync(get, "/amps/instance"))
+        orders = tree["sow"]["orders"]
+        assert orders["records"] == 25
+        sizes = [len(orjson.dumps({"id": i, "pad": "x" * 10})) for i in range(25)]
+        assert orders["bytes"] == sum(sizes)
+        assert tree["sow"]["quotes"]["records"] == 0
+        metrics = (await trio.to_thread.run_sync(get, "/metrics")).decode()
+        assert 'amps_sow_records{instance="sow",topic="orders"} 25.0' in metrics

@@ -110,6 +110,10 @@ def instance_tree(instance: AdminHost) -> dict[str, Any]:
         "transports": {name: {"port": port} for name, port in stats.listeners.items()},
         "actions": instance.actions.statistics() if instance.actions is not None else [],
         "limits": stats.limits or {},
+        "sow": {
+            topic: {**figures, "topic": topic, "valid_keys": figures["records"]}
+            for topic, figures in stats.sow.items()
+        },
     }
 
 

@@ -103,6 +103,7 @@ class InstanceCollector(Collector):
         yield from self._disks(stats.name)
         yield from self._replication(stats.name, stats.replication)
         yield from self._clients(stats.name)
+        yield from self._sow(stats.name, stats.sow)
         if stats.limits:
             yield from self._limits(stats.limits, gauge, counter)
 
@@ -194,6 +195,24 @@ class InstanceCollector(Collector):
         )
         pending.add_metric([name], len(maintenance.pending_removal()))
         yield pending
+
+    def _sow(self, name: str, sow: dict[str, dict[str, int]]) -> Iterator[Metric]:
+        """Records and bytes per SOW topic."""
+        if not sow:
+            return
+        records = GaugeMetricFamily(
+            "amps_sow_records", "Records in the State of the World", labels=["instance", "topic"]
+        )
+        size = GaugeMetricFamily(
+            "amps_sow_bytes",
+            "Message bytes in the State of the World",
+            labels=["instance", "topic"],
+        )
+        for topic, figures in sow.items():
+            records.add_metric([name, topic], figures["records"])
+            size.add_metric([name, topic], figures["bytes"])
+        yield records
+        yield size
 
     def _clients(self, name: str) -> Iterator[Metric]:
         from .http import client_sessions

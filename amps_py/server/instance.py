@@ -390,6 +390,7 @@ class Instance:
             replication=self.replication.statistics() if self.replication else None,
             durable_txid=self.durable_txid,
             limits=self.limits.statistics(),
+            sow=self.publishing.sow.statistics(),
         )
 
 

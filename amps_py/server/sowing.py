@@ -295,6 +295,7 @@ class SowState:
             name: {
                 "records": t.store.count,
                 "bytes": t.store.bytes,
+                "file_bytes": t.store.file_bytes,
                 "applied_txid": t.store.applied_txid,
             }
             for name, t in self.topics.items()
