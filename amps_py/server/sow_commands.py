@@ -196,7 +196,6 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
     # paused at the snapshot: the registry skips it until the replay flips it live
     cursor = instance.committed_txid
     sub.live = False
-    sub.journaled_only = True
     sub.delivered_upto = cursor
     session.subscriptions[sub.sub_id] = sub
     instance.registry.add(sub)
