@@ -104,8 +104,7 @@ def sweep_and_announce(
         removed, more = sweep(state, now_us, limit)
     except SowStoreError as exc:
         log.error(
-            "SOW expiry: expired records could not be removed (the next sweep tries "
-            "again): %s",
+            "SOW expiry: expired records could not be removed (the next sweep tries again): %s",
             exc,
             extra=events.extra(events.SOW_EXPIRY_FAILED),
         )

@@ -2,9 +2,10 @@
 
 A SOW topic's records expire when its ``Expiration`` is an interval (every record
 lives that long, unless its publish gave its own lifetime) or ``enabled`` (only
-records published with an ``e`` header expire). ``e`` is the lifetime in seconds, as
-AMPS documents the publish header ("an interval in seconds, used to define the
-lifetime of a publish message"); amps-py also accepts a fraction of a second.
+records published with an ``e`` header expire). ``e`` is the lifetime in whole
+seconds, as AMPS documents the publish header ("an interval in seconds, used to define
+the lifetime of a publish message"); the protocol codec refuses an ``e`` that is not
+an integer, and :func:`parse_lifetime` one that is not above 0.
 
 A lifetime counts from the record's **origin time**: when the instance that accepted
 the publish journaled it (``Record.origin_ts``, carried unchanged by replication), so
