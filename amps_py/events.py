@@ -99,6 +99,8 @@ ACTION_RUN: Final = "16-0002"
 SOW_STORE_REBUILT: Final = "17-0001"
 #: a journaled SOW record could not be applied (it names the record and why)
 SOW_RECORD_UNREADABLE: Final = "17-0002"
+#: expired SOW records could not be removed from their store (retried next sweep)
+SOW_EXPIRY_FAILED: Final = "17-0003"
 
 def extra(code: str) -> dict[str, str]:
     """The ``extra=`` mapping that tags a log record with an event code."""

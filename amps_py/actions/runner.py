@@ -81,6 +81,25 @@ def required_parameters(options: Mapping[str, str]) -> list[str]:
     return [p.strip() for p in options.get("RequiredParameter", "").split(",") if p.strip()]
 
 
+def _listed(text: str) -> set[str]:
+    return {part.strip() for part in text.split(",") if part.strip()}
+
+
+def on_selects(module: ActionModule, on: str, variables: Mapping[str, str]) -> bool:
+    """Whether On ``module`` runs for event ``on`` with ``variables``: it is
+    ``amps-action-on-<on>``, its ``Topic`` option (when given, as for
+    ``amps-action-on-sow-expire-message``) is the event's ``AMPS_TOPIC``, and its
+    ``Reason`` option (comma-separated, when given) names one of the event's
+    ``AMPS_REASON`` values."""
+    if module.module != f"amps-action-on-{on}":
+        return False
+    topic = module.options.get("Topic")
+    if topic and topic != variables.get("AMPS_TOPIC"):
+        return False
+    wanted = _listed(module.options.get("Reason", ""))
+    return not wanted or bool(wanted & _listed(variables.get("AMPS_REASON", "")))
+
+
 def substitute(text: str, variables: Mapping[str, str]) -> str:
     """``{{NAME}}`` replaced from ``variables`` (unknown names become "")."""
     return _VAR.sub(lambda m: variables.get(m.group(1), ""), text)
@@ -191,11 +210,14 @@ class ActionRunner:
                     await self._run(i, {})
 
     def fire(self, on: str, variables: Mapping[str, str]) -> None:
-        """Run (in the background) every action with ``amps-action-on-<on>``."""
+        """Run (in the background) every action with ``amps-action-on-<on>`` that
+        selects this event (:func:`on_selects`)."""
         nursery = self._nursery
         if nursery is None:
             return
         for i in self._with(on):
+            if not any(on_selects(m, on, variables) for m in self.actions[i].on):
+                continue
             try:
                 nursery.start_soon(self._run, i, dict(variables))
             except RuntimeError:  # the runner is shutting down: too late for new runs

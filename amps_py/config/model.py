@@ -354,6 +354,7 @@ ACTION_ON_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-on-replication-resync-complete": (),
     "amps-action-on-downgrade-replication": (),
     "amps-action-on-upgrade-replication": (),
+    "amps-action-on-sow-expire-message": ("Topic", "MessageType"),
 }
 #: If modules amps-py runs, and the Options each requires
 ACTION_IF_MODULES: Final[Mapping[str, tuple[str, ...]]] = {

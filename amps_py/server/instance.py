@@ -58,6 +58,7 @@ from .names import ClientNames
 from .publishing import PublishPath
 from .replay import ActiveReplays
 from .session import Session
+from .sow_expiry import run_sow_expiry
 from .sowing import SowState
 from .startup import ConfigurationError, open_access_control, open_journal, open_sow
 from .subscriptions import SubscriptionRegistry
@@ -340,6 +341,9 @@ class Instance:
 
                     self.actions = ActionRunner(self, config.actions)
                     await nursery.start(self.actions.run)
+                if self.sow.expiring:  # after the actions: expiries fire them
+                    p = self.publishing
+                    nursery.start_soon(run_sow_expiry, p.sow, p.out_of_focus, self.fire_action)
                 if config.admin is not None:
                     await self.listeners.start_admin(nursery, self, *config.admin)
                 log.info(

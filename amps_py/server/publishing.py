@@ -221,6 +221,7 @@ class PublishPath:
             if writer.failure:
                 raise CommandFailed(reasons.JOURNAL_UNAVAILABLE, writer.failure)
             sow_key = ""
+            lifetime = None
             if self.sow_topics:
                 sow = self.sow_topics.get(topic)
                 if sow is not None and kind != SOW_DELETE:
@@ -228,6 +229,7 @@ class PublishPath:
                     kind, sow_key, payload = self.sow.prepare(
                         sow, header, payload, header.get("c") == "delta_publish"
                     )
+                    lifetime = sow.lifetime(header)
             ph = session.pub_hash
             ledger = self.ledgers.of(ph)
             if seq > ledger.high:
@@ -261,7 +263,7 @@ class PublishPath:
             )
             writer.submit(record)
             if sow_key or kind == SOW_DELETE:
-                self.sow.queued(record)
+                self.sow.queued(record, lifetime)
             return "queued"
         subs = self.registry.match(topic)
         if subs:
@@ -331,9 +333,15 @@ class PublishPath:
                     rec.sow_key,
                 )
 
+    def out_of_focus(self, removed: list[Removed]) -> None:
+        """``oof`` messages for records removed from SOW topics (by a delete, or
+        expired: :mod:`.sow_expiry`); see :meth:`_out_of_focus`."""
+        self._out_of_focus(removed)
+
     def _out_of_focus(self, removed: list[Removed]) -> None:
-        """``oof`` messages for records a delete removed, to the subscriptions that
-        asked for them (option ``oof``) and that the removed message matched."""
+        """``oof`` messages for records a delete removed (or that expired), to the
+        subscriptions that asked for them (option ``oof``) and that the removed
+        message matched; the reason is the :class:`Removed`'s."""
         for gone in removed:
             subs = [s for s in self.registry.match(gone.topic) if "oof" in s.options]
             for entry in gone.entries:

@@ -22,6 +22,7 @@ import trio
 
 from amps_py import reasons
 from amps_py.protocol import Frame, messages
+from amps_py.sow.expiry import is_expired
 from amps_py.sow.query import parse_orderby, select
 from amps_py.sow.store import SowEntry
 
@@ -94,6 +95,8 @@ class Query:
         self.query_id = str(
             header.get("query_id") or header.get("sub_id") or header.get("cid") or ""
         )
+        #: now in µs, for records that expired but are not removed yet
+        self.clock = sow.now_us
 
     def matches(self, entry: SowEntry) -> bool:
         if self.keys is not None and entry.key not in self.keys:
@@ -104,12 +107,14 @@ class Query:
         self, snapshots: list[tuple[SowTopic, Any]]
     ) -> tuple[list[tuple[str, SowEntry]], int]:
         """The selected records of every topic (blocking: runs in a worker thread),
-        and how many records matched before top_n/skip_n."""
+        and how many records matched before top_n/skip_n. A record whose expiry time
+        has passed when the collection starts is left out, removed or not yet."""
         out: list[tuple[str, SowEntry]] = []
         matched = 0
+        now_us = self.clock()
         for sow, snapshot in snapshots:
             try:
-                hits = [e for e in snapshot if self.matches(e)]
+                hits = [e for e in snapshot if not is_expired(e, now_us) and self.matches(e)]
             finally:
                 snapshot.close()
             matched += len(hits)
@@ -289,9 +294,12 @@ def _delete_selection(
         if rec.kind != SOW_DELETE and flt.matches(parse_json(rec.payload)):
             found.append(key)
     snapshot = sow.store.snapshot()
+    now_us = sow.clock()
     try:
         for entry in snapshot:
-            if entry.key not in seen and flt.matches(parse_json(entry.payload)):
+            if entry.key in seen or is_expired(entry, now_us):
+                continue
+            if flt.matches(parse_json(entry.payload)):
                 found.append(entry.key)
     finally:
         snapshot.close()

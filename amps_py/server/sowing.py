@@ -17,13 +17,26 @@ Record kinds (:class:`txlog.record.Kind`):
   (:meth:`SowState.prepare`), stored like a publish;
 - ``SOW_DELETE``: ``{"keys": [...]}`` names the records a ``sow_delete`` removed; the
   keys were resolved where the command ran, so every instance removes the same ones.
+
+Expiration (:mod:`amps_py.sow.expiry`): a record of a topic with an ``Expiration``
+interval expires that long after its origin time (``Record.origin_ts``, the same on
+every instance), so replicas and a rebuild agree. A publish's own lifetime (the ``e``
+header, on ``enabled`` and interval topics alike) is **not journaled**: the txlog
+record format has no field for it, and hiding it in another field (the SOW key, the
+flags) would leak into deliveries (``k``), exports and dumps. So ``e`` is honoured by
+the instance that accepted the publish, and kept there in its store (a persistent
+store keeps it across restarts); a replica, or a store rebuilt from the journal, gives
+that record its topic's interval instead (no expiry on an ``enabled`` topic). Removing
+expired records is a local decision from that replicated data
+(:mod:`amps_py.server.sow_expiry`), never journaled; reads skip a record whose time
+has passed even before it is removed.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -32,6 +45,7 @@ import orjson
 
 from amps_py import events, reasons
 from amps_py.config.model import SowTopicConfig
+from amps_py.sow.expiry import BadExpiration, expires_at, is_expired, parse_lifetime, wall_clock_us
 from amps_py.sow.keys import SowKeyer, SowKeyError
 from amps_py.sow.merge import delta_merge
 from amps_py.sow.store import SowEntry, SowStore, SowStoreError
@@ -76,12 +90,19 @@ class Removed:
 
 class SowTopic:
     """One SOW topic: its config, its key rule, its store, and the publishes queued for
-    it that are not committed yet (a delta merges onto the newest of them)."""
+    it that are not committed yet (a delta merges onto the newest of them).
 
-    def __init__(self, config: SowTopicConfig, store: SowStore) -> None:
+    ``clock`` gives now in µs since the epoch: a stored record whose expiry time has
+    passed is no longer current.
+    """
+
+    def __init__(
+        self, config: SowTopicConfig, store: SowStore, clock: Callable[[], int] = wall_clock_us
+    ) -> None:
         self.config = config
         self.name = config.name
         self.store = store
+        self.clock = clock
         self.keyer = SowKeyer(config.name, config.keys, config.key_domain)
         #: key -> the newest record queued for the journal and not committed yet
         self.queued: dict[str, Record] = {}
@@ -106,12 +127,35 @@ class SowTopic:
             raise CommandFailed(reasons.BAD_SOW_KEY, str(exc)) from None
 
     def current(self, key: str) -> bytes | None:
-        """The newest message of ``key``: queued, else stored, else None."""
+        """The newest message of ``key``: queued, else stored and not expired, else None."""
         rec = self.queued.get(key)
         if rec is not None:
             return None if rec.kind == SOW_DELETE else rec.payload
         entry = self.store.get(key)
-        return entry.payload if entry is not None else None
+        if entry is None or is_expired(entry, self.clock()):
+            return None
+        return entry.payload
+
+    def lifetime(self, header: dict[str, Any]) -> float | None:
+        """The lifetime in seconds a publish asks for with ``e``; None when it gives
+        none or the topic's records do not expire (``e`` is then ignored).
+
+        Raises:
+            CommandFailed: ``e`` is not a number of seconds above 0.
+        """
+        if not self.config.expires:
+            return None
+        try:
+            return parse_lifetime(header.get("e"))
+        except BadExpiration as exc:
+            raise CommandFailed(reasons.INVALID_OPTIONS, str(exc)) from None
+
+    def expires_us(self, record: Record, lifetime: float | None) -> int:
+        """When ``record``'s value expires (µs, 0 = never): ``lifetime`` (its ``e``),
+        else the topic's ``Expiration`` interval, from the record's origin time."""
+        if lifetime is None:
+            lifetime = self.config.expiration
+        return expires_at(record.origin_ts or record.local_ts, lifetime)
 
 
 class SowState:
@@ -123,9 +167,22 @@ class SowState:
         self.topics: dict[str, SowTopic] = {}
         #: the newest SOW record queued for the journal (a sow_delete waits for it)
         self.last_queued: Record | None = None
+        #: now in µs since the epoch (tests replace it with a fake clock)
+        self.clock: Callable[[], int] = wall_clock_us
+        #: id(record) -> (record, its ``e`` lifetime) for queued publishes that gave one
+        self._lifetimes: dict[int, tuple[Record, float]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.configs)
+
+    def now_us(self) -> int:
+        """Now, by :attr:`clock`."""
+        return self.clock()
+
+    @property
+    def expiring(self) -> list[SowTopic]:
+        """The topics whose records can expire."""
+        return [t for t in self.topics.values() if t.config.expires]
 
     def store_directory(self, config: SowTopicConfig) -> Path:
         if config.file_name is not None:
@@ -154,7 +211,7 @@ class SowState:
                     extra=events.extra(events.SOW_STORE_REBUILT),
                 )
                 store = SowStore(directory, config.name, transient=transient)
-            self.topics[config.name] = SowTopic(config, store)
+            self.topics[config.name] = SowTopic(config, store, self.now_us)
 
     def close(self) -> None:
         for topic in self.topics.values():
@@ -189,23 +246,39 @@ class SowState:
         merged = delta_merge(parse_document(stored, sow.name), doc)
         return DELTA_PUBLISH, key, orjson.dumps(merged)
 
-    def queued(self, record: Record) -> None:
+    def queued(self, record: Record, lifetime: float | None = None) -> None:
         """``record`` (of a SOW topic) was queued for the journal: until it commits, it
-        is the newest message of its key(s) (a delta merges onto it)."""
+        is the newest message of its key(s) (a delta merges onto it). ``lifetime``:
+        the seconds its publish's ``e`` asked for (:meth:`SowTopic.lifetime`)."""
         sow = self.topics.get(record.topic)
         if sow is not None:
             for key in _keys_of(record):
                 sow.queued[key] = record
+        if lifetime is not None:
+            self._lifetimes[id(record)] = (record, lifetime)
         self.last_queued = record
 
     def forget(self, records: Iterable[Record]) -> None:
         """These queued records will never commit (the commit failed)."""
         for rec in records:
+            self._take_lifetime(rec)
             sow = self.topics.get(rec.topic)
             if sow is not None:
                 for key in _keys_of(rec):
                     if sow.queued.get(key) is rec:
                         del sow.queued[key]
+
+    def _take_lifetime(self, record: Record) -> float | None:
+        """The ``e`` lifetime of a queued record, forgotten (None for any other)."""
+        if not self._lifetimes:
+            return None
+        held = self._lifetimes.pop(id(record), None)
+        if held is None:
+            return None
+        if held[0] is not record:  # another record under a recycled id: not this one's
+            self._lifetimes[id(record)] = held
+            return None
+        return held[1]
 
     # ---------------------------------------------------------------- applying commits
     def apply(self, records: Sequence[Record]) -> list[Removed]:
@@ -242,10 +315,22 @@ class SowState:
             if not key:
                 continue  # journaled before the topic kept a SOW: nothing to key it by
             deletes.pop(key, None)
+            expires = sow.expires_us(rec, self._take_lifetime(rec)) if sow.config.expires else 0
             upserts[key] = SowEntry(
-                key, rec.txid, rec.bookmark, rec.correlation_id, rec.local_ts, rec.payload
+                key, rec.txid, rec.bookmark, rec.correlation_id, rec.local_ts, rec.payload, expires
             )
         store.apply(list(upserts.values()), list(deletes), records[-1].txid)
+        return gone
+
+    def expire(self, sow: SowTopic, now_us: int, limit: int) -> list[SowEntry]:
+        """Remove up to ``limit`` records of ``sow`` whose expiry time is at or before
+        ``now_us``, soonest first; return them (for ``oof`` messages). One write; not
+        journaled (every instance removes them by itself), so the store's applied txid
+        stays where it is."""
+        store = sow.store
+        gone = store.expired(now_us, limit)
+        if gone:
+            store.apply([], [e.key for e in gone], store.applied_txid)
         return gone
 
     def catch_up(self, journal: Journal) -> int:
