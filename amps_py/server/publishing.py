@@ -391,6 +391,8 @@ class PublishPath:
     # ---------------------------------------------------------------- when writes fail
     def on_rejected(self, rejected: list[tuple[Record, str]]) -> None:
         """Records the journal could not store (the rest of their commit was)."""
+        if self.sow_topics:
+            self.sow.forget(rec for rec, _ in rejected)
         for rec, why in rejected:
             if rec.path:
                 log.error(
