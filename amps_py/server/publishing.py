@@ -298,7 +298,7 @@ class PublishPath:
             if self.sow_topics:
                 removed = self.sow.apply(records)
                 if removed:
-                    self._out_of_focus(removed)
+                    self.out_of_focus(removed)
             self._fan_out_committed(records, holding=upto is not None)
         self._released(self.window.committed(records, dropped, self.committed_txid, upto))
 
@@ -314,13 +314,19 @@ class PublishPath:
     def _fan_out_committed(self, records: list[Record], holding: bool) -> None:
         """Deliver committed records to live subscriptions; ``fully_durable`` ones wait
         for the sync destinations when there are any (``holding``)."""
+        self._deliver(records, holding and self.registry.fully_durable > 0, False)
+
+    def _deliver(self, records: list[Record], skip_durable: bool, durable_only: bool) -> None:
+        """Fan committed records out to the live subscriptions of their topics: all,
+        all but the ``fully_durable`` ones, or only those. A SOW delete is no message."""
         registry = self.registry
-        split = holding and registry.fully_durable > 0
         fan_out = self.delivery.fan_out
         for rec in records:
             subs = registry.match(rec.topic)
-            if split:
+            if skip_durable:
                 subs = tuple(s for s in subs if not s.fully_durable)
+            elif durable_only:
+                subs = tuple(s for s in subs if s.fully_durable)
             if subs and rec.kind != SOW_DELETE:
                 fan_out(
                     rec.topic,
@@ -334,11 +340,6 @@ class PublishPath:
                 )
 
     def out_of_focus(self, removed: list[Removed]) -> None:
-        """``oof`` messages for records removed from SOW topics (by a delete, or
-        expired: :mod:`.sow_expiry`); see :meth:`_out_of_focus`."""
-        self._out_of_focus(removed)
-
-    def _out_of_focus(self, removed: list[Removed]) -> None:
         """``oof`` messages for records a delete removed (or that expired), to the
         subscriptions that asked for them (option ``oof``) and that the removed
         message matched; the reason is the :class:`Removed`'s."""
@@ -361,21 +362,8 @@ class PublishPath:
     def _released(self, release: Release) -> None:
         """Act on what became durable: ``fully_durable`` deliveries, persisted acks,
         and wake what waits for commits."""
-        registry = self.registry
-        if release.records and registry.fully_durable:
-            for rec in release.records:
-                subs = tuple(s for s in registry.match(rec.topic) if s.fully_durable)
-                if subs and rec.kind != SOW_DELETE:
-                    self.delivery.fan_out(
-                        rec.topic,
-                        rec.payload,
-                        rec.bookmark,
-                        rec.txid,
-                        subs,
-                        rec.correlation_id,
-                        rec.local_ts,
-                        rec.sow_key,
-                    )
+        if release.records and self.registry.fully_durable:
+            self._deliver(release.records, False, True)
         if release.settled:
             by_pub = self.sessions
             for ph in self.ledgers.settle(release.settled, by_pub):
