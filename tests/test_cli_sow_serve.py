@@ -102,7 +102,8 @@ def test_sow_json_lines_carry_key_bookmark_and_data(served: ServerProcess, tmp_p
     # the keys printed are the ones the instance deletes by
     async def delete_first() -> dict[str, int]:
         async with open_client(served.uri, "deleter") as client:
-            return await client.sow_delete("orders", keys=[lines[0]["key"]])
+            stats: dict[str, int] = await client.sow_delete("orders", keys=[lines[0]["key"]])
+            return stats
 
     assert trio.run(delete_first)["records_deleted"] == 1
     res = run("sow", "orders", "--uri", served.uri, "--json", cwd=tmp_path)

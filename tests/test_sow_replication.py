@@ -83,7 +83,7 @@ async def sow_delete(client: Client, **selector: Any) -> dict[str, int]:
     publish seq, which the client library does not count, so the next publish would be
     dropped as a duplicate (tests/test_sow_delete_seq.py, xfail). Skipping a seq is
     harmless once that is fixed: publishes above every seq held are always stored."""
-    stats = await client.sow_delete(TOPIC, **selector)
+    stats: dict[str, int] = await client.sow_delete(TOPIC, **selector)
     client.seq += 1
     return stats
 
@@ -160,9 +160,9 @@ class Writer:
                 await client.publish(TOPIC, orjson.dumps(doc))
             else:
                 self.counter += 1
-                delta = {"id": ident, "v": self.counter, "px": {"ask": rng.randint(200, 299)}}
-                docs[ident] = merged(docs[ident], delta)
-                await client.delta_publish(TOPIC, orjson.dumps(delta))
+                change = {"id": ident, "v": self.counter, "px": {"ask": rng.randint(200, 299)}}
+                docs[ident] = merged(docs[ident], change)
+                await client.delta_publish(TOPIC, orjson.dumps(change))
             self.log.append(f"{op} {ident}")
             return
         if op == "publish":

@@ -91,7 +91,7 @@ def publisher(
         now = pc()
         more = (sent < total) if total is not None else now < deadline
         if more:
-            parts = []
+            parts: list[bytes] = []
             while seq - acked < window and len(parts) < 128 and (total is None or sent < total):
                 seq += 1
                 payload = payload_of(first_id + sent % id_count, size)
