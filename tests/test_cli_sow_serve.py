@@ -1,0 +1,124 @@
+"""`amps-py sow` end to end: a real `amps-py serve` process with a SOW topic, records
+published through the client library, and the `amps-py sow` console script run as a
+subprocess (tests/clirun.py): its lines, its --json lines, its summary on stderr and
+its exit status. (Option passing and output formats in detail: test_cli_sow.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import trio
+from clirun import run
+from harness import ServerProcess, start_instance
+
+from amps_py.client import open_client
+
+SOW_XML = (
+    "<SOW><Topic><Name>orders</Name><MessageType>json</MessageType><Key>/id</Key></Topic></SOW>"
+)
+
+
+def expected_records() -> dict[int, dict[str, object]]:
+    """What the SOW of ``orders`` holds after :func:`fill`."""
+    docs: dict[int, dict[str, object]] = {i: {"id": i, "qty": i * 10} for i in range(10)}
+    docs[3] = {"id": 3, "qty": 99}
+    docs[4] = {"id": 4, "qty": 40, "note": "merged"}
+    del docs[0]
+    return docs
+
+
+async def fill(uri: str) -> None:
+    async with open_client(uri, "filler") as client:
+        for i in range(10):
+            await client.publish("orders", orjson.dumps({"id": i, "qty": i * 10}))
+        await client.publish("orders", b'{"id":3,"qty":99}')
+        await client.delta_publish("orders", b'{"id":4,"note":"merged"}')
+        await client.publish("trades", b'{"id":1}')  # journaled, no SOW
+        await client.wait_persisted(client.seq, timeout=30)
+        stats = await client.sow_delete("orders", data=b'{"id":0}')
+        assert stats["records_deleted"] == 1
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = start_instance(tmp_path, "sowcli", extra=SOW_XML)
+    try:
+        trio.run(fill, server.uri)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_sow_prints_the_filtered_records_of_a_real_instance(
+    served: ServerProcess, tmp_path: Path
+) -> None:
+    res = run("sow", "orders", "--uri", served.uri, "--filter", "/qty >= 50", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    want = {i: d for i, d in expected_records().items() if int(d["qty"]) >= 50}  # type: ignore[call-overload]
+    got = [json.loads(line) for line in res.stdout.splitlines()]
+    assert sorted(got, key=lambda d: d["id"]) == [want[i] for i in sorted(want)]
+    assert res.stderr.startswith(f"amps-py: {len(want)} record(s) from orders")
+    assert len(res.stderr.splitlines()) == 1
+    # ordered and cut: the payloads exactly as stored, one per line
+    res = run(
+        "sow", "orders", "--uri", served.uri, "--orderby", "/qty DESC", "--top-n", "2",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ['{"id":3,"qty":99}', '{"id":9,"qty":90}']
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "CLI and server disagree on topic_matches: amps_py/cli_client.py sow_summary "
+        "prints it as the records in the topic ('6 matched of 1 in the topic'), "
+        "amps_py/server/sow_commands.py send_results sends the number of SOW topics "
+        "the query covered (len(query.topics))"
+    ),
+)
+def test_sow_summary_counts_are_consistent(served: ServerProcess, tmp_path: Path) -> None:
+    res = run("sow", "orders", "--uri", served.uri, "--filter", "/qty >= 50", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    matched, total = re.search(r"\((\d+) matched of (\d+) in the topic\)", res.stderr).groups()  # type: ignore[union-attr]
+    assert int(matched) == 6
+    assert int(total) == len(expected_records()), res.stderr
+
+
+def test_sow_json_lines_carry_key_bookmark_and_data(served: ServerProcess, tmp_path: Path) -> None:
+    res = run("sow", "orders", "--uri", served.uri, "--json", "--batch-size", "3", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    assert sorted((d["data"]["id"], d["data"]) for d in lines) == sorted(expected_records().items())
+    assert all(set(d) == {"key", "bookmark", "data"} for d in lines)
+    assert len({d["key"] for d in lines}) == len(lines) and all(d["key"] for d in lines)
+    assert all(d["bookmark"] for d in lines)
+
+    # the keys printed are the ones the instance deletes by
+    async def delete_first() -> dict[str, int]:
+        async with open_client(served.uri, "deleter") as client:
+            stats: dict[str, int] = await client.sow_delete("orders", keys=[lines[0]["key"]])
+            return stats
+
+    assert trio.run(delete_first)["records_deleted"] == 1
+    res = run("sow", "orders", "--uri", served.uri, "--json", cwd=tmp_path)
+    assert len(res.stdout.splitlines()) == len(lines) - 1
+
+
+def test_sow_of_a_topic_without_sow_fails_with_exit_status_1(
+    served: ServerProcess, tmp_path: Path
+) -> None:
+    res = run("sow", "trades", "--uri", served.uri, cwd=tmp_path)
+    assert (res.returncode, res.stdout) == (1, "")
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("amps-py: sow failed: invalid topic")
+    assert "add a SOW/Topic" in line, "the refusal says how to fix it"
+    res = run("sow", "orders", "--uri", served.uri, "--filter", "/qty >", cwd=tmp_path)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith("amps-py: sow failed: bad filter")
+    assert "column 7" in res.stderr and "Traceback" not in res.stderr
