@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-import pytest
 from inprocess import serve_instance
 
 from amps_py.client import open_client
@@ -20,17 +19,6 @@ SOW_XML = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: a sow_delete without s gets seq ledger.high + 1 "
-        "(amps_py/server/session.py Session.publish_seq, called from "
-        "sow_commands.on_sow_delete), which the client library does not count "
-        "(Client.sow_delete sends no s and leaves Client.seq alone); the next publish "
-        "reuses that seq, PublishPath.publish finds it held by the delete and returns "
-        "'done': acked as persisted, never journaled"
-    ),
-)
 async def test_publish_after_sow_delete_on_the_same_connection_is_stored(
     tmp_path: Path,
 ) -> None:

@@ -116,6 +116,10 @@ class SessionHost(ReplayHost, Protocol):
         """``queued``, ``pending`` or ``done`` (see :meth:`PublishPath.publish`)."""
         ...
 
+    def publish_internal(self, topic: str, payload: bytes, kind: int = ...) -> str:
+        """Publish as the instance itself (its own publisher name and seqs)."""
+        ...
+
     def fire_action(self, on: str, variables: dict[str, str]) -> None: ...
 
 

@@ -270,13 +270,13 @@ class PublishPath:
             self.delivery.fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
         return "done"
 
-    def publish_internal(self, topic: str, payload: bytes) -> str:
-        """Publish ``payload`` to ``topic`` as the instance itself; same path, journal
-        and dedup rules as a client's publish."""
+    def publish_internal(self, topic: str, payload: bytes, kind: int = PUBLISH) -> str:
+        """Publish ``payload`` to ``topic`` as the instance itself (``<name>-internal``,
+        with its own seqs); same path, journal and dedup rules as a client's publish."""
         name = f"{self.instance_name}-internal"
         publisher = InternalPublisher(publisher_hash(name), name)
         seq = self.ledger(publisher.pub_hash).high + 1
-        return self.publish(publisher, topic, seq, payload, {})
+        return self.publish(publisher, topic, seq, payload, {}, kind)
 
     def _held_txid(self, pub_hash: int, seq: int) -> int | None:
         """The txid holding ``(pub_hash, seq)`` in the journal; 0 when it was there

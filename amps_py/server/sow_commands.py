@@ -105,22 +105,24 @@ class Query:
 
     def collect(
         self, snapshots: list[tuple[SowTopic, Any]]
-    ) -> tuple[list[tuple[str, SowEntry]], int]:
+    ) -> tuple[list[tuple[str, SowEntry]], int, int]:
         """The selected records of every topic (blocking: runs in a worker thread),
-        and how many records matched before top_n/skip_n. A record whose expiry time
-        has passed when the collection starts is left out, removed or not yet."""
+        how many records matched before top_n/skip_n, and how many the topics held
+        (the stats ack's ``topic_matches``). A record whose expiry time has passed when
+        the collection starts is left out, removed or not yet."""
         out: list[tuple[str, SowEntry]] = []
-        matched = 0
+        matched = held = 0
         now_us = self.clock()
         for sow, snapshot in snapshots:
             try:
+                held += snapshot.count
                 hits = [e for e in snapshot if not is_expired(e, now_us) and self.matches(e)]
             finally:
                 snapshot.close()
             matched += len(hits)
             chosen = select(hits, None, self.orderby, self.top_n, self.skip_n or 0)
             out.extend((sow.name, e) for e in chosen)
-        return out, matched
+        return out, matched, held
 
 
 async def send_results(
@@ -132,7 +134,7 @@ async def send_results(
 ) -> int:
     """Send one query's results: group_begin, batches, group_end; returns how many
     records went out."""
-    entries, matched = await trio.to_thread.run_sync(query.collect, snapshots)
+    entries, matched, held = await trio.to_thread.run_sync(query.collect, snapshots)
     session.send(messages.group_begin(query.query_id))
     size = query.batch_size
     for start in range(0, len(entries), size):
@@ -159,7 +161,7 @@ async def send_results(
             "stats",
             query_id=query.query_id,
             records_returned=len(entries),
-            topic_matches=len(query.topics),
+            topic_matches=held,
             matches=matched,
         )
     return len(entries)
@@ -229,18 +231,27 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
             reasons.INVALID_TOPIC,
             f"topic {topic!r} has no State of the World; sow_delete needs a SOW topic",
         )
+    held = sow.store.count
     keys = _delete_selection(session, sow, header, frame.payload)
     acks = ack_types(header)
     session.messages_in += 1
-    seq = session.publish_seq(header, acks)
-    outcome = session.instance.publish(
-        session, topic, seq, orjson.dumps({"keys": keys}), header, kind=SOW_DELETE
-    )
-    if outcome == "done":
-        session.persisted_progress()
+    payload = orjson.dumps({"keys": keys})
     query_id = str(header.get("query_id") or header.get("cid") or "")
-    if "processed" in acks:
-        session.ack(header, "processed", s=seq, query_id=query_id)
+    if "s" in header:
+        # sequenced (a client's publish store): the delete is that publisher's message,
+        # deduplicated and acknowledged as persisted like its publishes
+        seq = session.publish_seq(header, acks)
+        outcome = session.instance.publish(session, topic, seq, payload, header, kind=SOW_DELETE)
+        if outcome == "done":
+            session.persisted_progress()
+        if "processed" in acks:
+            session.ack(header, "processed", s=seq, query_id=query_id)
+    else:
+        # no seq: the delete must not take one of the publisher's (its next publish
+        # would be a "duplicate"); the instance journals it under its own name
+        outcome = session.instance.publish_internal(topic, payload, kind=SOW_DELETE)
+        if "processed" in acks:
+            session.ack(header, "processed", query_id=query_id)
     if "stats" not in acks:
         return
     record = state.last_queued if outcome == "queued" else None
@@ -260,7 +271,7 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
             "stats",
             query_id=query_id,
             records_deleted=deleted,
-            topic_matches=1,
+            topic_matches=held,
             matches=len(keys),
         )
 
