@@ -252,6 +252,7 @@ PURE_REPLICATION_MODULES = (
     "amps_py/server/logon.py",
     "amps_py/server/limits.py",
     "amps_py/server/flow.py",
+    "amps_py/server/outbox.py",
     # State of the World: the pure core and the LMDB store (driven by the server)
     "amps_py/sow/__init__.py",
     "amps_py/sow/entry.py",
