@@ -323,7 +323,7 @@ def test_query_and_current_skip_an_expired_record_before_the_sweep(tmp_path: Pat
         query = Query(_Session(state), {"t": "ticks"})  # type: ignore[arg-type]
         for now, expected in ((t0 + 2 * SECOND - 1, ["1", "2"]), (t0 + 2 * SECOND, ["2"])):
             state.clock = lambda now=now: now  # type: ignore[misc]
-            entries, matched = query.collect([(sow, sow.store.snapshot())])
+            entries, matched, _held = query.collect([(sow, sow.store.snapshot())])
             assert [e.key for _, e in entries] == expected and matched == len(expected)
         assert sow.current("1") is None and sow.current("2") == b'{"id":2}'
         assert sow.store.count == 2, "nothing was removed: reads alone skip it"

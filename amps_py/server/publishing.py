@@ -258,12 +258,13 @@ class PublishPath:
                 message_type=self.message_type,
                 origin=self.instance_name,
                 correlation_id=str(header.get("x") or ""),
-                kind=kind,
-                sow_key=sow_key,
             )
-            writer.submit(record)
-            if sow_key or kind == SOW_DELETE:
+            if kind != PUBLISH or sow_key:
+                # (set here, not as arguments: keyword arguments cost on the hot path)
+                record.kind = kind
+                record.sow_key = sow_key
                 self.sow.queued(record, lifetime)
+            writer.submit(record)
             return "queued"
         subs = self.registry.match(topic)
         if subs:

@@ -587,8 +587,12 @@ class Session:
         self.require_entitled(topic, write=True)
         acks = ack_types(header)
         self.messages_in += 1
-        seq = self.publish_seq(header, acks)
+        seq = header.get("s")
         ledger = self.ledger
+        if seq is None or type(seq) is not int or not 0 <= seq <= MAX_SEQ:
+            seq = self.publish_seq(header, acks)  # the rare cases, with their errors
+        elif "persisted" in acks or (self._always_persisted and "s" in header):
+            self.wants_persisted = True
         outcome = self.instance.publish(self, topic, seq, frame.payload, header)
         if outcome == "done" and ledger is not None:
             ledger.resent_durable(seq)
