@@ -5,6 +5,7 @@ from the journal."""
 
 from __future__ import annotations
 
+import io
 import random
 import shutil
 import urllib.request
@@ -219,3 +220,11 @@ async def test_admin_and_metrics_show_each_sow_topic(tmp_path: Path) -> None:
         assert tree["sow"]["quotes"]["records"] == 0
         metrics = (await trio.to_thread.run_sync(get, "/metrics")).decode()
         assert 'amps_sow_records{instance="sow",topic="orders"} 25.0' in metrics
+        # the console's status screen names each SOW topic with its records
+        from rich.console import Console
+
+        from amps_py.admin.console import status_screen
+
+        console = Console(width=100, record=True, file=io.StringIO())
+        console.print(status_screen(tree, 100))
+        assert "sow: orders 25 records" in console.export_text()

@@ -238,6 +238,16 @@ def status_screen(instance: dict[str, Any], width: int | None = None) -> Group:
             line(f"  removal pending for journals {', '.join(map(str, pending))}: {held}")
         if maintenance.get("failures"):
             line(f"  {maintenance['failures']} journal maintenance step(s) failed (log 05-0005)")
+    sow = instance.get("sow") or {}
+    if sow:
+        line(
+            "sow: "
+            + ", ".join(
+                f"{topic} {figures['records']} records "
+                f"({_size(int(figures['bytes'])).replace(' ', chr(0xA0))})"
+                for topic, figures in sow.items()
+            )
+        )
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
     line(f"transports {transports}")
     replication = instance.get("replication", {})
