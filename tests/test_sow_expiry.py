@@ -324,7 +324,8 @@ def test_query_and_current_skip_an_expired_record_before_the_sweep(tmp_path: Pat
         for now, expected in ((t0 + 2 * SECOND - 1, ["1", "2"]), (t0 + 2 * SECOND, ["2"])):
             state.clock = lambda now=now: now  # type: ignore[misc]
             entries, matched, _held = query.collect([(sow, sow.store.snapshot())])
-            assert [e.key for _, e in entries] == expected and matched == len(expected)
+            assert [e.key for _, got in entries for e in got] == expected
+            assert matched == len(expected)
         assert sow.current("1") is None and sow.current("2") == b'{"id":2}'
         assert sow.store.count == 2, "nothing was removed: reads alone skip it"
     finally:

@@ -15,6 +15,7 @@ Results go out as ``group_begin``, ``sow`` batches of up to ``bs`` records,
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -103,14 +104,20 @@ class Query:
             return False
         return self.filter is None or bool(self.filter.matches(parse_json(entry.payload)))
 
+    @property
+    def streams(self) -> bool:
+        """Results go out while the snapshot is read when nothing needs the whole
+        result first (no ``orderby``, ``top_n`` or ``skip_n``)."""
+        return not self.orderby and self.top_n is None and not self.skip_n
+
     def collect(
         self, snapshots: list[tuple[SowTopic, Any]]
-    ) -> tuple[list[tuple[str, SowEntry]], int, int]:
+    ) -> tuple[list[TopicResult], int, int]:
         """The selected records of every topic (blocking: runs in a worker thread),
         how many records matched before top_n/skip_n, and how many the topics held
         (the stats ack's ``topic_matches``). A record whose expiry time has passed when
         the collection starts is left out, removed or not yet."""
-        out: list[tuple[str, SowEntry]] = []
+        out: list[TopicResult] = []
         matched = held = 0
         now_us = self.clock()
         for sow, snapshot in snapshots:
@@ -120,9 +127,15 @@ class Query:
             finally:
                 snapshot.close()
             matched += len(hits)
-            chosen = select(hits, None, self.orderby, self.top_n, self.skip_n or 0)
-            out.extend((sow.name, e) for e in chosen)
+            out.append((sow.name, select(hits, None, self.orderby, self.top_n, self.skip_n or 0)))
         return out, matched, held
+
+
+#: one topic's records of a query result
+TopicResult = tuple[str, list[SowEntry]]
+
+#: records a worker thread reads per hop while a query streams
+STREAM_CHUNK: Final = 2048
 
 
 async def send_results(
@@ -132,39 +145,85 @@ async def send_results(
     snapshots: list[tuple[SowTopic, Any]],
     sub_id: str | None = None,
 ) -> int:
-    """Send one query's results: group_begin, batches, group_end; returns how many
-    records went out."""
-    entries, matched, held = await trio.to_thread.run_sync(query.collect, snapshots)
+    """Send one query's results: group_begin, batches, group_end, and the stats ack
+    when asked; returns how many records went out."""
     session.send(messages.group_begin(query.query_id))
-    size = query.batch_size
-    for start in range(0, len(entries), size):
-        chunk = entries[start : start + size]
-        by_topic: dict[str, list[SowEntry]] = {}
-        for topic, entry in chunk:
-            by_topic.setdefault(topic, []).append(entry)
-        for topic, batch in by_topic.items():
-            session.send(
-                messages.sow_batch(
-                    topic,
-                    query.query_id,
-                    [(e.key, e.payload, e.correlation_id, e.bookmark, e.ts_us) for e in batch],
-                    sub_id=sub_id,
-                )
-            )
-        session.messages_out += len(chunk)
-        await session.wait_outbox_below()
+    if query.streams:
+        sent, matched, held = await _stream(session, query, snapshots, sub_id)
+    else:
+        results, matched, held = await trio.to_thread.run_sync(query.collect, snapshots)
+        sent = 0
+        for topic, entries in results:
+            await _send_batches(session, query, topic, entries, sub_id)
+            sent += len(entries)
     session.send(messages.group_end(query.query_id))
-    acks = ack_types(header)
-    if "stats" in acks:
+    if "stats" in ack_types(header):
         session.ack(
             header,
             "stats",
             query_id=query.query_id,
-            records_returned=len(entries),
+            records_returned=sent,
             topic_matches=held,
             matches=matched,
         )
-    return len(entries)
+    return sent
+
+
+async def _stream(
+    session: Session, query: Query, snapshots: list[tuple[SowTopic, Any]], sub_id: str | None
+) -> tuple[int, int, int]:
+    """Read each snapshot in chunks in a worker thread and send what matches as it is
+    found (memory stays at a chunk, the first batch leaves at once); (records sent,
+    matched, held)."""
+    sent = held = 0
+    now_us = query.clock()
+    for sow, snapshot in snapshots:
+        held += snapshot.count
+        records = iter(snapshot)
+        try:
+            done = False
+            while not done:
+                hits, done = await trio.to_thread.run_sync(_read_chunk, records, query, now_us)
+                await _send_batches(session, query, sow.name, hits, sub_id)
+                sent += len(hits)
+        finally:
+            snapshot.close()
+    return sent, sent, held
+
+
+def _read_chunk(
+    records: Iterator[SowEntry], query: Query, now_us: int
+) -> tuple[list[SowEntry], bool]:
+    """The matching, unexpired records among the next :data:`STREAM_CHUNK` (blocking:
+    a worker thread reads the store), and whether the snapshot is exhausted."""
+    hits: list[SowEntry] = []
+    for _ in range(STREAM_CHUNK):
+        entry = next(records, None)
+        if entry is None:
+            return hits, True
+        if not is_expired(entry, now_us) and query.matches(entry):
+            hits.append(entry)
+    return hits, False
+
+
+async def _send_batches(
+    session: Session, query: Query, topic: str, entries: list[SowEntry], sub_id: str | None
+) -> None:
+    """``entries`` of ``topic`` as sow frames of up to the batch size, pacing on the
+    client's outbox."""
+    size = query.batch_size
+    for start in range(0, len(entries), size):
+        batch = entries[start : start + size]
+        session.send(
+            messages.sow_batch(
+                topic,
+                query.query_id,
+                [(e.key, e.payload, e.correlation_id, e.bookmark, e.ts_us) for e in batch],
+                sub_id=sub_id,
+            )
+        )
+        session.messages_out += len(batch)
+        await session.wait_outbox_below()
 
 
 def _snapshots(query: Query) -> list[tuple[SowTopic, Any]]:
