@@ -228,3 +228,27 @@ async def test_admin_and_metrics_show_each_sow_topic(tmp_path: Path) -> None:
         console = Console(width=100, record=True, file=io.StringIO())
         console.print(status_screen(tree, 100))
         assert "sow: orders 25 records" in console.export_text()
+
+
+async def test_an_update_that_leaves_a_filter_sends_oof_match(sow_inst: InProcessInstance) -> None:
+    async with open_client(sow_inst.uri, "p") as p, open_client(sow_inst.uri, "s") as s:
+        async with (
+            s.subscribe("orders", filter="/qty > 10", options="oof") as focused,
+            s.subscribe("orders", filter="/qty > 10") as plain,
+        ):
+            await p.publish("orders", b'{"id":1,"qty":50}')
+            await p.publish("orders", b'{"id":1,"qty":60}')  # still in focus
+            await p.publish("orders", b'{"id":1,"qty":5}')  # leaves the filter
+            await p.publish("orders", b'{"id":2,"qty":1}')  # never was in focus
+            await p.publish("orders", b'{"id":1,"qty":70}')  # back in focus
+            await p.wait_persisted(p.seq, timeout=10)
+            got = [await focused.get(10) for _ in range(4)]
+            assert [(m.command, m.json()["qty"]) for m in got] == [
+                ("publish", 50),
+                ("publish", 60),
+                ("oof", 5),
+                ("publish", 70),
+            ]
+            assert got[2].reason == "match"
+            # without the option: only the matching publishes
+            assert [(await plain.get(10)).json()["qty"] for _ in range(3)] == [50, 60, 70]

@@ -296,11 +296,18 @@ class PublishPath:
         if replication is not None and replication.has_sync:
             upto = replication.durable_txid(self.committed_txid)
         if records:
+            changes = None
             if self.sow_topics:
+                if self.registry.oof_filtered:
+                    changes = self._focus_changes(records)
                 removed = self.sow.apply(records)
                 if removed:
                     self.out_of_focus(removed)
-            self._fan_out_committed(records, holding=upto is not None)
+            skip_durable = upto is not None and self.registry.fully_durable > 0
+            if changes:
+                self._deliver_with_focus(records, skip_durable, changes)
+            else:
+                self._deliver(records, skip_durable, False)
         self._released(self.window.committed(records, dropped, self.committed_txid, upto))
 
     def advance_durable(self) -> None:
@@ -311,11 +318,6 @@ class PublishPath:
             if self.replication is not None and self.replication.has_sync:
                 upto = self.replication.durable_txid(upto)
             self._released(self.window.advance(upto))
-
-    def _fan_out_committed(self, records: list[Record], holding: bool) -> None:
-        """Deliver committed records to live subscriptions; ``fully_durable`` ones wait
-        for the sync destinations when there are any (``holding``)."""
-        self._deliver(records, holding and self.registry.fully_durable > 0, False)
 
     def _deliver(self, records: list[Record], skip_durable: bool, durable_only: bool) -> None:
         """Fan committed records out to the live subscriptions of their topics: all,
@@ -338,6 +340,57 @@ class PublishPath:
                     rec.correlation_id,
                     rec.local_ts,
                     rec.sow_key,
+                )
+
+    def _focus_changes(self, records: list[Record]) -> dict[int, list[tuple[Any, Record]]]:
+        """Before a commit is applied: which of its SOW updates take a record out of the
+        filter of a subscription with option ``oof`` (by the index of the update in
+        ``records``, the subscription and the update). Updates of one key in one commit
+        are taken in order, each against the one before it."""
+        changes: dict[int, list[tuple[Any, Record]]] = {}
+        current: dict[tuple[str, str], bytes | None] = {}
+        for index, rec in enumerate(records):
+            if not rec.sow_key or rec.kind == SOW_DELETE:
+                continue
+            subs = [s for s in self.registry.match(rec.topic) if s.oof_filtered]
+            sow = self.sow_topics.get(rec.topic)
+            if not subs or sow is None:
+                continue
+            place = (rec.topic, rec.sow_key)
+            if place not in current:
+                old = sow.store.get(rec.sow_key)
+                current[place] = old.payload if old is not None else None
+            previous = current[place]
+            current[place] = rec.payload
+            if previous is None:
+                continue
+            was, now = parse_json(previous), parse_json(rec.payload)
+            left = [
+                (s, rec)
+                for s in subs
+                if s.filter is not None and s.filter.matches(was) and not s.filter.matches(now)
+            ]
+            if left:
+                changes[index] = left
+        return changes
+
+    def _deliver_with_focus(
+        self, records: list[Record], skip_durable: bool, changes: dict[int, list[Any]]
+    ) -> None:
+        """:meth:`_deliver`, one record at a time, each followed by the ``oof`` reason
+        ``match`` (with the new message) its update causes."""
+        for index, rec in enumerate(records):
+            self._deliver([rec], skip_durable, False)
+            for sub, update in changes.get(index, ()):
+                sub.session.send(
+                    messages.oof(
+                        update.topic,
+                        [sub.sub_id],
+                        update.sow_key,
+                        "match",
+                        update.payload,
+                        update.correlation_id or None,
+                    )
                 )
 
     def out_of_focus(self, removed: list[Removed]) -> None:

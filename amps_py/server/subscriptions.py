@@ -64,6 +64,7 @@ class Subscription:
         "head_suffix",
         "journaled_only",
         "live",
+        "oof_filtered",
         "options",
         "regex",
         "resume_bookmark",
@@ -102,6 +103,8 @@ class Subscription:
         self.want_bookmark = bookmark or "bookmark" in options
         self.want_timestamp = "timestamp" in options
         self.fully_durable = "fully_durable" in options
+        #: told when a SOW record leaves its filter (oof ``match``)
+        self.oof_filtered = "oof" in options and filter is not None
         self.head_suffix = sub_id_part(sub_id)
 
     def topic_matches(self, topic: str) -> bool:
@@ -123,6 +126,9 @@ class SubscriptionRegistry:
         self.count = 0
         #: live subscriptions with option fully_durable (they wait for sync destinations)
         self.fully_durable = 0
+        #: subscriptions with option oof and a filter (a SOW update can take a record
+        #: out of their focus: oof reason ``match``)
+        self.oof_filtered = 0
 
     def add(self, sub: Subscription) -> None:
         if sub.regex is None:
@@ -131,6 +137,7 @@ class SubscriptionRegistry:
             self._regex.append(sub)
         self.count += 1
         self.fully_durable += sub.fully_durable
+        self.oof_filtered += sub.oof_filtered
         self._cache.clear()
 
     def remove(self, sub: Subscription) -> None:
@@ -146,6 +153,7 @@ class SubscriptionRegistry:
             return
         self.count -= 1
         self.fully_durable -= sub.fully_durable
+        self.oof_filtered -= sub.oof_filtered
         self._cache.clear()
 
     def changed(self) -> None:
