@@ -43,223 +43,32 @@ import itertools
 import math
 import os
 import ssl
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any
 
-import orjson
 import trio
 
-from amps_py.protocol import (
-    Frame,
-    FrameDecoder,
-    ProtocolError,
-    SowRecord,
-    encode_frame,
-    split_sow_batch,
-)
+from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol import SowRecord as SowRecord
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
 from amps_py.trio_util import unwrapping_groups
 
+from . import sow as _sow
+from .sow import MAX_BATCH_SIZE as MAX_BATCH_SIZE
+from .sow import STATS_FIELDS as STATS_FIELDS
+from .sow import SowResult as SowResult
+from .sow import SowSubscription as SowSubscription
+from .sow import _SowQuery, _stats_of
+from .subscription import AMPSError as AMPSError
+from .subscription import CommandError as CommandError
+from .subscription import ConnectionLost as ConnectionLost
+from .subscription import Message as Message
+from .subscription import Subscription as Subscription
 from .uri import BadURI, ServerURI, parse_uri
 
 #: Oldest TLS version a ``tcps://`` connection accepts (TLS 1.0/1.1 are deprecated).
 MIN_TLS_VERSION = ssl.TLSVersion.TLSv1_2
-
-#: the counters a ``stats`` ack may carry (sow family and sow_delete)
-STATS_FIELDS: Final = frozenset(
-    {
-        "records_returned",
-        "records_deleted",
-        "records_inserted",
-        "records_updated",
-        "topic_matches",
-        "matches",
-    }
-)
-#: the largest ``batch_size`` the server accepts for a query (AMPS refuses larger)
-MAX_BATCH_SIZE: Final = 10_000
-
-
-class AMPSError(Exception):
-    """Base class of client errors."""
-
-
-class CommandError(AMPSError):
-    """The server answered a command with a failure ack."""
-
-    def __init__(self, command: str, ack: dict[str, Any]) -> None:
-        self.command = command
-        self.reason = str(ack.get("reason", "unknown"))
-        self.detail = str(ack.get("detail", ""))
-        self.ack = ack
-        text = f"{command} failed: {self.reason}"
-        if self.detail and self.detail != self.reason:
-            text += f" ({self.detail})"
-        super().__init__(text)
-
-
-class ConnectionLost(AMPSError):
-    """The connection closed while a command or iterator was waiting."""
-
-
-class Message:
-    """A message delivered to a subscription.
-
-    ``command`` says what it is: ``publish`` (a live message), ``sow`` (a record of a
-    ``sow_and_subscribe`` snapshot: ``snapshot`` is true) or ``oof`` (the record
-    ``key`` left the subscription for ``reason``: ``deleted``, ``expired``, ``match``,
-    ``entitlement``; ``data`` is its last message, or the new one for ``match``).
-    """
-
-    __slots__ = ("bookmark", "data", "header", "sub_id", "topic")
-
-    def __init__(self, header: dict[str, Any], data: bytes) -> None:
-        self.header = header
-        self.data = data
-        self.topic: str = header.get("t", "")
-        self.bookmark: str = header.get("bm", "")
-        self.sub_id: str = header.get("sub_id", "")
-
-    @property
-    def command(self) -> str:
-        """``publish``, ``sow`` or ``oof``."""
-        return str(self.header.get("c", "publish"))
-
-    @property
-    def snapshot(self) -> bool:
-        """True for a record of a ``sow_and_subscribe`` snapshot, False for what
-        came live."""
-        return self.header.get("c") == "sow"
-
-    @property
-    def key(self) -> str:
-        """The SOW key (``k``), or "" when the server sent none."""
-        return str(self.header.get("k", ""))
-
-    @property
-    def correlation_id(self) -> str:
-        return str(self.header.get("x", ""))
-
-    @property
-    def reason(self) -> str:
-        """Why an ``oof`` message left the subscription ("" for other messages)."""
-        return str(self.header.get("reason", ""))
-
-    def json(self) -> Any:
-        return orjson.loads(self.data)
-
-    def __repr__(self) -> str:
-        kind = "" if self.command == "publish" else f"{self.command}, "
-        return f"Message({kind}topic={self.topic!r}, bm={self.bookmark!r}, data={self.data[:60]!r})"
-
-
-class SowResult(list[SowRecord]):
-    """The records a :meth:`Client.sow` query returned, in the order the server sent
-    them, with the server's ``stats`` ack counters in :attr:`stats`
-    (``records_returned``, ``topic_matches``, ``matches``)."""
-
-    def __init__(self, records: Iterable[SowRecord], stats: dict[str, int]) -> None:
-        super().__init__(records)
-        self.stats = stats
-
-
-def _stats_of(ack: dict[str, Any]) -> dict[str, int]:
-    """The integer counters of a ``stats`` ack."""
-    found: dict[str, int] = {}
-    for name in STATS_FIELDS.intersection(ack):
-        with contextlib.suppress(TypeError, ValueError):
-            found[name] = int(ack[name])
-    return found
-
-
-class _SowQuery:
-    """The results of one :meth:`Client.sow` while they arrive."""
-
-    def __init__(self) -> None:
-        self.records: list[SowRecord] = []
-        self.ended = False
-        self.error: ProtocolError | None = None
-
-
-class Subscription:
-    """An active subscription: iterate it for messages.
-
-    ``completed`` is set when a bookmark replay reached the live stream (or a range
-    ended); ``completed_bookmark`` is the bookmark the server sent with it, and
-    ``replayed`` how many messages the subscription had delivered before it (the
-    replayed ones: the first ``replayed`` messages the iterator yields; ``None`` until
-    the ``completed`` ack arrives). ``delivered`` counts the messages received so far.
-    ``persisted_bookmark`` tracks the periodic persisted acks of bookmark subscriptions.
-    """
-
-    def __init__(self, client: Client, sub_id: str, buffer: float) -> None:
-        self.client = client
-        self.sub_id = sub_id
-        self._send, self._receive = trio.open_memory_channel[Message | None](buffer)
-        self.completed = trio.Event()
-        self.completed_bookmark = ""
-        self.replayed: int | None = None
-        self.delivered = 0
-        self.persisted_bookmark = ""
-        self.failure: dict[str, Any] | None = None
-
-    def _put(self, message: Message) -> None:
-        """Hand a received message to the iterator (from the reader task)."""
-        try:
-            self._send.send_nowait(message)
-            self.delivered += 1
-        except trio.WouldBlock:
-            # The application is not keeping up; drop the oldest behaviour would
-            # hide loss, so fail loudly instead.
-            self.failure = {"reason": "client buffer full"}
-            self._send.close()
-        except trio.ClosedResourceError:
-            pass
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> Message:
-        try:
-            msg = await self._receive.receive()
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
-        if msg is None:
-            raise StopAsyncIteration
-        return msg
-
-    async def get(self, timeout: float) -> Message:
-        """The next message.
-
-        Raises:
-            TimeoutError: none arrived within ``timeout`` seconds.
-            StopAsyncIteration: the subscription ended (see :attr:`failure`).
-        """
-        with trio.move_on_after(timeout):
-            return await self.__anext__()
-        raise TimeoutError(f"no message on subscription {self.sub_id} within {timeout:g} s")
-
-    async def unsubscribe(self) -> None:
-        await self.client.unsubscribe(self.sub_id)
-
-
-class SowSubscription(Subscription):
-    """A ``sow_and_subscribe``: iterating it yields the snapshot records first
-    (``message.snapshot`` is true, ``message.command == "sow"``), then the live
-    messages (``publish``, and ``oof`` when the subscription asked for option ``oof``).
-
-    ``snapshot_done`` is set at the server's ``group_end`` (every snapshot record has
-    arrived); ``snapshot_size`` counts the snapshot records; ``completed`` (from the
-    base class) is set by the ``completed`` ack, after which ``replayed`` is the
-    snapshot's size; ``stats`` holds the ``stats`` ack's counters once it came.
-    """
-
-    def __init__(self, client: Client, sub_id: str, buffer: float) -> None:
-        super().__init__(client, sub_id, buffer)
-        self.snapshot_done = trio.Event()
-        self.snapshot_size = 0
-        self.stats: dict[str, int] = {}
 
 
 class Client:
@@ -406,42 +215,13 @@ class Client:
 
     def _on_sow_batch(self, frame: Frame) -> None:
         target = self._sow_target(frame.header)
-        if target is None:
-            return  # a query given up on (timeout): its late results are dropped
-        try:
-            records = split_sow_batch(frame)
-        except ProtocolError as exc:
-            if isinstance(target, _SowQuery):
-                target.error = target.error or exc
-            else:
-                target.failure = {"reason": exc.reason, "detail": str(exc)}
-                target._send.close()
-            return
-        if isinstance(target, _SowQuery):
-            target.records.extend(records)
-            return
-        head = {"c": "sow", "sub_id": target.sub_id}
-        if "query_id" in frame.header:
-            head["query_id"] = frame.header["query_id"]
-        for record in records:
-            header = {**head, "t": record.topic, "k": record.key}
-            if record.correlation_id:
-                header["x"] = record.correlation_id
-            if record.bookmark:
-                header["bm"] = record.bookmark
-            if record.timestamp:
-                header["ts"] = record.timestamp
-            target.snapshot_size += 1
-            target._put(Message(header, record.data))
+        if target is not None:  # None: a query given up on (timeout); late results drop
+            _sow.deliver_batch(target, frame)
 
     def _on_group(self, header: dict[str, Any]) -> None:
         target = self._sow_target(header)
-        if target is None or header["c"] == "group_begin":
-            return
-        if isinstance(target, _SowQuery):
-            target.ended = True
-        else:
-            target.snapshot_done.set()
+        if target is not None and header["c"] == "group_end":
+            _sow.end_snapshot(target)
 
     async def _beat(self) -> None:
         with contextlib.suppress(AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -652,200 +432,19 @@ class Client:
         return self.subscribe(topic, bookmark=bookmark, **kwargs)
 
     # ---------------------------------------------------------------- SOW
-    async def sow(
-        self,
-        topic: str,
-        filter: str | None = None,
-        *,
-        top_n: int | None = None,
-        orderby: str | None = None,
-        skip_n: int | None = None,
-        batch_size: int = 10,
-        sow_keys: str | Iterable[str] | None = None,
-        options: str | None = None,
-        timeout: float = 60,
-    ) -> SowResult:
-        """Query the State of the World of ``topic`` (a SOW topic, or a regex of them).
-
-        Args:
-            filter: content filter the records must match, e.g. ``"/qty > 10"``.
-            top_n: return at most this many records.
-            orderby: sort order, e.g. ``"/qty DESC, /id"`` (unordered without it).
-            skip_n: skip this many records first (pagination; with ``orderby``).
-            batch_size: records per result frame (1..10000; bigger batches cost fewer
-                frames, more server memory per frame).
-            sow_keys: only the records with these SOW keys (a list, or a comma list).
-            options: further query options (``o``).
-            timeout: seconds allowed for the whole result.
-
-        Returns:
-            The records in the order the server sent them (``orderby``'s order when
-            given); ``.stats`` holds the server's counts (``records_returned``,
-            ``topic_matches``, ``matches``).
-
-        Raises:
-            CommandError: the server refused the query (``reason`` e.g. ``invalid
-                topic`` for a topic without a SOW, ``bad filter``).
-            AMPSError: the server sent damaged results.
-            TimeoutError: the results did not all come within ``timeout``; the
-                server is asked to stop the query.
-            ValueError: ``batch_size`` is out of range.
-        """
-        header = self._query_header("sow", topic, filter, top_n, orderby, skip_n, batch_size)
-        query_id = f"q{next(self._cids)}"
-        header["query_id"] = query_id
-        header["a"] = "processed,completed,stats"
-        if sow_keys is not None:
-            header["sow_keys"] = _comma_list(sow_keys)
-        _add_options(header, options)
-        query = _SowQuery()
-        self._queries[query_id] = query
-        try:
-            acks = await self.command(header, wait=("completed", "stats"), timeout=timeout)
-        except (TimeoutError, trio.Cancelled):
-            if self.closed is None:
-                await self._stop_query(query_id)
-            raise
-        finally:
-            self._queries.pop(query_id, None)
-        if query.error is not None:
-            raise AMPSError(f"sow {topic}: the server sent a damaged result batch ({query.error})")
-        if not query.ended:
-            raise AMPSError(
-                f"sow {topic}: the server acknowledged the query as completed before its "
-                "group_end; the results may be incomplete"
-            )
-        stats = next((_stats_of(a) for a in acks if a.get("a") == "stats"), {})
-        return SowResult(query.records, stats)
-
-    async def _stop_query(self, query_id: str) -> None:
-        """Ask the server to stop sending a query's results (best effort)."""
-        with (
-            trio.CancelScope(shield=True),
-            trio.move_on_after(5),
-            contextlib.suppress(AMPSError, trio.BrokenResourceError, trio.ClosedResourceError),
-        ):
-            await self._send({"c": "unsubscribe", "query_id": query_id})
-
-    def _query_header(
-        self,
-        command: str,
-        topic: str,
-        filter: str | None,
-        top_n: int | None,
-        orderby: str | None,
-        skip_n: int | None,
-        batch_size: int,
-    ) -> dict[str, Any]:
-        if not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
-        if top_n is not None and top_n < 0:
-            raise ValueError(f"top_n must be 0 or more, got {top_n}")
-        if skip_n is not None and skip_n < 0:
-            raise ValueError(f"skip_n must be 0 or more, got {skip_n}")
-        header: dict[str, Any] = {"c": command, "t": topic, "bs": batch_size}
-        if filter:
-            header["f"] = filter
-        if top_n is not None:
-            header["top_n"] = top_n
-        if orderby:
-            header["orderby"] = orderby
-        if skip_n:
-            header["o"] = f"skip_n={skip_n}"
-        return header
-
-    @asynccontextmanager
-    async def sow_and_subscribe(
-        self,
-        topic: str,
-        filter: str | None = None,
-        *,
-        options: str | None = None,
-        top_n: int | None = None,
-        orderby: str | None = None,
-        batch_size: int = 10,
-        sow_keys: str | Iterable[str] | None = None,
-        sub_id: str | None = None,
-        buffer: float = math.inf,
-        timeout: float = 30,
-    ) -> AsyncIterator[SowSubscription]:
-        """Query ``topic`` and subscribe to it in one atomic step: no update is lost
-        or duplicated between the snapshot and the live stream.
-
-        Iterate the :class:`SowSubscription` for the snapshot records
-        (``message.snapshot``), then live publishes, then (with option ``oof``) ``oof``
-        messages for records that left it. The context manager waits for the server's
-        processed ack, so a refused query (``invalid topic``, ``bad filter``) raises
-        :class:`CommandError` here; leaving it unsubscribes.
-
-        Args: as :meth:`sow` and :meth:`subscribe` (``options``: e.g. ``"oof"``).
-        """
-        header = self._query_header(
-            "sow_and_subscribe", topic, filter, top_n, orderby, None, batch_size
-        )
-        sid = sub_id or f"s{next(self._cids)}"
-        header["sub_id"] = sid
-        header["query_id"] = sid
-        header["a"] = "processed,completed,stats"
-        if sow_keys is not None:
-            header["sow_keys"] = _comma_list(sow_keys)
-        _add_options(header, options)
-        sub = SowSubscription(self, sid, buffer)
-        async with self._subscribed(sub, header, timeout):
-            yield sub
+    # The SOW API lives in amps_py.client.sow as functions taking the client first;
+    # bound here as methods, so ``client.sow(...)`` has their signatures and docs.
+    sow = _sow.sow
+    sow_and_subscribe = _sow.sow_and_subscribe
+    sow_delete = _sow.sow_delete
+    _stop_query = _sow.stop_query
+    _query_header = staticmethod(_sow.query_header)
 
     async def unsubscribe(self, sub_id: str) -> None:
         await self.command({"c": "unsubscribe", "sub_id": sub_id, "a": "processed"})
         sub = self._subs.pop(sub_id, None)
         if sub is not None:
             sub._send.close()
-
-    async def sow_delete(
-        self,
-        topic: str,
-        *,
-        filter: str | None = None,
-        keys: str | Iterable[str] | None = None,
-        data: bytes | str | None = None,
-        timeout: float = 30,
-    ) -> dict[str, int]:
-        """Delete records of the SOW topic ``topic``, selected by exactly one of:
-        ``filter`` (a content filter; ``"1=1"`` deletes every record), ``keys`` (SOW
-        keys, a list or a comma list) or ``data`` (a message whose key fields name
-        the record, as if it were published).
-
-        Returns:
-            The server's ``stats`` counts: ``records_deleted``, ``matches``,
-            ``topic_matches``. Subscribers with option ``oof`` get an ``oof``
-            (``deleted``) for each deleted record.
-
-        Raises:
-            ValueError: not exactly one selector was given.
-            CommandError: the server refused it (e.g. ``invalid topic``: no SOW).
-            TimeoutError: no stats ack within ``timeout`` seconds.
-        """
-        given = [
-            name
-            for name, value in (("filter", filter), ("keys", keys), ("data", data))
-            if value is not None
-        ]
-        if len(given) != 1:
-            got = ", ".join(f"{name}=" for name in given) or "none"
-            raise ValueError(
-                "sow_delete needs exactly one of filter=, keys= or data= (got "
-                f"{got}); filter='1=1' deletes every record"
-            )
-        header: dict[str, Any] = {"c": "sow_delete", "t": topic, "a": "processed,stats"}
-        header["query_id"] = f"q{next(self._cids)}"
-        payload = b""
-        if filter is not None:
-            header["f"] = filter
-        elif keys is not None:
-            header["sow_keys"] = _comma_list(keys)
-        elif data is not None:
-            payload = data.encode() if isinstance(data, str) else data
-        acks = await self.command(header, payload, wait=("processed", "stats"), timeout=timeout)
-        return next((_stats_of(a) for a in acks if a.get("a") == "stats"), {})
 
     async def flush(self, *, timeout: float = 30) -> None:
         """Wait until the server has persisted every publish sent so far."""
@@ -866,16 +465,6 @@ def _acks_complete(acks: list[dict[str, Any]], want: int | frozenset[str]) -> bo
     if isinstance(want, int):
         return len(acks) >= want
     return want <= {str(ack.get("a")) for ack in acks}
-
-
-def _comma_list(values: str | Iterable[str]) -> str:
-    return values if isinstance(values, str) else ",".join(values)
-
-
-def _add_options(header: dict[str, Any], options: str | None) -> None:
-    """Append ``options`` to the header's ``o`` (which may already hold ``skip_n``)."""
-    if options:
-        header["o"] = f"{header['o']},{options}" if header.get("o") else options
 
 
 def _client_tls_context(ca_file: str | os.PathLike[str] | None) -> ssl.SSLContext:
