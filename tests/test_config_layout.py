@@ -2,8 +2,10 @@
 
 * every function stays short (a section's builder is a list of named steps);
 * ``amps_py.config.model``, the option objects that the server, routing and link
-  validation read, never loads lxml, neither directly nor through what it imports
+  validation read, and the model modules it re-exports from (``credentials``,
+  ``sow_model``) never load lxml, neither directly nor through what they import
   (checked statically, and dynamically in a fresh interpreter);
+* ``amps_py.config.model`` still gives every name it gave before those were split off;
 * routing and validation import the model only, not the loader;
 * ``amps_py.config`` still offers every name the code and the tests import from it.
 """
@@ -20,6 +22,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "amps_py" / "config"
 MAX_FUNCTION_LINES = 60
+#: the modules of option objects, which code that only reads a configuration imports
+MODEL_MODULES = (
+    "amps_py.config.model",
+    "amps_py.config.credentials",
+    "amps_py.config.sow_model",
+)
 
 
 def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -101,18 +109,20 @@ def test_no_config_function_is_longer_than_60_lines(path: Path) -> None:
     )
 
 
-def test_model_imports_no_lxml_even_indirectly() -> None:
-    chains = _import_chains("amps_py.config.model")
+@pytest.mark.parametrize("module", MODEL_MODULES)
+def test_model_imports_no_lxml_even_indirectly(module: str) -> None:
+    chains = _import_chains(module)
     xml = {name: chain for name, chain in chains.items() if name.split(".")[0] == "lxml"}
-    assert not xml, "amps_py.config.model reaches lxml: " + "; ".join(
+    assert not xml, f"{module} reaches lxml: " + "; ".join(
         " -> ".join(chain) for chain in xml.values()
     )
 
 
-def test_importing_the_model_loads_no_lxml() -> None:
+@pytest.mark.parametrize("module", MODEL_MODULES)
+def test_importing_the_model_loads_no_lxml(module: str) -> None:
     """In a fresh interpreter: the package ``__init__`` loads the loader lazily."""
     code = (
-        "import sys, amps_py.config.model\n"
+        f"import sys, {module}\n"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'lxml')))\n"
     )
     result = subprocess.run(
@@ -124,7 +134,45 @@ def test_importing_the_model_loads_no_lxml() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "", f"importing amps_py.config.model loaded {result.stdout}"
+    assert result.stdout.strip() == "", f"importing {module} loaded {result.stdout}"
+
+
+#: every name ``amps_py.config.model`` defined before the link credentials and the SOW
+#: topic moved to their own modules; code outside the package still imports them from it
+_MODEL_NAMES_BEFORE_THE_SPLIT = (
+    "DEFAULT_LINK_AUTHENTICATOR",
+    "PASSWORD_LINK_AUTHENTICATOR",
+    "LinkAuthenticator",
+    "LinkCredentialsError",
+    "read_password_file",
+    "SowTopicConfig",
+)
+
+
+def test_model_still_gives_the_names_split_off() -> None:
+    from amps_py.config import credentials, model, sow_model
+
+    missing = [n for n in _MODEL_NAMES_BEFORE_THE_SPLIT if not hasattr(model, n)]
+    assert not missing, f"re-export these from amps_py.config.model: {missing}"
+    assert model.LinkAuthenticator is credentials.LinkAuthenticator
+    assert model.read_password_file is credentials.read_password_file
+    assert model.SowTopicConfig is sow_model.SowTopicConfig
+
+
+def test_model_gives_every_name_the_code_imports_from_it() -> None:
+    from amps_py.config import model
+
+    imported: dict[str, str] = {}
+    for folder in ("amps_py", "tests", "tools", "txlog"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "amps_py.config.model":
+                    for alias in node.names:
+                        imported.setdefault(alias.name, str(path.relative_to(ROOT)))
+    assert "SowTopicConfig" in imported  # the scan sees the server and routing
+    missing = {name: where for name, where in imported.items() if not hasattr(model, name)}
+    assert not missing, f"amps_py.config.model no longer gives (imported by): {missing}"
 
 
 @pytest.mark.parametrize("name", ["routing", "validation"])

@@ -229,6 +229,8 @@ def test_starting_the_server_and_the_cli_loads_no_spark() -> None:
 #: itself, so their decisions stay testable without an event loop
 PURE_REPLICATION_MODULES = (
     "amps_py/replication/link.py",
+    "amps_py/replication/hello.py",
+    "amps_py/replication/link_errors.py",
     "amps_py/replication/routing.py",
     "amps_py/replication/validation.py",
     "amps_py/replication/fabric.py",

@@ -27,7 +27,9 @@ wrong and how to fix it; they are raised together as one :class:`ConfigError`.
 
 The package, one module per step or section:
 
-- ``model``            the option objects and their defaults (no XML, no lxml);
+- ``model``            the option objects and their defaults (no XML, no lxml), with
+  ``credentials`` (a replication link's Authenticator) and ``sow_model``
+  (:class:`SowTopicConfig`), which it re-exports;
 - ``defaults``         the configuration used when none is given;
 - ``security``         settings that run but leave an instance open (no lxml);
 - ``problems``         :class:`ConfigProblem`, :class:`ConfigError` and the collector;

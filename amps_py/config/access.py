@@ -11,15 +11,14 @@ from pathlib import Path
 from lxml import etree
 
 from amps_py import auth
-from amps_py.config.model import (
+from amps_py.config.credentials import (
     DEFAULT_LINK_AUTHENTICATOR,
     PASSWORD_LINK_AUTHENTICATOR,
-    AuthenticationConfig,
-    EntitlementConfig,
     LinkAuthenticator,
     LinkCredentialsError,
     read_password_file,
 )
+from amps_py.config.model import AuthenticationConfig, EntitlementConfig
 from amps_py.config.problems import _Problems
 from amps_py.config.values import _PATH_HINT, _text
 from amps_py.config.xmltree import _first, _line

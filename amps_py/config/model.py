@@ -5,6 +5,12 @@ What :func:`amps_py.config.load_config` returns and the rest of amps-py reads: a
 log targets, replication destinations, authentication, entitlement, actions), with their
 defaults. This module knows nothing of XML and imports no lxml, so code that only reads a
 configuration (routing, link validation, the server) does not load the XML machinery.
+
+Two parts live in their own modules and are re-exported here, so every name stays
+importable from ``amps_py.config.model``: the replication link credentials
+(:class:`LinkAuthenticator`, :class:`LinkCredentialsError`, :func:`read_password_file`,
+in ``amps_py.config.credentials``) and :class:`SowTopicConfig` (in
+``amps_py.config.sow_model``). Neither imports lxml either.
 """
 
 from __future__ import annotations
@@ -19,6 +25,16 @@ from pathlib import Path
 from typing import Final
 
 from amps_py import auth
+from amps_py.config.credentials import (
+    DEFAULT_LINK_AUTHENTICATOR as DEFAULT_LINK_AUTHENTICATOR,
+)
+from amps_py.config.credentials import (
+    PASSWORD_LINK_AUTHENTICATOR as PASSWORD_LINK_AUTHENTICATOR,
+)
+from amps_py.config.credentials import LinkAuthenticator as LinkAuthenticator
+from amps_py.config.credentials import LinkCredentialsError as LinkCredentialsError
+from amps_py.config.credentials import read_password_file as read_password_file
+from amps_py.config.sow_model import SowTopicConfig as SowTopicConfig
 
 # ----------------------------------------------------------------------------- constants
 
@@ -465,154 +481,6 @@ class ReplicationTopic:
         if self._pattern is None:
             return topic == self.name
         return self._pattern.fullmatch(topic) is not None
-
-
-@dataclass(frozen=True)
-class SowTopicConfig:
-    """One ``SOW/Topic``: a topic whose last value per key is kept (State of the World).
-
-    amps-py derives a SOW topic's store from the journal, so the loader only accepts a
-    SOW topic that the TransactionLog records.
-
-    Attributes:
-        name: the topic, literal (``Name``, or its pre-5.0 synonym ``Topic``).
-        message_type: the message type of the topic, e.g. ``json``.
-        keys: the ``Key`` identifier paths (``/id``, ``/order/id``) that together
-            form a record's key, in the order written; ``()``: publishers send an
-            explicit key (the ``k`` header).
-        durability: ``persistent`` (the store survives a restart) or ``transient``
-            (rebuilt from the journal at start); ``Durability`` or its synonym
-            ``Duration``.
-        expiration: the default lifetime of a record in seconds (``Expiration``
-            given as a duration); ``None``: no default lifetime.
-        expiration_enabled: ``Expiration`` is ``enabled``: only records published
-            with an ``e`` header expire. Records expire at all when either this is
-            true or :attr:`expiration` is set (see :attr:`expires`).
-        file_name: the directory of this topic's store (``FileName``, ``%n``
-            expanded); ``None``: ``<JournalDirectory>/sow/<name>``.
-        key_domain: ``KeyDomain``, the seed for generated keys; ``""``: the topic
-            name.
-    """
-
-    name: str
-    message_type: str
-    keys: tuple[str, ...]
-    durability: str = "persistent"
-    expiration: float | None = None
-    expiration_enabled: bool = False
-    file_name: Path | None = None
-    key_domain: str = ""
-
-    @property
-    def transient(self) -> bool:
-        """Whether the store is kept only for the life of the process."""
-        return self.durability == "transient"
-
-    @property
-    def expires(self) -> bool:
-        """Whether records of this topic can expire (a default lifetime, or the
-        per-message ``e`` header honoured)."""
-        return self.expiration is not None or self.expiration_enabled
-
-
-#: Destination Transport Authenticator modules: send no credentials / a user and password.
-DEFAULT_LINK_AUTHENTICATOR: Final = "amps-default-authenticator"
-PASSWORD_LINK_AUTHENTICATOR: Final = "amps-password-authenticator"
-
-
-class LinkCredentialsError(Exception):
-    """The password of a link's Authenticator cannot be read when the link connects
-    (its PasswordFile vanished, its PasswordEnv variable is unset); the text says which
-    and never contains a password."""
-
-
-@dataclass(frozen=True, repr=False)
-class LinkAuthenticator:
-    """A ``Destination/Transport/Authenticator``: what a replication link logs on with.
-
-    The credentials travel in the link's hello, so they are only as private as the
-    link's transport: use ``amps-replication-secure`` (TLS) across untrusted networks.
-    ``repr()`` never shows the password.
-
-    Attributes:
-        module: ``amps-default-authenticator`` (send no credentials) or
-            ``amps-password-authenticator`` (send ``username`` and a password).
-        username: for the password module: the user to log on as.
-        password: the literal password (``Options/Password``), or ``None``.
-        password_file: a file whose first line is the password, read at each connect.
-        password_env: an environment variable holding the password, read at each
-            connect. Exactly one of the three password sources is set for the
-            password module; none for the default module.
-    """
-
-    module: str = DEFAULT_LINK_AUTHENTICATOR
-    username: str | None = None
-    password: str | None = None
-    password_file: Path | None = None
-    password_env: str | None = None
-
-    def __repr__(self) -> str:
-        if self.password is not None:
-            source = "password='***'"
-        elif self.password_file is not None:
-            source = f"password_file={str(self.password_file)!r}"
-        elif self.password_env is not None:
-            source = f"password_env={self.password_env!r}"
-        else:
-            source = ""
-        fields = [f"module={self.module!r}"]
-        if self.username is not None:
-            fields.append(f"username={self.username!r}")
-        if source:
-            fields.append(source)
-        return f"LinkAuthenticator({', '.join(fields)})"
-
-    def credentials(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-        """(user, password) to send, or ``None`` for the default module.
-
-        Raises:
-            LinkCredentialsError: the password file cannot be read or is empty, or the
-                environment variable is unset.
-        """
-        if self.module != PASSWORD_LINK_AUTHENTICATOR or self.username is None:
-            return None
-        if self.password is not None:
-            return self.username, self.password
-        if self.password_file is not None:
-            return self.username, read_password_file(self.password_file)
-        if self.password_env is not None:
-            env = os.environ if environ is None else environ
-            value = env.get(self.password_env)
-            if not value:
-                raise LinkCredentialsError(
-                    f"environment variable {self.password_env} (Authenticator PasswordEnv) "
-                    "is not set or empty; set it in the environment amps-py runs in"
-                )
-            return self.username, value
-        raise LinkCredentialsError("the Authenticator has no password source")
-
-
-def read_password_file(path: Path) -> str:
-    """The first line of ``path`` without its line ending (the password).
-
-    Raises:
-        LinkCredentialsError: unreadable, or the first line is empty.
-    """
-    try:
-        with path.open(encoding="utf-8") as f:
-            first = f.readline()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise LinkCredentialsError(
-            f"Authenticator PasswordFile {str(path)!r} cannot be read: {reason}"
-        ) from None
-    password = first.rstrip("\r\n")
-    if not password:
-        raise LinkCredentialsError(
-            f"the first line of Authenticator PasswordFile {str(path)!r} is empty; "
-            "write the password on the first line"
-        )
-    return password
 
 
 @dataclass(frozen=True)

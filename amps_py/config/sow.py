@@ -23,8 +23,9 @@ from pathlib import Path
 
 from lxml import etree
 
-from amps_py.config.model import SowTopicConfig, TransactionLogConfig
+from amps_py.config.model import TransactionLogConfig
 from amps_py.config.problems import _Problems
+from amps_py.config.sow_model import SowTopicConfig
 from amps_py.config.values import _text
 from amps_py.config.xmltree import _children, _closest, _first, _line
 from amps_py.units import UnitError, parse_duration

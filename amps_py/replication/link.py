@@ -37,7 +37,8 @@ acknowledged positions advance even when nothing matches. Each class below is a
 state machine that never touches a socket or a clock: callers pass ``now``.
 
 Nothing a peer sends is trusted to have the right shape. Every field of a hello or
-welcome is type-checked (:func:`parse_hello`, :func:`parse_welcome`): a wrong one
+welcome is type-checked (:func:`parse_hello`, :func:`parse_welcome`, in :mod:`.hello`
+with the rest of the handshake codec, and re-exported here): a wrong one
 raises :class:`RemoteProtocolError` with reason ``malformed hello`` / ``malformed
 welcome`` and a detail naming the field and what was expected. Until the handshake completes a frame
 may be at most :data:`MAX_HANDSHAKE_FRAME` bytes (a hello, a welcome, a refusal),
@@ -49,9 +50,8 @@ cannot make this end allocate more than a plain frame could.
 from __future__ import annotations
 
 import itertools
-import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
@@ -61,7 +61,22 @@ import zstandard
 from amps_py import reasons
 from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError, encode_frame
 
-PROTOCOL_VERSION: Final = 2
+# the handshake codec and the errors live in their own modules; re-exported here so that
+# every name stays importable from this one
+from .hello import _MAX_LABEL, _U64_MAX
+from .hello import MAX_NAME_LENGTH as MAX_NAME_LENGTH
+from .hello import PROTOCOL_VERSION as PROTOCOL_VERSION
+from .hello import Hello as Hello
+from .hello import Welcome as Welcome
+from .hello import decode_payload as decode_payload
+from .hello import hello_body as hello_body
+from .hello import parse_hello as parse_hello
+from .hello import parse_welcome as parse_welcome
+from .hello import welcome_body as welcome_body
+from .link_errors import LinkError as LinkError
+from .link_errors import LocalProtocolError as LocalProtocolError
+from .link_errors import RemoteProtocolError as RemoteProtocolError
+
 #: replication frames carry batches of records: allow larger frames than clients
 MAX_REPLICATION_FRAME: Final = 256 * 1024 * 1024
 #: the largest frame accepted before the handshake completes (hello, welcome, refusal,
@@ -75,40 +90,6 @@ MAX_REFUSAL_DETAIL: Final = 8 * 1024
 #: the largest zstd window a compressed stream may ask for; the upstream compresses at
 #: level 3 (a 2 MiB window), so a stream asking for more is not ours
 MAX_ZSTD_WINDOW: Final = 8 * 1024 * 1024
-#: instance names and groups are at most this long (as in the config)
-MAX_NAME_LENGTH: Final = 64
-_U64_MAX: Final = (1 << 64) - 1
-#: the longest bookmark or free-text field accepted in a handshake or data header
-_MAX_LABEL: Final = 256
-
-
-class LinkError(Exception):
-    """The link cannot continue; ``reason`` is short and stable, the text says why.
-
-    The link itself raises one of the two subclasses, as h11 does:
-    :class:`RemoteProtocolError` when the peer sent something wrong (or fell silent),
-    :class:`LocalProtocolError` when this end's own code used the link wrongly. The
-    drivers also raise plain ``LinkError`` for failures around the link (the peer
-    closed, a group mismatch, ...). ``except LinkError`` catches all of them.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-class RemoteProtocolError(LinkError):
-    """The peer broke the protocol: malformed or oversized frames, a frame not allowed
-    in the link's state, bad data, or silence past the limit. Close the connection
-    (and tell the peer with :meth:`_Link.refuse` where the reason is worth telling)."""
-
-
-class LocalProtocolError(LinkError, RuntimeError):
-    """This end's own code used the link wrongly: sent data before the handshake
-    completed, a welcome before a hello arrived, or a hello larger than a peer
-    accepts. A bug or a configuration to fix here, not the peer's fault. Also a
-    :class:`RuntimeError`, as such misuse was before the split."""
 
 
 class LinkState(Enum):
@@ -118,38 +99,6 @@ class LinkState(Enum):
 
 
 # ----------------------------------------------------------------------------- events
-@dataclass(frozen=True)
-class Hello:
-    """The upstream introduces itself (received by the downstream)."""
-
-    version: int
-    name: str
-    group: str
-    destination: str
-    sync: str
-    compression: str
-    topics: tuple[dict[str, Any], ...]
-    #: the Group the upstream's Destination requires of this instance ("" = any)
-    expected_group: str = ""
-    #: the user the upstream logs on as ("" = no credentials sent)
-    user_id: str = ""
-    #: its password; never shown by repr()
-    pw: str = field(default="", repr=False)
-    #: the upstream accepts this instance's stream back over the same connection
-    back: bool = False
-
-
-@dataclass(frozen=True)
-class Welcome:
-    """The downstream accepts (received by the upstream); the cursor says how far it
-    holds this upstream's stream."""
-
-    name: str
-    group: str
-    cursor_txid: int
-    cursor_bm: str
-
-
 @dataclass(frozen=True)
 class Refused:
     """The peer refused the link; it will close the connection."""
@@ -299,7 +248,7 @@ class _Link:
             return None
         if command == "repl_refuse":
             self.state = LinkState.CLOSED
-            body = _json(frame.payload, "repl_refuse")
+            body = decode_payload(frame.payload, "repl_refuse")
             reason, detail = body.get("reason"), body.get("detail")
             return Refused(
                 reason[:_MAX_LABEL] if isinstance(reason, str) and reason else reasons.REFUSED,
@@ -361,200 +310,6 @@ def frame_too_large(exc: FrameTooLarge, *, handshaking: bool) -> RemoteProtocolE
     )
 
 
-def _shown(value: object) -> str:
-    """A JSON value as a log can show it: its JSON type and a short excerpt."""
-    kinds = {
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-        type(None): "null",
-    }
-    kind = kinds.get(type(value), type(value).__name__)
-    text = json.dumps(value, default=repr) if value is not None else ""
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{kind} {text}".rstrip()
-
-
-class _Fields:
-    """Reads the fields of one handshake payload. Any field of the wrong type or
-    value raises :class:`RemoteProtocolError` (reason ``malformed <what>``) naming the
-    field and what was expected."""
-
-    def __init__(self, what: str, reason: str, body: dict[str, Any]) -> None:
-        self.what = what
-        self.reason = reason
-        self.body = body
-
-    def bad(self, key: str, expected: str, value: object) -> RemoteProtocolError:
-        return RemoteProtocolError(
-            self.reason,
-            f"repl_{self.what} field {key!r}: expected {expected}, got {_shown(value)}; "
-            "the peer is not an amps-py instance of this version, or is forged",
-        )
-
-    def name(self, key: str, *, required: bool = False) -> str:
-        """An instance name or group: 1 to 64 printable characters, no path separator
-        (the config's rule); ``""`` when absent, null or empty (refused when
-        ``required``)."""
-        value = self.body.get(key)
-        if value in (None, "") and not required:
-            return ""
-        if (
-            not isinstance(value, str)
-            or not 0 < len(value) <= MAX_NAME_LENGTH
-            or "/" in value
-            or "\\" in value
-            or not value.isprintable()  # no control characters: logs, journal paths
-        ):
-            expected = (
-                f"an instance name (1 to {MAX_NAME_LENGTH} printable characters, no '/' or '\\')"
-            )
-            raise self.bad(key, expected, value)
-        return value
-
-    def text(self, key: str, *, limit: int = _MAX_LABEL) -> str:
-        """A string of at most ``limit`` characters; ``""`` when absent."""
-        value = self.body.get(key, "")
-        if not isinstance(value, str) or len(value) > limit:
-            raise self.bad(key, f"a string of at most {limit} characters", value)
-        return value
-
-    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
-        value = self.body.get(key, default)
-        if value not in options or not isinstance(value, str):
-            raise self.bad(key, " or ".join(repr(o) for o in options), value)
-        return value
-
-    def count(self, key: str, default: int = 0) -> int:
-        """An integer from 0 to 2**64-1 (a txid)."""
-        value = self.body.get(key, default)
-        if type(value) is not int or not 0 <= value <= _U64_MAX:
-            raise self.bad(key, "an integer from 0 to 2**64-1", value)
-        return value
-
-    def flag(self, key: str) -> bool:
-        value = self.body.get(key, False)
-        if not isinstance(value, bool):
-            raise self.bad(key, "true or false", value)
-        return value
-
-    def topics(self, key: str) -> tuple[dict[str, Any], ...]:
-        """The replicated Topic descriptors (see :mod:`.validation`): a list of
-        objects with ``name`` (string or null), ``message_type`` (a non-empty string),
-        ``filter`` (string or null), ``exclude_validation`` (a list of strings) and
-        ``sow_topics`` (a list of objects with ``name``, ``message_type`` and ``keys``, a
-        list of strings); a missing key takes its default, other keys are ignored."""
-        value = self.body.get(key, [])
-        shape = (
-            'a list of topic objects {"name": string|null, "message_type": string, '
-            '"filter": string|null, "exclude_validation": [string, ...]}'
-        )
-        if not isinstance(value, list):
-            raise self.bad(key, shape, value)
-        for i, topic in enumerate(value):
-            where = f"{key}[{i}]"
-            if not isinstance(topic, dict):
-                raise self.bad(where, shape, topic)
-            name, mtype = topic.get("name"), topic.get("message_type", "json")
-            if name is not None and not isinstance(name, str):
-                raise self.bad(f"{where}.name", "a topic name or regex (string) or null", name)
-            if not isinstance(mtype, str) or not 0 < len(mtype) <= MAX_NAME_LENGTH:
-                raise self.bad(f"{where}.message_type", "a message type such as json", mtype)
-            flt = topic.get("filter")
-            if flt is not None and not isinstance(flt, str):
-                raise self.bad(f"{where}.filter", "a content filter (string) or null", flt)
-            excluded = topic.get("exclude_validation")
-            if excluded is not None and not (
-                isinstance(excluded, list)
-                and all(isinstance(c, str) and len(c) <= MAX_NAME_LENGTH for c in excluded)
-            ):
-                raise self.bad(
-                    f"{where}.exclude_validation", "a list of check names (strings)", excluded
-                )
-            self._sow_topics(f"{where}.sow_topics", topic.get("sow_topics"))
-        return tuple(value)
-
-    def _sow_topics(self, where: str, value: object) -> None:
-        """Check the ``sow_topics`` of one Topic descriptor (``None``: absent)."""
-        if value is None:
-            return
-        shape = 'a list of SOW topics {"name": string, "message_type": string, "keys": [string]}'
-        if not isinstance(value, list):
-            raise self.bad(where, shape, value)
-        for i, sow in enumerate(value):
-            at = f"{where}[{i}]"
-            if not isinstance(sow, dict):
-                raise self.bad(at, shape, sow)
-            name, mtype, keys = sow.get("name"), sow.get("message_type", "json"), sow.get("keys")
-            if not isinstance(name, str) or not name:
-                raise self.bad(f"{at}.name", "a topic name (non-empty string)", name)
-            if not isinstance(mtype, str) or not 0 < len(mtype) <= MAX_NAME_LENGTH:
-                raise self.bad(f"{at}.message_type", "a message type such as json", mtype)
-            if keys is not None and not (
-                isinstance(keys, list) and all(isinstance(k, str) for k in keys)
-            ):
-                raise self.bad(f"{at}.keys", "a list of Key paths (strings)", keys)
-
-
-def parse_hello(body: dict[str, Any]) -> Hello:
-    """The :class:`Hello` of a ``repl_hello`` payload, every field type-checked.
-
-    Raises:
-        RemoteProtocolError: reason ``protocol version`` when the peer speaks another version
-            (checked first: another version may shape its fields differently), else
-            ``malformed hello`` naming the first field that is missing or wrong.
-    """
-    fields = _Fields("hello", reasons.MALFORMED_HELLO, body)
-    version = body.get("version")
-    if type(version) is not int:
-        raise fields.bad(
-            "version", f"the replication protocol version ({PROTOCOL_VERSION})", version
-        )
-    if version != PROTOCOL_VERSION:
-        name = body.get("name")
-        who = f"peer {name!r}" if isinstance(name, str) and len(name) <= 64 else "the peer"
-        raise RemoteProtocolError(
-            reasons.PROTOCOL_VERSION,
-            f"{who} speaks replication protocol version {version}, this instance speaks "
-            f"{PROTOCOL_VERSION}; run the same amps-py version on both",
-        )
-    name = fields.name("name", required=True)
-    return Hello(
-        version=version,
-        name=name,
-        group=fields.name("group") or name,
-        destination=fields.text("destination"),
-        sync=fields.choice("sync", ("sync", "async"), "async"),
-        compression=fields.choice("compression", ("none", "zstd"), "none"),
-        topics=fields.topics("topics"),
-        expected_group=fields.name("expected_group"),
-        user_id=fields.text("user_id"),
-        pw=fields.text("pw", limit=4096),
-        back=fields.flag("back"),
-    )
-
-
-def parse_welcome(body: dict[str, Any]) -> Welcome:
-    """The :class:`Welcome` of a ``repl_welcome`` payload, every field type-checked.
-
-    Raises:
-        RemoteProtocolError: reason ``malformed welcome`` naming the first field that is
-            missing or wrong.
-    """
-    fields = _Fields("welcome", reasons.MALFORMED_WELCOME, body)
-    name = fields.name("name", required=True)
-    return Welcome(
-        name=name,
-        group=fields.name("group") or name,
-        cursor_txid=fields.count("cursor_txid"),
-        cursor_bm=fields.text("cursor_bm"),
-    )
-
-
 class _Inflater:
     """One link's zstd stream, inflated frame by frame with a hard limit on the output
     of each frame: a frame that would inflate past ``limit`` bytes raises
@@ -599,20 +354,6 @@ class _Inflater:
         return b"".join(parts)
 
 
-def _json(payload: bytes, what: str) -> dict[str, Any]:
-    try:
-        body = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        raise RemoteProtocolError(
-            reasons.PROTOCOL_VIOLATION, f"{what} payload is not JSON"
-        ) from None
-    if not isinstance(body, dict):
-        raise RemoteProtocolError(
-            reasons.PROTOCOL_VIOLATION, f"{what} payload is not a JSON object"
-        )
-    return body
-
-
 class UpstreamLink(_Link):
     """The sending end. Create, send :meth:`hello`, then feed :meth:`receive_data`."""
 
@@ -647,20 +388,17 @@ class UpstreamLink(_Link):
             LocalProtocolError: reason ``hello too large``: the destination's Topic
                 entries make a hello larger than a peer accepts before the handshake.
         """
-        body: dict[str, Any] = {
-            "version": PROTOCOL_VERSION,
-            "name": name,
-            "group": group,
-            "destination": destination,
-            "sync": sync,
-            "compression": self.compression,
-            "topics": topics,
-            "expected_group": expected_group,
-        }
-        if back:
-            body["back"] = True
-        if credentials is not None:
-            body["user_id"], body["pw"] = credentials
+        body = hello_body(
+            name=name,
+            group=group,
+            destination=destination,
+            sync=sync,
+            compression=self.compression,
+            topics=topics,
+            expected_group=expected_group,
+            credentials=credentials,
+            back=back,
+        )
         frame = encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body))
         if len(frame) - 4 > MAX_HANDSHAKE_FRAME:
             self.state = LinkState.CLOSED
@@ -680,7 +418,7 @@ class UpstreamLink(_Link):
             if self.state is not LinkState.HANDSHAKE:
                 raise self._unexpected(command)
             try:
-                welcome = parse_welcome(_json(frame.payload, "repl_welcome"))
+                welcome = parse_welcome(decode_payload(frame.payload, "repl_welcome"))
             except LinkError:
                 self.state = LinkState.CLOSED
                 raise
@@ -756,7 +494,7 @@ class DownstreamLink(_Link):
             if self.hello_info is not None:
                 raise self._unexpected(command)
             try:
-                hello = parse_hello(_json(frame.payload, "repl_hello"))
+                hello = parse_hello(decode_payload(frame.payload, "repl_hello"))
             except LinkError:
                 self.state = LinkState.CLOSED
                 raise
@@ -818,7 +556,7 @@ class DownstreamLink(_Link):
             )
         self._handshake_done()
         self.position = cursor[0]
-        body = {"name": name, "group": group, "cursor_txid": cursor[0], "cursor_bm": cursor[1]}
+        body = welcome_body(name=name, group=group, cursor=cursor)
         return self._sent(encode_frame({"c": "repl_welcome"}, orjson.dumps(body)), now)
 
     def ack(self, upto: int, now: float) -> bytes:

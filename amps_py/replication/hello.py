@@ -1,0 +1,315 @@
+"""The replication handshake on the wire, sans-IO: hello and welcome payloads built
+and parsed (see :mod:`.link` for the whole protocol, which frames them).
+
+:func:`hello_body` and :func:`welcome_body` build the JSON payloads an upstream and a
+downstream send; :func:`parse_hello` and :func:`parse_welcome` turn a received payload
+(:func:`decode_payload` first) into a :class:`Hello` or :class:`Welcome`. Nothing a peer
+sends is trusted to have the right shape: every field is type-checked, and a wrong one
+raises :class:`RemoteProtocolError` with reason ``malformed hello`` / ``malformed
+welcome`` and a detail naming the field and what was expected.
+
+No trio, no sockets, no clock. Every name here is also importable from :mod:`.link`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from amps_py import reasons
+
+from .link_errors import RemoteProtocolError
+
+PROTOCOL_VERSION: Final = 2
+#: instance names and groups are at most this long (as in the config)
+MAX_NAME_LENGTH: Final = 64
+_U64_MAX: Final = (1 << 64) - 1
+#: the longest bookmark or free-text field accepted in a handshake or data header
+_MAX_LABEL: Final = 256
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The upstream introduces itself (received by the downstream)."""
+
+    version: int
+    name: str
+    group: str
+    destination: str
+    sync: str
+    compression: str
+    topics: tuple[dict[str, Any], ...]
+    #: the Group the upstream's Destination requires of this instance ("" = any)
+    expected_group: str = ""
+    #: the user the upstream logs on as ("" = no credentials sent)
+    user_id: str = ""
+    #: its password; never shown by repr()
+    pw: str = field(default="", repr=False)
+    #: the upstream accepts this instance's stream back over the same connection
+    back: bool = False
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The downstream accepts (received by the upstream); the cursor says how far it
+    holds this upstream's stream."""
+
+    name: str
+    group: str
+    cursor_txid: int
+    cursor_bm: str
+
+
+def hello_body(
+    *,
+    name: str,
+    group: str,
+    destination: str,
+    sync: str,
+    compression: str,
+    topics: list[dict[str, Any]],
+    expected_group: str = "",
+    credentials: tuple[str, str] | None = None,
+    back: bool = False,
+) -> dict[str, Any]:
+    """The payload of a ``repl_hello`` (what :func:`parse_hello` reads back);
+    ``credentials`` (user, password) become ``user_id`` and ``pw``, ``back`` offers to
+    receive the peer's stream over the same connection. Nothing is checked here."""
+    body: dict[str, Any] = {
+        "version": PROTOCOL_VERSION,
+        "name": name,
+        "group": group,
+        "destination": destination,
+        "sync": sync,
+        "compression": compression,
+        "topics": topics,
+        "expected_group": expected_group,
+    }
+    if back:
+        body["back"] = True
+    if credentials is not None:
+        body["user_id"], body["pw"] = credentials
+    return body
+
+
+def welcome_body(*, name: str, group: str, cursor: tuple[int, str]) -> dict[str, Any]:
+    """The payload of a ``repl_welcome`` (what :func:`parse_welcome` reads back);
+    ``cursor`` is (txid, bookmark): how far the downstream holds the upstream's stream."""
+    return {"name": name, "group": group, "cursor_txid": cursor[0], "cursor_bm": cursor[1]}
+
+
+def decode_payload(payload: bytes, what: str) -> dict[str, Any]:
+    """The JSON object of a hello, welcome or refusal payload (``what`` names the
+    frame in the error).
+
+    Raises:
+        RemoteProtocolError: reason ``protocol violation``: not JSON, or not an object.
+    """
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise RemoteProtocolError(
+            reasons.PROTOCOL_VIOLATION, f"{what} payload is not JSON"
+        ) from None
+    if not isinstance(body, dict):
+        raise RemoteProtocolError(
+            reasons.PROTOCOL_VIOLATION, f"{what} payload is not a JSON object"
+        )
+    return body
+
+
+def _shown(value: object) -> str:
+    """A JSON value as a log can show it: its JSON type and a short excerpt."""
+    kinds = {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }
+    kind = kinds.get(type(value), type(value).__name__)
+    text = json.dumps(value, default=repr) if value is not None else ""
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}".rstrip()
+
+
+class _Fields:
+    """Reads the fields of one handshake payload. Any field of the wrong type or
+    value raises :class:`RemoteProtocolError` (reason ``malformed <what>``) naming the
+    field and what was expected."""
+
+    def __init__(self, what: str, reason: str, body: dict[str, Any]) -> None:
+        self.what = what
+        self.reason = reason
+        self.body = body
+
+    def bad(self, key: str, expected: str, value: object) -> RemoteProtocolError:
+        return RemoteProtocolError(
+            self.reason,
+            f"repl_{self.what} field {key!r}: expected {expected}, got {_shown(value)}; "
+            "the peer is not an amps-py instance of this version, or is forged",
+        )
+
+    def name(self, key: str, *, required: bool = False) -> str:
+        """An instance name or group: 1 to 64 printable characters, no path separator
+        (the config's rule); ``""`` when absent, null or empty (refused when
+        ``required``)."""
+        value = self.body.get(key)
+        if value in (None, "") and not required:
+            return ""
+        if (
+            not isinstance(value, str)
+            or not 0 < len(value) <= MAX_NAME_LENGTH
+            or "/" in value
+            or "\\" in value
+            or not value.isprintable()  # no control characters: logs, journal paths
+        ):
+            expected = (
+                f"an instance name (1 to {MAX_NAME_LENGTH} printable characters, no '/' or '\\')"
+            )
+            raise self.bad(key, expected, value)
+        return value
+
+    def text(self, key: str, *, limit: int = _MAX_LABEL) -> str:
+        """A string of at most ``limit`` characters; ``""`` when absent."""
+        value = self.body.get(key, "")
+        if not isinstance(value, str) or len(value) > limit:
+            raise self.bad(key, f"a string of at most {limit} characters", value)
+        return value
+
+    def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
+        value = self.body.get(key, default)
+        if value not in options or not isinstance(value, str):
+            raise self.bad(key, " or ".join(repr(o) for o in options), value)
+        return value
+
+    def count(self, key: str, default: int = 0) -> int:
+        """An integer from 0 to 2**64-1 (a txid)."""
+        value = self.body.get(key, default)
+        if type(value) is not int or not 0 <= value <= _U64_MAX:
+            raise self.bad(key, "an integer from 0 to 2**64-1", value)
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.body.get(key, False)
+        if not isinstance(value, bool):
+            raise self.bad(key, "true or false", value)
+        return value
+
+    def topics(self, key: str) -> tuple[dict[str, Any], ...]:
+        """The replicated Topic descriptors (see :mod:`.validation`): a list of
+        objects with ``name`` (string or null), ``message_type`` (a non-empty string),
+        ``filter`` (string or null), ``exclude_validation`` (a list of strings) and
+        ``sow_topics`` (a list of objects with ``name``, ``message_type`` and ``keys``, a
+        list of strings); a missing key takes its default, other keys are ignored."""
+        value = self.body.get(key, [])
+        shape = (
+            'a list of topic objects {"name": string|null, "message_type": string, '
+            '"filter": string|null, "exclude_validation": [string, ...]}'
+        )
+        if not isinstance(value, list):
+            raise self.bad(key, shape, value)
+        for i, topic in enumerate(value):
+            where = f"{key}[{i}]"
+            if not isinstance(topic, dict):
+                raise self.bad(where, shape, topic)
+            name, mtype = topic.get("name"), topic.get("message_type", "json")
+            if name is not None and not isinstance(name, str):
+                raise self.bad(f"{where}.name", "a topic name or regex (string) or null", name)
+            if not isinstance(mtype, str) or not 0 < len(mtype) <= MAX_NAME_LENGTH:
+                raise self.bad(f"{where}.message_type", "a message type such as json", mtype)
+            flt = topic.get("filter")
+            if flt is not None and not isinstance(flt, str):
+                raise self.bad(f"{where}.filter", "a content filter (string) or null", flt)
+            excluded = topic.get("exclude_validation")
+            if excluded is not None and not (
+                isinstance(excluded, list)
+                and all(isinstance(c, str) and len(c) <= MAX_NAME_LENGTH for c in excluded)
+            ):
+                raise self.bad(
+                    f"{where}.exclude_validation", "a list of check names (strings)", excluded
+                )
+            self._sow_topics(f"{where}.sow_topics", topic.get("sow_topics"))
+        return tuple(value)
+
+    def _sow_topics(self, where: str, value: object) -> None:
+        """Check the ``sow_topics`` of one Topic descriptor (``None``: absent)."""
+        if value is None:
+            return
+        shape = 'a list of SOW topics {"name": string, "message_type": string, "keys": [string]}'
+        if not isinstance(value, list):
+            raise self.bad(where, shape, value)
+        for i, sow in enumerate(value):
+            at = f"{where}[{i}]"
+            if not isinstance(sow, dict):
+                raise self.bad(at, shape, sow)
+            name, mtype, keys = sow.get("name"), sow.get("message_type", "json"), sow.get("keys")
+            if not isinstance(name, str) or not name:
+                raise self.bad(f"{at}.name", "a topic name (non-empty string)", name)
+            if not isinstance(mtype, str) or not 0 < len(mtype) <= MAX_NAME_LENGTH:
+                raise self.bad(f"{at}.message_type", "a message type such as json", mtype)
+            if keys is not None and not (
+                isinstance(keys, list) and all(isinstance(k, str) for k in keys)
+            ):
+                raise self.bad(f"{at}.keys", "a list of Key paths (strings)", keys)
+
+
+def parse_hello(body: dict[str, Any]) -> Hello:
+    """The :class:`Hello` of a ``repl_hello`` payload, every field type-checked.
+
+    Raises:
+        RemoteProtocolError: reason ``protocol version`` when the peer speaks another version
+            (checked first: another version may shape its fields differently), else
+            ``malformed hello`` naming the first field that is missing or wrong.
+    """
+    fields = _Fields("hello", reasons.MALFORMED_HELLO, body)
+    version = body.get("version")
+    if type(version) is not int:
+        raise fields.bad(
+            "version", f"the replication protocol version ({PROTOCOL_VERSION})", version
+        )
+    if version != PROTOCOL_VERSION:
+        name = body.get("name")
+        who = f"peer {name!r}" if isinstance(name, str) and len(name) <= 64 else "the peer"
+        raise RemoteProtocolError(
+            reasons.PROTOCOL_VERSION,
+            f"{who} speaks replication protocol version {version}, this instance speaks "
+            f"{PROTOCOL_VERSION}; run the same amps-py version on both",
+        )
+    name = fields.name("name", required=True)
+    return Hello(
+        version=version,
+        name=name,
+        group=fields.name("group") or name,
+        destination=fields.text("destination"),
+        sync=fields.choice("sync", ("sync", "async"), "async"),
+        compression=fields.choice("compression", ("none", "zstd"), "none"),
+        topics=fields.topics("topics"),
+        expected_group=fields.name("expected_group"),
+        user_id=fields.text("user_id"),
+        pw=fields.text("pw", limit=4096),
+        back=fields.flag("back"),
+    )
+
+
+def parse_welcome(body: dict[str, Any]) -> Welcome:
+    """The :class:`Welcome` of a ``repl_welcome`` payload, every field type-checked.
+
+    Raises:
+        RemoteProtocolError: reason ``malformed welcome`` naming the first field that is
+            missing or wrong.
+    """
+    fields = _Fields("welcome", reasons.MALFORMED_WELCOME, body)
+    name = fields.name("name", required=True)
+    return Welcome(
+        name=name,
+        group=fields.name("group") or name,
+        cursor_txid=fields.count("cursor_txid"),
+        cursor_bm=fields.text("cursor_bm"),
+    )
