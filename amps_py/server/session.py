@@ -54,13 +54,14 @@ from .commands import (
 )
 from .durability import PublisherLedger
 from .flow import (
+    SEND_CHUNK,
     close_over_incomplete_limit,
     deadline_passed,
     disconnect_slow_clients,
-    write_pieces,
 )
 from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline
 from .logon import LogonRefused, check_authenticated, check_claimed, logon_ack_fields, read_logon
+from .outbox import SpillingOutbox
 from .sow_commands import on_sow, on_sow_delete
 from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
 from .subscriptions import Subscription
@@ -105,8 +106,12 @@ class Session:
         self.subscriptions: dict[str, Subscription] = {}
         # entitlement answers per topic for this session's user (fixed for its lifetime)
         self._entitled: dict[tuple[bool, str], bool] = {}
-        # outbox
-        self._out: list[bytes] = []
+        # outbox: the bytes waiting for the client, in order (see amps_py.server.outbox)
+        self._outbox = SpillingOutbox(f"{transport}-{self.conn_id}")
+        #: the time pieces appended now are stamped with (coarse: refreshed when the
+        #: session goes from idle to busy and on every write round, never per append);
+        #: a piece's stamp is never later than its real append time
+        self._stamp = trio.current_time()
         self.out_bytes = 0
         self._wake = trio.Event()
         self._drained = trio.Event()
@@ -315,12 +320,12 @@ class Session:
         self._queued_pool.total -= self.out_bytes
         # What waits in the outbox is dropped; what the send loop is writing ends on a
         # frame boundary (it took whole frames), so the notice can follow it.
-        self.out_bytes -= sum(len(data) for data in self._out)
-        self._out.clear()
+        self.out_bytes -= self._outbox.queued_bytes
+        self._outbox.discard()
         for sub in list(self.subscriptions.values()):
             self.end_subscription(sub)
         notice = messages.ack("processed", "failure", reason=closing.reason, detail=closing.detail)
-        self._out.append(notice)
+        self._outbox.append(notice, trio.current_time())
         self.out_bytes += len(notice)
         self._wake.set()
         if self._cancel is not None:
@@ -333,7 +338,7 @@ class Session:
         if not self.discarding:
             self.discarding = True
             self._queued_pool.total -= self.out_bytes
-        self._out.clear()
+        self._outbox.discard()
         self.out_bytes = 0
         self.drop_partial_frame(reasons.CONNECTION_CLOSED)
 
@@ -403,7 +408,10 @@ class Session:
         """
         if self.discarding:
             return
-        self._out.append(data)
+        if not self.out_bytes:
+            # idle until now (nothing queued or being written): a fresh stamp
+            self._stamp = trio.current_time()
+        self._outbox.append(data, self._stamp)
         size = len(data)
         self.out_bytes += size
         pool = self._queued_pool
@@ -417,31 +425,32 @@ class Session:
     async def _send_loop(self) -> None:
         """Write queued bytes; ``out_bytes`` counts queued plus in-flight bytes.
 
-        Each round takes the whole outbox (so what is being written always ends on a
-        frame boundary) and writes it in pieces of about
-        :data:`~amps_py.server.flow.SEND_CHUNK`. Once a slow client's notice is written,
-        the session is closed.
+        Each round takes whole frames from the outbox, about
+        :data:`~amps_py.server.flow.SEND_CHUNK` bytes (so what is being written always
+        ends on a frame boundary), and writes them in one ``send_all``. Once a slow
+        client's notice is written, the session is closed.
         """
         stream = self.stream
         pool = self._queued_pool
+        box = self._outbox
         while True:
-            if not self._out:
+            if not len(box):
                 if self.discarding:
                     self.close(self.close_reason or reasons.SLOW_CLIENT)
                     return
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
-            batch = self._out
-            self._out = []
+            batch = box.take(SEND_CHUNK)
+            self._stamp = trio.current_time()
+            piece = batch[0] if len(batch) == 1 else b"".join(batch)
             deflater = self._deflater
-            for piece in write_pieces(batch):
-                await stream.send_all(piece if deflater is None else deflater.compress(piece))
-                size = len(piece)
-                self.out_bytes -= size
-                if not self.discarding:
-                    pool.total -= size
-                self._drained.set()
+            await stream.send_all(piece if deflater is None else deflater.compress(piece))
+            size = len(piece)
+            self.out_bytes -= size
+            if not self.discarding:
+                pool.total -= size
+            self._drained.set()
 
     async def _wait_drained(self, high_water: int) -> None:
         while self.out_bytes > high_water:
