@@ -64,6 +64,12 @@ CLIENT_INCOMPLETE_MESSAGE_MEMORY: Final = "07-0072"
 #: A client was disconnected as a slow client (its ClientMaxCapacity, or the biggest
 #: backlog when MessageMemoryLimit was passed); AMPS's code for the same event.
 CLIENT_SLOW_DISCONNECTED: Final = "70-0004"
+#: A client was offlined: the most bytes waiting in memory when MessageMemoryLimit was
+#: passed; its backlog spills to a file under MessageDiskPath until it catches up.
+CLIENT_OFFLINE_START: Final = "70-0005"
+#: An offlined client caught up with its spilled backlog and is online again (its spill
+#: file removed).
+CLIENT_OFFLINE_STOP: Final = "70-0006"
 
 SUBSCRIPTION_REPLAY_FAILED: Final = "08-0001"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_config_errors import Case, check_refused, doc, transport
 
@@ -10,6 +12,7 @@ from amps_py.config import (
     DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
     DEFAULT_LOGON_TIMEOUT,
     ClientCapacity,
+    ConfigError,
     default_config,
     default_message_memory_limit,
 )
@@ -63,7 +66,50 @@ def test_defaults() -> None:
     assert big.incomplete_message_budget() == 2 * 1024 * MiB
 
 
+def test_message_disk_limit_and_path(tmp_path: Path) -> None:
+    cfg = _parse_config(
+        doc(
+            "  <MessageDiskLimit>2GB</MessageDiskLimit>",
+            f"  <MessageDiskPath>{tmp_path}</MessageDiskPath>",
+        ),
+        environ={},
+    )
+    assert (cfg.message_disk_limit, cfg.message_disk_path) == (2 * 1024 * MiB, str(tmp_path))
+    # 0 turns offlining off (slow clients are disconnected); not given: the defaults
+    off = _parse_config(doc("  <MessageDiskLimit>0</MessageDiskLimit>"), environ={})
+    assert off.message_disk_limit == 0
+    assert (default_config().message_disk_limit, default_config().message_disk_path) == (
+        None,
+        None,
+    )
+
+
+def test_a_missing_message_disk_path_is_refused_with_the_fix(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ConfigError) as caught:
+        _parse_config(doc(f"  <MessageDiskPath>{missing}</MessageDiskPath>"), environ={})
+    message = str(caught.value)
+    assert f"MessageDiskPath '{missing}' does not exist" in message
+    assert "create that directory" in message
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        _parse_config(doc(f"  <MessageDiskPath>{a_file}</MessageDiskPath>"), environ={})
+
+
 CASES = [
+    Case(
+        "MessageDiskLimit not a size",
+        doc("  <MessageDiskLimit>plenty</MessageDiskLimit>"),
+        "'plenty' is not a valid byte size for MessageDiskLimit",
+        3,
+    ),
+    Case(
+        "MessageDiskLimit per transport is not supported yet",
+        doc("  <Transports>", *transport(MessageDiskLimit="1GB"), "  </Transports>"),
+        "<MessageDiskLimit> is a recognised AMPS element, not supported by amps-py yet",
+        5,
+    ),
     Case(
         "ClientMaxCapacity above 100%",
         doc("  <ClientMaxCapacity>150%</ClientMaxCapacity>"),

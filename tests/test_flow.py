@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,7 +52,12 @@ class StubSession:
     incomplete_held: int = 0
     out_bytes: int = 0
     queue_limit: int = 1 << 30
+    disk_queue_limit: int = 1 << 30
     discarding: bool = False
+    offline: bool = False
+    spilled: int = 0
+    #: go_offline fails (as a SpillError would make it)
+    spill_fails: bool = False
     decoder: StubDecoder = field(default_factory=StubDecoder)
     sent: list[bytes] = field(default_factory=list)
     closed: str = ""
@@ -78,12 +84,38 @@ class StubSession:
         self.incomplete_held = 0
         self.dropped = reason
 
+    @property
+    def memory_held(self) -> int:
+        return self.out_bytes - self.spilled
+
+    def spill(self, n: int) -> None:
+        """Queue ``n`` bytes while offline."""
+        self.out_bytes += n
+        self.spilled += n
+        self.limits.disk.total += n
+
+    def go_offline(self, directory: Path) -> bool:
+        if self.spill_fails:
+            self.disconnect_slow(
+                Closing(
+                    reasons.SLOW_CLIENT, "spill failed", events.CLIENT_SLOW_DISCONNECTED, "", ()
+                )
+            )
+            return False
+        moved = self.out_bytes - self.spilled
+        self.offline = True
+        self.spilled += moved
+        self.limits.queued.total -= moved
+        self.limits.disk.total += moved
+        return True
+
     def disconnect_slow(self, closing: Closing) -> None:
         if self.discarding:
             return
         self.discarding = True
         self.slow = closing
-        self.limits.queued.total -= self.out_bytes
+        self.limits.queued.total -= self.out_bytes - self.spilled
+        self.limits.disk.total -= self.spilled
 
 
 def sessions(limits: InstanceLimits, n: int) -> list[StubSession]:
@@ -112,7 +144,8 @@ def test_unfinished_frames_over_the_limit_close_the_biggest_holders(
 
 
 def test_a_client_past_its_own_capacity_goes_first_then_the_biggest() -> None:
-    limits = InstanceLimits(message_memory_limit=1000, incomplete_limit=1 << 30)
+    # MessageDiskLimit 0: no offlining, the biggest is disconnected
+    limits = InstanceLimits(message_memory_limit=1000, incomplete_limit=1 << 30, disk_limit=0)
     mine, bigger, other = sessions(limits, 3)
     mine.queue_limit = 300
     mine.queue(400)
@@ -129,6 +162,82 @@ def test_a_client_past_its_own_capacity_goes_first_then_the_biggest() -> None:
     assert bigger.slow.reason == reasons.SLOW_CLIENT
     assert "the most bytes waiting (600) and all clients together have 1100" in (bigger.slow.detail)
     assert (limits.slow_client_capacity, limits.slow_client_pool) == (1, 1)
+
+
+def test_over_the_memory_limit_the_biggest_in_memory_is_offlined_not_disconnected(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    limits = InstanceLimits(1000, 1 << 30, disk_limit=10_000, disk_path=tmp_path)
+    small, big, middle = sessions(limits, 3)
+    small.queue(200)
+    big.queue(700)
+    middle.queue(400)  # 1300 in memory, over 1000
+    with caplog.at_level(logging.WARNING, logger="amps_py.server.session"):
+        disconnect_slow_clients(small, limits, [small, big, middle])
+    assert big.offline and not small.offline and not middle.offline
+    assert big.slow is None and small.slow is None and middle.slow is None
+    assert (limits.queued.total, limits.disk.total, limits.offlined) == (600, 700, 1)
+    (record,) = caplog.records
+    assert getattr(record, "code", None) == events.CLIENT_OFFLINE_START
+    assert "offlined client 'c1'" in record.getMessage()
+    message = record.getMessage()
+    assert "the most bytes waiting in memory (700) and all clients together have 1300" in message
+    assert f"spills to {tmp_path}" in record.getMessage()
+
+
+def test_an_offline_client_is_not_offlined_again_and_spill_failure_disconnects(
+    tmp_path: Path,
+) -> None:
+    limits = InstanceLimits(1000, 1 << 30, disk_limit=10_000, disk_path=tmp_path)
+    offline, failing, other = sessions(limits, 3)
+    offline.queue(500)
+    offline.go_offline(tmp_path)
+    offline.queue(600)  # appended while offline... counted in memory by the stub
+    failing.queue(700)
+    failing.spill_fails = True
+    other.queue(100)  # memory: 600 + 700 + 100
+    disconnect_slow_clients(other, limits, [offline, failing, other])
+    # the biggest online holder is tried; its spill failed, so it is disconnected
+    assert failing.slow is not None and failing.slow.reason == reasons.SLOW_CLIENT
+    assert offline.slow is None and other.slow is None and limits.offlined == 0
+
+
+def test_over_the_disk_limit_the_biggest_offline_client_is_disconnected() -> None:
+    limits = InstanceLimits(1000, 1 << 30, disk_limit=1000)
+    a, b, online = sessions(limits, 3)
+    a.offline = b.offline = True
+    a.spill(300)
+    b.spill(800)  # 1100 on disk, over 1000
+    online.queue(900)  # within the memory limit: stays
+    disconnect_slow_clients(a, limits, [a, b, online])
+    assert b.slow is not None and a.slow is None and online.slow is None
+    assert b.slow.reason == reasons.SLOW_CLIENT
+    assert "over MessageDiskLimit of 1000 bytes" in b.slow.detail
+    assert (limits.disk.total, limits.slow_client_disk) == (300, 1)
+
+
+def test_an_offline_client_past_its_share_of_the_disk_limit_is_disconnected() -> None:
+    limits = InstanceLimits(1000, 1 << 30, disk_limit=1 << 20)
+    (session,) = sessions(limits, 1)
+    session.offline = True
+    session.disk_queue_limit = 500
+    session.queue_limit = 100  # the memory share does not apply while offline
+    session.spill(400)
+    disconnect_slow_clients(session, limits, [session])
+    assert session.slow is None
+    session.spill(200)
+    disconnect_slow_clients(session, limits, [session])
+    assert session.slow is not None and session.slow.reason == reasons.SLOW_CLIENT
+    assert "offline with 600 bytes spilled" in session.slow.detail
+    assert "ClientMaxCapacity share of MessageDiskLimit (500 bytes)" in session.slow.detail
+    assert limits.slow_client_capacity == 1
+
+
+def test_the_default_message_disk_limit_is_1_gib_or_the_memory_limit() -> None:
+    assert InstanceLimits(1000, 1).disk.limit == 1024**3
+    assert InstanceLimits(4 * 1024**3, 1).disk.limit == 4 * 1024**3
+    assert InstanceLimits(1000, 1, disk_limit=0).offlining is False
+    assert InstanceLimits(1000, 1, disk_limit=5).disk.limit == 5
 
 
 def test_a_missed_logon_deadline_is_counted_and_told() -> None:

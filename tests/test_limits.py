@@ -437,7 +437,8 @@ async def test_instance_limit_disconnects_the_biggest_of_two_slow_subscribers(
     server = start_instance(
         tmp_path,
         "pool",
-        extra="<MessageMemoryLimit>12MB</MessageMemoryLimit><ClientMaxCapacity>1GB</ClientMaxCapacity>",
+        extra="<MessageMemoryLimit>12MB</MessageMemoryLimit><ClientMaxCapacity>1GB</ClientMaxCapacity>"
+        "<MessageDiskLimit>0</MessageDiskLimit>",
     )
     try:
         # "big" gets every message twice as often as "small"; neither reads

@@ -28,7 +28,12 @@ from amps_py.config.schema import _ROOT, _check_schema, _schema
 from amps_py.config.sow import _build_sow
 from amps_py.config.structure import _check_structure
 from amps_py.config.transaction_log import _build_transaction_log
-from amps_py.config.transports import _build_admin, _build_memory_limits, _build_transports
+from amps_py.config.transports import (
+    _build_admin,
+    _build_disk_limits,
+    _build_memory_limits,
+    _build_transports,
+)
 from amps_py.config.values import _check_name, _text
 from amps_py.config.xmltree import _children, _first
 
@@ -57,6 +62,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     authentication = _build_authentication(root, problems)
     entitlement = _build_entitlement(root, problems)
     memory_limit, capacity, incomplete_limit = _build_memory_limits(root, transports, problems)
+    disk_limit, disk_path = _build_disk_limits(root, problems)
     sow_topics = _build_sow(root, transaction_log, problems)
     return InstanceConfig(
         name=name or "",
@@ -75,6 +81,8 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         message_memory_limit=memory_limit,
         client_max_capacity=capacity,
         incomplete_message_memory_limit=incomplete_limit,
+        message_disk_limit=disk_limit,
+        message_disk_path=disk_path,
         sow_topics=sow_topics,
     )
 

@@ -636,6 +636,12 @@ class InstanceConfig:
     #: ``IncompleteMessageMemoryLimit`` in bytes; ``None``: the default (see
     #: :meth:`incomplete_message_budget`)
     incomplete_message_memory_limit: int | None = None
+    #: ``MessageDiskLimit`` in bytes (0: never offline a client, disconnect it);
+    #: ``None``: max(1 GiB, MessageMemoryLimit)
+    message_disk_limit: int | None = None
+    #: ``MessageDiskPath``, the directory of offline clients' spill files; ``None``:
+    #: the system's temporary directory
+    message_disk_path: str | None = None
     #: ``SOW/Topic``, in file order (names are unique)
     sow_topics: tuple[SowTopicConfig, ...] = ()
     _sow_by_name: dict[str, SowTopicConfig] = field(

@@ -24,8 +24,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "ConfigIncludeCommentDefault",
             "Environment",
             "Include",
-            "MessageDiskLimit",
-            "MessageDiskPath",
             "MessageTypes",
             "MiniDumpDirectory",
             "Modules",

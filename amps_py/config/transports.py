@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ from amps_py.config.values import (
     _unit_error,
 )
 from amps_py.config.xmltree import _children, _first, _line
-from amps_py.units import UnitError, parse_count, parse_percent
+from amps_py.units import UnitError, parse_bytes, parse_count, parse_percent
 
 
 @dataclass
@@ -310,6 +311,43 @@ def _build_memory_limits(
                 incomplete = None
                 break
     return memory, capacity, incomplete
+
+
+def _build_disk_limits(root: etree._Element, problems: _Problems) -> tuple[int | None, str | None]:
+    """MessageDiskLimit (bytes; 0 turns offlining off) and MessageDiskPath (an existing
+    directory) of the instance (``None`` where not given or wrong, with a problem)."""
+    limit_el = _first(root, "MessageDiskLimit")
+    limit: int | None = None
+    if limit_el is not None:
+        text = _text(limit_el, problems)
+        if text is not None:
+            try:
+                limit = parse_bytes(text)
+            except UnitError as exc:
+                _unit_error(limit_el, exc, problems)
+            else:
+                if limit < 0:
+                    problems.add(
+                        limit_el,
+                        f"MessageDiskLimit must not be negative, got {text!r}",
+                        "give a size, e.g. 10GB, or 0 to disconnect slow clients instead "
+                        "of offlining them to disk",
+                    )
+                    limit = None
+    path_el = _first(root, "MessageDiskPath")
+    path: str | None = None
+    if path_el is not None:
+        path = _text(path_el, problems)
+        if path is not None and not os.path.isdir(path):
+            what = "is not a directory" if os.path.exists(path) else "does not exist"
+            problems.add(
+                path_el,
+                f"MessageDiskPath {path!r} {what}; offlined clients' spill files are written there",
+                "create that directory (writable by the server), or name an existing one; "
+                "leave MessageDiskPath out to use the system's temporary directory",
+            )
+            path = None
+    return limit, path
 
 
 def _build_admin(

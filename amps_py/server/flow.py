@@ -7,9 +7,11 @@ those decisions to the connections, through what each exposes (:class:`FlowSessi
   IncompleteMessageTimeout: counted, logged, told why;
 * :func:`close_over_incomplete_limit`: unfinished frames hold more than
   IncompleteMessageMemoryLimit: the largest holders are closed;
-* :func:`disconnect_slow_clients`: a client is past its ClientMaxCapacity, or all
-  clients together are past MessageMemoryLimit: it, then the biggest, are
-  disconnected as slow clients;
+* :func:`disconnect_slow_clients`: a client is past its ClientMaxCapacity (it is
+  disconnected as a slow client), all clients together are past MessageMemoryLimit
+  (the biggest in memory are offlined, or disconnected when offlining is off), or
+  offline clients together are past MessageDiskLimit (the biggest on disk are
+  disconnected);
 * :func:`write_pieces`: how a session's send loop cuts its outbox into writes.
 
 These run only when a limit is hit (never per message). No trio: the session does the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterator
+from pathlib import Path
 from typing import Final, Protocol
 
 from amps_py import events
@@ -32,6 +35,7 @@ from .limits import (
     ReadDeadline,
     deadline_closing,
     incomplete_memory_closing,
+    offline_start_line,
     shed,
     slow_client_closing,
 )
@@ -77,8 +81,28 @@ class FlowSession(Connection, Protocol):
         ...
 
     @property
+    def memory_held(self) -> int:
+        """Bytes waiting for it in memory that offlining it would move to disk."""
+        ...
+
+    @property
+    def spilled(self) -> int:
+        """Bytes waiting for it on disk (counted in MessageDiskLimit)."""
+        ...
+
+    @property
+    def offline(self) -> bool:
+        """Whether its backlog is on disk."""
+        ...
+
+    @property
     def queue_limit(self) -> int:
-        """Its ClientMaxCapacity (bytes)."""
+        """Its ClientMaxCapacity (bytes) while online."""
+        ...
+
+    @property
+    def disk_queue_limit(self) -> int:
+        """Its ClientMaxCapacity share of MessageDiskLimit (bytes) while offline."""
         ...
 
     @property
@@ -93,6 +117,11 @@ class FlowSession(Connection, Protocol):
     def drop_partial_frame(self, reason: str) -> None: ...
 
     def disconnect_slow(self, closing: Closing) -> None: ...
+
+    def go_offline(self, directory: Path) -> bool:
+        """Spill its backlog under ``directory``; False if that failed (it is then
+        being disconnected as a slow client)."""
+        ...
 
 
 def deadline_passed(session: FlowSession, deadline: ReadDeadline, limits: InstanceLimits) -> str:
@@ -138,18 +167,53 @@ def disconnect_slow_clients(
     session: FlowSession, limits: InstanceLimits, sessions: Collection[FlowSession]
 ) -> None:
     """``session`` queued bytes past its ClientMaxCapacity, or all clients together are
-    past MessageMemoryLimit: disconnect ``session`` if it is past its own capacity, then
-    the clients with the most bytes waiting until the pool is within its limit."""
+    past MessageMemoryLimit or MessageDiskLimit: disconnect ``session`` if it is past its
+    own capacity (of memory while online, of disk while offline); then, while the
+    memory pool is over, offline the clients with the most bytes waiting in memory
+    (disconnect them when offlining is off); then, while the disk pool is over,
+    disconnect the offline clients with the most bytes spilled."""
     pool = limits.queued
-    if session.out_bytes > session.queue_limit:
+    if session.discarding:
+        pass
+    elif session.offline:
+        if session.spilled > session.disk_queue_limit:
+            limits.slow_client_capacity += 1
+            session.disconnect_slow(
+                slow_client_closing(
+                    session,
+                    queued=session.spilled,
+                    capacity=session.disk_queue_limit,
+                    offline=True,
+                )
+            )
+    elif session.out_bytes > session.queue_limit:
         limits.slow_client_capacity += 1
         session.disconnect_slow(
             slow_client_closing(session, queued=session.out_bytes, capacity=session.queue_limit)
         )
-    queued = ((s, s.out_bytes) for s in sessions if not s.discarding)
-    for victim, held, total in shed(queued, pool.total, pool.limit):
-        limits.slow_client_pool += 1
-        victim.disconnect_slow(slow_client_closing(victim, queued=held, pool=pool, total=total))
+    if pool.total > pool.limit:
+        if limits.offlining:
+            in_memory = ((s, s.memory_held) for s in sessions if not s.discarding and not s.offline)
+            for victim, held, total in shed(in_memory, pool.total, pool.limit):
+                if victim.go_offline(limits.disk_path):
+                    limits.offlined += 1
+                    message, args = offline_start_line(
+                        victim, held=held, pool=pool, total=total, path=limits.disk_path
+                    )
+                    log.warning(message, *args, extra=events.extra(events.CLIENT_OFFLINE_START))
+        else:
+            queued = ((s, s.out_bytes) for s in sessions if not s.discarding)
+            for victim, held, total in shed(queued, pool.total, pool.limit):
+                limits.slow_client_pool += 1
+                victim.disconnect_slow(
+                    slow_client_closing(victim, queued=held, pool=pool, total=total)
+                )
+    disk = limits.disk
+    if disk.total > disk.limit:
+        on_disk = ((s, s.spilled) for s in sessions if not s.discarding and s.offline)
+        for victim, held, total in shed(on_disk, disk.total, disk.limit):
+            limits.slow_client_disk += 1
+            victim.disconnect_slow(slow_client_closing(victim, queued=held, pool=disk, total=total))
 
 
 def write_pieces(batch: list[bytes]) -> Iterator[bytes]:

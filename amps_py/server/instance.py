@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -129,7 +130,10 @@ class Instance:
         self._transports = {t.name: t for t in config.transports}
         #: MessageMemoryLimit and IncompleteMessageMemoryLimit pools (sessions update them)
         self.limits = InstanceLimits(
-            config.message_memory_budget(), config.incomplete_message_budget()
+            config.message_memory_budget(),
+            config.incomplete_message_budget(),
+            config.message_disk_limit,
+            Path(config.message_disk_path) if config.message_disk_path else None,
         )
 
     # ---------------------------------------------------------------- helpers for sessions
@@ -152,6 +156,11 @@ class Instance:
         if t is None:
             return DEFAULT_LOGON_TIMEOUT, DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT, capacity
         return t.logon_timeout, t.incomplete_message_timeout, capacity
+
+    def client_disk_capacity(self, transport: str) -> int:
+        """ClientMaxCapacity as a share of MessageDiskLimit (bytes), for an offline
+        client of ``transport``."""
+        return self.config.client_capacity(self._transports.get(transport), self.limits.disk.limit)
 
     def compile_filter(self, text: str) -> Any:
         flt = self._filters.get(text)

@@ -3,9 +3,15 @@
 Two instance-wide byte pools and two per-connection deadlines keep one client (or many
 hostile ones) from holding the instance's memory or sockets:
 
-* ``MessageMemoryLimit``: bytes waiting to be sent to all clients together. A client
-  past its own ``ClientMaxCapacity``, or the client with the most waiting bytes when
-  the pool is over its limit, is disconnected as a slow client.
+* ``MessageMemoryLimit``: bytes waiting in memory to be sent to all clients together.
+  A client past its own ``ClientMaxCapacity`` is disconnected as a slow client. When
+  the pool is over its limit the client with the most bytes waiting in memory is
+  *offlined*: its backlog moves to a spill file under ``MessageDiskPath`` and drains
+  from there in order; it comes back online by itself once it has caught up. (With
+  ``MessageDiskLimit`` 0 it is disconnected as a slow client instead.)
+* ``MessageDiskLimit``: bytes spilled for all offline clients together. Past it the
+  offline client with the most spilled bytes is disconnected as a slow client (and its
+  spill file removed); so is a client whose backlog could not be spilled or read back.
 * ``IncompleteMessageMemoryLimit``: bytes of frames received in part, over all client
   connections. When it is over, the connection holding the largest partial frame is
   closed (see :func:`biggest`).
@@ -24,8 +30,10 @@ Pure logic: no trio, no sockets; the current time is passed in. The session
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 from amps_py import events, reasons
@@ -33,6 +41,7 @@ from amps_py.protocol import PartialFrame
 
 __all__ = [
     "CLOSE_FLUSH_TIMEOUT",
+    "MIN_DEFAULT_MESSAGE_DISK_LIMIT",
     "BytePool",
     "Closing",
     "Connection",
@@ -41,16 +50,30 @@ __all__ = [
     "biggest",
     "deadline_closing",
     "incomplete_memory_closing",
+    "message_disk_limit",
+    "offline_start_line",
     "read_deadline",
     "shed",
     "slow_client_closing",
+    "spill_failed_closing",
 ]
 
 #: How long a connection being closed by the server may take to write what it still
 #: sends (a failure ack, the ``slow client`` notice) before its socket is closed anyway.
 CLOSE_FLUSH_TIMEOUT: Final = 1.0
 
+#: the default MessageDiskLimit is this or MessageMemoryLimit, whichever is more
+MIN_DEFAULT_MESSAGE_DISK_LIMIT: Final = 1024**3
+
 T = TypeVar("T")
+
+
+def message_disk_limit(configured: int | None, message_memory_limit: int) -> int:
+    """The MessageDiskLimit in force: the configured bytes (0: never offline, disconnect
+    instead), else ``max(1 GiB, MessageMemoryLimit)``."""
+    if configured is not None:
+        return configured
+    return max(MIN_DEFAULT_MESSAGE_DISK_LIMIT, message_memory_limit)
 
 
 @dataclass
@@ -213,11 +236,19 @@ def slow_client_closing(
     capacity: int | None = None,
     pool: BytePool | None = None,
     total: int = 0,
+    offline: bool = False,
 ) -> Closing:
     """The disconnect of a slow client with ``queued`` bytes waiting: past its own
-    ClientMaxCapacity (``capacity``), or the biggest while all clients together hold
-    ``total`` bytes, over ``pool``'s limit (MessageMemoryLimit)."""
-    if capacity is not None:
+    ClientMaxCapacity (``capacity``; for an ``offline`` client, its share of
+    MessageDiskLimit and ``queued`` its spilled bytes), or the biggest while all clients
+    together hold ``total`` bytes, over ``pool``'s limit (MessageMemoryLimit, or
+    MessageDiskLimit for spilled bytes)."""
+    if capacity is not None and offline:
+        why = (
+            f"it is offline with {queued} bytes spilled to disk, over its ClientMaxCapacity "
+            f"share of MessageDiskLimit ({capacity} bytes)"
+        )
+    elif capacity is not None:
         why = (
             f"{queued} bytes wait to be sent to it, over its ClientMaxCapacity of {capacity} bytes"
         )
@@ -230,6 +261,35 @@ def slow_client_closing(
     return Closing(
         reasons.SLOW_CLIENT,
         f"disconnected as a slow client: {why}; resume by bookmark",
+        events.CLIENT_SLOW_DISCONNECTED,
+        "disconnecting client %r (connection %d, %s) as a slow client: %s; it can "
+        "resume by bookmark",
+        (conn.client_name, conn.conn_id, conn.peer, why),
+    )
+
+
+def offline_start_line(
+    conn: Connection, *, held: int, pool: BytePool, total: int, path: Path
+) -> tuple[str, tuple[Any, ...]]:
+    """The log line (%-format, arguments) of offlining ``conn``: it held the most bytes
+    in memory (``held``) while all clients together held ``total``, over ``pool``'s
+    limit; its backlog now spills under ``path``."""
+    return (
+        "offlined client %r (connection %d, %s): it had the most bytes waiting in "
+        "memory (%d) and all clients together have %d, over %s of %d bytes; its "
+        "backlog spills to %s until it catches up",
+        (conn.client_name, conn.conn_id, conn.peer, held, total, pool.setting, pool.limit, path),
+    )
+
+
+def spill_failed_closing(conn: Connection, error: Exception) -> Closing:
+    """The disconnect of a client whose backlog could not be spilled or read back
+    (``error``: a SpillError naming the file and the fix)."""
+    why = f"its backlog could not be kept on disk: {error}"
+    return Closing(
+        reasons.SLOW_CLIENT,
+        "disconnected as a slow client: the server could not keep its backlog on disk; "
+        "resume by bookmark",
         events.CLIENT_SLOW_DISCONNECTED,
         "disconnecting client %r (connection %d, %s) as a slow client: %s; it can "
         "resume by bookmark",
@@ -273,16 +333,37 @@ def read_deadline(
 
 
 class InstanceLimits:
-    """The instance's two byte pools and the counts of connections they closed.
+    """The instance's byte pools and the counts of connections they offlined or closed.
 
     Args:
-        message_memory_limit: MessageMemoryLimit in bytes (waiting to be sent).
+        message_memory_limit: MessageMemoryLimit in bytes (waiting in memory to be sent).
         incomplete_limit: IncompleteMessageMemoryLimit in bytes (partial frames).
+        disk_limit: MessageDiskLimit in bytes (spilled for offline clients); 0 turns
+            offlining off; None: :func:`message_disk_limit`'s default.
+        disk_path: MessageDiskPath, the directory of spill files; None: the system's
+            temporary directory (:func:`tempfile.gettempdir`).
     """
 
-    def __init__(self, message_memory_limit: int, incomplete_limit: int) -> None:
+    def __init__(
+        self,
+        message_memory_limit: int,
+        incomplete_limit: int,
+        disk_limit: int | None = None,
+        disk_path: Path | None = None,
+    ) -> None:
         self.queued = BytePool("MessageMemoryLimit", message_memory_limit)
         self.incomplete = BytePool("IncompleteMessageMemoryLimit", incomplete_limit)
+        disk = message_disk_limit(disk_limit, message_memory_limit)
+        self.disk = BytePool("MessageDiskLimit", disk)
+        self.disk_path = disk_path if disk_path is not None else Path(tempfile.gettempdir())
+        #: clients offline now (their backlog on disk)
+        self.offline_clients = 0
+        #: times a client was offlined
+        self.offlined = 0
+        #: clients disconnected because offline clients together passed MessageDiskLimit
+        self.slow_client_disk = 0
+        #: clients disconnected because their backlog could not be spilled or read back
+        self.slow_client_spill_errors = 0
         #: clients disconnected because they passed their own ClientMaxCapacity
         self.slow_client_capacity = 0
         #: clients disconnected because the MessageMemoryLimit pool was over
@@ -294,6 +375,12 @@ class InstanceLimits:
         #: connections closed because the IncompleteMessageMemoryLimit pool was over
         self.incomplete_pool = 0
 
+    @property
+    def offlining(self) -> bool:
+        """Whether the biggest client is offlined (not disconnected) over
+        MessageMemoryLimit: MessageDiskLimit is not 0."""
+        return self.disk.limit > 0
+
     def statistics(self) -> dict[str, Any]:
         """What the admin API shows (``/amps/instance/limits``)."""
         return {
@@ -302,7 +389,17 @@ class InstanceLimits:
                 "slow_client_disconnects": {
                     "client_max_capacity": self.slow_client_capacity,
                     "message_memory_limit": self.slow_client_pool,
+                    "message_disk_limit": self.slow_client_disk,
+                    "spill_errors": self.slow_client_spill_errors,
                 },
+            },
+            "offline": {
+                "clients": self.offline_clients,
+                "offlined": self.offlined,
+                "spilled_bytes": self.disk.total,
+                "limit_bytes": self.disk.limit,
+                "peak_bytes": self.disk.peak,
+                "path": str(self.disk_path),
             },
             "incomplete_messages": {
                 **self.incomplete.statistics(),

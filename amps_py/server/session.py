@@ -15,8 +15,12 @@ Limits (see :mod:`amps_py.server.limits`): a connection that does not log on wit
 its transport's LogonTimeout, or leaves a frame unfinished past IncompleteMessageTimeout,
 is closed; partial frames count against the instance's IncompleteMessageMemoryLimit and
 bytes waiting to be sent against its MessageMemoryLimit and the client's
-ClientMaxCapacity. A slow client is sent a last ``slow client`` failure ack when it can
-still take it, then its socket is closed (it sees EOF).
+ClientMaxCapacity. When the pool is over, the client with the most bytes waiting in
+memory is offlined: its backlog spills to disk (:mod:`amps_py.server.outbox`) and
+drains from there in order until it has caught up. A slow client (past its capacity,
+or the biggest offline one when spilled bytes pass MessageDiskLimit) is sent a last
+``slow client`` failure ack when it can still take it, then its socket is closed (it
+sees EOF).
 
 The parts, around this module's read loop, dispatch, outbox and publish path:
 reading headers (``commands.py``), logon (``logon.py``), subscription commands
@@ -31,6 +35,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -59,9 +64,9 @@ from .flow import (
     deadline_passed,
     disconnect_slow_clients,
 )
-from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline
+from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline, spill_failed_closing
 from .logon import LogonRefused, check_authenticated, check_claimed, logon_ack_fields, read_logon
-from .outbox import SpillingOutbox
+from .outbox import SpillError, SpillingOutbox
 from .sow_commands import on_sow, on_sow_delete
 from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
 from .subscriptions import Subscription
@@ -112,7 +117,13 @@ class Session:
         #: session goes from idle to busy and on every write round, never per append);
         #: a piece's stamp is never later than its real append time
         self._stamp = trio.current_time()
+        #: bytes queued (in memory or on disk) or being written
         self.out_bytes = 0
+        #: of those, bytes spilled to disk (counted in MessageDiskLimit, not in
+        #: MessageMemoryLimit)
+        self.spilled = 0
+        #: whether the backlog is on disk (offlined over MessageMemoryLimit)
+        self.offline = False
         self._wake = trio.Event()
         self._drained = trio.Event()
         # persisted-ack state (see DESIGN section 1): the ledger is the instance's,
@@ -133,7 +144,10 @@ class Session:
         limits = instance.limits
         self._queued_pool = limits.queued
         self._incomplete_pool = limits.incomplete
+        self._disk_pool = limits.disk
         logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
+        #: ClientMaxCapacity while offline: its share of MessageDiskLimit
+        self.disk_queue_limit = instance.client_disk_capacity(transport)
         #: Transport/AlwaysSendPersistedAcks: persisted acks for every publish with ``s``
         self._always_persisted = instance.transport_config(transport).always_persisted_acks
         self.logon_timeout = logon_timeout
@@ -317,9 +331,10 @@ class Session:
         self.discarding = True
         if not self.close_reason:
             self.close_reason = closing.reason
-        self._queued_pool.total -= self.out_bytes
-        # What waits in the outbox is dropped; what the send loop is writing ends on a
-        # frame boundary (it took whole frames), so the notice can follow it.
+        self._uncount_queued()
+        # What waits in the outbox (and its spill file) is dropped; what the send loop
+        # is writing ends on a frame boundary (it took whole frames), so the notice can
+        # follow it.
         self.out_bytes -= self._outbox.queued_bytes
         self._outbox.discard()
         for sub in list(self.subscriptions.values()):
@@ -333,11 +348,68 @@ class Session:
                 self._cancel.deadline, trio.current_time() + CLOSE_FLUSH_TIMEOUT
             )
 
+    def _uncount_queued(self) -> None:
+        """Take this session's bytes out of the MessageMemoryLimit and MessageDiskLimit
+        pools (it is being disconnected or has ended) and end its offline state."""
+        self._queued_pool.total -= self.out_bytes - self.spilled
+        self._disk_pool.total -= self.spilled
+        self.spilled = 0
+        if self.offline:
+            self.offline = False
+            self.instance.limits.offline_clients -= 1
+
+    @property
+    def memory_held(self) -> int:
+        """Bytes waiting in memory that offlining would move to disk."""
+        return self._outbox.memory_bytes
+
+    def go_offline(self, directory: Path) -> bool:
+        """Offline this client: spill its in-memory backlog to a file under
+        ``directory`` (MessageDiskPath); later messages go there too, in order, until
+        the send loop has caught up. Returns False when the spill failed: the client is
+        then disconnected as a slow client (the error logged names the file and the
+        fix)."""
+        if self.offline or self.discarding:
+            return False
+        box = self._outbox
+        try:
+            box.go_offline(directory)
+        except SpillError as exc:
+            self._spill_failed(exc)
+            return False
+        moved = box.disk_bytes
+        self.offline = True
+        self.spilled = moved
+        self._queued_pool.total -= moved
+        disk = self._disk_pool
+        disk.total += moved
+        disk.note_peak()
+        self.instance.limits.offline_clients += 1
+        self._wake.set()
+        return True
+
+    def _spill_failed(self, exc: SpillError) -> None:
+        self.instance.limits.slow_client_spill_errors += 1
+        self.disconnect_slow(spill_failed_closing(self, exc))
+
+    def _came_online(self) -> None:
+        """The send loop caught up with everything spilled: online again."""
+        self.offline = False
+        self.instance.limits.offline_clients -= 1
+        log.info(
+            "client %r (connection %d, %s) caught up with its spilled backlog and is online again",
+            self.client_name,
+            self.conn_id,
+            self.peer,
+            extra=events.extra(events.CLIENT_OFFLINE_STOP),
+        )
+
     def _release_memory(self) -> None:
-        """The session ends: uncount its queued bytes and partial frame."""
+        """The session ends: uncount its queued bytes and partial frame, and remove
+        its spill file."""
         if not self.discarding:
             self.discarding = True
-            self._queued_pool.total -= self.out_bytes
+            self._uncount_queued()
         self._outbox.discard()
         self.out_bytes = 0
         self.drop_partial_frame(reasons.CONNECTION_CLOSED)
@@ -400,17 +472,21 @@ class Session:
     def send(self, data: bytes) -> None:
         """Queue bytes for the client (never blocks).
 
-        A client with more than its ClientMaxCapacity (:attr:`queue_limit`) waiting, or
-        the client with the most waiting when all clients together pass the instance's
-        MessageMemoryLimit, is disconnected (reason ``slow client``) rather than allowed
-        to exhaust memory; it can resume by bookmark. (Offlining to disk is a later
-        feature.) Bytes sent to a client being disconnected are dropped.
+        When all clients together pass the instance's MessageMemoryLimit, the client
+        with the most waiting in memory is offlined (its backlog goes to disk). A client
+        past its ClientMaxCapacity (:attr:`queue_limit` online, :attr:`disk_queue_limit`
+        offline), or the biggest offline client when spilled bytes pass
+        MessageDiskLimit, is disconnected (reason ``slow client``); it can resume by
+        bookmark. Bytes sent to a client being disconnected are dropped.
         """
         if self.discarding:
             return
         if not self.out_bytes:
             # idle until now (nothing queued or being written): a fresh stamp
             self._stamp = trio.current_time()
+        if self.offline:
+            self._send_spilled(data)
+            return
         self._outbox.append(data, self._stamp)
         size = len(data)
         self.out_bytes += size
@@ -420,6 +496,24 @@ class Session:
             pool.peak = pool.total
         self._wake.set()
         if self.out_bytes > self.queue_limit or pool.total > pool.limit:
+            disconnect_slow_clients(self, self.instance.limits, self.instance.sessions)
+
+    def _send_spilled(self, data: bytes) -> None:
+        """Queue bytes for an offline client: to its spill file."""
+        try:
+            self._outbox.append(data, self._stamp)
+        except SpillError as exc:
+            self._spill_failed(exc)
+            return
+        size = len(data)
+        self.out_bytes += size
+        self.spilled += size
+        disk = self._disk_pool
+        disk.total += size
+        if disk.total > disk.peak:
+            disk.peak = disk.total
+        self._wake.set()
+        if self.spilled > self.disk_queue_limit or disk.total > disk.limit:
             disconnect_slow_clients(self, self.instance.limits, self.instance.sessions)
 
     async def _send_loop(self) -> None:
@@ -441,7 +535,21 @@ class Session:
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
-            batch = box.take(SEND_CHUNK)
+            if self.offline:
+                try:
+                    batch = box.take(SEND_CHUNK)
+                except SpillError as exc:
+                    self._spill_failed(exc)
+                    continue
+                # what was read back from disk is in memory now, being written
+                from_disk = self.spilled - box.disk_bytes
+                self.spilled -= from_disk
+                self._disk_pool.total -= from_disk
+                pool.total += from_disk
+                if box.poll_transition() is not None:
+                    self._came_online()
+            else:
+                batch = box.take(SEND_CHUNK)
             self._stamp = trio.current_time()
             piece = batch[0] if len(batch) == 1 else b"".join(batch)
             deflater = self._deflater
