@@ -22,6 +22,9 @@ import trio
 from harness import wait_until
 from inprocess import InProcessInstance, serve_instance
 
+from amps_py.admin.console import clients_table
+from amps_py.admin.http import client_entry, client_sessions
+from amps_py.admin.metrics import InstanceCollector
 from amps_py.client import open_client
 from amps_py.protocol import Frame, FrameDecoder, encode_frame
 from amps_py.server.flow import SEND_CHUNK
@@ -89,6 +92,23 @@ def payload(i: int) -> bytes:
     return f"{i:08d}".encode() + b"x" * (SIZE - 8)
 
 
+def metrics_of(served: InProcessInstance) -> dict[tuple[str, str], float]:
+    """The /metrics samples: (name, client label or "") -> value."""
+    return {
+        (sample.name, sample.labels.get("client", "")): sample.value
+        for family in InstanceCollector(served.instance).collect()
+        for sample in family.samples
+    }
+
+
+def render(table: Any) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(table)
+    return console.export_text()
+
+
 def session_of(served: InProcessInstance, name: str) -> Any:
     (session,) = [s for s in served.instance.sessions if s.client_name == name]
     return session
@@ -152,6 +172,16 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             offline = served.statistics()["limits"]["offline"]
             assert offline["clients"] == 1 and offline["spilled_bytes"] > 8 * MiB
             assert "70-0005" in served.log_text() and "'sleepy'" in served.log_text()
+            # the admin API and the metrics show it
+            clients = {k: client_entry(s) for k, s in client_sessions(served.instance).items()}
+            assert clients["sleepy"]["offline"] is True
+            assert clients["sleepy"]["spill_bytes"] == session.spilled > 8 * MiB
+            assert clients["steady"]["offline"] is False and clients["steady"]["spill_bytes"] == 0
+            assert "offline" in render(clients_table(clients, 200))
+            metrics = metrics_of(served)
+            assert metrics[("amps_offline_clients", "")] == 1
+            assert metrics[("amps_clients_spilled_bytes", "")] == limits.disk.total > 8 * MiB
+            assert metrics[("amps_client_spill_bytes", "sleepy")] == session.spilled
 
             # the other subscriber was not held back
             await wait_until(
@@ -171,6 +201,8 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             assert list(spill_dir.iterdir()) == []
             assert limits.disk.total == 0
             assert "70-0006" in served.log_text()
+            assert client_entry(session)["offline"] is False
+            assert metrics_of(served)[("amps_offline_clients", "")] == 0
             nursery.cancel_scope.cancel()
 
 

@@ -306,6 +306,8 @@ def clients_table(clients: dict[str, Any], width: int | None = None) -> Renderab
         queued, limit = int(c["queued_bytes"]), int(c["queued_limit_bytes"])
         share = f" ({100 * queued / limit:.0f}%)" if queued and limit else ""
         state = "ok" if c["logged_on"] else "no logon"
+        if c.get("offline"):
+            state = f"offline, {_size(int(c.get('spill_bytes', 0)))} on disk"
         if c.get("closing"):
             state = f"closing: {c['closing']}"
         rows.append(

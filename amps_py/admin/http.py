@@ -203,8 +203,10 @@ def client_entry(session: ClientView) -> dict[str, Any]:
 
     ``queued_bytes`` are bytes waiting to be written to the client: a client that does
     not keep up shows a growing figure, and is disconnected as a slow client past
-    ``queued_limit_bytes`` (its ClientMaxCapacity), or earlier when all clients together
-    pass MessageMemoryLimit (``/amps/instance/limits``). The AMPS monitoring names
+    ``queued_limit_bytes`` (its ClientMaxCapacity). When all clients together pass
+    MessageMemoryLimit the biggest is offlined (``offline`` true): ``spill_bytes`` of
+    its queued bytes wait in a spill file under MessageDiskPath until it catches up
+    (``/amps/instance/limits`` has the totals). The AMPS monitoring names
     (``connect_time``, ``authenticated_id``, ``client_name_hash``, ``subscription_count``,
     ``queued_bytes_out``) are given too, for tools written against AMPS.
     """
@@ -223,6 +225,8 @@ def client_entry(session: ClientView) -> dict[str, Any]:
         "messages_out": session.messages_out,
         "queued_bytes": session.out_bytes,
         "queued_limit_bytes": session.queue_limit,
+        "offline": session.offline,
+        "spill_bytes": session.spilled,
         "awaiting_persisted_ack": session.awaiting_persisted,
         "heartbeat_s": session.heartbeat_interval,
         "closing": session.close_reason or None,

@@ -124,9 +124,29 @@ class InstanceCollector(Collector):
         yield gauge("amps_message_memory_limit_bytes", "MessageMemoryLimit", queued["limit_bytes"])
         yield counter(
             "amps_slow_client_disconnects",
-            "Clients disconnected as slow clients (ClientMaxCapacity or MessageMemoryLimit)",
-            slow["client_max_capacity"] + slow["message_memory_limit"],
+            "Clients disconnected as slow clients (ClientMaxCapacity, MessageMemoryLimit, "
+            "MessageDiskLimit or a failed spill)",
+            slow["client_max_capacity"]
+            + slow["message_memory_limit"]
+            + slow.get("message_disk_limit", 0)
+            + slow.get("spill_errors", 0),
         )
+        offline = limits.get("offline")
+        if offline is not None:
+            yield gauge(
+                "amps_offline_clients",
+                "Clients offlined now (their backlog spilled to disk)",
+                offline["clients"],
+            )
+            yield gauge(
+                "amps_clients_spilled_bytes",
+                "Bytes waiting for offline clients in spill files",
+                offline["spilled_bytes"],
+            )
+            yield gauge("amps_message_disk_limit_bytes", "MessageDiskLimit", offline["limit_bytes"])
+            yield counter(
+                "amps_clients_offlined", "Times a client was offlined", offline["offlined"]
+            )
         yield gauge(
             "amps_incomplete_message_bytes",
             "Bytes of partly received messages over all client connections",
@@ -227,11 +247,18 @@ class InstanceCollector(Collector):
             "Messages sent to each client",
             labels=["instance", "client"],
         )
+        spilled = GaugeMetricFamily(
+            "amps_client_spill_bytes",
+            "Bytes waiting for each client in its spill file (offline clients)",
+            labels=["instance", "client"],
+        )
         for key, session in client_sessions(self.instance).items():
             queued.add_metric([name, key], session.out_bytes)
             sent.add_metric([name, key], session.messages_out)
+            spilled.add_metric([name, key], session.spilled)
         yield queued
         yield sent
+        yield spilled
 
     def _replication(self, name: str, repl: dict[str, Any] | None) -> Iterator[Metric]:
         if not repl:
