@@ -30,6 +30,16 @@ from amps_py.protocol import Frame, FrameDecoder, encode_frame
 from amps_py.server.flow import SEND_CHUNK
 
 MiB = 1024 * 1024
+#: an Action for each of offline-start and offline-stop (their runs are counted)
+OFFLINE_ACTIONS = (
+    "<Actions>"
+    + "".join(
+        f"<Action><On><Module>amps-action-on-offline-{edge}</Module></On>"
+        "<Do><Module>amps-action-do-nothing</Module></Do></Action>"
+        for edge in ("start", "stop")
+    )
+    + "</Actions>"
+)
 SIZE = 4096
 #: what the waiting-message memory may exceed MessageMemoryLimit by: the slow client's
 #: batch being written when it stopped reading (at most SEND_CHUNK) plus a round of
@@ -123,7 +133,7 @@ async def offline_setup(
     extra = (
         "<MessageMemoryLimit>4MB</MessageMemoryLimit><ClientMaxCapacity>1GB</ClientMaxCapacity>"
         f"<MessageDiskLimit>{disk_limit}</MessageDiskLimit>"
-        f"<MessageDiskPath>{spill_dir}</MessageDiskPath>"
+        f"<MessageDiskPath>{spill_dir}</MessageDiskPath>{OFFLINE_ACTIONS}"
     )
     async with serve_instance(tmp_path, "off", extra=extra) as served:
         slow = await RawSubscriber.connect(served.port, "sleepy", "feed")
@@ -172,6 +182,13 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             offline = served.statistics()["limits"]["offline"]
             assert offline["clients"] == 1 and offline["spilled_bytes"] > 8 * MiB
             assert "70-0005" in served.log_text() and "'sleepy'" in served.log_text()
+            actions = served.instance.actions
+            assert actions is not None
+            await wait_until(
+                lambda: None if actions.stats[0].runs == 1 else "on-offline-start did not run",
+                timeout=10,
+            )
+            assert actions.stats[1].runs == 0
             # the admin API and the metrics show it
             clients = {k: client_entry(s) for k, s in client_sessions(served.instance).items()}
             assert clients["sleepy"]["offline"] is True
@@ -201,6 +218,10 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             assert list(spill_dir.iterdir()) == []
             assert limits.disk.total == 0
             assert "70-0006" in served.log_text()
+            await wait_until(
+                lambda: None if actions.stats[1].runs == 1 else "on-offline-stop did not run",
+                timeout=10,
+            )
             assert client_entry(session)["offline"] is False
             assert metrics_of(served)[("amps_offline_clients", "")] == 0
             nursery.cancel_scope.cancel()

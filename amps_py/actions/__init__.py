@@ -19,7 +19,9 @@ Client events: ``on-connect-client`` fires when a connection is accepted, before
 so its ``AMPS_CLIENT_NAME`` is the connection name (as in AMPS);
 ``on-disconnect-client`` fires when it closes, with the client name it logged on with
 and ``AMPS_AUTHENTICATION_ID``. Both also set ``AMPS_CONNECTION_NAME`` and, an amps-py
-addition, ``AMPS_REMOTE_ADDRESS`` (``host:port``).
+addition, ``AMPS_REMOTE_ADDRESS`` (``host:port``). ``on-offline-start`` /
+``on-offline-stop`` fire when a slow client is offlined to disk and when it is online
+again, with the same variables as ``on-disconnect-client``.
 
 The journal modules (``do-archive-journal``, ``-compress-journal``, ``-remove-journal``)
 ask the instance to archive, compress or remove the journal files older than ``Age``;

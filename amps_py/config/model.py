@@ -365,6 +365,8 @@ ACTION_ON_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-on-admin": ("Path",),
     "amps-action-on-logon-client": (),
     "amps-action-on-disconnect-client": (),
+    "amps-action-on-offline-start": (),
+    "amps-action-on-offline-stop": (),
     "amps-action-on-connect-replication": (),
     "amps-action-on-disconnect-replication": (),
     "amps-action-on-replication-resync-complete": (),

@@ -386,6 +386,7 @@ class Session:
         disk.note_peak()
         self.instance.limits.offline_clients += 1
         self._wake.set()
+        self.instance.fire_action("offline-start", client_variables(self, connected=False))
         return True
 
     def _spill_failed(self, exc: SpillError) -> None:
@@ -403,6 +404,7 @@ class Session:
             self.peer,
             extra=events.extra(events.CLIENT_OFFLINE_STOP),
         )
+        self.instance.fire_action("offline-stop", client_variables(self, connected=False))
 
     def _release_memory(self) -> None:
         """The session ends: uncount its queued bytes and partial frame, and remove
