@@ -75,6 +75,9 @@ def test_message_disk_limit_and_path(tmp_path: Path) -> None:
         environ={},
     )
     assert (cfg.message_disk_limit, cfg.message_disk_path) == (2 * 1024 * MiB, str(tmp_path))
+    aged = _parse_config(doc("  <ClientMessageAgeLimit>30s</ClientMessageAgeLimit>"), environ={})
+    assert aged.client_message_age_limit == 30.0
+    assert default_config().client_message_age_limit == 0.0  # no age limit
     # 0 turns offlining off (slow clients are disconnected); not given: the defaults
     off = _parse_config(doc("  <MessageDiskLimit>0</MessageDiskLimit>"), environ={})
     assert off.message_disk_limit == 0
@@ -98,6 +101,18 @@ def test_a_missing_message_disk_path_is_refused_with_the_fix(tmp_path: Path) -> 
 
 
 CASES = [
+    Case(
+        "ClientMessageAgeLimit of zero",
+        doc("  <ClientMessageAgeLimit>0s</ClientMessageAgeLimit>"),
+        "ClientMessageAgeLimit 0s must be more than 0",
+        3,
+    ),
+    Case(
+        "ClientMessageAgeLimit not a duration",
+        doc("  <ClientMessageAgeLimit>ages</ClientMessageAgeLimit>"),
+        "'ages' is not a valid duration for ClientMessageAgeLimit",
+        3,
+    ),
     Case(
         "MessageDiskLimit not a size",
         doc("  <MessageDiskLimit>plenty</MessageDiskLimit>"),

@@ -17,6 +17,7 @@ from amps_py.server.flow import (
     SEND_CHUNK,
     close_over_incomplete_limit,
     deadline_passed,
+    disconnect_if_too_old,
     disconnect_slow_clients,
     write_pieces,
 )
@@ -58,6 +59,8 @@ class StubSession:
     spilled: int = 0
     #: go_offline fails (as a SpillError would make it)
     spill_fails: bool = False
+    #: when its oldest unwritten message was queued (None: nothing waits)
+    oldest_since: float | None = None
     decoder: StubDecoder = field(default_factory=StubDecoder)
     sent: list[bytes] = field(default_factory=list)
     closed: str = ""
@@ -83,6 +86,9 @@ class StubSession:
         self.limits.incomplete.total -= self.incomplete_held
         self.incomplete_held = 0
         self.dropped = reason
+
+    def oldest_age(self, now: float) -> float:
+        return 0.0 if self.oldest_since is None else now - self.oldest_since
 
     @property
     def memory_held(self) -> int:
@@ -231,6 +237,25 @@ def test_an_offline_client_past_its_share_of_the_disk_limit_is_disconnected() ->
     assert "offline with 600 bytes spilled" in session.slow.detail
     assert "ClientMaxCapacity share of MessageDiskLimit (500 bytes)" in session.slow.detail
     assert limits.slow_client_capacity == 1
+
+
+def test_a_client_whose_oldest_message_is_past_the_age_limit_is_disconnected() -> None:
+    limits = InstanceLimits(1 << 30, 1 << 30, age_limit=30.0)
+    (session,) = sessions(limits, 1)
+    assert not disconnect_if_too_old(session, limits, now=100.0)  # nothing waits
+    session.oldest_since = 75.0
+    assert not disconnect_if_too_old(session, limits, now=105.0)  # exactly 30 s: allowed
+    assert disconnect_if_too_old(session, limits, now=105.5)
+    assert session.slow is not None and session.slow.reason == reasons.SLOW_CLIENT
+    assert "oldest message has waited 30.5 s" in session.slow.detail
+    assert "over ClientMessageAgeLimit of 30 s" in session.slow.detail
+    assert limits.slow_client_age == 1
+    assert not disconnect_if_too_old(session, limits, now=200.0)  # already going
+    # no limit configured: never
+    no_limit = InstanceLimits(1 << 30, 1 << 30)
+    (other,) = sessions(no_limit, 1)
+    other.oldest_since = 0.0
+    assert not disconnect_if_too_old(other, no_limit, now=1e9)
 
 
 def test_the_default_message_disk_limit_is_1_gib_or_the_memory_limit() -> None:

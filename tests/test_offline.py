@@ -270,3 +270,51 @@ async def test_past_the_disk_limit_the_offline_subscriber_is_disconnected_and_it
             )
             assert fast.messages == list(range(count))
             nursery.cancel_scope.cancel()
+
+
+async def test_a_subscriber_whose_oldest_message_waits_past_the_age_limit_is_disconnected(
+    tmp_path: Path,
+) -> None:
+    """ClientMessageAgeLimit: a subscriber that stops reading is disconnected once a
+    message has waited longer than the limit for it; one that reads (even after being
+    idle longer than the limit) is not."""
+    extra = "<ClientMessageAgeLimit>1s</ClientMessageAgeLimit>"
+    async with serve_instance(tmp_path, "aged", extra=extra) as served:
+        limits = served.instance.limits
+        slow = await RawSubscriber.connect(served.port, "sleepy", "feed")
+        fast = await RawSubscriber.connect(served.port, "steady", "feed")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fast.read_forever)
+                # idle for longer than the limit, then one message: nobody is too old
+                await trio.sleep(1.5)  # the idle time the limit must not count
+                await publish(served, 1)
+                await wait_until(lambda: None if fast.messages == [0] else "not yet", timeout=5)
+                assert limits.slow_client_age == 0
+                started = trio.current_time()
+                # enough to fill the slow subscriber's socket buffers: a backlog waits
+                await publish(served, 1000)
+                await wait_until(
+                    lambda: None if limits.slow_client_age == 1 else "not disconnected yet",
+                    timeout=10,
+                    interval=0.01,
+                )
+                took = trio.current_time() - started
+                print(f"slow subscriber disconnected {took:.2f} s after the backlog began")
+                assert took >= 1.0
+                with trio.fail_after(10):
+                    await slow.read_forever()  # EOF: the server closed it
+                assert slow.frames[-1].header.get("reason") == "slow client"
+                lines = [ln for ln in served.log_text().splitlines() if "70-0004" in ln]
+                assert len(lines) == 1 and "'sleepy'" in lines[0], lines
+                assert "over ClientMessageAgeLimit of 1 s" in lines[0], lines[0]
+                await wait_until(
+                    lambda: None if len(fast.messages) == 1001 else f"{len(fast.messages)}",
+                    timeout=10,
+                )
+                assert fast.messages == list(range(1)) + list(range(1000))
+                assert session_of(served, "steady").discarding is False
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.aclose_forcefully(slow.stream)
+            await trio.aclose_forcefully(fast.stream)

@@ -62,7 +62,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     authentication = _build_authentication(root, problems)
     entitlement = _build_entitlement(root, problems)
     memory_limit, capacity, incomplete_limit = _build_memory_limits(root, transports, problems)
-    disk_limit, disk_path = _build_disk_limits(root, problems)
+    disk_limit, disk_path, age_limit = _build_disk_limits(root, problems)
     sow_topics = _build_sow(root, transaction_log, problems)
     return InstanceConfig(
         name=name or "",
@@ -83,6 +83,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         incomplete_message_memory_limit=incomplete_limit,
         message_disk_limit=disk_limit,
         message_disk_path=disk_path,
+        client_message_age_limit=age_limit,
         sow_topics=sow_topics,
     )
 

@@ -644,6 +644,8 @@ class InstanceConfig:
     #: ``MessageDiskPath``, the directory of offline clients' spill files; ``None``:
     #: the system's temporary directory
     message_disk_path: str | None = None
+    #: ``ClientMessageAgeLimit`` in seconds; 0: no age limit
+    client_message_age_limit: float = 0.0
     #: ``SOW/Topic``, in file order (names are unique)
     sow_topics: tuple[SowTopicConfig, ...] = ()
     _sow_by_name: dict[str, SowTopicConfig] = field(

@@ -19,7 +19,6 @@ from amps_py.config.xmltree import _child_elements, _closest, _line, _one_of, _s
 UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig": frozenset(
         {
-            "ClientMessageAgeLimit",
             "ConfigCycleDetectionThreshold",
             "ConfigIncludeCommentDefault",
             "Environment",

@@ -24,6 +24,7 @@ from amps_py.config.problems import _BadValue, _Problems
 from amps_py.config.tls import _transport_tls
 from amps_py.config.values import (
     _bytes_value,
+    _duration_value,
     _listener_text,
     _parse_inet_addr,
     _ports_clash,
@@ -313,9 +314,12 @@ def _build_memory_limits(
     return memory, capacity, incomplete
 
 
-def _build_disk_limits(root: etree._Element, problems: _Problems) -> tuple[int | None, str | None]:
+def _build_disk_limits(
+    root: etree._Element, problems: _Problems
+) -> tuple[int | None, str | None, float]:
     """MessageDiskLimit (bytes; 0 turns offlining off) and MessageDiskPath (an existing
-    directory) of the instance (``None`` where not given or wrong, with a problem)."""
+    directory) of the instance (``None`` where not given or wrong, with a problem), and
+    ClientMessageAgeLimit (seconds; 0 when not given or wrong)."""
     limit_el = _first(root, "MessageDiskLimit")
     limit: int | None = None
     if limit_el is not None:
@@ -347,7 +351,20 @@ def _build_disk_limits(root: etree._Element, problems: _Problems) -> tuple[int |
                 "leave MessageDiskPath out to use the system's temporary directory",
             )
             path = None
-    return limit, path
+    age_el = _first(root, "ClientMessageAgeLimit")
+    age = 0.0
+    if age_el is not None:
+        value = _duration_value(age_el, problems)
+        if value is not None and value <= 0:
+            problems.add(
+                age_el,
+                f"ClientMessageAgeLimit {_text(age_el, problems)} must be more than 0",
+                "give the longest a message may wait to be sent to a client, e.g. 30s, or "
+                "leave ClientMessageAgeLimit out for no age limit",
+            )
+        elif value is not None:
+            age = value
+    return limit, path, age
 
 
 def _build_admin(

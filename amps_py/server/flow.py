@@ -33,6 +33,7 @@ from .limits import (
     Connection,
     InstanceLimits,
     ReadDeadline,
+    age_closing,
     deadline_closing,
     incomplete_memory_closing,
     offline_start_line,
@@ -45,6 +46,7 @@ __all__ = [
     "FlowSession",
     "close_over_incomplete_limit",
     "deadline_passed",
+    "disconnect_if_too_old",
     "disconnect_slow_clients",
     "write_pieces",
 ]
@@ -117,6 +119,11 @@ class FlowSession(Connection, Protocol):
     def drop_partial_frame(self, reason: str) -> None: ...
 
     def disconnect_slow(self, closing: Closing) -> None: ...
+
+    def oldest_age(self, now: float) -> float:
+        """Seconds its oldest message not yet written (queued or being written) has
+        waited."""
+        ...
 
     def go_offline(self, directory: Path) -> bool:
         """Spill its backlog under ``directory``; False if that failed (it is then
@@ -214,6 +221,21 @@ def disconnect_slow_clients(
         for victim, held, total in shed(on_disk, disk.total, disk.limit):
             limits.slow_client_disk += 1
             victim.disconnect_slow(slow_client_closing(victim, queued=held, pool=disk, total=total))
+
+
+def disconnect_if_too_old(session: FlowSession, limits: InstanceLimits, now: float) -> bool:
+    """Disconnect ``session`` as a slow client if its oldest message not yet written
+    has waited longer than ClientMessageAgeLimit (``limits.age_limit``; 0: no limit).
+    Returns whether it was disconnected."""
+    limit = limits.age_limit
+    if limit <= 0 or session.discarding:
+        return False
+    age = session.oldest_age(now)
+    if age <= limit:
+        return False
+    limits.slow_client_age += 1
+    session.disconnect_slow(age_closing(session, age=age, limit=limit))
+    return True
 
 
 def write_pieces(batch: list[bytes]) -> Iterator[bytes]:

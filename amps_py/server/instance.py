@@ -134,6 +134,7 @@ class Instance:
             config.incomplete_message_budget(),
             config.message_disk_limit,
             Path(config.message_disk_path) if config.message_disk_path else None,
+            config.client_message_age_limit,
         )
 
     # ---------------------------------------------------------------- helpers for sessions

@@ -12,6 +12,8 @@ hostile ones) from holding the instance's memory or sockets:
 * ``MessageDiskLimit``: bytes spilled for all offline clients together. Past it the
   offline client with the most spilled bytes is disconnected as a slow client (and its
   spill file removed); so is a client whose backlog could not be spilled or read back.
+* ``ClientMessageAgeLimit``: a client whose oldest message not yet written to it has
+  waited longer is disconnected as a slow client (:func:`age_closing`).
 * ``IncompleteMessageMemoryLimit``: bytes of frames received in part, over all client
   connections. When it is over, the connection holding the largest partial frame is
   closed (see :func:`biggest`).
@@ -47,6 +49,7 @@ __all__ = [
     "Connection",
     "InstanceLimits",
     "ReadDeadline",
+    "age_closing",
     "biggest",
     "deadline_closing",
     "incomplete_memory_closing",
@@ -282,6 +285,23 @@ def offline_start_line(
     )
 
 
+def age_closing(conn: Connection, *, age: float, limit: float) -> Closing:
+    """The disconnect of a client whose oldest message not yet written to it has
+    waited ``age`` seconds, over ClientMessageAgeLimit (``limit`` seconds)."""
+    why = (
+        f"its oldest message has waited {age:.1f} s to be sent, over ClientMessageAgeLimit "
+        f"of {limit:g} s"
+    )
+    return Closing(
+        reasons.SLOW_CLIENT,
+        f"disconnected as a slow client: {why}; resume by bookmark",
+        events.CLIENT_SLOW_DISCONNECTED,
+        "disconnecting client %r (connection %d, %s) as a slow client: %s; it can "
+        "resume by bookmark",
+        (conn.client_name, conn.conn_id, conn.peer, why),
+    )
+
+
 def spill_failed_closing(conn: Connection, error: Exception) -> Closing:
     """The disconnect of a client whose backlog could not be spilled or read back
     (``error``: a SpillError naming the file and the fix)."""
@@ -342,6 +362,7 @@ class InstanceLimits:
             offlining off; None: :func:`message_disk_limit`'s default.
         disk_path: MessageDiskPath, the directory of spill files; None: the system's
             temporary directory (:func:`tempfile.gettempdir`).
+        age_limit: ClientMessageAgeLimit in seconds; 0: no age limit.
     """
 
     def __init__(
@@ -350,6 +371,7 @@ class InstanceLimits:
         incomplete_limit: int,
         disk_limit: int | None = None,
         disk_path: Path | None = None,
+        age_limit: float = 0.0,
     ) -> None:
         self.queued = BytePool("MessageMemoryLimit", message_memory_limit)
         self.incomplete = BytePool("IncompleteMessageMemoryLimit", incomplete_limit)
@@ -364,6 +386,10 @@ class InstanceLimits:
         self.slow_client_disk = 0
         #: clients disconnected because their backlog could not be spilled or read back
         self.slow_client_spill_errors = 0
+        #: ClientMessageAgeLimit (seconds; 0: none)
+        self.age_limit = age_limit
+        #: clients disconnected because a message waited past ClientMessageAgeLimit
+        self.slow_client_age = 0
         #: clients disconnected because they passed their own ClientMaxCapacity
         self.slow_client_capacity = 0
         #: clients disconnected because the MessageMemoryLimit pool was over
@@ -391,6 +417,7 @@ class InstanceLimits:
                     "message_memory_limit": self.slow_client_pool,
                     "message_disk_limit": self.slow_client_disk,
                     "spill_errors": self.slow_client_spill_errors,
+                    "client_message_age_limit": self.slow_client_age,
                 },
             },
             "offline": {

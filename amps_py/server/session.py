@@ -62,6 +62,7 @@ from .flow import (
     SEND_CHUNK,
     close_over_incomplete_limit,
     deadline_passed,
+    disconnect_if_too_old,
     disconnect_slow_clients,
 )
 from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline, spill_failed_closing
@@ -117,6 +118,8 @@ class Session:
         #: session goes from idle to busy and on every write round, never per append);
         #: a piece's stamp is never later than its real append time
         self._stamp = trio.current_time()
+        #: the (stamp) time of the oldest piece of the batch being written, if any
+        self._inflight_since: float | None = None
         #: bytes queued (in memory or on disk) or being written
         self.out_bytes = 0
         #: of those, bytes spilled to disk (counted in MessageDiskLimit, not in
@@ -176,6 +179,8 @@ class Session:
                 self._nursery = nursery
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._send_loop)
+                if self.instance.limits.age_limit > 0:
+                    nursery.start_soon(self._age_watch)
                 await self._read_loop()
                 self.close(reasons.CONNECTION_CLOSED)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -537,8 +542,10 @@ class Session:
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
+            now = trio.current_time()
             if self.offline:
                 try:
+                    self._inflight_since = now - box.oldest_age(now)
                     batch = box.take(SEND_CHUNK)
                 except SpillError as exc:
                     self._spill_failed(exc)
@@ -551,16 +558,47 @@ class Session:
                 if box.poll_transition() is not None:
                     self._came_online()
             else:
+                self._inflight_since = now - box.oldest_age(now)
                 batch = box.take(SEND_CHUNK)
-            self._stamp = trio.current_time()
+            self._stamp = now
             piece = batch[0] if len(batch) == 1 else b"".join(batch)
             deflater = self._deflater
             await stream.send_all(piece if deflater is None else deflater.compress(piece))
+            self._inflight_since = None
             size = len(piece)
             self.out_bytes -= size
             if not self.discarding:
                 pool.total -= size
             self._drained.set()
+
+    def oldest_age(self, now: float) -> float:
+        """Seconds the oldest message not yet written to the client (queued, or in the
+        batch being written) has waited. Stamps are coarse but never later than the
+        real append time of anything still unwritten, so this never understates the
+        real age and overstates it by at most the time since the writer last took.
+
+        Raises:
+            SpillError: reading the spill file's head failed.
+        """
+        age = self._outbox.oldest_age(now)
+        since = self._inflight_since
+        if since is not None:
+            age = max(age, now - since)
+        return age
+
+    async def _age_watch(self) -> None:
+        """ClientMessageAgeLimit: check about four times per limit whether the oldest
+        message waiting for this client is older; if so, disconnect it as a slow client."""
+        limits = self.instance.limits
+        interval = max(0.05, limits.age_limit / 4)
+        while not self.discarding:
+            await trio.sleep(interval)
+            try:
+                if disconnect_if_too_old(self, limits, trio.current_time()):
+                    return
+            except SpillError as exc:
+                self._spill_failed(exc)
+                return
 
     async def _wait_drained(self, high_water: int) -> None:
         while self.out_bytes > high_water:
