@@ -13,11 +13,10 @@
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fresh import run_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "amps_py" / "config"
@@ -125,16 +124,8 @@ def test_importing_the_model_loads_no_lxml(module: str) -> None:
         f"import sys, {module}\n"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'lxml')))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "", f"importing {module} loaded {result.stdout}"
+    out = run_fresh(code)
+    assert out == "", f"importing {module} loaded {out}"
 
 
 #: every name ``amps_py.config.model`` defined before the link credentials and the SOW
@@ -223,13 +214,5 @@ def test_every_exported_name_resolves_in_a_fresh_interpreter() -> None:
         "assert set(c.__all__) <= set(dir(c))\n"
         "print(','.join(missing))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "", f"amps_py.config cannot give: {result.stdout}"
+    out = run_fresh(code)
+    assert out == "", f"amps_py.config cannot give: {out}"

@@ -14,12 +14,10 @@ import pytest
 from amps_py import events, reasons
 from amps_py.protocol import FrameDecoder, PartialFrame, messages
 from amps_py.server.flow import (
-    SEND_CHUNK,
     close_over_incomplete_limit,
     deadline_passed,
     disconnect_if_too_old,
     disconnect_slow_clients,
-    write_pieces,
 )
 from amps_py.server.limits import Closing, InstanceLimits, ReadDeadline
 
@@ -290,14 +288,6 @@ def test_a_missed_frame_deadline_is_counted_with_the_frame_it_waited_for() -> No
     )
     assert limits.incomplete_timeouts == 1
     assert "(30 of 60 bytes)" in header_of(session.sent[0])["detail"]
-
-
-def test_write_pieces_cut_a_backlog_on_item_boundaries() -> None:
-    assert list(write_pieces([b"one"])) == [b"one"]
-    half = b"h" * (SEND_CHUNK // 2)
-    pieces = list(write_pieces([half, half, b"x", b"huge" * SEND_CHUNK, b"tail"]))
-    assert pieces == [half + half, b"x" + b"huge" * SEND_CHUNK, b"tail"]
-    assert b"".join(pieces) == b"".join([half, half, b"x", b"huge" * SEND_CHUNK, b"tail"])
 
 
 def test_a_real_decoder_reports_what_the_deadline_names() -> None:

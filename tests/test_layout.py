@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import ast
 import itertools
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fresh import run_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,16 +146,7 @@ def test_importing_protocol_loads_no_trio_or_socket() -> None:
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(FORBIDDEN)!r})\n"
         "print(','.join(bad))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = result.stdout.strip()
+    loaded = run_fresh(code)
     assert loaded == "", f"importing amps_py.protocol loaded {loaded}"
 
 
@@ -210,16 +200,8 @@ def test_starting_the_server_and_the_cli_loads_no_spark() -> None:
         "             or m.startswith('amps_py.pipeline.'))\n"
         "print(','.join(bad))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "", f"starting the server loaded {result.stdout.strip()}"
+    out = run_fresh(code)
+    assert out == "", f"starting the server loaded {out}"
 
 
 # ------------------------------------------------- issue 13: pure modules stay pure

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import pytest
+from fresh import run_fresh
 
 from amps_py.replication.ackmode import (
     NOT_DOWNGRADED_ASYNC,
@@ -318,8 +317,5 @@ def test_the_decisions_load_no_trio() -> None:
         " amps_py.replication.routing\n"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'trio')))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "", f"loaded {result.stdout.strip()}"
+    out = run_fresh(code)
+    assert out == "", f"loaded {out}"

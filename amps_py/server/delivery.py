@@ -23,6 +23,7 @@ from amps_py.protocol.messages import (
     timestamp_part,
     topic_head,
 )
+from txlog.record import Kind
 
 from .counters import Counters
 
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from .session import Session
     from .subscriptions import Subscription
 
-#: the record kind of a SOW delete (txlog.record.Kind.SOW_DELETE)
-_SOW_DELETE: Final = 3
+#: a SOW delete is a journal record, never a message
+_SOW_DELETE: Final = int(Kind.SOW_DELETE)
 
 #: the topic-head cache is emptied past this many topics
 _MAX_CACHED_TOPICS: Final = 100_000

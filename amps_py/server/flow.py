@@ -12,7 +12,6 @@ those decisions to the connections, through what each exposes (:class:`FlowSessi
   (the biggest in memory are offlined, or disconnected when offlining is off), or
   offline clients together are past MessageDiskLimit (the biggest on disk are
   disconnected);
-* :func:`write_pieces`: how a session's send loop cuts its outbox into writes.
 
 These run only when a limit is hit (never per message). No trio: the session does the
 reading, writing and closing, so a test drives these with stand-in connections.
@@ -21,7 +20,7 @@ reading, writing and closing, so a test drives these with stand-in connections.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -48,7 +47,6 @@ __all__ = [
     "deadline_passed",
     "disconnect_if_too_old",
     "disconnect_slow_clients",
-    "write_pieces",
 ]
 
 #: the session's logger: these lines are a connection's, as before they moved here
@@ -236,22 +234,3 @@ def disconnect_if_too_old(session: FlowSession, limits: InstanceLimits, now: flo
     limits.slow_client_age += 1
     session.disconnect_slow(age_closing(session, age=age, limit=limit))
     return True
-
-
-def write_pieces(batch: list[bytes]) -> Iterator[bytes]:
-    """The bytes of ``batch`` joined into pieces of about :data:`SEND_CHUNK` (one
-    piece may be larger when a single item is)."""
-    if len(batch) == 1:
-        yield batch[0]
-        return
-    group: list[bytes] = []
-    size = 0
-    for data in batch:
-        group.append(data)
-        size += len(data)
-        if size >= SEND_CHUNK:
-            yield b"".join(group)
-            group = []
-            size = 0
-    if group:
-        yield b"".join(group)

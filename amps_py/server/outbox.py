@@ -273,14 +273,18 @@ class SpillingOutbox:
             SpillError: offline, and writing a batch to the spill file failed.
             ValueError: ``data`` is 4 GiB or more.
         """
+        if self._directory is None:
+            # online: the hot path (one call per delivery piece); a piece in memory is
+            # a frame or part of one, so below the transport's MaxMessageSize and the
+            # spill format's 4 GiB
+            self._memory.append((data, now))
+            self._memory_bytes += len(data)
+            self._pieces += 1
+            return
         size = len(data)
         if size > _MAX_PIECE:
             raise ValueError(f"a piece of {size} bytes is too large for the outbox (max 4 GiB)")
         self._pieces += 1
-        if self._directory is None:
-            self._memory.append((data, now))
-            self._memory_bytes += size
-            return
         self._batch.append((data, now))
         self._batch_bytes += size
         self._disk_bytes += size

@@ -44,8 +44,12 @@ MAX_BATCH_SIZE: Final = 10_000
 DEFAULT_BATCH_SIZE: Final = 1
 
 
-def _int_option(header: dict[str, Any], opts: dict[str, Any], name: str, short: str) -> int | None:
-    raw = header.get(short, opts.get(name))
+def _int_option(
+    header: dict[str, Any], opts: dict[str, Any], name: str, field: str | None = None
+) -> int | None:
+    """A whole-number setting from header ``field`` (default: ``name``) or option
+    ``name``; None when neither is given."""
+    raw = header.get(field or name, opts.get(name))
     if raw is None or raw == "":
         return None
     try:
@@ -81,8 +85,8 @@ class Query:
             self.orderby = parse_orderby(str(header.get("orderby") or opts.get("orderby") or ""))
         except ValueError as exc:
             raise CommandFailed(reasons.INVALID_OPTIONS, str(exc)) from None
-        self.top_n = _int_option(header, opts, "top_n", "top_n")
-        self.skip_n = _int_option(header, opts, "skip_n", "skip_n")
+        self.top_n = _int_option(header, opts, "top_n")
+        self.skip_n = _int_option(header, opts, "skip_n")
         batch = _int_option(header, opts, "batch_size", "bs")
         self.batch_size = max(1, batch if batch is not None else DEFAULT_BATCH_SIZE)
         if self.batch_size > MAX_BATCH_SIZE:
@@ -92,7 +96,7 @@ class Query:
                 f"({MAX_BATCH_SIZE})",
             )
         keys = header.get("sow_keys")
-        self.keys = [k for k in str(keys).split(",") if k] if keys else None
+        self.keys = {k for k in str(keys).split(",") if k} if keys else None
         self.query_id = str(
             header.get("query_id") or header.get("sub_id") or header.get("cid") or ""
         )

@@ -301,11 +301,12 @@ class SowState:
         gone: list[SowEntry] = []
         store = sow.store
         for rec in records:
-            for key in _keys_of(rec):
+            keys = _keys_of(rec)
+            for key in keys:
                 if sow.queued.get(key) is rec:
                     del sow.queued[key]
             if rec.kind == SOW_DELETE:
-                for key in _delete_keys(rec):
+                for key in keys:
                     old = upserts.pop(key, None) or store.get(key)
                     if old is not None:
                         gone.append(old)

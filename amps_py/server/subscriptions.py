@@ -62,7 +62,6 @@ class Subscription:
         "filter",
         "fully_durable",
         "head_suffix",
-        "journaled_only",
         "live",
         "oof_filtered",
         "options",
@@ -94,7 +93,6 @@ class Subscription:
         self.options = options
         self.acks = acks
         self.bookmark = bookmark
-        self.journaled_only = bookmark
         self.live = not bookmark
         self.delivered_upto = 0
         #: the bookmark of the last message replayed to it, or the one its replay
