@@ -252,3 +252,41 @@ async def test_an_update_that_leaves_a_filter_sends_oof_match(sow_inst: InProces
             assert got[2].reason == "match"
             # without the option: only the matching publishes
             assert [(await plain.get(10)).json()["qty"] for _ in range(3)] == [50, 60, 70]
+
+
+def test_forged_sow_records_from_a_peer_are_logged_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replicated record is stored as it came; applying a damaged or forged one to the
+    SOW must neither raise (it would stop the instance) nor touch other records."""
+    from amps_py.config.model import SowTopicConfig
+    from amps_py.server.sowing import SowState
+    from txlog import Record
+    from txlog.record import Kind
+
+    state = SowState([SowTopicConfig("orders", "json", ("/id",))], tmp_path)
+    state.open()
+    try:
+
+        def rec(txid: int, payload: bytes, kind: int = 1, key: str = "") -> Record:
+            return Record(
+                topic="orders", payload=payload, pub_hash=9, seq=txid, txid=txid,
+                kind=kind, sow_key=key,
+            )  # fmt: skip
+
+        state.apply([rec(1, b'{"id":1}', key="k1")])
+        delete = int(Kind.SOW_DELETE)
+        state.apply(
+            [
+                rec(2, b'{"keys": 5}', delete),
+                rec(3, b"not json", delete),
+                rec(4, b'{"keys": ["' + b"x" * 600 + b'"]}', delete),
+                rec(5, b'{"id":2}', key="y" * 600),
+            ]
+        )
+        store = state.topics["orders"].store
+        assert store.count == 1 and store.get("k1") is not None
+        assert store.applied_txid == 5
+        assert caplog.text.count("cannot be applied") == 4
+    finally:
+        state.close()

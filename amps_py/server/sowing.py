@@ -46,7 +46,7 @@ import orjson
 from amps_py import events, reasons
 from amps_py.config.model import SowTopicConfig
 from amps_py.sow.expiry import BadExpiration, expires_at, is_expired, parse_lifetime, wall_clock_us
-from amps_py.sow.keys import SowKeyer, SowKeyError
+from amps_py.sow.keys import MAX_KEY_BYTES, SowKeyer, SowKeyError
 from amps_py.sow.merge import delta_merge
 from amps_py.sow.store import SowEntry, SowStore, SowStoreError
 from txlog import Journal, Record
@@ -315,6 +315,9 @@ class SowState:
             key = rec.sow_key
             if not key:
                 continue  # journaled before the topic kept a SOW: nothing to key it by
+            if not usable_key(key):  # a forged or damaged record from a peer
+                _unreadable(rec, f"its SOW key is {len(key)} characters long")
+                continue
             deletes.pop(key, None)
             expires = sow.expires_us(rec, self._take_lifetime(rec)) if sow.config.expires else 0
             upserts[key] = SowEntry(
@@ -395,15 +398,32 @@ def _keys_of(record: Record) -> list[str]:
     return [record.sow_key] if record.sow_key else []
 
 
+def usable_key(key: str) -> bool:
+    """Can ``key`` name a record in a store (not empty, at most LMDB's key size)?"""
+    return 0 < len(key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES
+
+
+def _unreadable(record: Record, why: str) -> None:
+    log.error(
+        "SOW record %s (txid %d, topic %.80r) cannot be applied and is left out of the "
+        "State of the World: %s",
+        record.bookmark,
+        record.txid,
+        record.topic,
+        why,
+        extra=events.extra(events.SOW_RECORD_UNREADABLE),
+    )
+
+
 def _delete_keys(record: Record) -> list[str]:
+    """The keys a SOW delete record names (a damaged or forged one names none)."""
     try:
         keys = orjson.loads(record.payload).get("keys", [])
     except (orjson.JSONDecodeError, AttributeError):
-        log.error(
-            "SOW delete record %s (txid %d) is not readable; nothing removed",
-            record.bookmark,
-            record.txid,
-            extra=events.extra(events.SOW_RECORD_UNREADABLE),
-        )
+        keys = None
+    if not isinstance(keys, list) or not all(
+        isinstance(k, str) and usable_key(k) for k in keys
+    ):
+        _unreadable(record, "its payload is not {\"keys\": [SOW keys]}; nothing removed")
         return []
-    return [str(k) for k in keys]
+    return keys
