@@ -71,7 +71,7 @@ def test_example_standalone_config_loads() -> None:
     assert json_tcp.message_type == "json"
     log = cfg.transaction_log
     assert log is not None
-    assert log.journal_directory == Path("amps-data")
+    assert log.journal_directory == Path("amps-standalone-data")
     assert log.topics == (JournalTopic(".*", "json"),)
     assert log.durability == "fsync"
     assert [t.protocol for t in cfg.logging] == ["stdout", "file"]

@@ -610,3 +610,19 @@ def test_example_passes_config_check(path: Path) -> None:
     if config.replication_transport is not None:  # replicating examples authenticate
         assert config.replication_authentication.module == "amps-password-file"
         assert all(d.authenticator is not None for d in config.replication)
+
+
+def test_the_readme_runs_the_standalone_example_where_the_default_ran() -> None:
+    """The README starts the embedded default, then config/examples/standalone.xml from
+    the same directory: a journal belongs to the instance that created it, so the two
+    must not share a JournalDirectory (the second start was refused)."""
+    from amps_py.config import default_config
+
+    example = load_config(REPO / "config" / "examples" / "standalone.xml")
+    default = default_config()
+    assert example.name != default.name
+    assert example.transaction_log is not None and default.transaction_log is not None
+    assert (
+        example.transaction_log.journal_directory.resolve()
+        != default.transaction_log.journal_directory.resolve()
+    )
