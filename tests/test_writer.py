@@ -64,3 +64,26 @@ def test_bytes_after_is_exact_inside_the_tail_and_unknown_before_it() -> None:
     assert tail.bytes_after(13) == 2 * 10 + 5 * 30
     assert tail.bytes_after(20) == 0  # caught up
     assert tail.bytes_after(9) is None  # txid 10 is not held: ask the journal
+
+
+def test_the_bytes_bound_counts_the_payloads_the_records_hold_too() -> None:
+    """A record object keeps its payload besides its stored value: both are memory
+    the tail holds, so both count against ``max_bytes``."""
+    tail = RecentRecords(max_records=1000, max_bytes=10_000)
+    for first in range(1, 200, 10):
+        records, values = committed(first, 10, size=100)
+        for rec in records:
+            rec.payload = bytes(100)
+        tail.add(records, values)
+    oldest = min(t for t in range(201) if tail.after(t, 1, 200) is not None)
+    assert (200 - oldest) * (100 + 100) <= 15_000
+
+
+def test_a_tail_of_no_records_keeps_nothing() -> None:
+    """An instance without replication destinations keeps no tail (nobody reads it):
+    memory does not grow with what is published."""
+    tail = RecentRecords(0, 0)
+    for first in range(1, 100, 5):
+        tail.add(*committed(first, 5, size=4096))
+    assert tail.after(0, 10, 100) is None and tail.after(99, 10, 100) is None
+    assert tail.bytes_after(50) is None

@@ -330,7 +330,9 @@ class Instance:
                     if config.sow_topics:
                         sow = await open_sow(config.sow_topics, journal, tl)
                         self.publishing.sow, self.publishing.sow_topics = sow, sow.topics
-                    writer = self.publishing.open(journal)
+                    writer = self.publishing.open(
+                        journal, keep_recent=bool(self.config.replication)
+                    )
                     nursery.start_soon(self._run_writer, writer)
                     if config.replication or config.replication_transport is not None:
                         self.replication = ReplicationManager(self)

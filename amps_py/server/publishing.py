@@ -115,8 +115,10 @@ class PublishPath:
         self.message_type = "json"
         self._commit_event = trio.Event()
 
-    def open(self, journal: Journal) -> JournalWriter:
-        """Start journaling into ``journal``: its newest record is durable already."""
+    def open(self, journal: Journal, *, keep_recent: bool = True) -> JournalWriter:
+        """Start journaling into ``journal``: its newest record is durable already.
+        ``keep_recent``: keep the in-memory tail of new commits for replication
+        destinations (see :class:`~.writer.RecentRecords`)."""
         self.journal = journal
         self.writer = JournalWriter(
             journal,
@@ -124,6 +126,7 @@ class PublishPath:
             on_rejected=self.on_rejected,
             on_failed=self.on_commit_failed,
             on_recovered=self.on_writes_resumed,
+            keep_recent=keep_recent,
         )
         if journal.last_txid:
             self.window.last_bookmark = self.bookmark_of(journal.last_txid)

@@ -70,8 +70,11 @@ class RecentRecords:
     Replication destinations that keep up read fresh records here instead of reading
     them back from LMDB (no CRC check, no decoding: these are the objects and bytes
     just committed); a destination further behind than the tail reads the journal.
-    Bounded by ``max_records`` and ``max_bytes`` (of stored values), trimmed from the
-    oldest end.
+    Bounded by ``max_records`` and ``max_bytes`` (the memory it holds: each record's
+    stored value plus its payload, which the record object keeps too), trimmed from
+    the oldest end; it may hold up to 1.5 times either bound between trims. An
+    instance with no replication destination keeps no tail (``max_records`` 0): no
+    one would read it.
     """
 
     def __init__(self, max_records: int = 32_768, max_bytes: int = 64 * 1024**2) -> None:
@@ -84,21 +87,22 @@ class RecentRecords:
 
     def add(self, records: list[Record], values: list[bytes]) -> None:
         """Append a commit's stored records (consecutive txids) and their values."""
-        if not records:
+        if not records or self.max_records <= 0:
             return
         if not self._records or records[0].txid != self._first + len(self._records):
             self._records, self._values, self._bytes = [], [], 0
             self._first = records[0].txid
         self._records.extend(records)
         self._values.extend(values)
-        self._bytes += sum(map(len, values))
+        self._bytes += sum(map(len, values)) + sum(len(r.payload) for r in records)
         # trim in large steps (amortised): down to the limits once 1.5x over them
         n = len(self._records)
         if n > self.max_records * 3 // 2 or self._bytes > self.max_bytes * 3 // 2:
             drop = max(n - self.max_records, 0)
             dropped = sum(map(len, self._values[:drop]))
+            dropped += sum(len(r.payload) for r in self._records[:drop])
             while self._bytes - dropped > self.max_bytes and drop < n - 1:
-                dropped += len(self._values[drop])
+                dropped += len(self._values[drop]) + len(self._records[drop].payload)
                 drop += 1
             del self._records[:drop]
             del self._values[:drop]
@@ -165,6 +169,8 @@ class JournalWriter:
             that were stored (duplicates removed), in txid order, and the records
             published here that the journal found already stored (their bookmark
             is held by an earlier record: a copy received by replication).
+        keep_recent: keep :attr:`recent`, the tail of new commits replication
+            destinations read; False for an instance without destinations.
 
     Error handling:
 
@@ -189,6 +195,7 @@ class JournalWriter:
         on_rejected: Callable[[list[tuple[Record, str]]], None] | None = None,
         on_failed: Callable[[list[Record], str], None] | None = None,
         on_recovered: Callable[[], None] | None = None,
+        keep_recent: bool = True,
     ) -> None:
         self.journal = journal
         self._on_commit = on_commit
@@ -212,7 +219,7 @@ class JournalWriter:
         self._limiter = trio.CapacityLimiter(1)
         self.committed_txid = journal.last_txid
         #: the newest committed records, for replication (see :class:`RecentRecords`)
-        self.recent = RecentRecords()
+        self.recent = RecentRecords() if keep_recent else RecentRecords(0, 0)
         self._commits = 0
         self._records = 0
         self._duplicates = 0
@@ -311,9 +318,7 @@ class JournalWriter:
             dropped: list[Record] = []
             if len(stored) != len(batch):
                 dropped = [
-                    rec
-                    for rec, txid in zip(batch, txids, strict=True)
-                    if not txid and not rec.path
+                    rec for rec, txid in zip(batch, txids, strict=True) if not txid and not rec.path
                 ]
                 if rejected:
                     self._rejected_records += len(rejected)
