@@ -3,9 +3,12 @@
 A :class:`SpillingOutbox` is a FIFO of byte pieces (whole frames or frame pieces, as
 the caller appends them). While it is *online* the pieces wait in memory. When the
 instance's ``MessageMemoryLimit`` is exceeded the session offlines its biggest client
-(:meth:`SpillingOutbox.go_offline`): the whole in-memory backlog is written to a spill
-file under ``MessageDiskPath`` and every later append goes to disk too, until the
-writer (:meth:`~SpillingOutbox.take`) has caught up with everything spilled. Then the
+(:meth:`SpillingOutbox.go_offline`): the in-memory backlog becomes the head of the spill
+file's write batch and every later append goes behind it, until the writer
+(:meth:`~SpillingOutbox.take`) has caught up with everything spilled. The moved backlog
+is written a step at a time (:meth:`~SpillingOutbox.spill`, called by the session
+between other work, and a step with each batch of appends), so offlining a client with
+hundreds of megabytes waiting never stalls the caller for long. Then the
 spill files are removed and the outbox is online again by itself;
 :meth:`~SpillingOutbox.poll_transition` reports that once, so the caller can log it
 and fire ``amps-action-on-offline-stop``.
@@ -21,7 +24,9 @@ Contract:
   offline, until it is taken. So an offline outbox holds 0 memory bytes; the small,
   bounded buffers it keeps while offline (a write batch of about ``write_batch`` bytes
   and a read-ahead of about ``max(max_bytes, read_block)`` bytes, each plus at most one
-  piece) are overhead, not backlog. :attr:`~SpillingOutbox.file_bytes` is the space the spill
+  piece) are overhead, not backlog; right after ``go_offline`` the write batch also
+  holds the moved backlog not yet written (:attr:`~SpillingOutbox.unwritten_backlog`),
+  which only shrinks. :attr:`~SpillingOutbox.file_bytes` is the space the spill
   files really take (record headers and already-read records included).
 * Ages: every piece carries the time it was appended (also on disk), so
   :meth:`~SpillingOutbox.oldest_age` is exact for ``ClientMessageAgeLimit`` across
@@ -40,8 +45,9 @@ only good for ``discard``.
 Resource handling: the outbox owns its spill files and their descriptors; ``discard``
 (a disconnected client) and coming back online close and delete them. File I/O is
 plain blocking ``os`` calls (no fsync: a spill file is never read after a restart);
-``go_offline`` writes the whole backlog at once, so a caller on an event loop may run
-it in a worker thread.
+``go_offline`` writes one batch at once (so a missing, unwritable or full
+``MessageDiskPath`` is found there) and leaves the rest of the backlog to
+:meth:`~SpillingOutbox.spill`, which a caller on an event loop calls a step at a time.
 
 Spill file format: a sequence of records, each a 12-byte header (big-endian ``u32``
 piece length, ``f64`` append time) followed by the piece's bytes.
@@ -60,6 +66,7 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Final, Literal
 
@@ -296,25 +303,35 @@ class SpillingOutbox:
         ``directory`` (``MessageDiskPath``); later appends go to disk until the reader
         catches up.
 
+        The backlog becomes the head of the write batch: its first ``write_batch`` bytes
+        are written now, the rest by :meth:`spill` (and a step with each batch of later
+        appends); :meth:`take` hands unwritten pieces over directly once it reaches
+        them.
+
         Raises:
-            SpillError: the file could not be created or written; the outbox is then
-                unchanged (online, backlog in memory) and no file is left behind.
+            SpillError: the file could not be created or its first batch written; the
+                outbox is then unchanged (online, backlog in memory) and no file is
+                left behind.
             RuntimeError: already offline.
         """
         if self._directory is not None:
             raise RuntimeError(f"the outbox of {self.name!r} is already offline")
+        assert not self._batch, "an online outbox has no write batch"
         self._directory = directory
+        self._batch, self._batch_bytes = self._memory, self._memory_bytes
         try:
             self._new_segment()
-            self._write_records(self._memory)
+            self._write_batch_head(self._write_batch)
         except SpillError:
             for segment in self._segments:
                 segment.close()
             self._segments.clear()
             self._directory = None
+            # nothing was taken from the batch: it is the backlog, whole
+            self._memory, self._batch, self._batch_bytes = self._batch, deque(), 0
             raise
         self._disk_bytes = self._memory_bytes
-        self._memory.clear()
+        self._memory = deque()
         self._memory_bytes = 0
         self._disk_head_time = None
         self._offline_count += 1
@@ -354,11 +371,46 @@ class SpillingOutbox:
         _write_all(segment, chunk)
 
     def _flush(self) -> None:
-        """Write the batch to the spill file."""
+        """Write the head of the batch: all of a normal batch (about ``write_batch``
+        bytes); two batches' worth while a moved backlog is still being written, so
+        appends help write it out without one long write."""
+        self._write_batch_head(2 * self._write_batch)
+
+    def _write_batch_head(self, max_bytes: int) -> None:
+        """Write whole pieces from the head of the write batch to the spill file, about
+        ``max_bytes`` (at least one piece); they leave the batch only once written."""
         batch = self._batch
-        self._batch = deque()
-        self._batch_bytes = 0
-        self._write_records(batch)
+        count = 0
+        size = 0
+        for data, _ in batch:
+            count += 1
+            size += len(data)
+            if size >= max_bytes:
+                break
+        if not count:
+            return
+        self._write_records(list(islice(batch, count)))
+        for _ in range(count):
+            batch.popleft()
+        self._batch_bytes -= size
+
+    @property
+    def unwritten_backlog(self) -> int:
+        """Bytes of the write batch beyond one normal batch (``write_batch``): the part
+        of a moved backlog still to be written, which :meth:`spill` writes."""
+        return max(0, self._batch_bytes - self._write_batch) if self._directory else 0
+
+    def spill(self, max_bytes: int) -> int:
+        """Write about ``max_bytes`` more of the moved backlog to the spill file (nothing
+        while :attr:`unwritten_backlog` is 0); returns :attr:`unwritten_backlog` after.
+
+        Raises:
+            SpillError: the write failed (the outbox is then only good for
+                :meth:`discard`).
+        """
+        if self.unwritten_backlog:
+            self._write_batch_head(min(max_bytes, self.unwritten_backlog))
+        return self.unwritten_backlog
 
     # ---------------------------------------------------------------- reading
     def take(self, max_bytes: int) -> list[bytes]:

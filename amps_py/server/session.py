@@ -78,6 +78,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("amps_py.server.session")
 
 RECEIVE_SIZE: Final = 256 * 1024
+#: bytes of an offlined client's moved backlog written to its spill file per step
+SPILL_STEP: Final = 1024 * 1024
 #: a replay pauses while this many bytes wait in the session's outbox
 REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
 #: a heartbeating client silent for more than this many intervals is disconnected
@@ -391,8 +393,24 @@ class Session:
         disk.note_peak()
         self.instance.limits.offline_clients += 1
         self._wake.set()
+        if box.unwritten_backlog and self._nursery is not None:
+            self._nursery.start_soon(self._write_backlog)
         self.instance.fire_action("offline-start", client_variables(self, connected=False))
         return True
+
+    async def _write_backlog(self) -> None:
+        """Write the backlog moved by offlining to the spill file a step at a time,
+        between other work: offlining a client with hundreds of megabytes waiting
+        does not stall the instance."""
+        box = self._outbox
+        while box.offline and not self.discarding:
+            try:
+                if not box.spill(SPILL_STEP):
+                    return
+            except SpillError as exc:
+                self._spill_failed(exc)
+                return
+            await trio.lowlevel.checkpoint()
 
     def _spill_failed(self, exc: SpillError) -> None:
         self.instance.limits.slow_client_spill_errors += 1
