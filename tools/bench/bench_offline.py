@@ -116,7 +116,9 @@ def admin(ports: dict[str, int], path: str) -> Any:
         return json.loads(r.read())
 
 
-def run_case(inst: dict[str, Any], args: argparse.Namespace, tag: str, stalled: bool) -> dict[str, Any]:
+def run_case(
+    inst: dict[str, Any], args: argparse.Namespace, tag: str, stalled: bool
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     stop = ctx.Event()
