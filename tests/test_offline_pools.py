@@ -16,8 +16,9 @@ from pathlib import Path
 import trio
 from harness import wait_until
 from inprocess import InProcessInstance, serve_instance
-from test_offline import SIZE, RawSubscriber, payload, session_of
+from test_offline import SIZE, RawSubscriber, metrics_of, payload, session_of
 
+from amps_py.admin.http import to_xml
 from amps_py.client import open_client
 from amps_py.protocol import encode_frame
 
@@ -110,6 +111,9 @@ async def test_a_transport_with_its_own_small_pool_offlines_its_reader_under_its
             assert "over MessageMemoryLimit of transport small of 4194304 bytes" in (
                 served.log_text()
             )
+            # the admin API's XML form and the metrics still read the limits
+            assert b"<small>" in to_xml("limits", limits)
+            assert metrics_of(served)[("amps_offline_clients", "")] == 1
 
             # both read again: everything, in order; the small one comes back online
             await on_small.read_until(count, timeout=60)
