@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypedDict
 
 from lxml import etree
 
@@ -80,8 +80,7 @@ def _build_transport(
     state = _text(state_el, problems) if state_el is not None else "enabled"
     tls = _transport_tls(transport, type_el, kind, problems)
     incoming = _incoming_replication(transport, kind, problems)
-    limits = _client_limits(transport, problems)
-    pools = _transport_pools(transport, kind, problems)
+    limits = _client_limits(transport, kind, problems)
     # the schema allows only true/false
     always_acks = _text(_first(transport, "AlwaysSendPersistedAcks"), problems) == "true"
 
@@ -96,7 +95,6 @@ def _build_transport(
         or tls is None
         or incoming is None
         or limits is None
-        or pools is None
     ):
         return None
     return TransportConfig(
@@ -113,13 +111,7 @@ def _build_transport(
         ciphers=tls[2],
         authentication=incoming[0],
         sequence_gap_threshold=incoming[1],
-        logon_timeout=limits[0],
-        incomplete_message_timeout=limits[1],
-        client_max_capacity=limits[2],
-        message_memory_limit=pools[0],
-        message_disk_limit=pools[1],
-        message_disk_path=pools[2],
-        client_message_age_limit=pools[3],
+        **limits,
         always_persisted_acks=always_acks,
     )
 
@@ -196,11 +188,25 @@ def _transport_address(
     return address
 
 
+class _ClientLimits(TypedDict):
+    """The client limits of a Transport, as TransportConfig's fields (``None``: the
+    instance's)."""
+
+    logon_timeout: float
+    incomplete_message_timeout: float
+    client_max_capacity: ClientCapacity | None
+    message_memory_limit: int | None
+    message_disk_limit: int | None
+    message_disk_path: str | None
+    client_message_age_limit: float | None
+
+
 def _client_limits(
-    transport: etree._Element, problems: _Problems
-) -> tuple[float, float, ClientCapacity | None] | None:
-    """(LogonTimeout, IncompleteMessageTimeout, ClientMaxCapacity or None) of a
-    Transport; None (and problems) when one is wrong."""
+    transport: etree._Element, kind: str | None, problems: _Problems
+) -> _ClientLimits | None:
+    """LogonTimeout, IncompleteMessageTimeout, ClientMaxCapacity and the slow-client
+    pools (:func:`_transport_pools`) of a Transport of type ``kind``; None (and
+    problems) when one is wrong."""
     logon_timeout = _positive_duration(
         transport, "LogonTimeout", DEFAULT_LOGON_TIMEOUT, problems, zero_ok=False
     )
@@ -213,13 +219,23 @@ def _client_limits(
     )
     capacity_el = _first(transport, "ClientMaxCapacity")
     capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
+    pools = _transport_pools(transport, kind, problems)
     if (
         logon_timeout is None
         or frame_timeout is None
         or (capacity_el is not None and capacity is None)
+        or pools is None
     ):
         return None
-    return logon_timeout, frame_timeout, capacity
+    return _ClientLimits(
+        logon_timeout=logon_timeout,
+        incomplete_message_timeout=frame_timeout,
+        client_max_capacity=capacity,
+        message_memory_limit=pools[0],
+        message_disk_limit=pools[1],
+        message_disk_path=pools[2],
+        client_message_age_limit=pools[3],
+    )
 
 
 def _incoming_replication(
