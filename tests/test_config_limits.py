@@ -87,6 +87,56 @@ def test_message_disk_limit_and_path(tmp_path: Path) -> None:
     )
 
 
+def test_a_transport_may_set_its_own_slow_client_pools(tmp_path: Path) -> None:
+    """MessageMemoryLimit, MessageDiskLimit, MessageDiskPath and ClientMessageAgeLimit
+    in a client Transport, with the instance-level syntax; a transport that sets none
+    keeps None (the instance's)."""
+    cfg = _parse_config(
+        doc(
+            "  <MessageMemoryLimit>8MB</MessageMemoryLimit>",
+            "  <Transports>",
+            *transport(
+                MessageMemoryLimit="2MB",
+                MessageDiskLimit="0",
+                MessageDiskPath=str(tmp_path),
+                ClientMessageAgeLimit="15s",
+            ),
+            *transport("9008", name="aged", ClientMessageAgeLimit="1m"),
+            *transport("9009", name="plain"),
+            "  </Transports>",
+        ),
+        environ={},
+    )
+    own, aged, plain = cfg.transports
+    assert (
+        own.message_memory_limit,
+        own.message_disk_limit,
+        own.message_disk_path,
+        own.client_message_age_limit,
+    ) == (2 * MiB, 0, str(tmp_path), 15.0)
+    assert (aged.message_memory_limit, aged.client_message_age_limit) == (None, 60.0)
+    assert (
+        plain.message_memory_limit,
+        plain.message_disk_limit,
+        plain.message_disk_path,
+        plain.client_message_age_limit,
+    ) == (None, None, None, None)
+
+
+def test_a_transport_message_disk_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    with pytest.raises(ConfigError) as caught:
+        _parse_config(
+            doc("  <Transports>", *transport(MessageDiskPath=str(a_file)), "  </Transports>"),
+            environ={},
+        )
+    message = str(caught.value)
+    assert f"MessageDiskPath '{a_file}' is not a directory" in message
+    # in a Transport, leaving it out means the instance's directory
+    assert "leave MessageDiskPath out to use the instance's MessageDiskPath" in message
+
+
 def test_a_missing_message_disk_path_is_refused_with_the_fix(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     with pytest.raises(ConfigError) as caught:
@@ -120,9 +170,36 @@ CASES = [
         3,
     ),
     Case(
-        "MessageDiskLimit per transport is not supported yet",
-        doc("  <Transports>", *transport(MessageDiskLimit="1GB"), "  </Transports>"),
-        "<MessageDiskLimit> is a recognised AMPS element, not supported by amps-py yet",
+        "MessageDiskLimit of a transport not a size",
+        doc("  <Transports>", *transport(MessageDiskLimit="plenty"), "  </Transports>"),
+        "'plenty' is not a valid byte size for MessageDiskLimit",
+        5,
+    ),
+    Case(
+        "MessageMemoryLimit of a transport zero",
+        doc("  <Transports>", *transport(MessageMemoryLimit="0"), "  </Transports>"),
+        "MessageMemoryLimit must be more than 0 bytes",
+        5,
+    ),
+    Case(
+        "ClientMessageAgeLimit of a transport zero, the fix naming the instance's",
+        doc("  <Transports>", *transport(ClientMessageAgeLimit="0s"), "  </Transports>"),
+        "ClientMessageAgeLimit 0s must be more than 0. Fix: give the longest a message may "
+        "wait to be sent to a client, e.g. 30s, or leave ClientMessageAgeLimit out for the "
+        "instance's age limit",
+        5,
+    ),
+    Case(
+        "ClientMessageAgeLimit of a transport not a duration",
+        doc("  <Transports>", *transport(ClientMessageAgeLimit="ages"), "  </Transports>"),
+        "'ages' is not a valid duration for ClientMessageAgeLimit",
+        5,
+    ),
+    Case(
+        "MessageDiskPath of a transport missing",
+        doc("  <Transports>", *transport(MessageDiskPath="/nonexistent/spill"), "  </Transports>"),
+        "MessageDiskPath '/nonexistent/spill' does not exist; offlined clients' spill files "
+        "are written there",
         5,
     ),
     Case(
@@ -167,11 +244,30 @@ CASES = [
         "'soon' is not a valid duration for IncompleteMessageTimeout",
         5,
     ),
-    Case(
-        "a per-transport memory pool is not supported yet",
-        doc("  <Transports>", *transport(MessageMemoryLimit="1GB"), "  </Transports>"),
-        "<MessageMemoryLimit> is a recognised AMPS element, not supported by amps-py yet",
-        5,
+    *(
+        Case(
+            f"{element} on the replication transport",
+            doc(
+                "  <TransactionLog><JournalDirectory>d</JournalDirectory></TransactionLog>",
+                "  <Transports>",
+                "    <Transport>",
+                "      <Name>repl</Name><Type>amps-replication</Type><InetAddr>9100</InetAddr>",
+                f"      <{element}>{value}</{element}>",
+                "    </Transport>",
+                "  </Transports>",
+            ),
+            f"<{element}> applies to client connections only, and this transport's Type is "
+            "amps-replication: replication connections are never offlined or disconnected "
+            f"as slow clients. Fix: remove <{element}> from this transport; set it on a tcp "
+            "or tcps Transport, or in AMPSConfig for every client transport",
+            7,
+        )
+        for element, value in (
+            ("MessageMemoryLimit", "1GB"),
+            ("MessageDiskLimit", "1GB"),
+            ("MessageDiskPath", "/tmp"),
+            ("ClientMessageAgeLimit", "30s"),
+        )
     ),
 ]
 

@@ -19,7 +19,7 @@ from amps_py.server.flow import (
     disconnect_if_too_old,
     disconnect_slow_clients,
 )
-from amps_py.server.limits import Closing, InstanceLimits, ReadDeadline
+from amps_py.server.limits import ClientPools, Closing, InstanceLimits, ReadDeadline
 
 
 def header_of(data: bytes) -> dict[str, Any]:
@@ -39,7 +39,7 @@ class StubDecoder:
 
 @dataclass(eq=False)
 class StubSession:
-    """Keeps the pools' books the way a Session does."""
+    """Keeps the pools' books the way a Session does: in its transport's pools."""
 
     limits: InstanceLimits
     conn_id: int
@@ -59,11 +59,19 @@ class StubSession:
     spill_fails: bool = False
     #: when its oldest unwritten message was queued (None: nothing waits)
     oldest_since: float | None = None
+    #: bookmark replays running
+    replaying: int = 0
     decoder: StubDecoder = field(default_factory=StubDecoder)
     sent: list[bytes] = field(default_factory=list)
     closed: str = ""
     dropped: str = ""
     slow: Closing | None = None
+    #: where go_offline spilled
+    spilled_to: Path | None = None
+
+    @property
+    def pools(self) -> ClientPools:
+        return self.limits.pools_for(self.transport)
 
     def hold_partial(self, n: int) -> None:
         self.incomplete_held += n
@@ -72,7 +80,7 @@ class StubSession:
 
     def queue(self, n: int) -> None:
         self.out_bytes += n
-        self.limits.queued.total += n
+        self.pools.memory.total += n
 
     def send(self, data: bytes) -> None:
         self.sent.append(data)
@@ -96,7 +104,7 @@ class StubSession:
         """Queue ``n`` bytes while offline."""
         self.out_bytes += n
         self.spilled += n
-        self.limits.disk.total += n
+        self.pools.disk.total += n
 
     def go_offline(self, directory: Path) -> bool:
         if self.spill_fails:
@@ -108,9 +116,10 @@ class StubSession:
             return False
         moved = self.out_bytes - self.spilled
         self.offline = True
+        self.spilled_to = directory
         self.spilled += moved
-        self.limits.queued.total -= moved
-        self.limits.disk.total += moved
+        self.pools.memory.total -= moved
+        self.pools.disk.total += moved
         return True
 
     def disconnect_slow(self, closing: Closing) -> None:
@@ -118,8 +127,8 @@ class StubSession:
             return
         self.discarding = True
         self.slow = closing
-        self.limits.queued.total -= self.out_bytes - self.spilled
-        self.limits.disk.total -= self.spilled
+        self.pools.memory.total -= self.out_bytes - self.spilled
+        self.pools.disk.total -= self.spilled
 
 
 def sessions(limits: InstanceLimits, n: int) -> list[StubSession]:

@@ -8,7 +8,8 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
   ``statistics``, ``transaction_log``, ``replication`` (``destinations`` and
   ``upstreams`` keyed by name), ``transports``, ``limits`` (bytes queued for all
   clients and in partly received messages, their limits, and the connections they
-  closed). Any subtree can be asked for by path,
+  closed; under ``limits/transports`` the pools of each transport that sets its own).
+  Any subtree can be asked for by path,
   e.g. ``/amps/instance/replication/destinations/B.json``.
 - ``/amps/host[/...]`` — host name, CPUs, load, memory, and ``disks``: space on the
   file systems of the journal and the archive directory.

@@ -223,7 +223,18 @@ class TransportConfig:
         incomplete_message_timeout: seconds a client has to finish a frame once its
             first byte arrived (client transports only).
         client_max_capacity: this transport's ClientMaxCapacity, or ``None`` for the
-            instance's.
+            instance's; a share of the MessageMemoryLimit pool its clients use (of its
+            MessageDiskLimit pool once offline).
+        message_memory_limit: this transport's MessageMemoryLimit in bytes (its
+            clients get a memory pool of their own), or ``None``: they share the
+            instance's (client transports only, like the three below).
+        message_disk_limit: this transport's MessageDiskLimit in bytes (a disk pool of
+            its own; 0: its clients are disconnected instead of offlined), or ``None``:
+            the instance's, unless it sets MessageMemoryLimit (then a pool of its own of
+            max(1 GiB, its MessageMemoryLimit)).
+        message_disk_path: this transport's MessageDiskPath, or ``None``: the instance's.
+        client_message_age_limit: this transport's ClientMessageAgeLimit in seconds, or
+            ``None``: the instance's.
     """
 
     name: str
@@ -242,6 +253,10 @@ class TransportConfig:
     logon_timeout: float = DEFAULT_LOGON_TIMEOUT
     incomplete_message_timeout: float = DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT
     client_max_capacity: ClientCapacity | None = None
+    message_memory_limit: int | None = None
+    message_disk_limit: int | None = None
+    message_disk_path: str | None = None
+    client_message_age_limit: float | None = None
     #: send persisted acks to every client that publishes with ``s``, asked or not
     always_persisted_acks: bool = False
 

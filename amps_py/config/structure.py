@@ -35,12 +35,8 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "AMPSConfig/Transports/Transport": frozenset(
         {
-            "ClientMessageAgeLimit",
             "Entitlement",
             "FileName",
-            "MessageDiskLimit",
-            "MessageDiskPath",
-            "MessageMemoryLimit",
             "TransportFilter",
         }
     ),

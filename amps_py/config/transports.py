@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final, TypedDict
 
 from lxml import etree
 
@@ -79,7 +80,7 @@ def _build_transport(
     state = _text(state_el, problems) if state_el is not None else "enabled"
     tls = _transport_tls(transport, type_el, kind, problems)
     incoming = _incoming_replication(transport, kind, problems)
-    limits = _client_limits(transport, problems)
+    limits = _client_limits(transport, kind, problems)
     # the schema allows only true/false
     always_acks = _text(_first(transport, "AlwaysSendPersistedAcks"), problems) == "true"
 
@@ -110,9 +111,7 @@ def _build_transport(
         ciphers=tls[2],
         authentication=incoming[0],
         sequence_gap_threshold=incoming[1],
-        logon_timeout=limits[0],
-        incomplete_message_timeout=limits[1],
-        client_max_capacity=limits[2],
+        **limits,
         always_persisted_acks=always_acks,
     )
 
@@ -189,11 +188,25 @@ def _transport_address(
     return address
 
 
+class _ClientLimits(TypedDict):
+    """The client limits of a Transport, as TransportConfig's fields (``None``: the
+    instance's)."""
+
+    logon_timeout: float
+    incomplete_message_timeout: float
+    client_max_capacity: ClientCapacity | None
+    message_memory_limit: int | None
+    message_disk_limit: int | None
+    message_disk_path: str | None
+    client_message_age_limit: float | None
+
+
 def _client_limits(
-    transport: etree._Element, problems: _Problems
-) -> tuple[float, float, ClientCapacity | None] | None:
-    """(LogonTimeout, IncompleteMessageTimeout, ClientMaxCapacity or None) of a
-    Transport; None (and problems) when one is wrong."""
+    transport: etree._Element, kind: str | None, problems: _Problems
+) -> _ClientLimits | None:
+    """LogonTimeout, IncompleteMessageTimeout, ClientMaxCapacity and the slow-client
+    pools (:func:`_transport_pools`) of a Transport of type ``kind``; None (and
+    problems) when one is wrong."""
     logon_timeout = _positive_duration(
         transport, "LogonTimeout", DEFAULT_LOGON_TIMEOUT, problems, zero_ok=False
     )
@@ -206,13 +219,23 @@ def _client_limits(
     )
     capacity_el = _first(transport, "ClientMaxCapacity")
     capacity = _capacity_value(capacity_el, problems) if capacity_el is not None else None
+    pools = _transport_pools(transport, kind, problems)
     if (
         logon_timeout is None
         or frame_timeout is None
         or (capacity_el is not None and capacity is None)
+        or pools is None
     ):
         return None
-    return logon_timeout, frame_timeout, capacity
+    return _ClientLimits(
+        logon_timeout=logon_timeout,
+        incomplete_message_timeout=frame_timeout,
+        client_max_capacity=capacity,
+        message_memory_limit=pools[0],
+        message_disk_limit=pools[1],
+        message_disk_path=pools[2],
+        client_message_age_limit=pools[3],
+    )
 
 
 def _incoming_replication(
@@ -321,50 +344,123 @@ def _build_disk_limits(
     directory) of the instance (``None`` where not given or wrong, with a problem), and
     ClientMessageAgeLimit (seconds; 0 when not given or wrong)."""
     limit_el = _first(root, "MessageDiskLimit")
-    limit: int | None = None
-    if limit_el is not None:
-        text = _text(limit_el, problems)
-        if text is not None:
-            try:
-                limit = parse_bytes(text)
-            except UnitError as exc:
-                _unit_error(limit_el, exc, problems)
-            else:
-                if limit < 0:
-                    problems.add(
-                        limit_el,
-                        f"MessageDiskLimit must not be negative, got {text!r}",
-                        "give a size, e.g. 10GB, or 0 to disconnect slow clients instead "
-                        "of offlining them to disk",
-                    )
-                    limit = None
+    limit = _disk_limit_value(limit_el, problems) if limit_el is not None else None
     path_el = _first(root, "MessageDiskPath")
-    path: str | None = None
-    if path_el is not None:
-        path = _text(path_el, problems)
-        if path is not None and not os.path.isdir(path):
-            what = "is not a directory" if os.path.exists(path) else "does not exist"
-            problems.add(
-                path_el,
-                f"MessageDiskPath {path!r} {what}; offlined clients' spill files are written there",
-                "create that directory (writable by the server), or name an existing one; "
-                "leave MessageDiskPath out to use the system's temporary directory",
-            )
-            path = None
+    path = _disk_path_value(path_el, problems) if path_el is not None else None
     age_el = _first(root, "ClientMessageAgeLimit")
-    age = 0.0
-    if age_el is not None:
-        value = _duration_value(age_el, problems)
-        if value is not None and value <= 0:
+    age = _age_limit_value(age_el, problems) if age_el is not None else None
+    return limit, path, age or 0.0
+
+
+#: the slow-client settings a client Transport may give itself (its own pool or policy)
+_TRANSPORT_POOL_ELEMENTS: Final = (
+    "MessageMemoryLimit",
+    "MessageDiskLimit",
+    "MessageDiskPath",
+    "ClientMessageAgeLimit",
+)
+
+
+def _disk_limit_value(el: etree._Element, problems: _Problems) -> int | None:
+    """MessageDiskLimit in bytes (0 turns offlining off); None (and a problem) when
+    wrong."""
+    text = _text(el, problems)
+    if text is None:
+        return None
+    try:
+        limit = parse_bytes(text)
+    except UnitError as exc:
+        _unit_error(el, exc, problems)
+        return None
+    if limit < 0:
+        problems.add(
+            el,
+            f"MessageDiskLimit must not be negative, got {text!r}",
+            "give a size, e.g. 10GB, or 0 to disconnect slow clients instead "
+            "of offlining them to disk",
+        )
+        return None
+    return limit
+
+
+def _disk_path_value(
+    el: etree._Element, problems: _Problems, *, in_transport: bool = False
+) -> str | None:
+    """MessageDiskPath: an existing directory; None (and a problem) otherwise
+    (``in_transport``: the fix says leaving it out means the instance's)."""
+    path = _text(el, problems)
+    if path is not None and not os.path.isdir(path):
+        what = "is not a directory" if os.path.exists(path) else "does not exist"
+        default = (
+            "the instance's MessageDiskPath" if in_transport else "the system's temporary directory"
+        )
+        problems.add(
+            el,
+            f"MessageDiskPath {path!r} {what}; offlined clients' spill files are written there",
+            "create that directory (writable by the server), or name an existing one; "
+            f"leave MessageDiskPath out to use {default}",
+        )
+        return None
+    return path
+
+
+def _age_limit_value(
+    el: etree._Element, problems: _Problems, *, in_transport: bool = False
+) -> float | None:
+    """ClientMessageAgeLimit in seconds, above 0; None (and a problem) otherwise
+    (``in_transport``: the fix says leaving it out means the instance's)."""
+    value = _duration_value(el, problems)
+    if value is not None and value <= 0:
+        default = "the instance's age limit" if in_transport else "no age limit"
+        problems.add(
+            el,
+            f"ClientMessageAgeLimit {_text(el, problems)} must be more than 0",
+            "give the longest a message may wait to be sent to a client, e.g. 30s, or "
+            f"leave ClientMessageAgeLimit out for {default}",
+        )
+        return None
+    return value
+
+
+#: (MessageMemoryLimit, MessageDiskLimit, MessageDiskPath, ClientMessageAgeLimit) of a
+#: Transport; ``None`` where it does not set one (the instance's applies)
+_PoolSettings = tuple[int | None, int | None, str | None, float | None]
+
+
+def _transport_pools(
+    transport: etree._Element, kind: str | None, problems: _Problems
+) -> _PoolSettings | None:
+    """The MessageMemoryLimit, MessageDiskLimit, MessageDiskPath and
+    ClientMessageAgeLimit a client Transport gives itself, read as at instance level;
+    None (and problems) when one is wrong or the transport is the replication listener
+    (replication connections are not slow clients)."""
+    given = [el for name in _TRANSPORT_POOL_ELEMENTS if (el := _first(transport, name)) is not None]
+    if not given:
+        return None, None, None, None
+    if kind in REPLICATION_TRANSPORT_TYPES:
+        for el in given:
             problems.add(
-                age_el,
-                f"ClientMessageAgeLimit {_text(age_el, problems)} must be more than 0",
-                "give the longest a message may wait to be sent to a client, e.g. 30s, or "
-                "leave ClientMessageAgeLimit out for no age limit",
+                el,
+                f"<{el.tag}> applies to client connections only, and this transport's "
+                f"Type is {kind}: replication connections are never offlined or "
+                "disconnected as slow clients",
+                f"remove <{el.tag}> from this transport; set it on a tcp or tcps "
+                "Transport, or in AMPSConfig for every client transport",
             )
-        elif value is not None:
-            age = value
-    return limit, path, age
+        return None
+    memory_el = _first(transport, "MessageMemoryLimit")
+    limit_el = _first(transport, "MessageDiskLimit")
+    path_el = _first(transport, "MessageDiskPath")
+    age_el = _first(transport, "ClientMessageAgeLimit")
+    pools = (
+        _bytes_value(memory_el, problems) if memory_el is not None else None,
+        _disk_limit_value(limit_el, problems) if limit_el is not None else None,
+        _disk_path_value(path_el, problems, in_transport=True) if path_el is not None else None,
+        _age_limit_value(age_el, problems, in_transport=True) if age_el is not None else None,
+    )
+    if any(problems.faulty(el) for el in given):
+        return None
+    return pools
 
 
 def _build_admin(

@@ -8,10 +8,17 @@ those decisions to the connections, through what each exposes (:class:`FlowSessi
 * :func:`close_over_incomplete_limit`: unfinished frames hold more than
   IncompleteMessageMemoryLimit: the largest holders are closed;
 * :func:`disconnect_slow_clients`: a client is past its ClientMaxCapacity (it is
-  disconnected as a slow client), all clients together are past MessageMemoryLimit
-  (the biggest in memory are offlined, or disconnected when offlining is off), or
-  offline clients together are past MessageDiskLimit (the biggest on disk are
-  disconnected);
+  disconnected as a slow client), the clients sharing its MessageMemoryLimit pool are
+  together past it (the biggest in memory among them are offlined, or disconnected when
+  their MessageDiskLimit is 0), or the offline clients sharing a MessageDiskLimit pool
+  are together past it (the biggest on disk among them are disconnected). Each client
+  uses its transport's pools (:meth:`~amps_py.server.limits.InstanceLimits.pools_for`):
+  a pool over its limit only ever acts on the clients that share it, and an offlined
+  client spills under its own MessageDiskPath into its own disk pool. A client whose
+  bookmark replay runs (:attr:`FlowSession.replaying`) is never offlined (the replay
+  paces itself on its outbox); the next biggest is offlined instead;
+* :func:`disconnect_if_too_old`: a client's oldest waiting message is past its
+  ClientMessageAgeLimit;
 
 These run only when a limit is hit (never per message). No trio: the session does the
 reading, writing and closing, so a test drives these with stand-in connections.
@@ -20,7 +27,7 @@ reading, writing and closing, so a test drives these with stand-in connections.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -28,6 +35,8 @@ from amps_py import events
 from amps_py.protocol import PartialFrame, messages
 
 from .limits import (
+    BytePool,
+    ClientPools,
     Closing,
     Connection,
     InstanceLimits,
@@ -110,6 +119,18 @@ class FlowSession(Connection, Protocol):
         """Whether it is being disconnected as a slow client (or has ended)."""
         ...
 
+    @property
+    def pools(self) -> ClientPools:
+        """The memory and disk pools, MessageDiskPath and ClientMessageAgeLimit of its
+        transport (its own or the instance's)."""
+        ...
+
+    @property
+    def replaying(self) -> int:
+        """How many of its bookmark replays are running (it is not offlined while any
+        is)."""
+        ...
+
     def send(self, data: bytes) -> None: ...
 
     def close(self, reason: str) -> None: ...
@@ -171,13 +192,16 @@ def close_over_incomplete_limit(limits: InstanceLimits, sessions: Collection[Flo
 def disconnect_slow_clients(
     session: FlowSession, limits: InstanceLimits, sessions: Collection[FlowSession]
 ) -> None:
-    """``session`` queued bytes past its ClientMaxCapacity, or all clients together are
-    past MessageMemoryLimit or MessageDiskLimit: disconnect ``session`` if it is past its
-    own capacity (of memory while online, of disk while offline); then, while the
-    memory pool is over, offline the clients with the most bytes waiting in memory
-    (disconnect them when offlining is off); then, while the disk pool is over,
-    disconnect the offline clients with the most bytes spilled."""
-    pool = limits.queued
+    """``session`` queued bytes past its ClientMaxCapacity, or the clients sharing its
+    pools are together past their MessageMemoryLimit or MessageDiskLimit: disconnect
+    ``session`` if it is past its own capacity (of memory while online, of disk while
+    offline); then, while its memory pool is over, offline the clients sharing that
+    pool with the most bytes waiting in memory, passing over those whose bookmark
+    replay runs (disconnect them instead when their MessageDiskLimit is 0); then, for
+    each disk pool that is over (``session``'s, or one a client was just offlined
+    into), disconnect the offline clients sharing it with the most bytes spilled.
+    ``limits`` keeps the counts (instance-wide)."""
+    pools = session.pools
     if session.discarding:
         pass
     elif session.offline:
@@ -196,36 +220,60 @@ def disconnect_slow_clients(
         session.disconnect_slow(
             slow_client_closing(session, queued=session.out_bytes, capacity=session.queue_limit)
         )
+    disks = [pools.disk]
+    pool = pools.memory
     if pool.total > pool.limit:
-        if limits.offlining:
-            in_memory = ((s, s.memory_held) for s in sessions if not s.discarding and not s.offline)
-            for victim, held, total in shed(in_memory, pool.total, pool.limit):
-                if victim.go_offline(limits.disk_path):
-                    limits.offlined += 1
-                    message, args = offline_start_line(
-                        victim, held=held, pool=pool, total=total, path=limits.disk_path
-                    )
-                    log.warning(message, *args, extra=events.extra(events.CLIENT_OFFLINE_START))
-        else:
-            queued = ((s, s.out_bytes) for s in sessions if not s.discarding)
-            for victim, held, total in shed(queued, pool.total, pool.limit):
+        for victim, held, total in shed(_memory_holders(pool, sessions), pool.total, pool.limit):
+            own = victim.pools
+            if not own.offlining:
                 limits.slow_client_pool += 1
                 victim.disconnect_slow(
                     slow_client_closing(victim, queued=held, pool=pool, total=total)
                 )
-    disk = limits.disk
-    if disk.total > disk.limit:
-        on_disk = ((s, s.spilled) for s in sessions if not s.discarding and s.offline)
-        for victim, held, total in shed(on_disk, disk.total, disk.limit):
-            limits.slow_client_disk += 1
-            victim.disconnect_slow(slow_client_closing(victim, queued=held, pool=disk, total=total))
+            elif victim.go_offline(own.disk_path):
+                limits.offlined += 1
+                if all(own.disk is not d for d in disks):  # pools are told apart by identity
+                    disks.append(own.disk)
+                message, args = offline_start_line(
+                    victim, held=held, pool=pool, total=total, path=own.disk_path
+                )
+                log.warning(message, *args, extra=events.extra(events.CLIENT_OFFLINE_START))
+    for disk in disks:
+        if disk.total > disk.limit:
+            on_disk = (
+                (s, s.spilled)
+                for s in sessions
+                if s.pools.disk is disk and s.offline and not s.discarding
+            )
+            for victim, held, total in shed(on_disk, disk.total, disk.limit):
+                limits.slow_client_disk += 1
+                victim.disconnect_slow(
+                    slow_client_closing(victim, queued=held, pool=disk, total=total)
+                )
+
+
+def _memory_holders(
+    pool: BytePool, sessions: Collection[FlowSession]
+) -> Iterator[tuple[FlowSession, int]]:
+    """The clients sharing the memory ``pool`` that going over it may act on, with the
+    bytes acting on each frees from it: what offlining moves to disk (bytes in memory),
+    or for a client that is disconnected instead (MessageDiskLimit 0) all it has
+    queued. Not: clients being disconnected, offline ones, and clients that would be
+    offlined while a bookmark replay of theirs runs."""
+    for s in sessions:
+        if s.pools.memory is not pool or s.discarding or s.offline:
+            continue
+        if not s.pools.offlining:
+            yield s, s.out_bytes
+        elif not s.replaying:
+            yield s, s.memory_held
 
 
 def disconnect_if_too_old(session: FlowSession, limits: InstanceLimits, now: float) -> bool:
     """Disconnect ``session`` as a slow client if its oldest message not yet written
-    has waited longer than ClientMessageAgeLimit (``limits.age_limit``; 0: no limit).
-    Returns whether it was disconnected."""
-    limit = limits.age_limit
+    has waited longer than its transport's ClientMessageAgeLimit (``session.pools``;
+    0: no limit). Returns whether it was disconnected."""
+    limit = session.pools.age_limit
     if limit <= 0 or session.discarding:
         return False
     age = session.oldest_age(now)

@@ -52,7 +52,7 @@ from txlog import Journal, publisher_hash
 from .commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
-from .limits import InstanceLimits
+from .limits import InstanceLimits, PoolSettings
 from .listeners import Listeners
 from .maintenance import JournalMaintenance, MaintenanceResult
 from .names import ClientNames
@@ -128,13 +128,15 @@ class Instance:
         self.entitler = access.entitler
         self.replication_authenticator = access.replication_authenticator
         self._transports = {t.name: t for t in config.transports}
-        #: MessageMemoryLimit and IncompleteMessageMemoryLimit pools (sessions update them)
+        #: MessageMemoryLimit and IncompleteMessageMemoryLimit pools, the instance's and
+        #: the transports' own (sessions update them)
         self.limits = InstanceLimits(
             config.message_memory_budget(),
             config.incomplete_message_budget(),
             config.message_disk_limit,
             Path(config.message_disk_path) if config.message_disk_path else None,
             config.client_message_age_limit,
+            transports={t.name: PoolSettings.of(t) for t in config.client_transports},
         )
 
     # ---------------------------------------------------------------- helpers for sessions
@@ -153,15 +155,16 @@ class Instance:
         """(LogonTimeout s, IncompleteMessageTimeout s, ClientMaxCapacity bytes) for a
         connection to client transport ``transport``."""
         t = self._transports.get(transport)
-        capacity = self.config.client_capacity(t, self.limits.queued.limit)
+        capacity = self.config.client_capacity(t, self.limits.pools_for(transport).memory.limit)
         if t is None:
             return DEFAULT_LOGON_TIMEOUT, DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT, capacity
         return t.logon_timeout, t.incomplete_message_timeout, capacity
 
     def client_disk_capacity(self, transport: str) -> int:
-        """ClientMaxCapacity as a share of MessageDiskLimit (bytes), for an offline
-        client of ``transport``."""
-        return self.config.client_capacity(self._transports.get(transport), self.limits.disk.limit)
+        """ClientMaxCapacity as a share of the MessageDiskLimit pool of ``transport``
+        (bytes), for an offline client of it."""
+        disk = self.limits.pools_for(transport).disk
+        return self.config.client_capacity(self._transports.get(transport), disk.limit)
 
     def compile_filter(self, text: str) -> Any:
         flt = self._filters.get(text)

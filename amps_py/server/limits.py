@@ -1,14 +1,24 @@
 """Memory and time limits on client connections: the bookkeeping and the decisions.
 
-Two instance-wide byte pools and two per-connection deadlines keep one client (or many
-hostile ones) from holding the instance's memory or sockets:
+Byte pools and per-connection deadlines keep one client (or many hostile ones) from
+holding the instance's memory or sockets. The slow-client pools and policies
+(MessageMemoryLimit, MessageDiskLimit, MessageDiskPath, ClientMessageAgeLimit) are the
+instance's, shared by every client transport, unless a Transport sets its own: that
+transport then gets its own pool (or directory, or age limit) for that setting and
+shares the instance's for the others (:meth:`InstanceLimits.pools_for`,
+:class:`ClientPools`). "All clients together" below means all clients sharing that
+pool; ClientMaxCapacity is a share of the pool its transport's clients use.
 
 * ``MessageMemoryLimit``: bytes waiting in memory to be sent to all clients together.
   A client past its own ``ClientMaxCapacity`` is disconnected as a slow client. When
   the pool is over its limit the client with the most bytes waiting in memory is
   *offlined*: its backlog moves to a spill file under ``MessageDiskPath`` and drains
   from there in order; it comes back online by itself once it has caught up. (With
-  ``MessageDiskLimit`` 0 it is disconnected as a slow client instead.)
+  ``MessageDiskLimit`` 0 it is disconnected as a slow client instead.) A client whose
+  bookmark replay is running (:attr:`~amps_py.server.flow.FlowSession.replaying`) is
+  never offlined: the replay paces itself on the client's outbox, so the next biggest
+  goes instead; its live subscriptions make it a candidate again once no replay of it
+  runs.
 * ``MessageDiskLimit``: bytes spilled for all offline clients together. Past it the
   offline client with the most spilled bytes is disconnected as a slow client (and its
   spill file removed); so is a client whose backlog could not be spilled or read back.
@@ -33,21 +43,26 @@ Pure logic: no trio, no sockets; the current time is passed in. The session
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from amps_py import events, reasons
 from amps_py.protocol import PartialFrame
+
+if TYPE_CHECKING:
+    from amps_py.config import TransportConfig
 
 __all__ = [
     "CLOSE_FLUSH_TIMEOUT",
     "MIN_DEFAULT_MESSAGE_DISK_LIMIT",
     "BytePool",
+    "ClientPools",
     "Closing",
     "Connection",
     "InstanceLimits",
+    "PoolSettings",
     "ReadDeadline",
     "age_closing",
     "biggest",
@@ -352,8 +367,91 @@ def read_deadline(
     return found
 
 
+@dataclass(frozen=True)
+class PoolSettings:
+    """A client transport's own slow-client settings; ``None``: the instance's.
+
+    Attributes:
+        memory_limit: its MessageMemoryLimit in bytes.
+        disk_limit: its MessageDiskLimit in bytes (0: its clients are disconnected
+            instead of offlined).
+        disk_path: its MessageDiskPath.
+        age_limit: its ClientMessageAgeLimit in seconds.
+    """
+
+    memory_limit: int | None = None
+    disk_limit: int | None = None
+    disk_path: Path | None = None
+    age_limit: float | None = None
+
+    @classmethod
+    def of(cls, transport: TransportConfig) -> PoolSettings:
+        """The settings a Transport's config gives itself."""
+        path = transport.message_disk_path
+        return cls(
+            transport.message_memory_limit,
+            transport.message_disk_limit,
+            Path(path) if path is not None else None,
+            transport.client_message_age_limit,
+        )
+
+    @property
+    def own_any(self) -> bool:
+        """Whether it sets any of them (else its transport uses the instance's)."""
+        return any(
+            v is not None
+            for v in (self.memory_limit, self.disk_limit, self.disk_path, self.age_limit)
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ClientPools:
+    """The pools and policies the clients of one transport use: the instance's
+    objects, or the transport's own where it sets one (two transports share a pool
+    exactly when they hold the same :class:`BytePool` object).
+
+    Attributes:
+        memory: the MessageMemoryLimit pool (bytes waiting in memory).
+        disk: the MessageDiskLimit pool (bytes spilled by offline clients).
+        disk_path: the MessageDiskPath directory of the spill files.
+        age_limit: ClientMessageAgeLimit in seconds (0: none).
+        own: the settings the transport gives itself (all ``None`` for the instance's).
+    """
+
+    memory: BytePool
+    disk: BytePool
+    disk_path: Path
+    age_limit: float
+    own: PoolSettings = field(default_factory=PoolSettings)
+
+    @property
+    def offlining(self) -> bool:
+        """Whether a client over the memory pool is offlined (not disconnected): its
+        MessageDiskLimit is not 0."""
+        return self.disk.limit > 0
+
+    def statistics(self, instance: ClientPools) -> dict[str, Any]:
+        """What the admin API shows of a transport's pools; ``own`` says whether a
+        pool or setting is the transport's, else the ``instance``'s (whose figures,
+        shared with other transports, these are)."""
+        return {
+            "queued": {**self.memory.statistics(), "own": self.memory is not instance.memory},
+            "offline": {
+                "spilled_bytes": self.disk.total,
+                "limit_bytes": self.disk.limit,
+                "peak_bytes": self.disk.peak,
+                "own": self.disk is not instance.disk,
+                "path": str(self.disk_path),
+                "own_path": self.own.disk_path is not None,
+            },
+            "client_message_age_limit_s": self.age_limit,
+            "own_client_message_age_limit": self.own.age_limit is not None,
+        }
+
+
 class InstanceLimits:
-    """The instance's byte pools and the counts of connections they offlined or closed.
+    """The instance's byte pools, the transports' own ones, and the counts of
+    connections they offlined or closed (instance-wide, whichever pool acted).
 
     Args:
         message_memory_limit: MessageMemoryLimit in bytes (waiting in memory to be sent).
@@ -363,6 +461,8 @@ class InstanceLimits:
         disk_path: MessageDiskPath, the directory of spill files; None: the system's
             temporary directory (:func:`tempfile.gettempdir`).
         age_limit: ClientMessageAgeLimit in seconds; 0: no age limit.
+        transports: the client transports that set their own slow-client settings,
+            by name (see :meth:`pools_for`).
     """
 
     def __init__(
@@ -372,6 +472,7 @@ class InstanceLimits:
         disk_limit: int | None = None,
         disk_path: Path | None = None,
         age_limit: float = 0.0,
+        transports: Mapping[str, PoolSettings] | None = None,
     ) -> None:
         self.queued = BytePool("MessageMemoryLimit", message_memory_limit)
         self.incomplete = BytePool("IncompleteMessageMemoryLimit", incomplete_limit)
@@ -400,12 +501,49 @@ class InstanceLimits:
         self.logon_timeouts = 0
         #: connections closed because the IncompleteMessageMemoryLimit pool was over
         self.incomplete_pool = 0
+        #: what a client of a transport without settings of its own uses
+        self.instance_pools = ClientPools(self.queued, self.disk, self.disk_path, age_limit)
+        self._transport_pools = {
+            name: self._own_pools(name, own)
+            for name, own in (transports or {}).items()
+            if own.own_any
+        }
+
+    def _own_pools(self, transport: str, own: PoolSettings) -> ClientPools:
+        """The pools of ``transport``: its own for what it sets, the instance's else."""
+        memory = self.queued
+        if own.memory_limit is not None:
+            memory = BytePool(f"MessageMemoryLimit of transport {transport}", own.memory_limit)
+        disk = self.disk
+        if own.disk_limit is not None or own.memory_limit is not None:
+            # a pool of its own for its offline clients: sized by its own memory limit
+            # when it gives no MessageDiskLimit (the instance's default rule)
+            disk = BytePool(
+                f"MessageDiskLimit of transport {transport}",
+                message_disk_limit(own.disk_limit, memory.limit),
+            )
+        return ClientPools(
+            memory,
+            disk,
+            own.disk_path if own.disk_path is not None else self.disk_path,
+            own.age_limit if own.age_limit is not None else self.age_limit,
+            own,
+        )
+
+    def pools_for(self, transport: str) -> ClientPools:
+        """The pools and policies of a client of ``transport``: the transport's own
+        MessageMemoryLimit pool when it sets one, its own MessageDiskLimit pool when it
+        sets MessageDiskLimit or MessageMemoryLimit (default then:
+        :func:`message_disk_limit` of its memory limit), its MessageDiskPath and
+        ClientMessageAgeLimit when set; the instance's objects for the rest (an
+        unknown transport gets the instance's)."""
+        return self._transport_pools.get(transport, self.instance_pools)
 
     @property
     def offlining(self) -> bool:
-        """Whether the biggest client is offlined (not disconnected) over
-        MessageMemoryLimit: MessageDiskLimit is not 0."""
-        return self.disk.limit > 0
+        """Whether the biggest client is offlined (not disconnected) over the instance's
+        MessageMemoryLimit: its MessageDiskLimit is not 0."""
+        return self.instance_pools.offlining
 
     def statistics(self) -> dict[str, Any]:
         """What the admin API shows (``/amps/instance/limits``)."""
@@ -434,4 +572,9 @@ class InstanceLimits:
                 "closed_timeout": self.incomplete_timeouts,
             },
             "logon_timeouts": self.logon_timeouts,
+            # the transports with a pool or policy of their own
+            "transports": {
+                name: pools.statistics(self.instance_pools)
+                for name, pools in self._transport_pools.items()
+            },
         }

@@ -246,6 +246,8 @@ async def run_replay(
     replays = instance.active_replays
     key = id(sub)
     replays.reading(key, cursor)
+    # while it runs, the session is never offlined (see flow.disconnect_slow_clients)
+    session.replaying += 1
     try:
         while True:
             if session.subscriptions.get(sub.sub_id) is not sub:
@@ -292,6 +294,7 @@ async def run_replay(
         )
         session.subscription_failed(sub, cid, reasons.JOURNAL_CORRUPT, str(exc))
     finally:
+        session.replaying -= 1
         replays.ended(key)
 
 

@@ -14,10 +14,11 @@ one) and the connection stays open. Nothing a client sends can stop the instance
 Limits (see :mod:`amps_py.server.limits`): a connection that does not log on within
 its transport's LogonTimeout, or leaves a frame unfinished past IncompleteMessageTimeout,
 is closed; partial frames count against the instance's IncompleteMessageMemoryLimit and
-bytes waiting to be sent against its MessageMemoryLimit and the client's
-ClientMaxCapacity. When the pool is over, the client with the most bytes waiting in
-memory is offlined: its backlog spills to disk (:mod:`amps_py.server.outbox`) and
-drains from there in order until it has caught up. A slow client (past its capacity,
+bytes waiting to be sent against the MessageMemoryLimit of the client's transport (its
+own pool or the instance's) and the client's ClientMaxCapacity. When the pool is over,
+the client with the most bytes waiting in memory (and no bookmark replay running) is
+offlined: its backlog spills to disk (:mod:`amps_py.server.outbox`) and drains from
+there in order until it has caught up. A slow client (past its capacity,
 or the biggest offline one when spilled bytes pass MessageDiskLimit) is sent a last
 ``slow client`` failure ack when it can still take it, then its socket is closed (it
 sees EOF).
@@ -147,9 +148,14 @@ class Session:
         self.connected_at = time.time()
         # limits (see amps_py.server.limits)
         limits = instance.limits
-        self._queued_pool = limits.queued
+        #: its transport's slow-client pools and policies (its own or the instance's)
+        self.pools = pools = limits.pools_for(transport)
+        self._queued_pool = pools.memory
         self._incomplete_pool = limits.incomplete
-        self._disk_pool = limits.disk
+        self._disk_pool = pools.disk
+        #: bookmark replays of this session running now (kept by replay.py): while any
+        #: runs, the session is not offlined
+        self.replaying = 0
         logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
         #: ClientMaxCapacity while offline: its share of MessageDiskLimit
         self.disk_queue_limit = instance.client_disk_capacity(transport)
@@ -181,7 +187,7 @@ class Session:
                 self._nursery = nursery
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._send_loop)
-                if self.instance.limits.age_limit > 0:
+                if self.pools.age_limit > 0:
                     nursery.start_soon(self._age_watch)
                 await self._read_loop()
                 self.close(reasons.CONNECTION_CLOSED)
@@ -497,7 +503,7 @@ class Session:
     def send(self, data: bytes) -> None:
         """Queue bytes for the client (never blocks).
 
-        When all clients together pass the instance's MessageMemoryLimit, the client
+        When all clients together pass their MessageMemoryLimit pool, the client
         with the most waiting in memory is offlined (its backlog goes to disk). A client
         past its ClientMaxCapacity (:attr:`queue_limit` online, :attr:`disk_queue_limit`
         offline), or the biggest offline client when spilled bytes pass
@@ -608,7 +614,7 @@ class Session:
         """ClientMessageAgeLimit: check about four times per limit whether the oldest
         message waiting for this client is older; if so, disconnect it as a slow client."""
         limits = self.instance.limits
-        interval = max(0.05, limits.age_limit / 4)
+        interval = max(0.05, self.pools.age_limit / 4)
         while not self.discarding:
             await trio.sleep(interval)
             try:
