@@ -198,6 +198,26 @@ def test_over_the_memory_limit_the_biggest_in_memory_is_offlined_not_disconnecte
     assert f"spills to {tmp_path}" in record.getMessage()
 
 
+def test_a_lone_slow_client_at_100_percent_capacity_is_offlined_not_disconnected(
+    tmp_path: Path,
+) -> None:
+    """ClientMaxCapacity 100% means no limit of its own (AMPS): a client holding all
+    of MessageMemoryLimit is past its capacity and the pool at once, and is offlined,
+    as the pool's biggest; past its share of MessageDiskLimit it is disconnected."""
+    limits = InstanceLimits(1000, 1 << 30, disk_limit=5000, disk_path=tmp_path)
+    (lone,) = sessions(limits, 1)
+    lone.queue_limit, lone.disk_queue_limit = 1000, 5000  # 100% of each
+    lone.queue(1200)
+    disconnect_slow_clients(lone, limits, [lone])
+    assert lone.offline and lone.slow is None and limits.offlined == 1
+    assert limits.slow_client_capacity == 0
+    lone.spill(4000)  # 5200 spilled: past its share of the disk limit
+    disconnect_slow_clients(lone, limits, [lone])
+    assert lone.slow is not None and "ClientMaxCapacity share of MessageDiskLimit" in (
+        lone.slow.detail
+    )
+
+
 def test_an_offline_client_is_not_offlined_again_and_spill_failure_disconnects(
     tmp_path: Path,
 ) -> None:

@@ -200,26 +200,17 @@ def disconnect_slow_clients(
     replay runs (disconnect them instead when their MessageDiskLimit is 0); then, for
     each disk pool that is over (``session``'s, or one a client was just offlined
     into), disconnect the offline clients sharing it with the most bytes spilled.
-    ``limits`` keeps the counts (instance-wide)."""
+    ``limits`` keeps the counts (instance-wide).
+
+    When offlining is on and ``session``'s memory pool is over at the same moment, the
+    pool acts first and ``session``'s capacity is checked after: a client that is the
+    biggest is offlined rather than disconnected (with ClientMaxCapacity 100%, past its
+    capacity means past the pool too), and once offline its capacity is its share of
+    MessageDiskLimit."""
     pools = session.pools
-    if session.discarding:
-        pass
-    elif session.offline:
-        if session.spilled > session.disk_queue_limit:
-            limits.slow_client_capacity += 1
-            session.disconnect_slow(
-                slow_client_closing(
-                    session,
-                    queued=session.spilled,
-                    capacity=session.disk_queue_limit,
-                    offline=True,
-                )
-            )
-    elif session.out_bytes > session.queue_limit:
-        limits.slow_client_capacity += 1
-        session.disconnect_slow(
-            slow_client_closing(session, queued=session.out_bytes, capacity=session.queue_limit)
-        )
+    pool_first = pools.offlining and pools.memory.total > pools.memory.limit
+    if not pool_first:
+        _past_own_capacity(session, limits)
     disks = [pools.disk]
     pool = pools.memory
     if pool.total > pool.limit:
@@ -238,6 +229,8 @@ def disconnect_slow_clients(
                     victim, held=held, pool=pool, total=total, path=own.disk_path
                 )
                 log.warning(message, *args, extra=events.extra(events.CLIENT_OFFLINE_START))
+    if pool_first:
+        _past_own_capacity(session, limits)
     for disk in disks:
         if disk.total > disk.limit:
             on_disk = (
@@ -250,6 +243,29 @@ def disconnect_slow_clients(
                 victim.disconnect_slow(
                     slow_client_closing(victim, queued=held, pool=disk, total=total)
                 )
+
+
+def _past_own_capacity(session: FlowSession, limits: InstanceLimits) -> None:
+    """Disconnect ``session`` if it is past its own ClientMaxCapacity: of memory while
+    online, of its share of MessageDiskLimit while offline."""
+    if session.discarding:
+        return
+    if session.offline:
+        if session.spilled > session.disk_queue_limit:
+            limits.slow_client_capacity += 1
+            session.disconnect_slow(
+                slow_client_closing(
+                    session,
+                    queued=session.spilled,
+                    capacity=session.disk_queue_limit,
+                    offline=True,
+                )
+            )
+    elif session.out_bytes > session.queue_limit:
+        limits.slow_client_capacity += 1
+        session.disconnect_slow(
+            slow_client_closing(session, queued=session.out_bytes, capacity=session.queue_limit)
+        )
 
 
 def _memory_holders(
