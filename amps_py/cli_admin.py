@@ -226,10 +226,17 @@ def admin_transport(ctx: click.Context, action: str, name: str) -> None:
 @admin.command("clients")
 @click.pass_context
 def admin_clients(ctx: click.Context) -> None:
-    """The connected clients: user, address, subscriptions, messages, queued output."""
+    """The connected clients (user, address, subscriptions, messages, queued output,
+    offline and spilled bytes), then the last disconnects and why (with --json:
+    /amps/instance/clients; the disconnects are /amps/instance/disconnects)."""
     from amps_py.admin.console import print_clients
 
-    _admin_print(ctx, _admin_fetch(ctx, "/amps/instance/clients.json"), print_clients)
+    clients = _admin_fetch(ctx, "/amps/instance/clients.json")
+    if ctx.obj["json"]:
+        _admin_print(ctx, clients, print_clients)
+        return
+    recent = _admin_fetch(ctx, "/amps/instance/disconnects.json").get("recent", [])
+    _admin_print(ctx, clients, lambda console, doc: print_clients(console, doc, recent))
 
 
 @admin.command("disconnect")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -325,6 +327,18 @@ async def run_scenario(server: ServerProcess, spill_dir: Path) -> None:
         print(f"slow client disconnected ({disconnected}); its last frame: {last}")
         assert last.get("reason") == "slow client", last
         assert list(os.scandir(spill_dir)) == []
+        # the admin API, the metrics and `amps-py admin clients` say who went and why
+        ended = admin_json(admin, "/amps/instance/disconnects.json")
+        gone = next(d for d in ended["recent"] if d["client_name"] == "laggard")
+        assert gone["reason"] == "slow client" and "ClientMaxCapacity" in gone["detail"], gone
+        assert ended["counts"]["slow client"] == 1, ended["counts"]
+        metrics = await trio.to_thread.run_sync(_get_text, admin + "/metrics")
+        assert 'amps_client_disconnects_total{instance="slow",reason="slow client"} 1.0' in (
+            metrics
+        )
+        shown = await trio.to_thread.run_sync(_admin_cli, admin, "clients")
+        assert "recent disconnects" in shown and "laggard" in shown, shown
+        assert "slow client" in shown, shown
         got_before = slow.received
         assert got_before[: len(expected)] == expected
         last_bookmark = next(
@@ -359,6 +373,24 @@ async def fast_caught_up(feed: Feed, sub: FastSubscriber) -> None:
         return f"a fast subscriber has {len(sub.received)} of {published} messages"
 
     await wait_until(check, timeout=30)
+
+
+def _get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
+def _admin_cli(url: str, *args: str) -> str:
+    """``amps-py admin --url URL ARGS`` as a user runs it, on a wide terminal."""
+    done = subprocess.run(
+        [sys.executable, "-m", "amps_py", "admin", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 def _offline_state(admin: str, *, want: bool) -> str | None:

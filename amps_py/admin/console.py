@@ -326,11 +326,47 @@ def clients_table(clients: dict[str, Any], width: int | None = None) -> Renderab
     return fit_table("clients", CLIENT_COLUMNS, rows, width)
 
 
-def print_clients(console: Console, clients: dict[str, Any]) -> None:
+DISCONNECT_COLUMNS: Final = (
+    Column("when"),
+    Column("client"),
+    Column("remote", drop=2),
+    Column("transport", drop=1),
+    Column("reason"),
+    Column("detail", drop=3),
+)
+
+#: how many recent disconnects ``amps-py admin clients`` lists
+RECENT_DISCONNECTS_SHOWN: Final = 10
+
+
+def disconnects_table(recent: list[dict[str, Any]], width: int | None = None) -> RenderableType:
+    """The newest entries of ``/amps/instance/disconnects`` ``recent`` as a table:
+    when, who, and why (the close reason and what the client was told)."""
+    rows = [
+        (
+            time.strftime("%H:%M:%S", time.localtime(float(d["at"]))),
+            d["client_name"] or f"connection {d['connection']}",
+            d["remote_address"],
+            d["transport"],
+            d["reason"],
+            d.get("detail") or "",
+        )
+        for d in recent
+    ]
+    return fit_table("recent disconnects", DISCONNECT_COLUMNS, rows, width)
+
+
+def print_clients(
+    console: Console, clients: dict[str, Any], recent: list[dict[str, Any]] | None = None
+) -> None:
+    """The connected clients, then (when given) the newest of the recent disconnects
+    with their reasons."""
     if not clients:
         console.print("no clients connected")
-        return
-    console.print(clients_table(clients, console.width))
+    else:
+        console.print(clients_table(clients, console.width))
+    if recent:
+        console.print(disconnects_table(recent[:RECENT_DISCONNECTS_SHOWN], console.width))
 
 
 def watch(

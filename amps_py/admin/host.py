@@ -98,6 +98,15 @@ class ActionsView(Protocol):
     async def run_admin(self, path: str, parameters: Mapping[str, str]) -> list[dict[str, Any]]: ...
 
 
+class DisconnectsView(Protocol):
+    """The recent disconnects and their counts by reason (server/disconnects.py)."""
+
+    @property
+    def counts(self) -> Mapping[str, int]: ...
+
+    def statistics(self) -> dict[str, Any]: ...
+
+
 class AdminHost(Protocol):
     """The instance, as the admin API and the metrics see it."""
 
@@ -117,6 +126,8 @@ class AdminHost(Protocol):
     def replication(self) -> ReplicationManager | None: ...
     @property
     def sessions(self) -> Collection[ClientView]: ...
+    @property
+    def disconnects(self) -> DisconnectsView: ...
     @property
     def authenticator(self) -> Authenticator: ...
     @property

@@ -92,6 +92,7 @@ def instance_tree(instance: AdminHost) -> dict[str, Any]:
         "uptime_s": round(stats.uptime, 3),
         "clients": {key: client_entry(s) for key, s in client_sessions(instance).items()},
         "client_count": stats.clients,
+        "disconnects": instance.disconnects.statistics(),
         "subscriptions": stats.subscriptions,
         "statistics": {
             "published": stats.published,

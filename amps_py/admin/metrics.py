@@ -125,11 +125,8 @@ class InstanceCollector(Collector):
         yield counter(
             "amps_slow_client_disconnects",
             "Clients disconnected as slow clients (ClientMaxCapacity, MessageMemoryLimit, "
-            "MessageDiskLimit or a failed spill)",
-            slow["client_max_capacity"]
-            + slow["message_memory_limit"]
-            + slow.get("message_disk_limit", 0)
-            + slow.get("spill_errors", 0),
+            "MessageDiskLimit, ClientMessageAgeLimit or a failed spill)",
+            sum(slow.values()),
         )
         offline = limits.get("offline")
         if offline is not None:
@@ -259,6 +256,15 @@ class InstanceCollector(Collector):
         yield queued
         yield sent
         yield spilled
+        ended = CounterMetricFamily(
+            "amps_client_disconnects",
+            "Client connections ended, by close reason (connection closed, slow client, "
+            "logon timeout, ...)",
+            labels=["instance", "reason"],
+        )
+        for reason, count in self.instance.disconnects.counts.items():
+            ended.add_metric([name, reason], count)
+        yield ended
 
     def _replication(self, name: str, repl: dict[str, Any] | None) -> Iterator[Metric]:
         if not repl:

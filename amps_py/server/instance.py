@@ -52,6 +52,7 @@ from txlog import Journal, publisher_hash
 from .commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
+from .disconnects import Disconnect, RecentDisconnects
 from .limits import InstanceLimits, PoolSettings
 from .listeners import Listeners
 from .maintenance import JournalMaintenance, MaintenanceResult
@@ -88,6 +89,8 @@ class Instance:
         #: per enabled transport, the scope that stops it (admin disable)
         self.registry = SubscriptionRegistry()
         self.sessions: set[Session] = set()
+        #: the recent disconnects and their counts by reason (admin, metrics)
+        self.disconnects = RecentDisconnects()
         self._names = ClientNames()
         self._conn_ids = itertools.count(1)
         self._journaled: dict[str, bool] = {}
@@ -206,6 +209,17 @@ class Instance:
 
     def session_ended(self, session: Session) -> None:
         self.sessions.discard(session)
+        self.disconnects.record(
+            Disconnect(
+                time.time(),
+                session.client_name,
+                session.conn_id,
+                session.peer,
+                session.transport,
+                session.close_reason or reasons.CONNECTION_CLOSED,
+                session.close_detail,
+            )
+        )
         for sub in list(session.subscriptions.values()):
             self.registry.remove(sub)
         session.subscriptions.clear()

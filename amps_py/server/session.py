@@ -141,6 +141,9 @@ class Session:
         self.last_receive = trio.current_time()
         self.heartbeat_interval = 0.0
         self.close_reason = ""
+        #: what the server told the client about why it closes the connection, if more
+        #: than the reason (e.g. which slow-client limit it passed)
+        self.close_detail = ""
         self._cancel: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self.messages_in = 0
@@ -344,6 +347,7 @@ class Session:
         self.discarding = True
         if not self.close_reason:
             self.close_reason = closing.reason
+            self.close_detail = closing.detail
         self._uncount_queued()
         # What waits in the outbox (and its spill file) is dropped; what the send loop
         # is writing ends on a frame boundary (it took whole frames), so the notice can
