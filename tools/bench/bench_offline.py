@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """What an offlined slow client costs everyone else, against a real instance process.
 
-The same load runs twice, alternating, ``--rounds`` times: pipelined publishers (as in
-``bench_publish.py``: each its own process, up to ``--window`` messages without a
-persisted ack) and two subscriber processes that keep up; in the ``offline`` case a
-third subscriber has stopped reading, so its backlog passes MessageMemoryLimit
+The same load runs in three cases, alternating, ``--rounds`` times: pipelined
+publishers (as in ``bench_publish.py``: each its own process, up to ``--window``
+messages without a persisted ack) and two subscriber processes that keep up (case
+``two``); a third that keeps up too (``three``: the cost of one more subscriber); or a
+third that has stopped reading (``offline``), so its backlog passes MessageMemoryLimit
 (``--memory-mb``) and it is offlined: everything sent to it is written to a spill file
-while the others are served.
+while the others are served. ``offline`` against ``three`` is the cost of offlining.
 
     python tools/bench/bench_offline.py --secs 5 --size 1024 --rounds 3
 
@@ -116,21 +117,19 @@ def admin(ports: dict[str, int], path: str) -> Any:
         return json.loads(r.read())
 
 
-def run_case(
-    inst: dict[str, Any], args: argparse.Namespace, tag: str, stalled: bool
-) -> dict[str, Any]:
+def run_case(inst: dict[str, Any], args: argparse.Namespace, tag: str, case: str) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     stop = ctx.Event()
     subs = [
         ctx.Process(target=subscriber, args=(inst["port"], f"{tag}-s{i}", stop, q))
-        for i in range(2)
+        for i in range(3 if case == "three" else 2)
     ]
     for p in subs:
         p.start()
     for _ in subs:
         assert q.get(timeout=60)[0] == "subscribed"
-    slow = StalledSubscriber(inst["port"]) if stalled else None
+    slow = StalledSubscriber(inst["port"]) if case == "offline" else None
     pq = ctx.Queue()
     pubs = [
         ctx.Process(
@@ -154,7 +153,7 @@ def run_case(
     elapsed = summary.pop("elapsed")
     row: dict[str, Any] = {
         "bench": "offline_overhead",
-        "case": "offline" if stalled else "none",
+        "case": case,
         **summary,
         "delivered_per_sub_msgs_per_s": round(
             min(d["count"] / max(d["seconds"], 1e-9) for d in delivered)
@@ -198,8 +197,8 @@ def main() -> None:
     )
     with running_instance(extra=extra) as inst:
         for r in range(a.rounds):
-            for stalled in (False, True):
-                emit(run_case(inst, a, f"r{r}{'o' if stalled else 'n'}", stalled), a.out)
+            for case in ("two", "three", "offline"):
+                emit(run_case(inst, a, f"r{r}{case}", case), a.out)
 
 
 if __name__ == "__main__":
