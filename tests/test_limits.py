@@ -374,7 +374,7 @@ def slow_disconnects(server: ServerProcess) -> list[str]:
 async def read_slow_client_end(conn: RawClient, line: str) -> None:
     """After its disconnect is logged (``line``), the slow client reads what is left
     and must see EOF. The server writes whole frames and then a ``slow client`` notice
-    if the client reads within CLOSE_FLUSH_TIMEOUT (1 s), so a reader that starts soon
+    if the client reads within SLOW_CLIENT_FLUSH_TIMEOUT (5 s), so a reader that starts soon
     gets exactly that; one that starts later may see a cut frame instead."""
     logged = datetime.fromisoformat(line.split()[0])
     lag = (datetime.now(UTC) - logged).total_seconds()

@@ -278,6 +278,21 @@ def test_a_slow_writer_takes_unwritten_backlog_directly(tmp_path: Path) -> None:
     assert not box.offline and list(tmp_path.iterdir()) == []
 
 
+def test_a_read_block_smaller_than_a_record_header_still_reads_whole_records(
+    tmp_path: Path,
+) -> None:
+    """A tiny ``read_block`` (below the 12-byte record header) reads at least a header
+    and then the whole record: the writer never gets nothing while pieces wait (found
+    by the random interleavings with another hypothesis version)."""
+    box = SpillingOutbox("c", write_batch=1, read_block=1)
+    box.go_offline(tmp_path)
+    box.append(b"<0>", 0.0)  # written at once (a batch of 1 byte)
+    box.append(b"<1>", 0.0)
+    assert box.take(1) == [b"<0>"]
+    assert box.take(1) == [b"<1>"]
+    assert not box.offline
+
+
 def test_zero_length_pieces_are_kept_in_place(tmp_path: Path) -> None:
     box = SpillingOutbox("c")
     box.append(b"a", 0.0)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLOSE_FLUSH_TIMEOUT",
     "MIN_DEFAULT_MESSAGE_DISK_LIMIT",
+    "SLOW_CLIENT_FLUSH_TIMEOUT",
     "BytePool",
     "ClientPools",
     "Closing",
@@ -77,8 +78,13 @@ __all__ = [
 ]
 
 #: How long a connection being closed by the server may take to write what it still
-#: sends (a failure ack, the ``slow client`` notice) before its socket is closed anyway.
+#: sends (a failure ack) before its socket is closed anyway.
 CLOSE_FLUSH_TIMEOUT: Final = 1.0
+#: How long a slow client being disconnected has to read the frames already being
+#: written and the ``slow client`` notice before its socket is closed anyway. Longer
+#: than CLOSE_FLUSH_TIMEOUT: it is behind by definition, and what it was owed is
+#: already dropped, so the wait costs a socket and no memory.
+SLOW_CLIENT_FLUSH_TIMEOUT: Final = 5.0
 
 #: the default MessageDiskLimit is this or MessageMemoryLimit, whichever is more
 MIN_DEFAULT_MESSAGE_DISK_LIMIT: Final = 1024**3

@@ -494,7 +494,7 @@ class SpillingOutbox:
             return False
         segment = self._segments[0]
         pos = segment.read_pos
-        length = min(segment.size - pos, max(want, self._read_block_bytes))
+        length = min(segment.size - pos, max(want, self._read_block_bytes, _HEADER.size))
         block = self._pread(segment, length, pos)
         view = memoryview(block)
         offset = 0

@@ -66,7 +66,13 @@ from .flow import (
     disconnect_if_too_old,
     disconnect_slow_clients,
 )
-from .limits import CLOSE_FLUSH_TIMEOUT, Closing, read_deadline, spill_failed_closing
+from .limits import (
+    CLOSE_FLUSH_TIMEOUT,
+    SLOW_CLIENT_FLUSH_TIMEOUT,
+    Closing,
+    read_deadline,
+    spill_failed_closing,
+)
 from .logon import LogonRefused, check_authenticated, check_claimed, logon_ack_fields, read_logon
 from .outbox import SpillError, SpillingOutbox
 from .sow_commands import on_sow, on_sow_delete
@@ -340,7 +346,7 @@ class Session:
         """Disconnect this client as a slow client: drop what it has not been sent yet
         and its subscriptions, queue a ``slow client`` failure ack behind what is being
         written, and close the socket once that is out or after
-        :data:`CLOSE_FLUSH_TIMEOUT`, whichever comes first."""
+        :data:`SLOW_CLIENT_FLUSH_TIMEOUT`, whichever comes first."""
         if self.discarding:
             return
         log.warning(closing.message, *closing.args, extra=events.extra(closing.event))
@@ -362,7 +368,7 @@ class Session:
         self._wake.set()
         if self._cancel is not None:
             self._cancel.deadline = min(
-                self._cancel.deadline, trio.current_time() + CLOSE_FLUSH_TIMEOUT
+                self._cancel.deadline, trio.current_time() + SLOW_CLIENT_FLUSH_TIMEOUT
             )
 
     def _uncount_queued(self) -> None:
