@@ -28,8 +28,9 @@ wrong and how to fix it; they are raised together as one :class:`ConfigError`.
 The package, one module per step or section:
 
 - ``model``            the option objects and their defaults (no XML, no lxml), with
-  ``credentials`` (a replication link's Authenticator) and ``sow_model``
-  (:class:`SowTopicConfig`), which it re-exports;
+  ``credentials`` (a replication link's Authenticator), ``sow_model``
+  (:class:`SowTopicConfig`) and ``queue_model`` (:class:`QueueConfig`), which it
+  re-exports;
 - ``defaults``         the configuration used when none is given;
 - ``security``         settings that run but leave an instance open (no lxml);
 - ``problems``         :class:`ConfigProblem`, :class:`ConfigError` and the collector;
@@ -37,8 +38,8 @@ The package, one module per step or section:
 - ``parsing``          steps 1-2 (XML, ``${VAR}``, entities, namespaces);
 - ``schema``, ``structure``  the model of amps.xsd, the structural walk, the XSD backstop;
 - ``transports``, ``tls``, ``transaction_log``, ``log_targets``, ``replication``,
-  ``access`` (authentication, entitlement, link authenticators), ``actions``, ``sow``:
-  step 4, one ``_build_<section>`` per section;
+  ``access`` (authentication, entitlement, link authenticators), ``actions``, ``sow``,
+  ``queue``: step 4, one ``_build_<section>`` per section;
 - ``loader``           :func:`parse_config` and :func:`load_config`, which run them all.
 
 The names below are importable from ``amps_py.config`` as before. Those of ``model``,
@@ -107,6 +108,7 @@ from amps_py.config.model import (
     LinkAuthenticator,
     LinkCredentialsError,
     LogTarget,
+    QueueConfig,
     ReplicationTopic,
     SowTopicConfig,
     TransactionLogConfig,
@@ -198,6 +200,7 @@ __all__ = [
     "LinkAuthenticator",
     "LinkCredentialsError",
     "LogTarget",
+    "QueueConfig",
     "ReplicationTopic",
     "SowTopicConfig",
     "TransactionLogConfig",

@@ -23,6 +23,7 @@ from amps_py.config.parsing import (
     _substitute_all,
 )
 from amps_py.config.problems import ConfigError, ConfigProblem, _Problems
+from amps_py.config.queue import _build_queues
 from amps_py.config.replication import _build_replication, _Self
 from amps_py.config.schema import _ROOT, _check_schema, _schema
 from amps_py.config.sow import _build_sow
@@ -64,6 +65,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     memory_limit, capacity, incomplete_limit = _build_memory_limits(root, transports, problems)
     disk_limit, disk_path, age_limit = _build_disk_limits(root, problems)
     sow_topics = _build_sow(root, transaction_log, problems)
+    queues = _build_queues(root, transaction_log, problems)
     return InstanceConfig(
         name=name or "",
         group=group or "",
@@ -85,6 +87,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         message_disk_path=disk_path,
         client_message_age_limit=age_limit,
         sow_topics=sow_topics,
+        queues=queues,
     )
 
 

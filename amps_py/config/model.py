@@ -9,8 +9,9 @@ configuration (routing, link validation, the server) does not load the XML machi
 Two parts live in their own modules and are re-exported here, so every name stays
 importable from ``amps_py.config.model``: the replication link credentials
 (:class:`LinkAuthenticator`, :class:`LinkCredentialsError`, :func:`read_password_file`,
-in ``amps_py.config.credentials``) and :class:`SowTopicConfig` (in
-``amps_py.config.sow_model``). Neither imports lxml either.
+in ``amps_py.config.credentials``), :class:`SowTopicConfig` (in
+``amps_py.config.sow_model``) and :class:`QueueConfig` (in ``amps_py.config.queue_model``).
+None of them imports lxml either.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from amps_py.config.credentials import (
 from amps_py.config.credentials import LinkAuthenticator as LinkAuthenticator
 from amps_py.config.credentials import LinkCredentialsError as LinkCredentialsError
 from amps_py.config.credentials import read_password_file as read_password_file
+from amps_py.config.queue_model import QueueConfig as QueueConfig
 from amps_py.config.sow_model import SowTopicConfig as SowTopicConfig
 
 # ----------------------------------------------------------------------------- constants
@@ -628,6 +630,7 @@ class InstanceConfig:
         authentication: the logon check; the default module lets everyone on.
         entitlement: the per-user rights; the default module allows everything.
         sow_topics: the SOW topics (see :meth:`sow_topic`).
+        queues: the queues (see :meth:`queue`).
     """
 
     name: str
@@ -663,16 +666,28 @@ class InstanceConfig:
     client_message_age_limit: float = 0.0
     #: ``SOW/Topic``, in file order (names are unique)
     sow_topics: tuple[SowTopicConfig, ...] = ()
+    #: ``SOW/Queue`` (or ``QueueDefinition``), ``SOW/GroupLocalQueue`` and
+    #: ``SOW/LocalQueue``, in file order (names are unique, and no SOW topic's)
+    queues: tuple[QueueConfig, ...] = ()
     _sow_by_name: dict[str, SowTopicConfig] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+    _queue_by_name: dict[str, QueueConfig] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
 
     def __post_init__(self) -> None:
         self._sow_by_name.update((t.name, t) for t in self.sow_topics)
+        self._queue_by_name.update((q.name, q) for q in self.queues)
 
     def sow_topic(self, topic: str) -> SowTopicConfig | None:
         """The SOW topic named exactly ``topic``, or ``None`` when it is not one."""
         return self._sow_by_name.get(topic)
+
+    def queue(self, topic: str) -> QueueConfig | None:
+        """The queue named exactly ``topic`` (its Name, not its underlying topic), or
+        ``None`` when it is not one."""
+        return self._queue_by_name.get(topic)
 
     def message_memory_budget(self) -> int:
         """Bytes that may wait to be sent to all clients together (MessageMemoryLimit)."""

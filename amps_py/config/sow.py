@@ -135,14 +135,22 @@ def _build_sow(
                 name_el,
                 f"SOW topic {topic.name!r} ({topic.message_type}) is not recorded by the "
                 "TransactionLog; amps-py builds each SOW topic from the journal",
-                f"add <Topic><Name>{topic.name}</Name><MessageType>{topic.message_type}"
-                f"</MessageType></Topic> to the TransactionLog (line {_line(log_el)})"
-                if log_el is not None
-                else "record it in the TransactionLog",
+                journal_fix(topic.name, topic.message_type, log_el),
             )
             continue
         topics.append(topic)
     return tuple(topics)
+
+
+def journal_fix(topic: str, message_type: str, log_el: etree._Element | None) -> str:
+    """The fix for a literal ``topic`` that the TransactionLog (``log_el``) should
+    record and does not."""
+    if log_el is None:
+        return "record it in the TransactionLog"
+    return (
+        f"add <Topic><Name>{topic}</Name><MessageType>{message_type}</MessageType></Topic> "
+        f"to the TransactionLog (line {_line(log_el)})"
+    )
 
 
 def _topic_name(topic_el: etree._Element) -> str | None:

@@ -12,6 +12,9 @@ from amps_py.config.problems import _Problems
 from amps_py.config.schema import _Decl
 from amps_py.config.xmltree import _child_elements, _closest, _line, _one_of, _snippet
 
+#: The queue elements of SOW (``QueueDefinition`` is AMPS's other name for ``Queue``)
+_QUEUE_ELEMENTS: Final = ("Queue", "QueueDefinition", "GroupLocalQueue", "LocalQueue")
+
 #: Elements AMPS defines that amps-py does not support yet, by the path of the parent
 #: they appear in. A config that uses one gets a clear "not supported yet" problem
 #: instead of "unknown element". Shrink this as features arrive (and add the element to
@@ -50,13 +53,21 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/SOW": frozenset(
         {
             "ConflatedTopic",
-            "GroupLocalQueue",
-            "LocalQueue",
-            "Queue",
             "ReplicaDefinition",
             "View",
         }
     ),
+    **{
+        f"AMPSConfig/SOW/{queue}": frozenset(
+            {
+                "DeferredAckExpiration",
+                "FileBackedMetadata",
+                "GroupLocalQueueDomain",
+                "TargetQueueDepth",
+            }
+        )
+        for queue in _QUEUE_ELEMENTS
+    },
     "AMPSConfig/SOW/Topic": frozenset(
         {
             "ExpectedKeyCountHint",
@@ -83,8 +94,15 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
 #: element's path.
 UNSUPPORTED_AMPS_NOTES: Final[Mapping[str, str]] = {
     **{
-        f"AMPSConfig/SOW/{queue}": "message queues come in a later amps-py release"
-        for queue in ("Queue", "LocalQueue", "GroupLocalQueue")
+        f"AMPSConfig/SOW/{queue}/{name}": note
+        for queue in _QUEUE_ELEMENTS
+        for name, note in (
+            (
+                "FileBackedMetadata",
+                "amps-py rebuilds a queue's state from the journal at start",
+            ),
+            ("GroupLocalQueueDomain", "InitialOwner alone names a group-local queue's owner"),
+        )
     },
     "AMPSConfig/SOW/View": "views come in a later amps-py release",
     "AMPSConfig/SOW/ConflatedTopic": "conflated topics come in a later amps-py release",
@@ -119,6 +137,13 @@ UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/TransactionLog/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/Replication/Destination/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
     "AMPSConfig/SOW/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
+    **{
+        f"AMPSConfig/SOW/{queue}/MessageType": _AMPS_ONLY_MESSAGE_TYPES for queue in _QUEUE_ELEMENTS
+    },
+    **{
+        f"AMPSConfig/SOW/{queue}/ExpirationModel": frozenset({"queue", "latest", "earliest"})
+        for queue in _QUEUE_ELEMENTS
+    },
     "AMPSConfig/Logging/Target/Protocol": frozenset({"gzip", "syslog"}),
     "AMPSConfig/Authentication/Module": frozenset(
         {
