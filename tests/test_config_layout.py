@@ -3,7 +3,7 @@
 * every function stays short (a section's builder is a list of named steps);
 * ``amps_py.config.model``, the option objects that the server, routing and link
   validation read, and the model modules it re-exports from (``credentials``,
-  ``sow_model``) never load lxml, neither directly nor through what they import
+  ``sow_model``, ``queue_model``) never load lxml, neither directly nor through what they import
   (checked statically, and dynamically in a fresh interpreter);
 * ``amps_py.config.model`` still gives every name it gave before those were split off;
 * routing and validation import the model only, not the loader;
@@ -26,6 +26,7 @@ MODEL_MODULES = (
     "amps_py.config.model",
     "amps_py.config.credentials",
     "amps_py.config.sow_model",
+    "amps_py.config.queue_model",
 )
 
 

@@ -425,9 +425,6 @@ CASES = [
             9,
         )
         for name, note in (
-            ("Queue", "message queues come in a later amps-py release"),
-            ("LocalQueue", "message queues come in a later amps-py release"),
-            ("GroupLocalQueue", "message queues come in a later amps-py release"),
             ("View", "views come in a later amps-py release"),
             ("ConflatedTopic", "conflated topics come in a later amps-py release"),
             ("ReplicaDefinition", "ReplicaDefinition is AMPS's other name for ConflatedTopic"),

@@ -428,7 +428,10 @@ def _is_journaled(
     if log.journals(topic, queue.message_type):
         return True
     what = "UnderlyingTopic" if queue.default_publish_target is None else "DefaultPublishTarget"
-    el = _first(queue_el, what) or _first(queue_el, "Name") or _first(queue_el, "Topic")
+    el = next(
+        (e for tag in (what, "Name", "Topic") if (e := _first(queue_el, tag)) is not None),
+        queue_el,
+    )
     others = sorted({t.message_type for t in log.topics if t.matches(topic, t.message_type)})
     if others:
         problems.add(
