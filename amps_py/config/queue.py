@@ -181,6 +181,7 @@ def _build_queue(
     message_type = read.text("MessageType")[1]
     underlying = _underlying(read, named[1] if named else None)
     semantics = read.choice("Semantics", "at-least-once")
+    fairness = read.choice("FairnessModel", "proportional")  # at-most-once: round-robin
     priority, barrier = _order(read)
     queue = QueueConfig(
         kind=kind,
@@ -201,11 +202,7 @@ def _build_queue(
         max_deliveries=read.integer("MaxDeliveries", 0, "0 means unlimited") or 0,
         max_cancels=read.integer("MaxCancels", 0, "0 means unlimited") or 0,
         leasing=read.choice("Leasing", "sublet"),
-        fairness=(
-            "round-robin"
-            if semantics == "at-most-once"
-            else read.choice("FairnessModel", "proportional")
-        ),
+        fairness="round-robin" if semantics == "at-most-once" else fairness,
         priority=priority,
         barrier_expression=barrier,
         initial_owner=_initial_owner(read, kind),
