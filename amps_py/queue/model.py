@@ -110,7 +110,8 @@ class AckResult:
     """What one ack command (``sow_delete`` on the queue) did.
 
     Attributes:
-        acked: messages removed from the queue (the ack is the caller's journal record).
+        acked: messages removed from the queue (the ack is the caller's journal record);
+            on an at-most-once queue, messages acked before they were sent.
         cancelled: messages returned to the queue by option ``cancel``.
         expired: messages expired (option ``expire``, or ``cancel`` past
             ``MaxCancels`` / ``MaxDeliveries`` / ``Expiration``): for the dead-letter

@@ -224,6 +224,10 @@ class QueueState:
 
         Call it after anything that may free a delivery: add, subscribe, ack,
         cancel, unsubscribe, lease expiry, transfer in.
+
+        Cost: a walk of the waiting owned messages from the front, which stops once
+        no backlog is free; messages no subscription matches are walked past each
+        time (the whole queue when no filter matches anything).
         """
         out: list[tuple[QueueSub, QueueMessage]] = []
         progressed = True
