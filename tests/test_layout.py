@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SANS_IO_PACKAGES = {
     ROOT / "amps_py" / "protocol": "amps_py.protocol",
     ROOT / "amps_py" / "filters": "amps_py.filters",
+    ROOT / "amps_py" / "queue": "amps_py.queue",
     ROOT / "txlog": "txlog",
 }
 
