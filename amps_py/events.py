@@ -108,6 +108,11 @@ SOW_RECORD_UNREADABLE: Final = "17-0002"
 #: expired SOW records could not be removed from their store (retried next sweep)
 SOW_EXPIRY_FAILED: Final = "17-0003"
 
+#: the queues were rebuilt from the journal at start (how many messages wait)
+QUEUES_REBUILT: Final = "18-0001"
+#: a journaled queue record could not be applied (it names the record and why)
+QUEUE_RECORD_UNREADABLE: Final = "18-0002"
+
 def extra(code: str) -> dict[str, str]:
     """The ``extra=`` mapping that tags a log record with an event code."""
     return {"code": code}

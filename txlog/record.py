@@ -42,6 +42,10 @@ class Kind(IntEnum):
     PUBLISH = 1
     DELTA_PUBLISH = 2
     SOW_DELETE = 3
+    #: messages leaving a queue (acknowledged, expired, or sent at most once); the
+    #: record's topic is the queue's name, its payload ``{"bookmarks": [...],
+    #: "reason": ...}``; not a message: never delivered or replayed
+    QUEUE_ACK = 4
 
 
 class Flags(IntFlag):

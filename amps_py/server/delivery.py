@@ -133,8 +133,8 @@ class Delivery:
             topic = view.topic
             if (topic != sub.topic) if exact else not sub.topic_matches(topic):
                 continue
-            if view.kind == _SOW_DELETE:
-                continue  # a SOW delete is not a message (oof messages are live only)
+            if view.kind >= _SOW_DELETE:
+                continue  # a SOW delete or queue ack is not a message (oof: live only)
             payload = view.payload
             if flt is not None and not flt.matches(parse_json(payload)):
                 continue

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .durability import PublisherLedger
     from .limits import InstanceLimits
     from .publishing import Publisher
+    from .queues import QueueBook
     from .replay import ActiveReplays
     from .session import Session
     from .sowing import SowState
@@ -78,6 +79,10 @@ class SessionHost(ReplayHost, Protocol):
     @property
     def sow(self) -> SowState:
         """The SOW topics and their stores (empty without SOW)."""
+        ...
+    @property
+    def queues(self) -> QueueBook | None:
+        """The message queues (None when none is configured)."""
         ...
 
     def next_connection_id(self) -> int: ...
@@ -140,3 +145,5 @@ class MaintenanceHost(Protocol):
     def committed_txid(self) -> int: ...
     @property
     def active_replays(self) -> ActiveReplays: ...
+    @property
+    def queues(self) -> QueueBook | None: ...

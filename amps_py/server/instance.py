@@ -45,6 +45,7 @@ from amps_py.config import (
     TransportConfig,
 )
 from amps_py.errors import JournalMaintenanceError
+from amps_py.queue import QueueMessage
 from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
 from txlog import Journal, publisher_hash
@@ -58,9 +59,10 @@ from .listeners import Listeners
 from .maintenance import JournalMaintenance, MaintenanceResult
 from .names import ClientNames
 from .publishing import PublishPath
+from .queues import QUEUE_ACK, QueueBook, ServedQueue
 from .replay import ActiveReplays
 from .session import Session
-from .sow_expiry import run_sow_expiry
+from .sow_expiry import EXPIRE_EVENT, run_sow_expiry
 from .sowing import SowState
 from .startup import ConfigurationError, open_access_control, open_journal, open_sow
 from .subscriptions import SubscriptionRegistry
@@ -223,6 +225,8 @@ class Instance:
         for sub in list(session.subscriptions.values()):
             self.registry.remove(sub)
         session.subscriptions.clear()
+        if self.queues is not None:
+            self.queues.session_ended(session)
         if self._names.release(session, session.client_name):
             self.publishing.sessions.pop(session.pub_hash, None)
             self.publishing.ledgers.forget_if_idle(session.pub_hash)
@@ -347,6 +351,8 @@ class Instance:
                     if config.sow_topics:
                         sow = await open_sow(config.sow_topics, journal, tl)
                         self.publishing.sow, self.publishing.sow_topics = sow, sow.topics
+                    if config.queues:
+                        self.publishing.queues = await self._open_queues(journal)
                     writer = self.publishing.open(
                         journal, keep_recent=bool(self.config.replication)
                     )
@@ -370,6 +376,8 @@ class Instance:
 
                     self.actions = ActionRunner(self, config.actions)
                     await nursery.start(self.actions.run)
+                if self.queues is not None:  # after the actions: expiries fire them
+                    nursery.start_soon(self.queues.run)
                 if self.sow.expiring:  # after the actions: expiries fire them
                     p = self.publishing
                     nursery.start_soon(run_sow_expiry, p.sow, p.out_of_focus, self.fire_action)
@@ -387,6 +395,49 @@ class Instance:
             if self.journal is not None:
                 self.journal.close()
             log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))
+
+    @property
+    def queues(self) -> QueueBook | None:
+        """The message queues (None when none is configured)."""
+        return self.publishing.queues
+
+    async def _open_queues(self, journal: Journal) -> QueueBook:
+        """Build the queues from the journal (before anything new commits)."""
+        book = QueueBook(
+            self.config.queues,
+            self.name,
+            self.compile_filter,
+            self._journal_queue_ack,
+            self._queue_message_expired,
+        )
+        left = await trio.to_thread.run_sync(book.rebuild, journal.read)
+        log.info(
+            "queues %s rebuilt from the journal: %d message(s) waiting",
+            ", ".join(book.queues),
+            left,
+            extra=events.extra(events.QUEUES_REBUILT),
+        )
+        return book
+
+    def _journal_queue_ack(self, queue: str, payload: bytes) -> None:
+        """Journal (and so replicate) messages leaving ``queue``."""
+        self.publishing.publish_internal(queue, payload, kind=QUEUE_ACK)
+
+    def _queue_message_expired(self, queue: ServedQueue, message: QueueMessage) -> None:
+        """A queue message expired here: ``amps-action-on-sow-expire-message`` runs
+        (the dead-letter hook)."""
+        self.fire_action(
+            EXPIRE_EVENT,
+            {
+                "AMPS_TOPIC": queue.name,
+                "AMPS_DATA": message.payload.decode("utf-8", errors="replace"),
+                "AMPS_DATA_LENGTH": str(len(message.payload)),
+                "AMPS_REASON": "expired",
+                "AMPS_CORRELATION_ID": message.correlation_id,
+                "AMPS_BOOKMARK": message.bookmark,
+                "AMPS_DELIVERIES": str(message.deliveries),
+            },
+        )
 
     def _open_journal(self, tl: TransactionLogConfig) -> Journal:
         """Open the journal (in a worker thread); see :func:`startup.open_journal`."""

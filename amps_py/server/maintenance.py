@@ -151,6 +151,13 @@ class JournalMaintenance:
                 )
         for cursor in self.instance.active_replays.cursors():
             reasons.append((cursor, f"a bookmark replay is reading after txid {cursor}"))
+        queues = self.instance.queues
+        if queues is not None:
+            # a queue is rebuilt from the journal at start: what it holds must stay
+            for name, oldest in queues.oldest_txids().items():
+                reasons.append(
+                    (oldest - 1, f"queue {name} still holds a message from txid {oldest}")
+                )
         for txid, _ in reasons:
             limit = min(limit, txid)
         return limit, [why for txid, why in reasons if txid == limit]

@@ -34,6 +34,7 @@ from .commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery, parse_json
 from .durability import DurableWindow, Ledgers, PublisherLedger, Release
+from .queues import QUEUE_ACK, QueueBook
 from .sowing import PUBLISH, SOW_DELETE, Removed, SowState, SowTopic
 from .subscriptions import SubscriptionRegistry
 from .writer import JournalWriter
@@ -112,6 +113,8 @@ class PublishPath:
         #: the SOW topics (none without SOW): commits are applied to their stores
         self.sow = SowState((), Path("."))
         self.sow_topics: dict[str, SowTopic] = {}
+        #: the message queues (None without queues): commits feed them
+        self.queues: QueueBook | None = None
         self.message_type = "json"
         self._commit_event = trio.Event()
 
@@ -220,7 +223,7 @@ class PublishPath:
         """
         self.counters.count_published()
         writer = self.writer
-        if writer is not None and self.journals_topic(topic):
+        if writer is not None and (self.journals_topic(topic) or kind == QUEUE_ACK):
             if writer.failure:
                 raise CommandFailed(reasons.JOURNAL_UNAVAILABLE, writer.failure)
             sow_key = ""
@@ -311,6 +314,8 @@ class PublishPath:
                 self._deliver_with_focus(records, skip_durable, changes)
             else:
                 self._deliver(records, skip_durable, False)
+            if self.queues is not None:
+                self.queues.on_commit(records)
         self._released(self.window.committed(records, dropped, self.committed_txid, upto))
 
     def advance_durable(self) -> None:
@@ -333,7 +338,7 @@ class PublishPath:
                 subs = tuple(s for s in subs if not s.fully_durable)
             elif durable_only:
                 subs = tuple(s for s in subs if s.fully_durable)
-            if subs and rec.kind != SOW_DELETE:
+            if subs and rec.kind < SOW_DELETE:  # a SOW delete or queue ack is no message
                 fan_out(
                     rec.topic,
                     rec.payload,

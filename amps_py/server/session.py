@@ -842,6 +842,11 @@ class Session:
         it leaves this session and the registry."""
         if self.subscriptions.get(sub.sub_id) is sub:
             del self.subscriptions[sub.sub_id]
+        if sub.queue is not None:
+            queues = self.instance.queues
+            if queues is not None:
+                queues.unsubscribed(sub)
+            return
         self.instance.registry.remove(sub)
 
     def _on_heartbeat(self, frame: Frame) -> None:

@@ -29,6 +29,7 @@ from amps_py.sow.store import SowEntry
 
 from .commands import CommandFailed, ack_types, options
 from .delivery import parse_json
+from .queues import acknowledge
 from .replay import run_replay
 from .sowing import SOW_DELETE, SowTopic
 from .subscriptions import BadTopic, compile_topic
@@ -287,6 +288,12 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     if not topic or not isinstance(topic, str):
         raise CommandFailed(reasons.NO_TOPIC, "sow_delete needs a topic (t)")
     session.require_entitled(topic, write=True)
+    queues = session.instance.queues
+    queue = queues.get(topic) if queues else None
+    if queue is not None:
+        session.messages_in += 1
+        acknowledge(session, queue, header, frame.payload)
+        return
     state = session.instance.sow
     sow = state.get(topic) if state else None
     if sow is None:

@@ -21,6 +21,7 @@ from amps_py import events, reasons
 from amps_py.protocol import Frame, messages
 
 from .commands import CommandFailed, ack_types, options, unsubscribe_ids
+from .queues import subscribe_to_queue
 from .replay import persisted_acks, plan_subscription, run_replay
 from .sow_commands import start_sow_and_subscribe
 from .subscriptions import BadTopic, Subscription, compile_topic
@@ -82,6 +83,13 @@ def on_subscribe(session: Session, frame: Frame) -> None:
     old = session.subscriptions.get(sub.sub_id)
     if old is not None:
         session.end_subscription(old)
+    queues = session.instance.queues
+    if queues and not sub.bookmark and sub.regex is None:
+        queue = queues.get(sub.topic)
+        if queue is not None:
+            # a bookmark subscription to a queue replays its topic, as in AMPS
+            subscribe_to_queue(session, queue, sub, header)
+            return
     if sub.bookmark:
         _start_bookmark_subscription(session, sub, header)
         return

@@ -8,7 +8,7 @@ with a per-topic cache that is rebuilt when subscriptions change.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from amps_py import reasons
 from amps_py.protocol.messages import sub_id_part
@@ -65,6 +65,7 @@ class Subscription:
         "live",
         "oof_filtered",
         "options",
+        "queue",
         "regex",
         "resume_bookmark",
         "session",
@@ -104,6 +105,9 @@ class Subscription:
         #: told when a SOW record leaves its filter (oof ``match``)
         self.oof_filtered = "oof" in options and filter is not None
         self.head_suffix = sub_id_part(sub_id)
+        #: the queue (a ServedQueue) when this is a queue subscription: it is not in
+        #: the registry, the queue sends to it
+        self.queue: Any = None
 
     def topic_matches(self, topic: str) -> bool:
         if self.regex is None:

@@ -1,0 +1,432 @@
+"""Message queues on this instance: subscriptions, deliveries, acknowledgements.
+
+A queue is derived from the journal like a SOW topic. Every committed publish on its
+underlying topic (published here or replicated in) enters it in txid order
+(:meth:`QueueBook.on_commit`). An acknowledgement or an expiry leaves it as a journaled
+``QUEUE_ACK`` record naming the bookmarks, so every queue host removes the same
+messages and a restart rebuilds the queue from the journal (:meth:`QueueBook.rebuild`).
+Leases, delivery counts and cancel counts live only here, as in AMPS.
+
+The delivery rules are the pure core's (:mod:`amps_py.queue`). This module connects it
+to sessions:
+
+* a ``subscribe`` to a queue's name without a bookmark is a queue subscription
+  (:func:`subscribe_to_queue`); its ack reports the effective ``max_backlog``;
+* after anything that may free a delivery, the queue is *pumped*: the core says which
+  message goes to which subscription and the session sends it, with its bookmark
+  (what the subscriber acknowledges) and ``lp``, the lease's expiry;
+* ``sow_delete`` on a queue acknowledges (:func:`acknowledge`): by ``bm`` (a
+  comma-separated list of bookmarks, with option ``cancel`` or ``expire``) or by
+  filter;
+* an unsubscribe or a disconnect returns the subscription's leases to the queue;
+* :meth:`QueueBook.run` sleeps until the next lease or message expiry, expires what is
+  due (journaling expiries and running ``amps-action-on-sow-expire-message``) and
+  pumps again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+import trio
+
+from amps_py import events, reasons
+from amps_py.config import QueueConfig
+from amps_py.protocol import messages
+from amps_py.queue import QueueMessage, QueuePolicy, QueueState, QueueSub
+from txlog import Kind, Record
+
+from .commands import CommandFailed, ack_types, options
+from .delivery import parse_json
+
+if TYPE_CHECKING:
+    from amps_py.filters import Filter
+
+    from .session import Session
+    from .subscriptions import Subscription
+
+log = logging.getLogger("amps_py.server.queues")
+
+__all__ = ["QUEUE_ACK", "QueueBook", "ServedQueue", "acknowledge", "subscribe_to_queue"]
+
+QUEUE_ACK: Final = int(Kind.QUEUE_ACK)
+_MESSAGE_KINDS: Final = frozenset({int(Kind.PUBLISH), int(Kind.DELTA_PUBLISH)})
+#: journal records read per step when a queue is rebuilt at start
+REBUILD_BATCH: Final = 4096
+
+
+def queue_policy(config: QueueConfig) -> QueuePolicy:
+    """The core's delivery rules from the queue's configuration."""
+    return QueuePolicy(
+        semantics=config.semantics,
+        lease_period=config.lease_period,
+        max_backlog=config.max_backlog,
+        max_per_subscription_backlog=config.max_per_subscription_backlog,
+        expiration=config.expiration,
+        max_deliveries=config.max_deliveries,
+        max_cancels=config.max_cancels,
+        leasing=config.leasing,
+        fairness=config.fairness,
+        kind=config.kind,
+    )
+
+
+def ack_payload(bookmarks: Iterable[str], reason: str) -> bytes:
+    """The payload of a ``QUEUE_ACK`` record: the bookmarks it removes and why
+    (``ack``, ``expire``, ``sent``: an at-most-once delivery)."""
+    return orjson.dumps({"bookmarks": list(bookmarks), "reason": reason})
+
+
+def parse_ack_payload(payload: bytes) -> list[str] | None:
+    """The bookmarks a ``QUEUE_ACK`` record removes; None when the payload is not one
+    (a forged or damaged record: the caller logs it and leaves it out)."""
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    marks = doc.get("bookmarks") if isinstance(doc, dict) else None
+    if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+        return None
+    return marks
+
+
+@dataclass(eq=False)
+class QueueSubscriber:
+    """What a queue subscription needs to be sent a message (the core's
+    ``QueueSub.context``)."""
+
+    session: Session
+    subscription: Subscription
+    filter: Filter | None
+    head: bytes
+
+
+class ServedQueue:
+    """One queue on this instance: its configuration, its core state and the sessions
+    subscribed to it."""
+
+    def __init__(
+        self,
+        config: QueueConfig,
+        instance_name: str,
+        compile_filter: Callable[[str], Filter],
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.instance_name = instance_name
+        self.filter = compile_filter(config.filter) if config.filter else None
+        self.barrier = (
+            compile_filter(config.barrier_expression) if config.barrier_expression else None
+        )
+        self.state = QueueState(queue_policy(config), instance_name, self._matches)
+        self.head = messages.topic_head(config.name)
+        #: messages this instance journaled a removal for and has not seen commit yet
+        self.removing: set[str] = set()
+
+    @staticmethod
+    def _matches(sub: QueueSub, message: QueueMessage) -> bool:
+        subscriber: QueueSubscriber = sub.context
+        flt = subscriber.filter
+        return flt is None or flt.matches(parse_json(message.payload))
+
+    def owner_of(self, record: Record) -> str:
+        """Who owns a new message: the instance the client published to (a
+        distributed queue), the configured InitialOwner (group-local), or this
+        instance (local)."""
+        if self.config.kind == "group-local":
+            return self.config.initial_owner or self.instance_name
+        if self.config.kind == "local":
+            return self.instance_name
+        return record.origin or self.instance_name
+
+    def admit(self, record: Record, now: float | None) -> bool:
+        """Enter a committed publish of the underlying topic, if the queue's Filter
+        takes it; returns whether it entered."""
+        if self.filter is not None and not self.filter.matches(parse_json(record.payload)):
+            return False
+        if record.bookmark in self.state:
+            return False
+        doc = parse_json(record.payload) if self.barrier is not None else None
+        message = QueueMessage(
+            txid=record.txid,
+            bookmark=record.bookmark,
+            payload=record.payload,
+            correlation_id=record.correlation_id,
+            published_at=(record.origin_ts or record.local_ts) / 1e6,
+            owner=self.owner_of(record),
+            barrier=self.barrier is not None and self.barrier.matches(doc),
+        )
+        self.state.add(message, now)
+        return True
+
+
+class QueueBook:
+    """The queues of this instance, by name, and the hooks the rest of the server
+    calls."""
+
+    def __init__(
+        self,
+        configs: Iterable[QueueConfig],
+        instance_name: str,
+        compile_filter: Callable[[str], Filter],
+        journal_ack: Callable[[str, bytes], None],
+        on_expired: Callable[[ServedQueue, QueueMessage], None] | None = None,
+    ) -> None:
+        """Args:
+        configs: the configured queues.
+        instance_name: this instance's name (message ownership).
+        compile_filter: the instance's filter cache.
+        journal_ack: journals a ``QUEUE_ACK`` record (queue name, payload).
+        on_expired: told of each message this instance expires (the action hook).
+        """
+        self.queues = {c.name: ServedQueue(c, instance_name, compile_filter) for c in configs}
+        self._journal_ack = journal_ack
+        self._on_expired = on_expired
+        self._by_topic: dict[str, tuple[ServedQueue, ...]] = {}
+        self._wake = trio.Event()
+        self.clock: Callable[[], float] = time.time
+
+    def __bool__(self) -> bool:
+        return bool(self.queues)
+
+    def get(self, name: str) -> ServedQueue | None:
+        return self.queues.get(name)
+
+    def fed_by(self, topic: str) -> tuple[ServedQueue, ...]:
+        """The queues whose underlying topic ``topic`` is (cached per topic)."""
+        found = self._by_topic.get(topic)
+        if found is None:
+            found = tuple(q for q in self.queues.values() if q.config.covers(topic))
+            if len(self._by_topic) > 100_000:
+                self._by_topic.clear()
+            self._by_topic[topic] = found
+        return found
+
+    # ---------------------------------------------------------------- the journal
+    def rebuild(self, read: Callable[[int, int], list[Record]]) -> int:
+        """Build every queue from the journal (at start, before anything commits):
+        ``read(after_txid, limit)`` returns the next records. Returns the messages
+        left in the queues."""
+        if not self.queues:
+            return 0
+        after = 0
+        while True:
+            batch = read(after, REBUILD_BATCH)
+            if not batch:
+                break
+            after = batch[-1].txid
+            self._apply(batch, now=None)
+        return sum(len(q.state) for q in self.queues.values())
+
+    def on_commit(self, records: list[Record]) -> None:
+        """Committed records (txid order): publishes enter the queues their topic
+        feeds, acks and expiries leave; then every queue that changed is pumped."""
+        changed = self._apply(records, self.clock())
+        for queue in changed:
+            self.pump(queue)
+
+    def _apply(self, records: Iterable[Record], now: float | None) -> set[ServedQueue]:
+        changed: set[ServedQueue] = set()
+        for rec in records:
+            kind = rec.kind
+            if kind in _MESSAGE_KINDS:
+                for queue in self.fed_by(rec.topic):
+                    if queue.admit(rec, now):
+                        changed.add(queue)
+            elif kind == QUEUE_ACK:
+                acked = self.queues.get(rec.topic)
+                if acked is None:
+                    continue
+                marks = parse_ack_payload(rec.payload)
+                if marks is None:
+                    log.warning(
+                        "queue %s: journal record %d is not a queue acknowledgement "
+                        "(its payload names no bookmarks); left out",
+                        rec.topic,
+                        rec.txid,
+                        extra=events.extra(events.QUEUE_RECORD_UNREADABLE),
+                    )
+                    continue
+                acked.state.apply_removed(marks)
+                acked.removing.difference_update(marks)
+                changed.add(acked)
+        return changed
+
+    # ---------------------------------------------------------------- delivery
+    def pump(self, queue: ServedQueue) -> None:
+        """Send every delivery the queue can make now."""
+        now = self.clock()
+        sent_at_most_once: list[str] = []
+        for sub, message in queue.state.assign(now):
+            subscriber: QueueSubscriber = sub.context
+            _send_message(queue, subscriber, message)
+            if not queue.state.policy.at_least_once and not message.barrier:
+                sent_at_most_once.append(message.bookmark)
+        if sent_at_most_once:
+            self._journal_removal(queue, sent_at_most_once, "sent")
+        self._wake.set()
+
+    def _journal_removal(self, queue: ServedQueue, bookmarks: list[str], reason: str) -> None:
+        queue.removing.update(bookmarks)
+        self._journal_ack(queue.name, ack_payload(bookmarks, reason))
+
+    def expired(self, queue: ServedQueue, gone: list[QueueMessage]) -> None:
+        """Messages this instance expired: journal their removal, tell the hook."""
+        if not gone:
+            return
+        self._journal_removal(queue, [m.bookmark for m in gone], "expire")
+        if self._on_expired is not None:
+            for message in gone:
+                self._on_expired(queue, message)
+
+    async def run(self) -> None:
+        """Expire leases and messages when they are due, then pump; sleeps until the
+        earliest deadline of any queue, or until something changes."""
+        while True:
+            deadlines = [d for q in self.queues.values() if (d := q.state.next_deadline())]
+            self._wake = trio.Event()
+            with trio.move_on_after(max(0.0, min(deadlines) - self.clock()) if deadlines else 3600):
+                await self._wake.wait()
+            now = self.clock()
+            for queue in self.queues.values():
+                due = queue.state.next_deadline()
+                if due is None or due > now:
+                    continue
+                back = queue.state.expire_leases(now)
+                self.expired(queue, back.expired + queue.state.expire_messages(now))
+                self.pump(queue)
+
+    # ---------------------------------------------------------------- sessions
+    def session_ended(self, session: Session) -> None:
+        """A connection ended: its leases go back to their queues."""
+        now = self.clock()
+        for queue in self.queues.values():
+            back = queue.state.disconnect(session.conn_id, now)
+            self.expired(queue, back.expired)
+            if back.returned or back.expired:
+                self.pump(queue)
+
+    def unsubscribed(self, sub: Subscription) -> None:
+        queue = self.queues.get(sub.topic)
+        if queue is None:
+            return
+        back = queue.state.unsubscribe((sub.session.conn_id, sub.sub_id), self.clock())
+        self.expired(queue, back.expired)
+        self.pump(queue)
+
+    def oldest_txids(self) -> dict[str, int]:
+        """Per queue holding messages, the txid of its oldest: journal removal keeps
+        it (the queue is rebuilt from the journal at start)."""
+        out: dict[str, int] = {}
+        for name, queue in self.queues.items():
+            first = next(iter(queue.state.messages()), None)
+            if first is not None:
+                out[name] = first.txid
+        return out
+
+    def statistics(self) -> dict[str, dict[str, Any]]:
+        """Per queue, what the admin API and metrics show."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, queue in self.queues.items():
+            stats = queue.state.statistics()
+            out[name] = {
+                "kind": queue.config.kind,
+                "underlying_topic": queue.config.underlying_topic,
+                **{field: getattr(stats, field) for field in stats.__dataclass_fields__},
+            }
+        return out
+
+
+def _send_message(queue: ServedQueue, subscriber: QueueSubscriber, message: QueueMessage) -> None:
+    header = queue.head + subscriber.head + messages.bookmark_part(message.bookmark)
+    if message.correlation_id:
+        header += messages.correlation_part(message.correlation_id)
+    lease = message.lease
+    if lease is not None and lease.expires_at is not None:
+        expiry = datetime.fromtimestamp(lease.expires_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        header += b',"lp":"' + expiry.encode() + b'"'
+    payload = message.payload
+    subscriber.session.send(messages.frame_head(header, len(payload)))
+    subscriber.session.send(payload)
+    subscriber.session.messages_out += 1
+
+
+def subscribe_to_queue(
+    session: Session, queue: ServedQueue, sub: Subscription, header: dict[str, Any]
+) -> None:
+    """A ``subscribe`` to ``queue`` (no bookmark): register it with the core, ack with
+    the effective ``max_backlog``, and pump."""
+    book = session.instance.queues
+    assert book is not None
+    opts = options(header)
+    requested = 1
+    raw = opts.get("max_backlog")
+    if raw is not None:
+        try:
+            requested = int(raw)
+        except (TypeError, ValueError):
+            requested = 0
+        if requested < 1:
+            raise CommandFailed(
+                reasons.INVALID_OPTIONS,
+                f"max_backlog must be a whole number of 1 or more, got {raw!r}",
+            )
+    subscriber = QueueSubscriber(session, sub, sub.filter, sub.head_suffix)
+    qsub = QueueSub((session.conn_id, sub.sub_id), requested, subscriber)
+    backlog = queue.state.subscribe(qsub)
+    sub.queue = queue
+    session.subscriptions[sub.sub_id] = sub
+    if "processed" in sub.acks:
+        session.ack(header, "processed", sub_id=sub.sub_id, opts=f"max_backlog={backlog}")
+    book.pump(queue)
+
+
+def acknowledge(
+    session: Session, queue: ServedQueue, header: dict[str, Any], payload: bytes
+) -> None:
+    """``sow_delete`` on a queue: acknowledge the messages named by ``bm`` (option
+    ``cancel`` returns them, ``expire`` expires them), or those a filter selects."""
+    book = session.instance.queues
+    assert book is not None
+    state = queue.state
+    now = book.clock()
+    opts = options(header)
+    option = "cancel" if "cancel" in opts else "expire" if "expire" in opts else ""
+    marks = [m.strip() for m in str(header.get("bm") or "").split(",") if m.strip()]
+    held = len(state)
+    if marks:
+        result = state.ack(marks, session.conn_id, option, now)
+    elif header.get("f"):
+        flt = session.instance.compile_filter(str(header["f"]))
+        result = state.ack_matching(
+            lambda m: flt.matches(parse_json(m.payload)), session.conn_id, now
+        )
+    else:
+        raise CommandFailed(
+            reasons.BAD_FILTER,
+            f"sow_delete on queue {queue.name!r} needs the bookmarks to acknowledge (bm, "
+            "comma-separated) or a filter (f)",
+        )
+    if result.acked:
+        book._journal_removal(queue, [m.bookmark for m in result.acked], "ack")
+    book.expired(queue, result.expired)
+    book.pump(queue)
+    acks = ack_types(header)
+    query_id = str(header.get("query_id") or header.get("cid") or "")
+    if "processed" in acks:
+        session.ack(header, "processed", query_id=query_id)
+    if "stats" in acks:
+        session.ack(
+            header,
+            "stats",
+            query_id=query_id,
+            records_deleted=len(result.acked) + len(result.expired),
+            topic_matches=held,
+            matches=len(marks) if marks else len(result.acked) + len(result.refused),
+        )
