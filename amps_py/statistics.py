@@ -43,3 +43,6 @@ class InstanceStatistics:
     #: per SOW topic: ``records``, ``bytes`` (payload bytes), ``file_bytes`` and the
     #: journal txid its store has applied through (empty without SOW)
     sow: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: per queue: depth, leased, owned, delivered, acked, transfers, ... (see
+    #: ``QueueBook.statistics``); empty without queues
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)

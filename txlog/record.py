@@ -46,6 +46,10 @@ class Kind(IntEnum):
     #: record's topic is the queue's name, its payload ``{"bookmarks": [...],
     #: "reason": ...}``; not a message: never delivered or replayed
     QUEUE_ACK = 4
+    #: a queue's ownership traffic: a request for messages, or the owner's grant;
+    #: topic the queue's name, payload ``{"op": "request"|"grant", "bookmarks":
+    #: [...], "to": <instance>}``; not a message
+    QUEUE_TRANSFER = 5
 
 
 class Flags(IntFlag):

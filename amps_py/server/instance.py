@@ -59,7 +59,7 @@ from .listeners import Listeners
 from .maintenance import JournalMaintenance, MaintenanceResult
 from .names import ClientNames
 from .publishing import PublishPath
-from .queues import QUEUE_ACK, QueueBook, ServedQueue
+from .queues import QueueBook, ServedQueue
 from .replay import ActiveReplays
 from .session import Session
 from .sow_expiry import EXPIRE_EVENT, run_sow_expiry
@@ -407,7 +407,7 @@ class Instance:
             self.config.queues,
             self.name,
             self.compile_filter,
-            self._journal_queue_ack,
+            self._journal_queue_record,
             self._queue_message_expired,
         )
         left = await trio.to_thread.run_sync(book.rebuild, journal.read)
@@ -419,9 +419,10 @@ class Instance:
         )
         return book
 
-    def _journal_queue_ack(self, queue: str, payload: bytes) -> None:
-        """Journal (and so replicate) messages leaving ``queue``."""
-        self.publishing.publish_internal(queue, payload, kind=QUEUE_ACK)
+    def _journal_queue_record(self, queue: str, payload: bytes, kind: int) -> None:
+        """Journal (and so replicate) a record of ``queue``: messages leaving it
+        (``QUEUE_ACK``), or ownership traffic (``QUEUE_TRANSFER``)."""
+        self.publishing.publish_internal(queue, payload, kind=kind)
 
     def _queue_message_expired(self, queue: ServedQueue, message: QueueMessage) -> None:
         """A queue message expired here: ``amps-action-on-sow-expire-message`` runs
@@ -475,6 +476,7 @@ class Instance:
             durable_txid=self.durable_txid,
             limits=self.limits.statistics(),
             sow=self.publishing.sow.statistics(),
+            queues=self.queues.statistics() if self.queues is not None else {},
         )
 
 

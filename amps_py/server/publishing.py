@@ -223,7 +223,7 @@ class PublishPath:
         """
         self.counters.count_published()
         writer = self.writer
-        if writer is not None and (self.journals_topic(topic) or kind == QUEUE_ACK):
+        if writer is not None and (self.journals_topic(topic) or kind >= QUEUE_ACK):
             if writer.failure:
                 raise CommandFailed(reasons.JOURNAL_UNAVAILABLE, writer.failure)
             sow_key = ""

@@ -56,6 +56,16 @@ log = logging.getLogger("amps_py.server.queues")
 __all__ = ["QUEUE_ACK", "QueueBook", "ServedQueue", "acknowledge", "subscribe_to_queue"]
 
 QUEUE_ACK: Final = int(Kind.QUEUE_ACK)
+QUEUE_TRANSFER: Final = int(Kind.QUEUE_TRANSFER)
+#: how often an instance with idle queue subscribers looks for messages to ask for
+TRANSFER_INTERVAL: Final = 0.1
+#: how long a message must have waited before it is asked for, until acks have shown
+#: the queue's typical arrival-to-ack time
+DEFAULT_ACK_TIME: Final = 0.5
+#: a request the owner did not answer may be repeated after this long
+REQUEST_RETRY: Final = 2.0
+#: weight of each new arrival-to-ack sample in the queue's typical time
+ACK_TIME_WEIGHT: Final = 0.1
 _MESSAGE_KINDS: Final = frozenset({int(Kind.PUBLISH), int(Kind.DELTA_PUBLISH)})
 #: journal records read per step when a queue is rebuilt at start
 REBUILD_BATCH: Final = 4096
@@ -81,6 +91,29 @@ def ack_payload(bookmarks: Iterable[str], reason: str) -> bytes:
     """The payload of a ``QUEUE_ACK`` record: the bookmarks it removes and why
     (``ack``, ``expire``, ``sent``: an at-most-once delivery)."""
     return orjson.dumps({"bookmarks": list(bookmarks), "reason": reason})
+
+
+def transfer_payload(op: str, bookmarks: Iterable[str], to: str) -> bytes:
+    """The payload of a ``QUEUE_TRANSFER`` record: a ``request`` by instance ``to``
+    for the messages ``bookmarks``, or the owner's ``grant`` of them to ``to``."""
+    return orjson.dumps({"op": op, "bookmarks": list(bookmarks), "to": to})
+
+
+def parse_transfer_payload(payload: bytes) -> tuple[str, list[str], str] | None:
+    """(op, bookmarks, to) of a ``QUEUE_TRANSFER`` record; None when the payload is not
+    one (a forged or damaged record: the caller logs it and leaves it out)."""
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    op, marks, to = doc.get("op"), doc.get("bookmarks"), doc.get("to")
+    if op not in ("request", "grant") or not isinstance(to, str) or not to:
+        return None
+    if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+        return None
+    return op, marks, to
 
 
 def parse_ack_payload(payload: bytes) -> list[str] | None:
@@ -128,6 +161,31 @@ class ServedQueue:
         self.head = messages.topic_head(config.name)
         #: messages this instance journaled a removal for and has not seen commit yet
         self.removing: set[str] = set()
+        #: the typical arrival-to-ack time (seconds; None until an ack was seen)
+        self.ack_time: float | None = None
+        #: requester side: bookmark -> when this instance asked its owner for it
+        self.requested: dict[str, float] = {}
+        #: owner side: messages a transfer request was received for (only the first
+        #: request for a message may be granted)
+        self.asked: set[str] = set()
+
+    @property
+    def min_wait(self) -> float:
+        """How long a message must have waited here before this instance asks its
+        owner for it: the typical arrival-to-ack time."""
+        return DEFAULT_ACK_TIME if self.ack_time is None else self.ack_time
+
+    def note_acked(self, gone: Iterable[QueueMessage], now: float) -> None:
+        """Messages acknowledged (here or by a peer): their arrival-to-ack times feed
+        the queue's typical time."""
+        for message in gone:
+            sample = max(0.0, now - message.arrived_at)
+            if self.ack_time is None:
+                self.ack_time = sample
+            else:
+                self.ack_time += ACK_TIME_WEIGHT * (sample - self.ack_time)
+            self.requested.pop(message.bookmark, None)
+            self.asked.discard(message.bookmark)
 
     @staticmethod
     def _matches(sub: QueueSub, message: QueueMessage) -> bool:
@@ -175,18 +233,19 @@ class QueueBook:
         configs: Iterable[QueueConfig],
         instance_name: str,
         compile_filter: Callable[[str], Filter],
-        journal_ack: Callable[[str, bytes], None],
+        journal: Callable[[str, bytes, int], None],
         on_expired: Callable[[ServedQueue, QueueMessage], None] | None = None,
     ) -> None:
         """Args:
         configs: the configured queues.
         instance_name: this instance's name (message ownership).
         compile_filter: the instance's filter cache.
-        journal_ack: journals a ``QUEUE_ACK`` record (queue name, payload).
+        journal: journals a queue record (queue name, payload, kind: ``QUEUE_ACK`` or
+            ``QUEUE_TRANSFER``).
         on_expired: told of each message this instance expires (the action hook).
         """
         self.queues = {c.name: ServedQueue(c, instance_name, compile_filter) for c in configs}
-        self._journal_ack = journal_ack
+        self._journal = journal
         self._on_expired = on_expired
         self._by_topic: dict[str, tuple[ServedQueue, ...]] = {}
         self._wake = trio.Event()
@@ -253,10 +312,74 @@ class QueueBook:
                         extra=events.extra(events.QUEUE_RECORD_UNREADABLE),
                     )
                     continue
-                acked.state.apply_removed(marks)
+                removed = acked.state.apply_removed(marks)
                 acked.removing.difference_update(marks)
+                if now is not None:
+                    acked.note_acked(removed, now)
                 changed.add(acked)
+            elif kind == QUEUE_TRANSFER:
+                moved = self.queues.get(rec.topic)
+                if moved is not None and self._apply_transfer(moved, rec, now):
+                    changed.add(moved)
         return changed
+
+    def _apply_transfer(self, queue: ServedQueue, rec: Record, now: float | None) -> bool:
+        """A committed ownership record: a grant moves the messages to their new
+        owner on every host; a request is answered by the owner (live only: at a
+        rebuild, requests are history). Returns whether the queue may deliver more."""
+        parsed = parse_transfer_payload(rec.payload)
+        if parsed is None:
+            log.warning(
+                "queue %s: journal record %d is not a queue transfer (its payload is not "
+                "a request or grant naming bookmarks and an instance); left out",
+                rec.topic,
+                rec.txid,
+                extra=events.extra(events.QUEUE_RECORD_UNREADABLE),
+            )
+            return False
+        op, marks, to = parsed
+        if op == "grant":
+            for mark in marks:
+                queue.state.transfer(mark, to)
+                queue.requested.pop(mark, None)
+            return True
+        if now is not None and to != queue.instance_name:
+            self._answer(queue, marks, to)
+        return False
+
+    def _answer(self, queue: ServedQueue, marks: list[str], to: str) -> None:
+        """The owner's answer to a transfer request: grant the messages that are the
+        first asked for and that no local subscription can take now; the rest are
+        kept (the owner delivers them itself)."""
+        state = queue.state
+        granted = []
+        for mark in marks:
+            message = state.get(mark)
+            if message is None or not state.owns(message) or mark in queue.asked:
+                continue
+            queue.asked.add(mark)
+            if state.may_grant(mark):
+                # moved at once, before the grant commits: nothing here delivers it
+                state.transfer(mark, to)
+                granted.append(mark)
+        if granted:
+            self._journal(queue.name, transfer_payload("grant", granted, to), QUEUE_TRANSFER)
+
+    def _ask_owners(self, queue: ServedQueue, now: float) -> None:
+        """Ask the owners for messages this instance's idle subscriptions could take
+        and that have waited longer than the typical arrival-to-ack time."""
+        if queue.config.kind == "local":
+            return
+        wanted = [
+            m.bookmark
+            for m in queue.state.transfer_candidates(now, queue.min_wait)
+            if now - queue.requested.get(m.bookmark, -REQUEST_RETRY) >= REQUEST_RETRY
+        ]
+        if wanted:
+            for mark in wanted:
+                queue.requested[mark] = now
+            payload = transfer_payload("request", wanted, queue.instance_name)
+            self._journal(queue.name, payload, QUEUE_TRANSFER)
 
     # ---------------------------------------------------------------- delivery
     def pump(self, queue: ServedQueue) -> None:
@@ -274,7 +397,7 @@ class QueueBook:
 
     def _journal_removal(self, queue: ServedQueue, bookmarks: list[str], reason: str) -> None:
         queue.removing.update(bookmarks)
-        self._journal_ack(queue.name, ack_payload(bookmarks, reason))
+        self._journal(queue.name, ack_payload(bookmarks, reason), QUEUE_ACK)
 
     def expired(self, queue: ServedQueue, gone: list[QueueMessage]) -> None:
         """Messages this instance expired: journal their removal, tell the hook."""
@@ -286,21 +409,36 @@ class QueueBook:
                 self._on_expired(queue, message)
 
     async def run(self) -> None:
-        """Expire leases and messages when they are due, then pump; sleeps until the
-        earliest deadline of any queue, or until something changes."""
+        """Expire leases and messages when they are due, then pump; every
+        :data:`TRANSFER_INTERVAL` while a replicated queue has subscriptions here, ask
+        the owners for messages they leave waiting. Sleeps until the earliest of
+        those, or until something changes."""
+        last_ask = 0.0
         while True:
+            now = self.clock()
             deadlines = [d for q in self.queues.values() if (d := q.state.next_deadline())]
+            wait = min(deadlines) - now if deadlines else 3600.0
+            asking = [
+                q
+                for q in self.queues.values()
+                if q.config.kind != "local" and q.state.subscriptions()
+            ]
+            if asking:
+                wait = min(wait, last_ask + TRANSFER_INTERVAL - now)
             self._wake = trio.Event()
-            with trio.move_on_after(max(0.0, min(deadlines) - self.clock()) if deadlines else 3600):
+            with trio.move_on_after(max(0.0, wait)):
                 await self._wake.wait()
             now = self.clock()
             for queue in self.queues.values():
                 due = queue.state.next_deadline()
-                if due is None or due > now:
-                    continue
-                back = queue.state.expire_leases(now)
-                self.expired(queue, back.expired + queue.state.expire_messages(now))
-                self.pump(queue)
+                if due is not None and due <= now:
+                    back = queue.state.expire_leases(now)
+                    self.expired(queue, back.expired + queue.state.expire_messages(now))
+                    self.pump(queue)
+            if asking and now - last_ask >= TRANSFER_INTERVAL:
+                last_ask = now
+                for queue in asking:
+                    self._ask_owners(queue, now)
 
     # ---------------------------------------------------------------- sessions
     def session_ended(self, session: Session) -> None:
@@ -414,6 +552,7 @@ def acknowledge(
             "comma-separated) or a filter (f)",
         )
     if result.acked:
+        queue.note_acked(result.acked, now)
         book._journal_removal(queue, [m.bookmark for m in result.acked], "ack")
     book.expired(queue, result.expired)
     book.pump(queue)
