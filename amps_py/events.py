@@ -112,6 +112,8 @@ SOW_EXPIRY_FAILED: Final = "17-0003"
 QUEUES_REBUILT: Final = "18-0001"
 #: a journaled queue record could not be applied (it names the record and why)
 QUEUE_RECORD_UNREADABLE: Final = "18-0002"
+#: proxied transfer was enabled or disabled, or claimed messages of an unreachable owner
+QUEUE_PROXIED_CLAIM: Final = "18-0003"
 
 def extra(code: str) -> dict[str, str]:
     """The ``extra=`` mapping that tags a log record with an event code."""

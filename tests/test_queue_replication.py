@@ -9,6 +9,7 @@ processed exactly once.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 
 import orjson
@@ -118,3 +119,52 @@ async def test_messages_published_where_nobody_consumes_are_transferred(
 
     await wait_until(transferred, timeout=30)
     await wait_until(lambda: None if depth(cluster, "A") == 0 else f"A: {depth(cluster, 'A')}", 30)
+
+
+PROXIED_ON_SIGNAL = (
+    "<Actions><Action>"
+    "<On><Module>amps-action-on-signal</Module><Options><Signal>SIGUSR1</Signal></Options></On>"
+    "<Do><Module>amps-action-do-enable-proxied-transfer</Module>"
+    f"<Options><Topic>{QUEUE}</Topic><MessageType>json</MessageType></Options></Do>"
+    "</Action></Actions>"
+)
+
+
+async def test_a_dead_owners_messages_wait_until_proxied_transfer_is_enabled(
+    cluster: Cluster,
+) -> None:
+    cluster.add_instance("A", "hot", pair_body("B"))
+    with_action = pair_body("A")
+    cluster.add_instance("B", "hot", lambda view: with_action(view) + PROXIED_ON_SIGNAL)
+    cluster.start_all()
+    await publish_from(cluster.uri("A"), "pub-A", 0, 20)  # owned by A; nobody consumes
+    await wait_until(lambda: None if depth(cluster, "B") == 20 else f"B: {depth(cluster, 'B')}", 30)
+    cluster.kill("A")
+    got: list[int] = []
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        consumer = await WireConsumer.connect(cluster.server("B").port, "only-B")
+        await consumer.subscribe(backlog=4)
+        nursery.start_soon(consume, consumer, got, stop)
+        # the owner is gone and cannot grant: nothing is delivered (observed for 1.5 s,
+        # three times the wait after which B asks an owner)
+        await trio.sleep(1.5)
+        assert got == [], "messages of an unreachable owner were delivered without proxied transfer"
+        cluster.server("B").signal(signal.SIGUSR1)  # the action enables proxied transfer
+        await wait_until(lambda: None if len(got) >= 20 else f"B processed {len(got)} of 20", 30)
+        stop.set()
+    assert sorted(got) == list(range(20))
+    await consumer.aclose()
+    stats = cluster.server("B").statistics()["queues"][QUEUE]
+    assert stats["proxied_transfer"] is True
+    await wait_until(
+        lambda: (
+            None
+            if cluster.server("B").statistics()["queues"][QUEUE]["proxied_claims"] == 20
+            else "claims not counted yet"
+        ),
+        timeout=10,
+    )
+    # the owner comes back: the claims and acks replicate to it, its queue empties
+    cluster.restart("A")
+    await wait_until(lambda: None if depth(cluster, "A") == 0 else f"A: {depth(cluster, 'A')}", 60)

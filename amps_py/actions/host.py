@@ -46,6 +46,10 @@ class ActionsHost(Protocol):
         that exist."""
         ...
 
+    def set_proxied_transfer(self, queue: str, enabled: bool) -> str:
+        """Enable or disable proxied transfer on ``queue``; KeyError names the queues."""
+        ...
+
     def publish_internal(self, topic: str, payload: bytes) -> str:
         """Publish ``payload`` to ``topic`` as the instance itself."""
         ...

@@ -381,6 +381,16 @@ class ActionRunner:
             except KeyError as exc:  # says which client transports exist
                 raise ActionFailed(str(exc.args[0])) from None
             log.info("action: transport %s: %s", name, outcome)
+        elif module in (
+            "amps-action-do-enable-proxied-transfer",
+            "amps-action-do-disable-proxied-transfer",
+        ):
+            enable = module == "amps-action-do-enable-proxied-transfer"
+            try:
+                outcome = self.instance.set_proxied_transfer(options["Topic"], enable)
+            except KeyError as exc:  # says which queues exist
+                raise ActionFailed(str(exc.args[0])) from None
+            log.info("action: %s", outcome)
         elif module == "amps-action-do-publish-message":
             data = options.get("Data", "")
             self.instance.publish_internal(options["Topic"], data.encode())

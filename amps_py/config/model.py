@@ -406,6 +406,8 @@ ACTION_DO_MODULES: Final[Mapping[str, tuple[str, ...]]] = {
     "amps-action-do-publish-message": ("Topic",),
     "amps-action-do-disable-transport": ("Transport",),
     "amps-action-do-enable-transport": ("Transport",),
+    "amps-action-do-enable-proxied-transfer": ("Topic", "MessageType"),
+    "amps-action-do-disable-proxied-transfer": ("Topic", "MessageType"),
     "amps-action-do-rotate-logs": (),
     "amps-action-do-shutdown": (),
     "amps-action-do-nothing": (),

@@ -156,6 +156,11 @@ class ReplicationManager:
             extra=events.extra(events.REPLICATION_DISCONNECTED),
         )
 
+    def connected_peers(self) -> set[str]:
+        """The instances replicating into this one now (their link is up): the ones
+        known reachable through replication."""
+        return set(self.upstreams)
+
     def statistics(self) -> dict[str, Any]:
         return {
             "destinations": [d.statistics().__dict__ for d in self.destinations],

@@ -409,6 +409,7 @@ class Instance:
             self.compile_filter,
             self._journal_queue_record,
             self._queue_message_expired,
+            self._reachable_peers,
         )
         left = await trio.to_thread.run_sync(book.rebuild, journal.read)
         log.info(
@@ -418,6 +419,21 @@ class Instance:
             extra=events.extra(events.QUEUES_REBUILT),
         )
         return book
+
+    def _reachable_peers(self) -> set[str]:
+        """The instances known reachable through replication now."""
+        replication = self.replication
+        return replication.connected_peers() if replication is not None else set()
+
+    def set_proxied_transfer(self, queue: str, enabled: bool) -> str:
+        """Enable or disable proxied transfer on ``queue`` (admin API, CLI, actions).
+
+        Raises:
+            KeyError: no such queue (the message lists them).
+        """
+        if self.queues is None:
+            raise KeyError(f"there is no queue {queue!r}: this instance has no queues")
+        return self.queues.set_proxied_transfer(queue, enabled)
 
     def _journal_queue_record(self, queue: str, payload: bytes, kind: int) -> None:
         """Journal (and so replicate) a record of ``queue``: messages leaving it

@@ -168,6 +168,11 @@ class ServedQueue:
         #: owner side: messages a transfer request was received for (only the first
         #: request for a message may be granted)
         self.asked: set[str] = set()
+        #: proxied transfer (admin, actions; off by default, not kept across a
+        #: restart): this instance claims messages whose owner is not reachable
+        self.proxied_transfer = False
+        #: messages this instance claimed by proxied transfer
+        self.proxied_claims = 0
 
     @property
     def min_wait(self) -> float:
@@ -235,6 +240,7 @@ class QueueBook:
         compile_filter: Callable[[str], Filter],
         journal: Callable[[str, bytes, int], None],
         on_expired: Callable[[ServedQueue, QueueMessage], None] | None = None,
+        reachable: Callable[[], set[str]] | None = None,
     ) -> None:
         """Args:
         configs: the configured queues.
@@ -243,10 +249,13 @@ class QueueBook:
         journal: journals a queue record (queue name, payload, kind: ``QUEUE_ACK`` or
             ``QUEUE_TRANSFER``).
         on_expired: told of each message this instance expires (the action hook).
+        reachable: the instances known reachable through replication now (for proxied
+            transfer; None: none is).
         """
         self.queues = {c.name: ServedQueue(c, instance_name, compile_filter) for c in configs}
         self._journal = journal
         self._on_expired = on_expired
+        self._reachable = reachable or set
         self._by_topic: dict[str, tuple[ServedQueue, ...]] = {}
         self._wake = trio.Event()
         self.clock: Callable[[], float] = time.time
@@ -370,9 +379,12 @@ class QueueBook:
         and that have waited longer than the typical arrival-to-ack time."""
         if queue.config.kind == "local":
             return
+        candidates = queue.state.transfer_candidates(now, queue.min_wait)
+        if queue.proxied_transfer and candidates:
+            candidates = self._claim_unreachable(queue, candidates)
         wanted = [
             m.bookmark
-            for m in queue.state.transfer_candidates(now, queue.min_wait)
+            for m in candidates
             if now - queue.requested.get(m.bookmark, -REQUEST_RETRY) >= REQUEST_RETRY
         ]
         if wanted:
@@ -380,6 +392,58 @@ class QueueBook:
                 queue.requested[mark] = now
             payload = transfer_payload("request", wanted, queue.instance_name)
             self._journal(queue.name, payload, QUEUE_TRANSFER)
+
+    def _claim_unreachable(
+        self, queue: ServedQueue, candidates: list[QueueMessage]
+    ) -> list[QueueMessage]:
+        """Proxied transfer: take over the candidates whose owner is not reachable
+        through replication (a grant to this instance, journaled and replicated like
+        an owner's); return the others, to be asked for as usual.
+
+        The owner may have delivered a message before it became unreachable; if it
+        was being processed, claiming it here delivers it a second time. Each claim is
+        counted (``proxied_claims``) and logged, so duplicates can be traced."""
+        up = self._reachable()
+        claimed = [m.bookmark for m in candidates if m.owner not in up]
+        if not claimed:
+            return candidates
+        for mark in claimed:
+            queue.state.transfer(mark, queue.instance_name)
+        queue.proxied_claims += len(claimed)
+        log.warning(
+            "queue %s: proxied transfer claimed %d message(s) whose owner is not "
+            "reachable through replication; one its owner delivered before it went "
+            "may be delivered again",
+            queue.name,
+            len(claimed),
+            extra=events.extra(events.QUEUE_PROXIED_CLAIM),
+        )
+        payload = transfer_payload("grant", claimed, queue.instance_name)
+        self._journal(queue.name, payload, QUEUE_TRANSFER)
+        self.pump(queue)
+        taken = set(claimed)
+        return [m for m in candidates if m.bookmark not in taken]
+
+    def set_proxied_transfer(self, name: str, enabled: bool) -> str:
+        """Enable or disable proxied transfer on queue ``name``; returns what was done.
+
+        Raises:
+            KeyError: no queue ``name`` (the message lists the queues).
+        """
+        queue = self.queues.get(name)
+        if queue is None:
+            known = ", ".join(sorted(self.queues)) or "none"
+            raise KeyError(f"there is no queue {name!r}; queues: {known}")
+        queue.proxied_transfer = enabled
+        state = "enabled" if enabled else "disabled"
+        log.warning(
+            "queue %s: proxied transfer %s",
+            name,
+            state,
+            extra=events.extra(events.QUEUE_PROXIED_CLAIM),
+        )
+        self._wake.set()
+        return f"proxied transfer {state} on queue {name}"
 
     # ---------------------------------------------------------------- delivery
     def pump(self, queue: ServedQueue) -> None:
@@ -476,6 +540,8 @@ class QueueBook:
             out[name] = {
                 "kind": queue.config.kind,
                 "underlying_topic": queue.config.underlying_topic,
+                "proxied_transfer": queue.proxied_transfer,
+                "proxied_claims": queue.proxied_claims,
                 **{field: getattr(stats, field) for field in stats.__dataclass_fields__},
             }
         return out
