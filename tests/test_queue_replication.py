@@ -25,7 +25,9 @@ PEER = {"A": "B", "B": "A"}
 
 def pair_body(peer: str) -> Callable[[InstanceView], str]:
     def make(view: InstanceView) -> str:
-        dest = destination_xml(peer, "hot", True, view.addr(peer))
+        # AMPS requires PassThrough for every group that replicates a queue, the
+        # destination's own included (the queue_passthrough check)
+        dest = destination_xml(peer, "hot", True, view.addr(peer), passthrough=(".*",))
         extra = "<MaxPerSubscriptionBacklog>4</MaxPerSubscriptionBacklog>"
         return queue_xml(extra) + replication_xml(dest)
 
@@ -168,3 +170,73 @@ async def test_a_dead_owners_messages_wait_until_proxied_transfer_is_enabled(
     # the owner comes back: the claims and acks replicate to it, its queue empties
     cluster.restart("A")
     await wait_until(lambda: None if depth(cluster, "A") == 0 else f"A: {depth(cluster, 'A')}", 60)
+
+
+def mesh_body(me: str) -> Callable[[InstanceView], str]:
+    """Three instances, each replicating to the other two; a GroupLocalQueue whose
+    InitialOwner is A on all three."""
+
+    def make(view: InstanceView) -> str:
+        dests = [
+            destination_xml(peer, "mesh", False, view.addr(peer), passthrough=(".*",))
+            for peer in "ABC"
+            if peer != me
+        ]
+        extra = (
+            "<InitialOwner>A</InitialOwner><MaxPerSubscriptionBacklog>4</MaxPerSubscriptionBacklog>"
+        )
+        return queue_xml(extra, kind="GroupLocalQueue") + replication_xml(*dests)
+
+    return make
+
+
+def queue_stats(cluster: Cluster, name: str) -> dict[str, int]:
+    return dict(cluster.server(name).statistics().get("queues", {}).get(QUEUE) or {})
+
+
+async def test_a_group_local_queue_is_delivered_by_its_initial_owner_until_it_grants(
+    cluster: Cluster,
+) -> None:
+    for name in "ABC":
+        cluster.add_instance(name, "mesh", mesh_body(name))
+    cluster.start_all()
+    got_a: list[int] = []
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        at_a = await WireConsumer.connect(cluster.server("A").port, "at-A")
+        await at_a.subscribe(backlog=4)
+        nursery.start_soon(consume, at_a, got_a, stop)
+        # published at C, owned by A: only A delivers (B and C have the messages too)
+        await publish_from(cluster.uri("C"), "pub-C", 0, 20)
+        await wait_until(lambda: None if len(got_a) >= 20 else f"A processed {len(got_a)}", 30)
+        stop.set()
+    await at_a.aclose()
+    for name in "BC":
+        assert queue_stats(cluster, name).get("delivered", 0) == 0, queue_stats(cluster, name)
+    # A's consumer is gone: B's idle consumer asks for what waits, and A grants it
+    got_b: list[int] = []
+    stop2 = trio.Event()
+    async with trio.open_nursery() as nursery:
+        at_b = await WireConsumer.connect(cluster.server("B").port, "at-B")
+        await at_b.subscribe(backlog=4)
+        nursery.start_soon(consume, at_b, got_b, stop2)
+        await publish_from(cluster.uri("C"), "pub-C2", 20, 20)
+        await wait_until(lambda: None if len(got_b) >= 20 else f"B processed {len(got_b)}", 30)
+        stop2.set()
+    await at_b.aclose()
+    assert sorted(got_a) == list(range(20)) and sorted(got_b) == list(range(20, 40))
+
+    def settled() -> str | None:
+        a, b, c = (queue_stats(cluster, n) for n in "ABC")
+        if b.get("delivered") == 20 and b.get("transferred_in") == 20 and c.get("delivered") == 0:
+            return None
+        return f"A {a}, B {b}, C {c}"
+
+    await wait_until(settled, timeout=30)
+    for name in "ABC":
+        await wait_until(
+            lambda name=name: (
+                None if depth(cluster, name) == 0 else f"{name}: {depth(cluster, name)}"
+            ),
+            timeout=30,
+        )
