@@ -2,7 +2,7 @@
 
 Read at scrape time from the same statistics the admin tree shows, so the two never
 disagree. Names start with ``amps_``; per-destination series carry a ``destination``
-label.
+label, per-queue series (``amps_queue_*``) a ``queue`` label.
 """
 
 from __future__ import annotations

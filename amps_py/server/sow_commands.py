@@ -10,6 +10,10 @@ sent, the replay machinery sends what committed meanwhile and goes live at the s
 
 Results go out as ``group_begin``, ``sow`` batches of up to ``bs`` records,
 ``group_end``, then the ``completed`` and ``stats`` acks the command asked for.
+
+A ``sow`` on a queue's name reads the messages in the queue (:class:`QueueSnapshot`)
+through the same query, batching and acks; ``sow_delete`` on it acknowledges
+(:func:`amps_py.server.queues.acknowledge`).
 """
 
 from __future__ import annotations
