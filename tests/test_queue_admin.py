@@ -140,6 +140,10 @@ async def test_the_admin_tree_shows_each_queue_in_json_and_xml(tmp_path: Path) -
         assert root.findtext(f"{QUEUE}/leased") == "2"
         assert root.findtext(f"{QUEUE}/proxied_transfer") == "false"
         assert root.findtext(f"{QUEUE}/max_backlog") == "5"
+        # proxied transfer, once enabled, shows
+        book_of(served).set_proxied_transfer(QUEUE, True)
+        tree = json.loads(await http_get(f"{base}/amps/instance/queues.json"))
+        assert tree[QUEUE]["proxied_transfer"] is True
         await consumer.aclose()
 
 
@@ -291,6 +295,10 @@ def test_the_queues_table_keeps_its_key_cells_whole_at_any_width(width: int) -> 
     for cell in (name, "123456789", "999999999", "3601.2"):
         assert cell in flat.split() or f"{cell}:" in flat.split() or f"{cell}," in flat, cell
     assert "8 lease(s) timed out" in flat  # 4 in each queue
+    queues["q"]["proxied_transfer"] = True
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(queues_table(queues, width))
+    assert "proxied transfer enabled on q:" in words(console.file.getvalue())  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------- sow on a queue

@@ -579,6 +579,12 @@ def queues_table(queues: Mapping[str, Any], width: int | None = None) -> Rendera
             )
         )
     notes = []
+    proxied = [name for name, q in queues.items() if q.get("proxied_transfer")]
+    if proxied:
+        notes.append(
+            f"proxied transfer enabled on {', '.join(proxied)}: this instance claims "
+            "messages whose owner is unreachable"
+        )
     timeouts = sum(int(q.get("lease_timeouts", 0)) for q in queues.values())
     if timeouts:
         notes.append(f"{timeouts} lease(s) timed out (expired_leases in --json)")

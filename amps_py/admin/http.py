@@ -132,7 +132,8 @@ def queues_tree(instance: AdminHost) -> dict[str, dict[str, Any]]:
     empty) and its counters since start (``delivered``, ``acked``, ``returned``,
     ``cancelled``, ``lease_timeouts``, ``expired``, ``removed_by_peer``: removed by
     another instance's ack or expiry, ``transferred_in`` / ``transferred_out``:
-    ownership moves). ``proxied_transfer`` is false (not available yet). The AMPS
+    ownership moves), ``proxied_transfer`` (whether it is enabled here) and
+    ``proxied_claims`` (messages claimed by it) when the server reports them. The AMPS
     monitoring names (``queue_depth``, ``backlog``: leased, ``expired_leases``: the
     lease timeouts) are given too, for tools written against AMPS."""
     book = instance.queues
@@ -149,7 +150,7 @@ def queues_tree(instance: AdminHost) -> dict[str, dict[str, Any]]:
             entry["publish_target"] = config.publish_target
             entry["seconds_behind"] = round(queue.seconds_behind(now), 3)
         entry.setdefault("seconds_behind", 0.0)
-        entry["proxied_transfer"] = False
+        entry.setdefault("proxied_transfer", False)
         # AMPS's names
         entry["queue_depth"] = figures.get("depth", 0)
         entry["backlog"] = figures.get("leased", 0)
