@@ -151,6 +151,17 @@ def _admin_action(ctx: click.Context, path: str, subject: str) -> None:
     _admin_print(ctx, doc, lambda console, d: console.print(f"{d[subject]}: {d['result']}"))
 
 
+@admin.command("queues")
+@click.pass_context
+def admin_queues(ctx: click.Context) -> None:
+    """The queues: depth, leased, owned here, backlog, deliveries, acks, expiries,
+    seconds behind (how long the oldest message has waited), ownership transfers
+    (with --json: /amps/instance/queues, every figure by queue name)."""
+    from amps_py.admin.console import queues_table
+
+    _admin_table(ctx, "/amps/instance/queues.json", queues_table)
+
+
 @admin.command("journals")
 @click.pass_context
 def admin_journals(ctx: click.Context) -> None:

@@ -248,6 +248,9 @@ def status_screen(instance: dict[str, Any], width: int | None = None) -> Group:
                 for topic, figures in sow.items()
             )
         )
+    queues = instance.get("queues") or {}
+    if queues:
+        line(queues_line(queues))
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
     line(f"transports {transports}")
     replication = instance.get("replication", {})
@@ -511,3 +514,78 @@ def actions_view(document: Mapping[str, Any]) -> Group:
         needs = ", ".join(a["required_parameters"]) or "no parameters"
         lines.append(Text(f"{a['path']}: {a['name']} ({needs}) {a['description']}".rstrip()))
     return Group(*lines)
+
+
+def queues_line(queues: Mapping[str, Any]) -> str:
+    """The status screen's one line on queues: per queue its depth, leased messages
+    and, when it has any waiting, how long the oldest has waited."""
+    parts = []
+    for name, q in queues.items():
+        text = f"{name} {q.get('depth', 0)} in queue ({q.get('leased', 0)} leased"
+        behind = float(q.get("seconds_behind", 0))
+        if q.get("depth") and behind >= 1:
+            text += f", oldest {_duration(behind)}"
+        parts.append(text + ")")
+    return "queues: " + ", ".join(parts)
+
+
+QUEUE_COLUMNS: Final = (
+    Column("queue"),
+    Column("kind", drop=5),
+    Column("depth", "right"),
+    Column("leased", "right"),
+    Column("owned", "right", drop=3),
+    Column("backlog", "right", drop=4),
+    Column("delivered", "right", drop=2),
+    Column("acked", "right"),
+    Column("expired", "right", drop=1),
+    Column("behind (s)", "right"),
+    Column("transfers in/out", "right", drop=6),
+    Column("underlying topic", drop=7),
+)
+
+
+def queues_table(queues: Mapping[str, Any], width: int | None = None) -> RenderableType:
+    """``amps-py admin queues``: ``/amps/instance/queues`` as a table that fits
+    ``width``: per queue its depth (waiting or leased), leased, owned here, backlog
+    (leased / the subscriptions' capacity, and the MaxBacklog cap), deliveries, acks,
+    expiries, seconds behind (how long the oldest message has waited), ownership
+    transfers and the underlying topic; the key columns always, the others as room
+    allows."""
+    if not queues:
+        return Text("no queues are configured")
+    rows = []
+    for name, q in queues.items():
+        backlog = f"{q.get('leased', 0)}/{q.get('backlog_capacity', 0)}"
+        if q.get("max_backlog") is not None:
+            backlog += f" (max {q['max_backlog']})"
+        kind = str(q.get("kind", "?"))
+        if q.get("semantics") == "at-most-once":
+            kind += ", at-most-once"
+        rows.append(
+            (
+                name,
+                kind,
+                str(q.get("depth", 0)),
+                str(q.get("leased", 0)),
+                str(q.get("owned", 0)),
+                backlog,
+                str(q.get("delivered", 0)),
+                str(q.get("acked", 0)),
+                str(q.get("expired", 0)),
+                f"{float(q.get('seconds_behind', 0)):.1f}",
+                f"{q.get('transferred_in', 0)}/{q.get('transferred_out', 0)}",
+                str(q.get("underlying_topic", "")),
+            )
+        )
+    notes = []
+    proxied = [name for name, q in queues.items() if q.get("proxied_transfer")]
+    if proxied:
+        notes.append(
+            f"proxied transfer enabled on {', '.join(proxied)}: this instance claims "
+            "messages whose owner is unreachable"
+        )
+    timeouts = sum(int(q.get("lease_timeouts", 0)) for q in queues.values())
+    if timeouts:
+        notes.append(f"{timeouts} lease(s) timed out (expired_leases in --json)")
+    return fit_table("queues", QUEUE_COLUMNS, rows, width, notes=notes)

@@ -7,14 +7,14 @@ the HTTP API and the metrics read keeps :mod:`amps_py.admin` free of imports fro
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sized
+from collections.abc import Callable, Collection, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 from txlog import Journal
 
 if TYPE_CHECKING:
     from amps_py.auth import Authenticator, Entitler
-    from amps_py.config import InstanceConfig
+    from amps_py.config import InstanceConfig, QueueConfig
     from amps_py.replication import ReplicationManager
     from amps_py.statistics import InstanceStatistics
 
@@ -107,6 +107,27 @@ class DisconnectsView(Protocol):
     def statistics(self) -> dict[str, Any]: ...
 
 
+class QueueView(Protocol):
+    """One queue on the instance (server/queues.py ``ServedQueue``)."""
+
+    @property
+    def config(self) -> QueueConfig: ...
+
+    def seconds_behind(self, now: float) -> float: ...
+
+
+class QueuesView(Protocol):
+    """The instance's queues (server/queues.py ``QueueBook``): per queue, the figures
+    of ``statistics()`` (depth, leased, owned, delivered, acked, ...)."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def get(self, name: str) -> QueueView | None: ...
+
+    def statistics(self) -> dict[str, dict[str, Any]]: ...
+
+
 class AdminHost(Protocol):
     """The instance, as the admin API and the metrics see it."""
 
@@ -128,6 +149,8 @@ class AdminHost(Protocol):
     def sessions(self) -> Collection[ClientView]: ...
     @property
     def disconnects(self) -> DisconnectsView: ...
+    @property
+    def queues(self) -> QueuesView | None: ...
     @property
     def authenticator(self) -> Authenticator: ...
     @property

@@ -8,7 +8,9 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
   ``statistics``, ``transaction_log``, ``replication`` (``destinations`` and
   ``upstreams`` keyed by name), ``transports``, ``limits`` (bytes queued for all
   clients and in partly received messages, their limits, and the connections they
-  closed; under ``limits/transports`` the pools of each transport that sets its own).
+  closed; under ``limits/transports`` the pools of each transport that sets its own),
+  ``sow`` (records and bytes per SOW topic) and ``queues`` (per queue: depth, leases,
+  backlog, counters, seconds behind; see :func:`queues_tree`).
   Any subtree can be asked for by path,
   e.g. ``/amps/instance/replication/destinations/B.json``.
 - ``/amps/host[/...]`` — host name, CPUs, load, memory, and ``disks``: space on the
@@ -116,7 +118,45 @@ def instance_tree(instance: AdminHost) -> dict[str, Any]:
             topic: {**figures, "topic": topic, "valid_keys": figures["records"]}
             for topic, figures in stats.sow.items()
         },
+        "queues": queues_tree(instance),
     }
+
+
+def queues_tree(instance: AdminHost) -> dict[str, dict[str, Any]]:
+    """``/amps/instance/queues``: per queue (by name; empty without queues) its
+    configuration (``kind``, ``underlying_topic``, ``publish_target``, ``semantics``,
+    ``max_backlog``), its state here (``depth``: messages waiting or leased;
+    ``leased``; ``owned``: those this instance may deliver; ``subscriptions``;
+    ``backlog_capacity``: the subscriptions' backlogs, capped by ``max_backlog``;
+    ``seconds_behind``: how long the oldest message has been in the queue, 0 when
+    empty) and its counters since start (``delivered``, ``acked``, ``returned``,
+    ``cancelled``, ``lease_timeouts``, ``expired``, ``removed_by_peer``: removed by
+    another instance's ack or expiry, ``transferred_in`` / ``transferred_out``:
+    ownership moves), ``proxied_transfer`` (whether it is enabled here) and
+    ``proxied_claims`` (messages claimed by it) when the server reports them. The AMPS
+    monitoring names (``queue_depth``, ``backlog``: leased, ``expired_leases``: the
+    lease timeouts) are given too, for tools written against AMPS."""
+    book = instance.queues
+    if book is None:
+        return {}
+    now = book.clock()
+    tree: dict[str, dict[str, Any]] = {}
+    for name, figures in book.statistics().items():
+        queue = book.get(name)
+        entry: dict[str, Any] = {"id": name, "name": name, **figures}
+        if queue is not None:
+            config = queue.config
+            entry["semantics"] = config.semantics
+            entry["publish_target"] = config.publish_target
+            entry["seconds_behind"] = round(queue.seconds_behind(now), 3)
+        entry.setdefault("seconds_behind", 0.0)
+        entry.setdefault("proxied_transfer", False)
+        # AMPS's names
+        entry["queue_depth"] = figures.get("depth", 0)
+        entry["backlog"] = figures.get("leased", 0)
+        entry["expired_leases"] = figures.get("lease_timeouts", 0)
+        tree[name] = entry
+    return tree
 
 
 

@@ -2,7 +2,7 @@
 
 Read at scrape time from the same statistics the admin tree shows, so the two never
 disagree. Names start with ``amps_``; per-destination series carry a ``destination``
-label.
+label, per-queue series (``amps_queue_*``) a ``queue`` label.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ class InstanceCollector(Collector):
         yield from self._replication(stats.name, stats.replication)
         yield from self._clients(stats.name)
         yield from self._sow(stats.name, stats.sow)
+        yield from self._queues(stats.name)
         if stats.limits:
             yield from self._limits(stats.limits, gauge, counter)
 
@@ -230,6 +231,56 @@ class InstanceCollector(Collector):
             size.add_metric([name, topic], figures["bytes"])
         yield records
         yield size
+
+    def _queues(self, name: str) -> Iterator[Metric]:
+        """Per queue: depth, leases, owned, seconds behind (gauges) and what happened to
+        its messages here (counters), from the same figures as /amps/instance/queues."""
+        from .http import queues_tree
+
+        queues = queues_tree(self.instance)
+        if not queues:
+            return
+        labels = ["instance", "queue"]
+        gauges = (
+            ("amps_queue_depth", "Messages in the queue (waiting or leased)", "depth"),
+            ("amps_queue_leased", "Messages leased to subscribers, not acknowledged yet", "leased"),
+            ("amps_queue_owned", "Messages in the queue this instance may deliver", "owned"),
+            (
+                "amps_queue_seconds_behind",
+                "Seconds the oldest message has been in the queue (0 when empty)",
+                "seconds_behind",
+            ),
+        )
+        counters = (
+            ("amps_queue_delivered", "Queue deliveries made here", "delivered"),
+            ("amps_queue_acked", "Queue messages acknowledged here", "acked"),
+            (
+                "amps_queue_returned",
+                "Leases ended without an ack and put back (timeout, unsubscribe, disconnect)",
+                "returned",
+            ),
+            ("amps_queue_expired", "Queue messages expired here (any reason)", "expired"),
+            (
+                "amps_queue_transferred_in",
+                "Queue messages whose ownership moved to this instance",
+                "transferred_in",
+            ),
+            (
+                "amps_queue_transferred_out",
+                "Queue messages whose ownership moved away from this instance",
+                "transferred_out",
+            ),
+        )
+        for metric, doc, field in gauges:
+            g = GaugeMetricFamily(metric, doc, labels=labels)
+            for queue, figures in queues.items():
+                g.add_metric([name, queue], _num(figures.get(field, 0)))
+            yield g
+        for metric, doc, field in counters:
+            c = CounterMetricFamily(metric, doc, labels=labels)
+            for queue, figures in queues.items():
+                c.add_metric([name, queue], _num(figures.get(field, 0)))
+            yield c
 
     def _clients(self, name: str) -> Iterator[Metric]:
         from .http import client_sessions

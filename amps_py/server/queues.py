@@ -228,6 +228,16 @@ class ServedQueue:
         self.state.add(message, now)
         return True
 
+    def seconds_behind(self, now: float) -> float:
+        """How long (seconds) the oldest message still in the queue (first in txid
+        order, waiting or leased) has been in it: since it arrived here, or since it
+        was published for one rebuilt from the journal at start; 0 when the queue is
+        empty. What the admin API and ``amps_queue_seconds_behind`` show."""
+        first = next(self.state.messages(), None)
+        if first is None:
+            return 0.0
+        return max(now - (first.arrived_at or first.published_at), 0.0)
+
 
 class QueueBook:
     """The queues of this instance, by name, and the hooks the rest of the server
@@ -545,6 +555,17 @@ class QueueBook:
                 **{field: getattr(stats, field) for field in stats.__dataclass_fields__},
             }
         return out
+
+    def publish_routes(self) -> dict[str, str] | None:
+        """Queue name -> DefaultPublishTarget for each queue whose publish target is
+        not its name (a publish to the queue's name is journaled on the target); None
+        when no queue needs one, so a session's publish path tests one attribute."""
+        routes = {
+            name: q.config.publish_target
+            for name, q in self.queues.items()
+            if q.config.publish_target != name
+        }
+        return routes or None
 
 
 def _send_message(queue: ServedQueue, subscriber: QueueSubscriber, message: QueueMessage) -> None:

@@ -142,6 +142,10 @@ class Session:
         # shared with an earlier connection of the same client name
         self.wants_persisted = False
         self.ledger: PublisherLedger | None = None
+        #: queue name -> DefaultPublishTarget, for queues whose publishes are journaled
+        #: on another topic; None (the publish path's one test) when there are none
+        queues = instance.queues
+        self._publish_routes = queues.publish_routes() if queues is not None else None
         self._flush_waiters: list[tuple[str, frozenset[str]]] = []
         self._auto_seq = 0
         self.last_receive = trio.current_time()
@@ -776,6 +780,9 @@ class Session:
         if cid is not None:
             check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
         self.require_entitled(topic, write=True)
+        routes = self._publish_routes
+        if routes is not None:
+            topic = routes.get(topic, topic)  # a queue's name: to its DefaultPublishTarget
         acks = ack_types(header)
         self.messages_in += 1
         seq = header.get("s")

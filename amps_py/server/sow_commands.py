@@ -10,13 +10,17 @@ sent, the replay machinery sends what committed meanwhile and goes live at the s
 
 Results go out as ``group_begin``, ``sow`` batches of up to ``bs`` records,
 ``group_end``, then the ``completed`` and ``stats`` acks the command asked for.
+
+A ``sow`` on a queue's name reads the messages in the queue (:class:`QueueSnapshot`)
+through the same query, batching and acks; ``sow_delete`` on it acknowledges
+(:func:`amps_py.server.queues.acknowledge`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 import trio
@@ -35,6 +39,7 @@ from .sowing import SOW_DELETE, SowTopic
 from .subscriptions import BadTopic, compile_topic
 
 if TYPE_CHECKING:
+    from .queues import ServedQueue
     from .session import Session
 
 log = logging.getLogger("amps_py.server.session")
@@ -43,6 +48,14 @@ log = logging.getLogger("amps_py.server.session")
 MAX_BATCH_SIZE: Final = 10_000
 #: records per sow frame when the command does not say (AMPS's default is 1)
 DEFAULT_BATCH_SIZE: Final = 1
+
+
+class Source(Protocol):
+    """What a query reads records from: a SOW topic, or a queue; results carry its
+    name as their topic."""
+
+    @property
+    def name(self) -> str: ...
 
 
 def _int_option(
@@ -116,7 +129,7 @@ class Query:
         return not self.orderby and self.top_n is None and not self.skip_n
 
     def collect(
-        self, snapshots: list[tuple[SowTopic, Any]]
+        self, snapshots: Sequence[tuple[Source, Any]]
     ) -> tuple[list[TopicResult], int, int]:
         """The selected records of every topic (blocking: runs in a worker thread),
         how many records matched before top_n/skip_n, and how many the topics held
@@ -147,7 +160,7 @@ async def send_results(
     session: Session,
     header: dict[str, Any],
     query: Query,
-    snapshots: list[tuple[SowTopic, Any]],
+    snapshots: Sequence[tuple[Source, Any]],
     sub_id: str | None = None,
 ) -> int:
     """Send one query's results: group_begin, batches, group_end, and the stats ack
@@ -175,7 +188,7 @@ async def send_results(
 
 
 async def _stream(
-    session: Session, query: Query, snapshots: list[tuple[SowTopic, Any]], sub_id: str | None
+    session: Session, query: Query, snapshots: Sequence[tuple[Source, Any]], sub_id: str | None
 ) -> tuple[int, int, int]:
     """Read each snapshot in chunks in a worker thread and send what matches as it is
     found (memory stays at a chunk, the first batch leaves at once); (records sent,
@@ -235,18 +248,52 @@ def _snapshots(query: Query) -> list[tuple[SowTopic, Any]]:
     return [(sow, sow.store.snapshot()) for sow in query.topics]
 
 
+class QueueSnapshot:
+    """The messages in a queue (waiting or leased) when a ``sow`` query on it arrived,
+    in txid order, as the records a query reads: key and bookmark are the message's
+    bookmark (what a consumer acknowledges), the timestamp its publish time. Copied in
+    the command's synchronous step (the queue changes in the event loop), so a worker
+    thread may filter it while the queue moves on; the query removes nothing."""
+
+    def __init__(self, queue: ServedQueue) -> None:
+        self.entries = [
+            SowEntry(
+                key=m.bookmark,
+                txid=m.txid,
+                bookmark=m.bookmark,
+                correlation_id=m.correlation_id,
+                ts_us=int(m.published_at * 1_000_000),
+                payload=m.payload,
+            )
+            for m in queue.state.messages()
+        ]
+        self.count = len(self.entries)
+
+    def __iter__(self) -> Iterator[SowEntry]:
+        return iter(self.entries)
+
+    def close(self) -> None:
+        """Nothing to release (the copy is garbage collected)."""
+
+
 def on_sow(session: Session, frame: Frame) -> None:
     """``sow``: query the State of the World of a topic (or of every SOW topic a regex
-    topic matches)."""
+    topic matches), or the messages in a queue (topic = the queue's name)."""
     header = frame.header
     query = Query(session, header)
-    if not query.topics:
+    queues = session.instance.queues
+    queue = queues.get(query.topic) if queues is not None else None
+    snapshots: Sequence[tuple[Source, Any]]
+    if queue is not None:
+        snapshots = [(queue, QueueSnapshot(queue))]
+    elif not query.topics:
         raise CommandFailed(
             reasons.INVALID_TOPIC,
             f"topic {query.topic!r} has no State of the World; add a SOW/Topic for it to "
             "the config to query it",
         )
-    snapshots = _snapshots(query)
+    else:
+        snapshots = _snapshots(query)
 
     async def run() -> None:
         await send_results(session, header, query, snapshots)
