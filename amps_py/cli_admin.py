@@ -234,6 +234,22 @@ def admin_transport(ctx: click.Context, action: str, name: str) -> None:
     _admin_action(ctx, f"/amps/administrator/transports/{name}/{action}", "transport")
 
 
+@admin.command("queue")
+@click.argument("name")
+@click.argument(
+    "action", type=click.Choice(["enable-proxied-transfer", "disable-proxied-transfer"])
+)
+@click.pass_context
+def admin_queue(ctx: click.Context, name: str, action: str) -> None:
+    """Enable or disable proxied transfer on queue NAME: while enabled, this instance
+    takes over the messages of an owner it cannot reach through replication (a message
+    that owner delivered before it went may be delivered again)."""
+    from urllib.parse import quote
+
+    path = f"/amps/administrator/queues/{quote(name, safe='')}/{action.replace('-', '_')}"
+    _admin_action(ctx, path, "queue")
+
+
 @admin.command("clients")
 @click.pass_context
 def admin_clients(ctx: click.Context) -> None:

@@ -446,3 +446,28 @@ async def test_without_a_default_publish_target_a_publish_keeps_its_topic(
         journal = served.instance.journal
         assert journal is not None
         assert [r.topic for r in journal.read(0, 100) if r.kind == Kind.PUBLISH] == [QUEUE]
+
+
+async def test_proxied_transfer_is_switched_by_the_cli_and_the_admin_api(tmp_path: Path) -> None:
+    async with admin_queue_instance(tmp_path) as served:
+        base = admin_base(served)
+        queue = book_of(served).get(QUEUE)
+        assert queue is not None and queue.proxied_transfer is False
+        done = await trio.to_thread.run_sync(
+            lambda: admin_cli(base, "queue", QUEUE, "enable-proxied-transfer")
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"proxied transfer enabled on queue {QUEUE}" in done.stdout, done.stdout
+        assert queue.proxied_transfer is True
+        tree = orjson.loads(await http_get(f"{base}/amps/instance/queues.json"))
+        assert tree[QUEUE]["proxied_transfer"] is True
+        done = await trio.to_thread.run_sync(
+            lambda: admin_cli(base, "queue", QUEUE, "disable-proxied-transfer")
+        )
+        assert done.returncode == 0 and queue.proxied_transfer is False, done.stdout
+        missing = await trio.to_thread.run_sync(
+            lambda: admin_cli(base, "queue", "nope", "enable-proxied-transfer")
+        )
+        assert missing.returncode != 0
+        assert "there is no queue 'nope'; queues: work" in missing.stdout + missing.stderr
+        assert "18-0003" in served.log_text()

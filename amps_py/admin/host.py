@@ -164,6 +164,10 @@ class AdminHost(Protocol):
 
     def disable_transport(self, name: str) -> str: ...
 
+    def set_proxied_transfer(self, queue: str, enabled: bool) -> str:
+        """Enable or disable proxied transfer on ``queue``; KeyError names the queues."""
+        ...
+
     async def enable_transport(self, name: str) -> str: ...
 
     async def maintain_journal(

@@ -509,10 +509,30 @@ class AdminApp:
                 extra=events.extra(events.TRANSPORT_STOPPED),
             )
             return {"transport": parts[1], "action": parts[2], "result": outcome}
+        if (
+            len(parts) == 3
+            and parts[0] == "queues"
+            and parts[2] in ("enable_proxied_transfer", "disable_proxied_transfer")
+        ):
+            enable = parts[2] == "enable_proxied_transfer"
+            try:
+                outcome = self.instance.set_proxied_transfer(parts[1], enable)
+            except KeyError as exc:  # names the queues
+                raise HttpError(404, str(exc.args[0])) from None
+            log.warning(
+                "administrator %s: queue %s: %s",
+                user or "(anonymous)",
+                parts[1],
+                outcome,
+                extra=events.extra(events.QUEUE_PROXIED_CLAIM),
+            )
+            return {"queue": parts[1], "action": parts[2], "result": outcome}
         raise HttpError(
             404,
             "administrator actions: /amps/administrator/replication/<destination>/downgrade "
             "and .../upgrade, /amps/administrator/clients/<client>/disconnect, "
+            "/amps/administrator/queues/<queue>/enable_proxied_transfer and "
+            ".../disable_proxied_transfer, "
             "/amps/administrator/transports/<transport>/enable and .../disable, "
             "/amps/administrator/transaction_log/journals/<id>/compress, .../archive "
             "and .../remove, /amps/administrator/actions/<Path> (amps-action-on-admin)",
