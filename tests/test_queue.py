@@ -206,6 +206,14 @@ async def test_leased_messages_of_a_consumer_that_goes_come_back_to_another(
         await b.subscribe(backlog=10)
         got = await b.collect(8)
         assert sorted(got) == list(range(8))  # the 5 returned and the 3 never sent
+        queues = served.instance.queues
+        assert queues is not None
+        counts = {
+            orjson.loads(m.payload)["n"]: m.deliveries
+            for m in queues.get(QUEUE).state.messages()  # type: ignore[union-attr]
+        }
+        # the ones a had leased were delivered twice, the others once
+        assert counts == {n: 2 if n < 5 else 1 for n in range(8)}, counts
         await b.aclose()
 
 

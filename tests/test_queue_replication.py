@@ -240,3 +240,68 @@ async def test_a_group_local_queue_is_delivered_by_its_initial_owner_until_it_gr
             ),
             timeout=30,
         )
+
+
+async def test_proxied_transfer_during_a_partition_counts_and_flags_its_duplicates(
+    cluster: Cluster,
+) -> None:
+    """The documented risk of proxied transfer: while A is alive but cut off, its
+    consumer holds messages it was delivered; B, with proxied transfer enabled, takes
+    over every message of A it has and processes them too. When the link is back, A
+    learns of the claims: each message its consumer still held is counted in
+    ``proxied_conflicts`` and logged, and the duplicates are exactly those."""
+    cluster.add_instance("A", "hot", pair_body("B"))
+    with_action = pair_body("A")
+    cluster.add_instance("B", "hot", lambda view: with_action(view) + PROXIED_ON_SIGNAL)
+    links = [cluster.proxy("A", "B"), cluster.proxy("B", "A")]
+    cluster.start_all()
+    at_a = await WireConsumer.connect(cluster.server("A").port, "holder-A")
+    await at_a.subscribe(backlog=4)
+    await publish_from(cluster.uri("A"), "pub-A", 0, 10)  # owned by A
+    held = await at_a.collect(4)  # A's consumer holds 4 and does not acknowledge yet
+    await wait_until(lambda: None if depth(cluster, "B") == 10 else f"B: {depth(cluster, 'B')}", 30)
+    for link in links:  # the partition: connections dropped, new ones refused
+        link.refuse(True)
+        link.cut()
+    await wait_until(
+        lambda: (
+            None
+            if not cluster.server("B").statistics()["replication"]["upstreams"]
+            else "B still sees A"
+        ),
+        timeout=30,
+    )
+    got_b: list[int] = []
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        at_b = await WireConsumer.connect(cluster.server("B").port, "taker-B")
+        await at_b.subscribe(backlog=4)
+        nursery.start_soon(consume, at_b, got_b, stop)
+        cluster.server("B").signal(signal.SIGUSR1)  # proxied transfer on B
+        await wait_until(lambda: None if len(got_b) >= 10 else f"B processed {len(got_b)}", 30)
+        stop.set()
+    await at_b.aclose()
+    assert sorted(got_b) == list(range(10))  # every message, A's held ones included
+    duplicates = sorted(set(held) & set(got_b))
+    assert duplicates == sorted(held)
+    for link in links:  # the partition ends
+        link.heal()
+
+    def flagged() -> str | None:
+        stats = cluster.server("A").statistics()["queues"][QUEUE]
+        if stats["proxied_conflicts"] == len(held):
+            return None
+        return f"A: {stats}"
+
+    await wait_until(flagged, timeout=60)
+    log = cluster.server("A").log_file.read_text()
+    assert "may be processed twice" in log and "18-0003" in log
+    print(f"duplicates processed on both sides: {duplicates} (counted and logged on A)")
+    await at_a.aclose()
+    for side in "AB":
+        await wait_until(
+            lambda side=side: (
+                None if depth(cluster, side) == 0 else f"{side}: {depth(cluster, side)}"
+            ),
+            timeout=60,
+        )

@@ -173,6 +173,9 @@ class ServedQueue:
         self.proxied_transfer = False
         #: messages this instance claimed by proxied transfer
         self.proxied_claims = 0
+        #: messages delivered here (leased) whose ownership another instance took by
+        #: proxied transfer meanwhile: each may be processed twice
+        self.proxied_conflicts = 0
 
     @property
     def min_wait(self) -> float:
@@ -358,9 +361,26 @@ class QueueBook:
             return False
         op, marks, to = parsed
         if op == "grant":
+            conflicts = []
             for mark in marks:
+                message = queue.state.get(mark)
+                if message is not None and message.lease is not None and to != queue.instance_name:
+                    # an owner never grants what it leased: only a proxied claim does
+                    conflicts.append(mark)
                 queue.state.transfer(mark, to)
                 queue.requested.pop(mark, None)
+            if conflicts:
+                queue.proxied_conflicts += len(conflicts)
+                log.warning(
+                    "queue %s: %s took over %d message(s) delivered here and not yet "
+                    "acknowledged (proxied transfer while this instance was unreachable): "
+                    "each may be processed twice; bookmarks %s",
+                    queue.name,
+                    to,
+                    len(conflicts),
+                    ", ".join(conflicts[:10]) + (" ..." if len(conflicts) > 10 else ""),
+                    extra=events.extra(events.QUEUE_PROXIED_CLAIM),
+                )
             return True
         if now is not None and to != queue.instance_name:
             self._answer(queue, marks, to)
@@ -552,6 +572,7 @@ class QueueBook:
                 "underlying_topic": queue.config.underlying_topic,
                 "proxied_transfer": queue.proxied_transfer,
                 "proxied_claims": queue.proxied_claims,
+                "proxied_conflicts": queue.proxied_conflicts,
                 **{field: getattr(stats, field) for field in stats.__dataclass_fields__},
             }
         return out
