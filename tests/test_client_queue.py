@@ -22,10 +22,11 @@ import orjson
 import pytest
 import trio
 from clirun import run
-from harness import start_instance, wait_until
-from inprocess import InProcessInstance
+from harness import security_xml, start_instance, wait_until
+from inprocess import InProcessInstance, serve_instance
 from test_queue import QUEUE, publish, queue_instance, queue_xml
 
+from amps_py.cli_client import Credentials, explain_refusal
 from amps_py.client import AMPSError, Client, CommandError, Message, open_client
 from amps_py.protocol import FrameDecoder
 
@@ -273,6 +274,29 @@ async def test_a_refused_ack_is_raised_by_the_next_call(tmp_path: Path) -> None:
         await client.flush_acks()  # raised once: nothing more to report
         with pytest.raises(ValueError, match="not both"):
             await client.ack(QUEUE, "1|1|", cancel=True, expire=True)
+
+
+async def test_an_ack_the_user_may_not_send_is_refused_as_not_entitled(tmp_path: Path) -> None:
+    security = security_xml(
+        tmp_path,
+        {"alice": "alice-Secret-42", "bob": "bob-Secret-42"},
+        {"alice": {"read": ".*", "write": ".*"}, "bob": {"read": ".*"}},
+    )
+    extra = queue_xml() + security
+    async with serve_instance(tmp_path, "q", extra=extra) as served:
+        uri = served.uri.replace("tcp://", "tcp://alice:alice-Secret-42@")
+        async with open_client(uri, "producer") as pub:
+            await pub.wait_persisted(await pub.publish(QUEUE, b'{"n": 0}'))
+        bob_uri = served.uri.replace("tcp://", "tcp://bob:bob-Secret-42@")
+        async with open_client(bob_uri, "bob") as bob, bob.subscribe(QUEUE) as sub:
+            message = await sub.get(10)  # bob may read the queue, not acknowledge
+            await message.ack()
+            with pytest.raises(CommandError) as refused:
+                await bob.flush_acks()
+        assert refused.value.reason == "not entitled", refused.value.ack
+        line = explain_refusal(refused.value, Credentials("bob", "x"), "bob", "PW", QUEUE)
+        assert f"user 'bob' may not acknowledge on {QUEUE!r}" in line, line
+        assert stats(served)["acked"] == 0 and stats(served)["depth"] == 1
 
 
 def test_cli_subscribe_with_ack_empties_the_queue(tmp_path: Path) -> None:

@@ -22,6 +22,16 @@ live stream (publishes, and ``oof`` messages when a record leaves the subscripti
                 elif message.command == "oof": ...  # message.key left (message.reason)
                 else: ...                     # a live publish
 
+Queues: a subscription to a queue's name leases messages (``max_backlog`` at a time);
+acknowledge each, by hand (``await message.ack()``, batched by ``ack_batch_size``) or
+with ``auto_ack=True`` (each message when the loop moves past it; not the one whose
+handling raised, which is delivered again)::
+
+    async with open_client(uri, "worker", ack_batch_size=10) as client:
+        async with client.subscribe("work", max_backlog=10, auto_ack=True) as sub:
+            async for message in sub:
+                handle(message.json())
+
 A ``tcps://`` URI connects with TLS (1.2 or later), verifying the server's certificate
 against the system's CAs, or against ``ca_file`` (a PEM file; for a self-signed server,
 its certificate), for the URI's host or ``server_hostname``::

@@ -273,7 +273,11 @@ class QueueSubscription(Subscription):
     (including a cancellation), that last message is NOT acknowledged: it stays leased
     and returns to the queue when its lease expires or the subscription ends, to be
     delivered again. A message the application acknowledged itself
-    (``message.ack()``) is not acknowledged again.
+    (``message.ack()``) is not acknowledged again. The automatic acknowledgement is
+    :meth:`Client.ack`'s (batched by ``ack_batch_size``), so its errors come from
+    ``__anext__``: ``CommandError`` for a refused earlier acknowledgement, and
+    ``ConnectionLost`` once the connection is closed (the server has then returned the
+    unacknowledged message to the queue).
     """
 
     async def __anext__(self) -> Message:
