@@ -467,6 +467,29 @@ def publish(
     "or 1 with --count when fewer messages came.",
 )
 @click.option("--raw", is_flag=True, help="Print payloads only, not the JSON envelope.")
+@click.option(
+    "--ack/--no-ack",
+    default=False,
+    show_default=True,
+    help="On a queue: acknowledge each message once it is printed (it leaves the queue). "
+    "Without it, messages are only printed: the queue delivers them again once their "
+    "lease expires or this command exits.",
+)
+@click.option(
+    "--ack-batch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --ack: acknowledgements sent together in one command (a partial batch "
+    "goes after 1 s, and at exit).",
+)
+@click.option(
+    "--max-backlog",
+    type=click.IntRange(min=1),
+    default=None,
+    help="On a queue: messages leased to this subscriber at a time, unacknowledged "
+    "(the server's default is 1; the queue's MaxPerSubscriptionBacklog caps it).",
+)
 @click.option("--name", default=None, help="Client name.")
 @_ca_file_option
 @_user_option
@@ -480,6 +503,9 @@ def subscribe(
     count: int,
     timeout: float,
     raw: bool,
+    ack: bool,
+    ack_batch: int,
+    max_backlog: int | None,
     name: str | None,
     ca_file: str | None,
     user: str | None,
@@ -491,6 +517,12 @@ def subscribe(
     Ctrl-C. Exit status 0, or 1 with a line on stderr when the subscription was refused
     or ended (connection lost), or when --timeout came before --count messages. A
     progress line (messages, rate) goes to stderr every few seconds on long runs.
+
+    On a queue (TOPIC is a queue's name), --ack acknowledges each message after it is
+    printed (written and flushed), so it leaves the queue; at exit every acknowledgement
+    is sent and confirmed by the server, and a line on stderr says how many. A message
+    printed but not acknowledged (no --ack, or Ctrl-C before its acknowledgement was
+    sent) is delivered again later.
     """
     from amps_py.client import AMPSError, open_client
     from amps_py.trio_util import unwrapping_groups
@@ -503,12 +535,31 @@ def subscribe(
         n = 0
         started = last_report = time.monotonic()
         announced = bookmark is None
+        acked = 0
         async with (
-            open_client(uri, client_name, ca_file=ca_file, **credentials.logon_fields()) as client,
-            client.subscribe(topic, filter=filter_, bookmark=bookmark, options=options) as sub,
+            open_client(
+                uri,
+                client_name,
+                ca_file=ca_file,
+                ack_batch_size=ack_batch,
+                **credentials.logon_fields(),
+            ) as client,
+            client.subscribe(
+                topic,
+                filter=filter_,
+                bookmark=bookmark,
+                options=options,
+                max_backlog=max_backlog,
+            ) as sub,
             unwrapping_groups(),
             trio.open_nursery() as nursery,
         ):
+            if ack and sub.max_backlog is None:
+                raise _Failed(
+                    f"--ack acknowledges queue messages, and {topic!r} is not a queue on "
+                    "this instance (its subscribe ack reported no max_backlog); drop --ack, "
+                    "or give the queue's name"
+                )
 
             def announce_replay_end() -> None:
                 nonlocal announced
@@ -563,6 +614,10 @@ def subscribe(
                         data = msg.data.decode(errors="replace")
                     env = {"topic": msg.topic, "bookmark": msg.bookmark, "data": data}
                     out.write(orjson.dumps(env).decode() + "\n")
+                if ack:
+                    out.flush()  # printed before it leaves the queue
+                    await msg.ack()
+                    acked += 1
                 announce_replay_end()
                 now = time.monotonic()
                 if now - last_report >= 5:
@@ -570,6 +625,9 @@ def subscribe(
                     click.echo(f"[{n} messages, {n / (now - started):,.0f} msg/s]", err=True)
                     last_report = now
             out.flush()
+            if ack:
+                await client.flush_acks()
+                click.echo(f"amps-py: acknowledged {acked} message(s) on {topic}", err=True)
             nursery.cancel_scope.cancel()
 
     with (

@@ -97,7 +97,9 @@ def explain_refusal(
         )
     if exc.reason == "not entitled":
         who = credentials.user or client_name
-        right = "publish to" if exc.command in ("p", "publish") else "subscribe to"
+        right = {"p": "publish to", "publish": "publish to", "sow_delete": "acknowledge on"}.get(
+            exc.command, "subscribe to"
+        )
         return (
             f"{exc}: user {who!r} may not {right} {topic!r} on this instance (its "
             "Entitlement rules decide); log on as a user who may, with --user NAME"

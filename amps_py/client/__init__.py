@@ -1,5 +1,6 @@
 """The amps-py trio client: :func:`open_client`, :class:`Client`, subscriptions, SOW
-queries (:class:`SowRecord`), URIs."""
+queries (:class:`SowRecord`), queue consumers (``Client.ack``, ``message.ack()``,
+``subscribe(..., auto_ack=True)``: :class:`QueueSubscription`), URIs."""
 
 from amps_py.protocol import SowRecord
 
@@ -14,6 +15,7 @@ from .client import (
     Subscription,
     open_client,
 )
+from .queue import QueueSubscription
 from .uri import BadURI, ServerURI, parse_uri
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "CommandError",
     "ConnectionLost",
     "Message",
+    "QueueSubscription",
     "ServerURI",
     "SowRecord",
     "SowResult",

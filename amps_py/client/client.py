@@ -22,6 +22,16 @@ live stream (publishes, and ``oof`` messages when a record leaves the subscripti
                 elif message.command == "oof": ...  # message.key left (message.reason)
                 else: ...                     # a live publish
 
+Queues: a subscription to a queue's name leases messages (``max_backlog`` at a time);
+acknowledge each, by hand (``await message.ack()``, batched by ``ack_batch_size``) or
+with ``auto_ack=True`` (each message when the loop moves past it; not the one whose
+handling raised, which is delivered again)::
+
+    async with open_client(uri, "worker", ack_batch_size=10) as client:
+        async with client.subscribe("work", max_backlog=10, auto_ack=True) as sub:
+            async for message in sub:
+                handle(message.json())
+
 A ``tcps://`` URI connects with TLS (1.2 or later), verifying the server's certificate
 against the system's CAs, or against ``ca_file`` (a PEM file; for a self-signed server,
 its certificate), for the URI's host or ``server_hostname``::
@@ -54,7 +64,9 @@ from amps_py.protocol import SowRecord as SowRecord
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
 from amps_py.trio_util import unwrapping_groups
 
+from . import queue as _queue
 from . import sow as _sow
+from .queue import DEFAULT_ACK_BATCH_SIZE, DEFAULT_ACK_TIMEOUT, QueueSubscription
 from .sow import MAX_BATCH_SIZE as MAX_BATCH_SIZE
 from .sow import STATS_FIELDS as STATS_FIELDS
 from .sow import SowResult as SowResult
@@ -96,6 +108,11 @@ class Client:
         self.server_notice: dict[str, Any] | None = None
         self.heartbeats = 0
         self._nursery: trio.Nursery | None = None
+        #: queue acknowledgements: bookmarks per ``sow_delete`` (1: each sent at once)
+        self.ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE
+        #: seconds a partial batch of acknowledgements waits before it is sent
+        self.ack_timeout: float = DEFAULT_ACK_TIMEOUT
+        self._acks = _queue.AckState()
 
     # ---------------------------------------------------------------- plumbing
     async def _send(self, header: dict[str, Any], payload: bytes = b"") -> None:
@@ -179,6 +196,7 @@ class Client:
         for sub in self._subs.values():
             sub._send.close()
         self._persisted_changed.set()
+        self._acks.wake()
 
     def _dispatch(self, frame: Frame) -> None:
         header = frame.header
@@ -190,7 +208,7 @@ class Client:
             for target in targets:
                 sub = self._subs.get(target)
                 if sub is not None:
-                    sub._put(Message(header, frame.payload))
+                    sub._put(Message(header, frame.payload, sub))
             return
         if command == "sow":
             self._on_sow_batch(frame)
@@ -237,6 +255,8 @@ class Client:
             sub = self._subs[sub_id]
             if ack_type == "stats" and isinstance(sub, SowSubscription):
                 sub.stats = _stats_of(header)
+            elif ack_type == "processed" and sub.max_backlog is None:
+                sub.max_backlog = _queue.backlog_of(header)
             if ack_type == "completed":
                 sub.completed_bookmark = header.get("bm", "")
                 if sub.replayed is None:
@@ -248,6 +268,9 @@ class Client:
                 sub.failure = header
                 sub._send.close()
         if cid is not None:
+            if str(cid) in self._acks.outstanding:
+                self._acks.answered(header)
+                return
             waiting = self._waiting.get(str(cid))
             if waiting is not None:
                 event, acks, want = waiting
@@ -382,23 +405,59 @@ class Client:
         acks: str = "processed,completed",
         buffer: float = math.inf,
         timeout: float = 30,
+        max_backlog: int | None = None,
+        auto_ack: bool = False,
     ) -> AsyncIterator[Subscription]:
         """Subscribe (a bookmark subscription when ``bookmark`` is given).
 
         The context manager waits for the server's processed ack, so a bad filter or
-        topic raises :class:`CommandError` here; leaving it unsubscribes.
+        topic raises :class:`CommandError` here; leaving it sends the acknowledgements
+        still batched (:meth:`ack`), then unsubscribes.
+
+        Queues: a subscription to a queue's name (without ``bookmark``) is a queue
+        subscription. The server leases it up to ``max_backlog`` unacknowledged
+        messages at a time (sent as option ``max_backlog=N``; the server's default is
+        1 and the queue's MaxPerSubscriptionBacklog caps it); ``sub.max_backlog`` is
+        the backlog in force, as the server's subscribe ack reported it. Acknowledge
+        each message with ``await message.ack()`` (or :meth:`ack`), or pass
+        ``auto_ack=True``: then the message the iterator yielded last is acknowledged
+        when the loop asks for the next one (the next turn of ``async for``, or
+        ``sub.get()``), or when this ``async with`` block exits without an
+        exception (e.g. after a ``break``). If the block exits with an exception
+        (including a cancellation), that message is NOT acknowledged: it returns to
+        the queue when its lease expires or the subscription ends (this unsubscribe,
+        or a disconnect) and is delivered again, to this or another consumer. A
+        message acknowledged by hand (``message.ack()``) is not acknowledged again.
+
+        Raises:
+            CommandError: the server refused the subscription.
+            AMPSError: ``auto_ack=True`` on a topic that is not a queue (the subscribe
+                ack reported no ``max_backlog``).
+            ValueError: ``max_backlog`` is less than 1.
         """
         sid = sub_id or f"s{next(self._cids)}"
-        sub = Subscription(self, sid, buffer)
+        sub = QueueSubscription(self, sid, buffer) if auto_ack else Subscription(self, sid, buffer)
         header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sid, "a": acks}
         if filter:
             header["f"] = filter
         if bookmark is not None:
             header["bm"] = bookmark
+        if max_backlog is not None:
+            if max_backlog < 1:
+                raise ValueError(f"max_backlog must be 1 or more, got {max_backlog}")
+            backlog = f"max_backlog={max_backlog}"
+            options = f"{options},{backlog}" if options else backlog
         if options:
             header["o"] = options
         async with self._subscribed(sub, header, timeout):
-            yield sub
+            if auto_ack and sub.max_backlog is None:
+                raise AMPSError(
+                    f"auto_ack=True needs a queue: {topic!r} is not a queue on this server "
+                    "(its subscribe ack reported no max_backlog); subscribe without "
+                    "auto_ack, or to the queue's name"
+                )
+            async with _queue.consuming(self, sub):
+                yield sub
 
     @asynccontextmanager
     async def _subscribed(
@@ -440,6 +499,11 @@ class Client:
     _stop_query = _sow.stop_query
     _query_header = staticmethod(_sow.query_header)
 
+    # ---------------------------------------------------------------- queues
+    # Acknowledging queue messages lives in amps_py.client.queue, bound the same way.
+    ack = _queue.ack
+    flush_acks = _queue.flush_acks
+
     async def unsubscribe(self, sub_id: str) -> None:
         await self.command({"c": "unsubscribe", "sub_id": sub_id, "a": "processed"})
         sub = self._subs.pop(sub_id, None)
@@ -455,6 +519,10 @@ class Client:
         await self.command({"c": "heartbeat", "o": f"start,{interval:g}", "a": "processed"})
 
     async def aclose(self) -> None:
+        """Close the connection. Acknowledgements still batched are sent first and
+        their answers awaited briefly (best effort: a refusal or a timeout is not
+        raised; call :meth:`flush_acks` before to know)."""
+        await _queue.flush_on_close(self)
         self._shutdown(ConnectionLost("client closed"))
         await self._stream.aclose()
 
@@ -567,6 +635,8 @@ async def open_client(
     timeout: float = 10,
     ca_file: str | os.PathLike[str] | None = None,
     server_hostname: str | None = None,
+    ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE,
+    ack_timeout: float = DEFAULT_ACK_TIMEOUT,
     **logon_fields: Any,
 ) -> AsyncIterator[Client]:
     """Connect to ``uri`` (and log on as ``name``); close on exit.
@@ -581,7 +651,15 @@ async def open_client(
             system's CAs.
         server_hostname: ``tcps`` only: the name the server's certificate must be
             issued for; default: the URI's host.
+        ack_batch_size: queue acknowledgements sent in one ``sow_delete`` (default 1:
+            each at once); see :meth:`Client.ack`.
+        ack_timeout: seconds a partial batch of acknowledgements waits before it is
+            sent (default 1.0).
         logon_fields: further logon header fields.
+
+    Resource handling: leaving the block sends the acknowledgements still batched and
+    waits briefly for their answers (best effort: call :meth:`Client.flush_acks` first
+    to learn of a refusal), then closes the connection.
 
     Raises:
         BadURI: the URI is malformed, or ``ca_file``/``server_hostname`` are given for a
@@ -589,6 +667,10 @@ async def open_client(
         OSError: the server cannot be reached, or the TLS handshake fails (the message
             names the address, the cause and the fix).
     """
+    if ack_batch_size < 1:
+        raise ValueError(f"ack_batch_size must be 1 or more, got {ack_batch_size}")
+    if ack_timeout <= 0:
+        raise ValueError(f"ack_timeout must be more than 0 seconds, got {ack_timeout:g}")
     target = parse_uri(uri)
     if not target.secure and (ca_file is not None or server_hostname is not None):
         raise BadURI(
@@ -616,6 +698,8 @@ async def open_client(
     if target.compression == "zlib":
         connection = ZlibStream(connection)
     client = Client(name, connection)
+    client.ack_batch_size = ack_batch_size
+    client.ack_timeout = ack_timeout
     try:
         async with unwrapping_groups(), trio.open_nursery() as nursery:
             client._nursery = nursery
@@ -627,7 +711,12 @@ async def open_client(
                 if target.password:
                     fields.setdefault("pw", target.password)
                 await client.logon(timeout=timeout, **fields)
-            yield client
+            try:
+                yield client
+            except BaseException:
+                await _queue.send_pending(client)  # processed ones: no answer awaited
+                raise
+            await _queue.flush_on_close(client)
             nursery.cancel_scope.cancel()
     finally:
         client._shutdown(ConnectionLost("client closed"))

@@ -47,14 +47,46 @@ class Message:
     ``entitlement``; ``data`` is its last message, or the new one for ``match``).
     """
 
-    __slots__ = ("bookmark", "data", "header", "sub_id", "topic")
+    __slots__ = ("_sub", "bookmark", "data", "header", "sub_id", "topic")
 
-    def __init__(self, header: dict[str, Any], data: bytes) -> None:
+    def __init__(
+        self, header: dict[str, Any], data: bytes, sub: Subscription | None = None
+    ) -> None:
         self.header = header
         self.data = data
         self.topic: str = header.get("t", "")
         self.bookmark: str = header.get("bm", "")
         self.sub_id: str = header.get("sub_id", "")
+        self._sub = sub  # the subscription that received it (for ack)
+
+    async def ack(self, *, cancel: bool = False, expire: bool = False) -> None:
+        """Acknowledge this queue message: ``client.ack(message.topic,
+        message.bookmark, cancel=..., expire=...)`` through the client that received it
+        (batched as :meth:`Client.ack` says; ``cancel=True`` returns it to the queue,
+        ``expire=True`` expires it). On an ``auto_ack`` subscription, a message
+        acknowledged here is not acknowledged again automatically.
+
+        Raises:
+            AMPSError: the message did not come from a queue subscription of a client
+                (a hand-made message, a ``sow_and_subscribe`` record, a plain topic's
+                message); or, as :meth:`Client.ack`, ``CommandError`` for the refusal
+                of an earlier acknowledgement and ``ConnectionLost``.
+        """
+        sub = self._sub
+        if sub is None:
+            raise AMPSError(
+                f"{self!r} did not come from a subscription; acknowledge it with "
+                "client.ack(topic, bookmark)"
+            )
+        if sub.max_backlog is None:
+            raise AMPSError(
+                f"{self!r} came from subscription {sub.sub_id!r}, which is not a queue "
+                "subscription (its subscribe ack reported no max_backlog); only queue "
+                "messages are acknowledged"
+            )
+        if sub._current is self:
+            sub._current = None  # acknowledged here, not again automatically
+        await sub.client.ack(self.topic, self.bookmark, cancel=cancel, expire=expire)
 
     @property
     def command(self) -> str:
@@ -98,7 +130,14 @@ class Subscription:
     replayed ones: the first ``replayed`` messages the iterator yields; ``None`` until
     the ``completed`` ack arrives). ``delivered`` counts the messages received so far.
     ``persisted_bookmark`` tracks the periodic persisted acks of bookmark subscriptions.
+    ``max_backlog`` is, for a queue subscription, the backlog in force (how many
+    unacknowledged messages the server leases to it at a time) that the server
+    reported in its subscribe ack; ``None`` for a subscription that is not to a queue.
     """
+
+    #: the message an ``auto_ack`` subscription yielded last and has not acknowledged
+    #: yet (see :class:`amps_py.client.queue.QueueSubscription`); always None here
+    _current: Message | None = None
 
     def __init__(self, client: Client, sub_id: str, buffer: float) -> None:
         self.client = client
@@ -110,6 +149,7 @@ class Subscription:
         self.delivered = 0
         self.persisted_bookmark = ""
         self.failure: dict[str, Any] | None = None
+        self.max_backlog: int | None = None
 
     def _put(self, message: Message) -> None:
         """Hand a received message to the iterator (from the reader task)."""
