@@ -25,7 +25,8 @@ PEER = {"A": "B", "B": "A"}
 
 def pair_body(peer: str) -> Callable[[InstanceView], str]:
     def make(view: InstanceView) -> str:
-        dest = destination_xml(peer, "hot", True, view.addr(peer))
+        # passthrough for the own group: the queue_passthrough check requires it
+        dest = destination_xml(peer, "hot", True, view.addr(peer), passthrough=("^hot$",))
         extra = "<MaxPerSubscriptionBacklog>4</MaxPerSubscriptionBacklog>"
         return queue_xml(extra) + replication_xml(dest)
 
