@@ -730,3 +730,56 @@ def test_a_minimal_queue_description_takes_the_queue_defaults() -> None:
     hello = parse_hello({"version": PROTOCOL_VERSION, "name": "A", "topics": [topic]})
     (facts,) = TopicDescriptor.from_wire(hello.topics[0]).queues
     assert facts == WORK
+
+
+async def test_a_pair_with_other_queue_semantics_is_refused_until_they_agree(
+    cluster: Cluster,
+) -> None:
+    """Two instances replicating a queue to each other: with Semantics at-least-once on
+    A and at-most-once on B each refuses the other's link, naming the setting on both
+    sides; once B's queue is defined as A's, both links connect."""
+    semantics = {"A": "at-least-once", "B": "at-most-once"}
+
+    def body(me: str, peer: str):  # type: ignore[no-untyped-def]
+        def make(view) -> str:  # type: ignore[no-untyped-def]
+            dest = destination_xml(
+                peer, f"g{peer.lower()}", False, view.addr(peer), passthrough=("^g[ab]$",)
+            )
+            queue = _queue_el(f"<Semantics>{semantics[me]}</Semantics>")
+            return replication_xml(dest) + f"<SOW>{queue}</SOW>"
+
+        return make
+
+    cluster.add_instance("A", "ga", body("A", "B"))
+    cluster.add_instance("B", "gb", body("B", "A"))
+    cluster.start_all()
+
+    def refused() -> str | None:
+        b_log, a_log = cluster.log("B"), cluster.log("A")
+        wanted = {
+            "B": "Semantics at-least-once on A but Semantics at-most-once on B",
+            "A": "Semantics at-most-once on B but Semantics at-least-once on A",
+        }
+        for side, log in (("B", b_log), ("A", a_log)):
+            if "check queue failed for topic work (json)" not in log or wanted[side] not in log:
+                return f"{side} has not logged the queue refusal yet"
+        if "the peer refused validation" not in a_log + b_log:
+            return "the refused side has not logged the refusal"
+        return None
+
+    await wait_until(refused, 20)
+    assert "define queue work the same way on both instances" in cluster.log("B")
+    assert not cluster.server("A").destination("B")["is_connected"]
+    assert not cluster.server("B").destination("A")["is_connected"]
+
+    semantics["B"] = "at-least-once"
+    cluster.restart("B")
+
+    def connected() -> str | None:
+        for side, peer in (("A", "B"), ("B", "A")):
+            d = cluster.server(side).destination(peer)
+            if not d["is_connected"]:
+                return f"{side}->{peer} not connected: {d['last_error']}"
+        return None
+
+    await wait_until(connected, 30)
