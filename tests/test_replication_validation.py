@@ -783,3 +783,30 @@ async def test_a_pair_with_other_queue_semantics_is_refused_until_they_agree(
         return None
 
     await wait_until(connected, 30)
+
+
+def test_config_check_of_a_pair_reports_a_queue_mismatch(tmp_path: Path) -> None:
+    """``amps-py config check`` over both configs of a pair reports what the downstream
+    would refuse at connect: amps-a has queue work at-most-once, amps-b at-least-once,
+    and amps-a's destination to amps-b has no PassThrough for group hot."""
+    example = REPO / "config" / "examples" / "hot-hot"
+    for path in example.iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    for name, semantics in (("amps-a", "at-most-once"), ("amps-b", "at-least-once")):
+        conf = tmp_path / f"{name}.xml"
+        queue = _queue_el(f"<Semantics>{semantics}</Semantics>")
+        conf.write_text(
+            conf.read_text().replace("</AMPSConfig>", f"<SOW>{queue}</SOW></AMPSConfig>")
+        )
+    findings = [f for f in load_fabric([tmp_path]).findings() if f.level == "error"]
+    messages = [f.message for f in findings]
+    assert any(
+        "amps-b would refuse the link: check queue fails: queue work is defined differently: "
+        "Semantics at-most-once on amps-a but Semantics at-least-once on amps-b" in m
+        for m in messages
+    ), messages
+    assert any(
+        "amps-b would refuse the link: check queue_passthrough fails: amps-b replicates queue "
+        "work to amps-a but does not pass through messages from amps-a's group hot" in m
+        for m in messages
+    ), messages
