@@ -27,7 +27,7 @@ def pair_body(peer: str) -> Callable[[InstanceView], str]:
     def make(view: InstanceView) -> str:
         # AMPS requires PassThrough for every group that replicates a queue, the
         # destination's own included (the queue_passthrough check)
-        dest = destination_xml(peer, "hot", True, view.addr(peer), passthrough=(".*",))
+        dest = destination_xml(peer, "hot", True, view.addr(peer), passthrough=("^hot$",))
         extra = "<MaxPerSubscriptionBacklog>4</MaxPerSubscriptionBacklog>"
         return queue_xml(extra) + replication_xml(dest)
 

@@ -296,7 +296,8 @@ def _check_member(
         )
         return dataclasses.replace(member, refused="transport mismatch")
     descriptors = [
-        TopicDescriptor.from_wire(t) for t in link.route.describe_topics(source.sow_topics)
+        TopicDescriptor.from_wire(t)
+        for t in link.route.describe_topics(source.sow_topics, source.queues)
     ]
     failures = validate(descriptors, target, source.name, source.group)
     for failure in failures:

@@ -207,7 +207,8 @@ class _Fields:
         objects with ``name`` (string or null), ``message_type`` (a non-empty string),
         ``filter`` (string or null), ``exclude_validation`` (a list of strings) and
         ``sow_topics`` (a list of objects with ``name``, ``message_type`` and ``keys``, a
-        list of strings); a missing key takes its default, other keys are ignored."""
+        list of strings) and ``queues`` (a list of objects, see :meth:`_queues`); a
+        missing key takes its default, other keys are ignored."""
         value = self.body.get(key, [])
         shape = (
             'a list of topic objects {"name": string|null, "message_type": string, '
@@ -236,6 +237,7 @@ class _Fields:
                     f"{where}.exclude_validation", "a list of check names (strings)", excluded
                 )
             self._sow_topics(f"{where}.sow_topics", topic.get("sow_topics"))
+            self._queues(f"{where}.queues", topic.get("queues"))
         return tuple(value)
 
     def _sow_topics(self, where: str, value: object) -> None:
@@ -258,6 +260,51 @@ class _Fields:
                 isinstance(keys, list) and all(isinstance(k, str) for k in keys)
             ):
                 raise self.bad(f"{at}.keys", "a list of Key paths (strings)", keys)
+
+    def _queues(self, where: str, value: object) -> None:
+        """Check the ``queues`` of one Topic descriptor (``None``: absent): objects with
+        ``name`` (a non-empty string), the strings ``kind``, ``message_type``,
+        ``underlying_topic`` and ``semantics``, ``underlying_is_regex`` (true or
+        false), the strings or nulls ``default_publish_target``, ``initial_owner``,
+        ``priority``, ``barrier_expression`` and ``filter``, and ``expiration`` (seconds
+        above 0, or null); a missing key takes the queue default."""
+        if value is None:
+            return
+        shape = 'a list of queues {"name": string, "kind": string, "message_type": string, ...}'
+        if not isinstance(value, list):
+            raise self.bad(where, shape, value)
+        for i, queue in enumerate(value):
+            at = f"{where}[{i}]"
+            if not isinstance(queue, dict):
+                raise self.bad(at, shape, queue)
+            name = queue.get("name")
+            if not isinstance(name, str) or not name:
+                raise self.bad(f"{at}.name", "a queue name (non-empty string)", name)
+            for key in ("kind", "message_type", "semantics"):
+                word = queue.get(key, "json")
+                if not isinstance(word, str) or not 0 < len(word) <= MAX_NAME_LENGTH:
+                    raise self.bad(f"{at}.{key}", f"a {key.replace('_', ' ')} (string)", word)
+            underlying = queue.get("underlying_topic")
+            if underlying is not None and not isinstance(underlying, str):
+                raise self.bad(f"{at}.underlying_topic", "a topic or regex (string)", underlying)
+            regex = queue.get("underlying_is_regex", False)
+            if not isinstance(regex, bool):
+                raise self.bad(f"{at}.underlying_is_regex", "true or false", regex)
+            for key in (
+                "default_publish_target",
+                "initial_owner",
+                "priority",
+                "barrier_expression",
+                "filter",
+            ):
+                text = queue.get(key)
+                if text is not None and not isinstance(text, str):
+                    raise self.bad(f"{at}.{key}", "a string or null", text)
+            expiration = queue.get("expiration")
+            if expiration is not None and not (
+                type(expiration) in (int, float) and 0 < expiration < float("inf")
+            ):
+                raise self.bad(f"{at}.expiration", "seconds above 0 (a number) or null", expiration)
 
 
 def parse_hello(body: dict[str, Any]) -> Hello:

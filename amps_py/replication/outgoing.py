@@ -375,7 +375,9 @@ class Destination:
                 group=instance.group,
                 destination=cfg.name,
                 sync=cfg.sync_type,
-                topics=self.route.describe_topics(instance.config.sow_topics),
+                topics=self.route.describe_topics(
+                    instance.config.sow_topics, instance.config.queues
+                ),
                 now=now(),
                 expected_group=cfg.group or "",
                 credentials=credentials,

@@ -25,10 +25,15 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from amps_py.config.model import DestinationConfig, ReplicationTopic, SowTopicConfig
+from amps_py.config.model import (
+    DestinationConfig,
+    QueueConfig,
+    ReplicationTopic,
+    SowTopicConfig,
+)
 from amps_py.filters import Filter, compile_filter
 
-from .validation import sow_facts
+from .validation import queue_facts, sow_facts
 
 
 class Routed(Protocol):
@@ -198,10 +203,13 @@ class Route:
                 selected.append(value)
         return selected
 
-    def describe_topics(self, sow_topics: Sequence[SowTopicConfig] = ()) -> list[dict[str, Any]]:
+    def describe_topics(
+        self, sow_topics: Sequence[SowTopicConfig] = (), queues: Sequence[QueueConfig] = ()
+    ) -> list[dict[str, Any]]:
         """The topic descriptors sent in the handshake (for validation on connect; see
-        :mod:`.validation`); ``sow_topics``: this instance's SOW topics, each described
-        in the entries that cover it (the key is left out when an entry covers none)."""
+        :mod:`.validation`); ``sow_topics`` and ``queues``: this instance's SOW topics
+        and queues, each described in the entries that cover it (the key is left out
+        when an entry covers none)."""
         described = []
         for t in self.destination.topics:
             entry: dict[str, Any] = {
@@ -213,6 +221,9 @@ class Route:
             covered = sow_facts(t, sow_topics)
             if covered:
                 entry["sow_topics"] = covered
+            replicated = queue_facts(t, queues)
+            if replicated:
+                entry["queues"] = replicated
             described.append(entry)
         return described
 

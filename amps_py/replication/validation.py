@@ -2,14 +2,16 @@
 partner for every topic the upstream sends it?
 
 The upstream describes each replicated Topic in its hello (name, message type, filter,
-excluded checks, and the upstream's SOW topics that the entry covers, with their
-MessageType and Key paths). The downstream evaluates the checks against its own config
-and refuses the link on the first failures, logging the check, the topic, both sides'
-settings and the change that fixes it; the upstream logs that the peer refused
-validation.
+excluded checks, the upstream's SOW topics that the entry covers, with their
+MessageType and Key paths, and the upstream's replicated queues that the entry covers,
+with the settings that must agree between hosts). The downstream evaluates the checks
+against its own config and refuses the link on the first failures, logging the check,
+the topic, both sides' settings and the change that fixes it; the upstream logs that
+the peer refused validation.
 
 Checks (AMPS Table 25.2), each skipped for a Topic entry whose ExcludeValidation names
-it (``queue`` and ``queue_underlying`` cannot be excluded):
+it (``queue`` and ``queue_underlying`` cannot be excluded: the config loader refuses
+them in ExcludeValidation, and an exclusion of them arriving in a hello is ignored):
 
 - ``txlog``: the downstream's TransactionLog records the topic;
 - ``replicate``: the downstream replicates the topic back to the upstream's group;
@@ -22,29 +24,49 @@ it (``queue`` and ``queue_underlying`` cannot be excluded):
 - ``keys``: a SOW topic has the same Key paths, in the same order, on both sides
   (compared only when both sides have it: without a downstream SOW topic the ``sow``
   check reports, or was excluded);
-- ``queue``, ``queue_passthrough``, ``queue_underlying``: amps-py has no queues yet, so
-  they compare declared configuration that is empty on both sides and always pass.
+- ``queue``: a queue of the upstream (``Queue`` or ``GroupLocalQueue``) is a queue on
+  the downstream with the same definition: the queue element (kind), MessageType,
+  Semantics, DefaultPublishTarget, InitialOwner, Priority, BarrierExpression and
+  Expiration (:data:`QUEUE_FIELDS`). The settings that only shape this instance's own
+  deliveries may differ (LeasePeriod, MaxBacklog, MaxPerSubscriptionBacklog,
+  MaxDeliveries, MaxCancels, Leasing, FairnessModel);
+- ``queue_underlying``: the queue has the same UnderlyingTopic and Filter on both sides
+  (when the downstream has it), the upstream replicates the underlying topic to the
+  downstream too (some Topic entry of the hello covers it with the queue's MessageType)
+  and the downstream's TransactionLog records it. With a regular-expression
+  UnderlyingTopic the topic checked is the DefaultPublishTarget, as the config loader
+  does for the queue's own TransactionLog;
+- ``queue_passthrough``: every destination of the downstream that replicates the queue
+  (its Name, with its MessageType) passes through messages received from the
+  upstream's group: AMPS requires passthrough for every group that replicates a queue,
+  the instance's own group too, or a message whose owner is elsewhere could become
+  undeliverable. A downstream without destinations passes.
 
-A hello without SOW facts (an older amps-py) describes no SOW topic, so ``sow`` and
-``keys`` pass for it.
+A ``LocalQueue`` is never replicated (the config loader refuses it), so it is never
+described and never checked. A hello without SOW facts or queue facts (an older
+amps-py) describes no SOW topic or queue, so ``sow``, ``keys`` and the queue checks
+pass for it.
 
 Topic names compare as written: a downstream entry covers an upstream entry when it is
 the same literal or pattern, when it is ``.*`` or omitted (every topic), or when the
-upstream's name is a literal the downstream's pattern matches. SOW topic names are
-literal and compare exactly.
+upstream's name is a literal the downstream's pattern matches. SOW topic and queue names
+are literal and compare exactly.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Final
+from xml.sax.saxutils import escape
 
 from amps_py.config.model import (
+    NON_EXCLUDABLE_VALIDATION_CHECKS,
     REPLICATION_VALIDATION_CHECKS,
     DestinationConfig,
     InstanceConfig,
+    QueueConfig,
     ReplicationTopic,
     SowTopicConfig,
 )
@@ -79,12 +101,115 @@ class SowFacts:
         return f"{self.name} ({self.message_type})"
 
 
+#: The queue element of each :attr:`QueueFacts.kind`.
+QUEUE_ELEMENTS: Final = {
+    "distributed": "Queue",
+    "group-local": "GroupLocalQueue",
+    "local": "LocalQueue",
+}
+#: The settings the ``queue`` check compares: (QueueFacts attribute, XML element);
+#: ``kind`` is the queue element itself.
+QUEUE_FIELDS: Final = (
+    ("kind", ""),
+    ("message_type", "MessageType"),
+    ("semantics", "Semantics"),
+    ("default_publish_target", "DefaultPublishTarget"),
+    ("initial_owner", "InitialOwner"),
+    ("priority", "Priority"),
+    ("barrier_expression", "BarrierExpression"),
+    ("expiration", "Expiration"),
+)
+#: The settings the ``queue_underlying`` check compares.
+UNDERLYING_FIELDS: Final = (("underlying_topic", "UnderlyingTopic"), ("filter", "Filter"))
+
+
+@dataclass(frozen=True)
+class QueueFacts:
+    """What the upstream says of one of its replicated queues: the settings that must
+    agree between the hosts of a queue (see :data:`QUEUE_FIELDS` and
+    :data:`UNDERLYING_FIELDS`). ``expiration`` is in seconds; ``None`` is an absent
+    optional setting."""
+
+    name: str
+    kind: str = "distributed"
+    message_type: str = "json"
+    underlying_topic: str = ""
+    underlying_is_regex: bool = False
+    semantics: str = "at-least-once"
+    default_publish_target: str | None = None
+    initial_owner: str | None = None
+    priority: str | None = None
+    barrier_expression: str | None = None
+    expiration: float | None = None
+    filter: str | None = None
+
+    @classmethod
+    def from_config(cls, q: QueueConfig) -> QueueFacts:
+        return cls(
+            name=q.name,
+            kind=q.kind,
+            message_type=q.message_type,
+            underlying_topic=q.underlying_topic,
+            underlying_is_regex=q.underlying_is_regex,
+            semantics=q.semantics,
+            default_publish_target=q.default_publish_target,
+            initial_owner=q.initial_owner,
+            priority=q.priority,
+            barrier_expression=q.barrier_expression,
+            expiration=q.expiration,
+            filter=q.filter,
+        )
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> QueueFacts:
+        """The facts of a ``queues`` item (type-checked by :mod:`.hello`); a missing
+        key takes the queue default (the underlying topic defaults to the name)."""
+        name = str(raw["name"])
+        expiration = raw.get("expiration")
+        return cls(
+            name=name,
+            kind=str(raw.get("kind", "distributed")),
+            message_type=str(raw.get("message_type", "json")),
+            underlying_topic=str(raw.get("underlying_topic") or name),
+            underlying_is_regex=bool(raw.get("underlying_is_regex", False)),
+            semantics=str(raw.get("semantics", "at-least-once")),
+            default_publish_target=raw.get("default_publish_target"),
+            initial_owner=raw.get("initial_owner"),
+            priority=raw.get("priority"),
+            barrier_expression=raw.get("barrier_expression"),
+            expiration=None if expiration is None else float(expiration),
+            filter=raw.get("filter"),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.message_type})"
+
+    @property
+    def element(self) -> str:
+        """The queue's XML element (``Queue``, ``GroupLocalQueue``, ``LocalQueue``)."""
+        return QUEUE_ELEMENTS.get(self.kind, self.kind)
+
+    @property
+    def journaled_topic(self) -> str:
+        """The topic that must be replicated and journaled for the queue: the
+        underlying topic, or with a regular expression the DefaultPublishTarget (as
+        the config loader checks the queue's own TransactionLog)."""
+        if self.underlying_is_regex and self.default_publish_target:
+            return self.default_publish_target
+        return self.underlying_topic
+
+
 @dataclass(frozen=True)
 class TopicDescriptor:
     """A replicated Topic as the upstream describes it in the hello.
 
     ``sow_topics``: the upstream's SOW topics this entry covers; empty when there are
-    none, and when the hello carries no ``sow_topics`` (an older amps-py).
+    none, and when the hello carries no ``sow_topics`` (an older amps-py). ``queues``:
+    likewise the upstream's replicated queues this entry covers.
     """
 
     name: str | None
@@ -92,6 +217,7 @@ class TopicDescriptor:
     filter: str | None
     excluded: frozenset[str]
     sow_topics: tuple[SowFacts, ...] = ()
+    queues: tuple[QueueFacts, ...] = ()
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> TopicDescriptor:
@@ -102,10 +228,13 @@ class TopicDescriptor:
             filter=raw.get("filter") or None,
             excluded=frozenset(str(x) for x in excluded),
             sow_topics=tuple(SowFacts.from_wire(t) for t in raw.get("sow_topics") or ()),
+            queues=tuple(QueueFacts.from_wire(q) for q in raw.get("queues") or ()),
         )
 
     def enforces(self, check: str) -> bool:
-        return check not in self.excluded
+        """Whether ``check`` runs for this entry: unless excluded, and always for the
+        checks that cannot be excluded (an exclusion of them in a hello is ignored)."""
+        return check in NON_EXCLUDABLE_VALIDATION_CHECKS or check not in self.excluded
 
     @property
     def label(self) -> str:
@@ -133,6 +262,20 @@ def sow_facts(
         for t in sow_topics
         if entry.matches(t.name, t.message_type)
     ]
+
+
+def queue_facts(entry: ReplicationTopic, queues: Iterable[QueueConfig]) -> list[dict[str, Any]]:
+    """The ``queues`` of a Topic descriptor: the queues ``entry`` (a Destination Topic
+    of the upstream) covers by their name, underlying topic or DefaultPublishTarget,
+    as sent in the hello. A LocalQueue is never replicated and never described."""
+    described = []
+    for q in queues:
+        if q.kind == "local":
+            continue
+        names = (q.name, q.underlying_topic, q.default_publish_target)
+        if any(n is not None and entry.matches(n, q.message_type) for n in names):
+            described.append(QueueFacts.from_config(q).to_wire())
+    return described
 
 
 def _keys_text(keys: tuple[str, ...]) -> str:
@@ -190,6 +333,175 @@ def _sow_failures(
     return failures
 
 
+def _setting_text(attr: str, element: str, value: object) -> str:
+    """One side's value of a queue setting as logged: ``Semantics at-most-once``,
+    ``no Priority``."""
+    if attr == "kind":
+        return f"a <{QUEUE_ELEMENTS.get(str(value), value)}>"
+    if value is None:
+        return f"no {element}"
+    if attr == "expiration" and isinstance(value, float):
+        return f"{element} {value:g}s"
+    return f"{element} {value}"
+
+
+def _setting_xml(attr: str, element: str, value: object) -> str:
+    """The XML that gives a queue setting ``value`` (``""``: absent)."""
+    if value is None or attr == "kind":
+        return ""
+    shown = f"{value:g}s" if attr == "expiration" and isinstance(value, float) else str(value)
+    return f"<{element}>{escape(shown)}</{element}>"
+
+
+def _queue_xml(q: QueueFacts) -> str:
+    """The ``SOW`` queue element that defines ``q`` on another instance."""
+    settings = [("underlying_topic", "UnderlyingTopic", q.underlying_topic)]
+    if q.underlying_topic == q.name:
+        settings = []
+    settings += [(a, e, getattr(q, a)) for a, e in QUEUE_FIELDS + UNDERLYING_FIELDS[1:]]
+    body = "".join(_setting_xml(a, e, v) for a, e, v in settings)
+    return f"<{q.element}><Name>{escape(q.name)}</Name>{body}</{q.element}>"
+
+
+def _differences(
+    up: QueueFacts,
+    down: QueueFacts,
+    compared: tuple[tuple[str, str], ...],
+    upstream_name: str,
+    local_name: str,
+) -> tuple[list[str], list[str]]:
+    """For each setting in ``compared`` that differs: how it reads on both sides, and
+    the change on the downstream that makes it agree."""
+    problems, changes = [], []
+    for attr, element in compared:
+        mine, theirs = getattr(down, attr), getattr(up, attr)
+        if mine == theirs:
+            continue
+        problems.append(
+            f"{_setting_text(attr, element, theirs)} on {upstream_name} but "
+            f"{_setting_text(attr, element, mine)} on {local_name}"
+        )
+        if attr == "kind":
+            changes.append(f"define it as a <{up.element}>")
+        elif theirs is None:
+            changes.append(f"remove <{element}>")
+        else:
+            changes.append(f"set {_setting_xml(attr, element, theirs)}")
+    return problems, changes
+
+
+def _queue_failures(
+    topic: TopicDescriptor,
+    local: InstanceConfig,
+    upstream_name: str,
+    upstream_group: str,
+    topics: Sequence[TopicDescriptor],
+) -> list[ValidationFailure]:
+    """The ``queue``, ``queue_underlying`` and ``queue_passthrough`` failures of the
+    queues ``topic`` covers upstream (``topics``: every entry of the hello)."""
+    failures: list[ValidationFailure] = []
+    entry = f"{upstream_name}'s Destination Topic {topic.label}"
+    tl = local.transaction_log
+    for q in topic.queues:
+        if q.kind == "local":
+            continue  # never replicated (the config loader refuses it)
+        config = local.queue(q.name)
+        mine = None if config is None else QueueFacts.from_config(config)
+        if mine is None:
+            failures.append(
+                ValidationFailure(
+                    "queue",
+                    q.label,
+                    f"{q.name} is a queue on {upstream_name} (a <{q.element}>, MessageType "
+                    f"{q.message_type}, UnderlyingTopic {q.underlying_topic}) but not on "
+                    f"{local.name}",
+                    f"add <SOW>{_queue_xml(q)}</SOW> to {local.name}'s config, or stop "
+                    f"replicating {q.name} from {upstream_name} to {local.name} (the queue "
+                    "check cannot be excluded)",
+                )
+            )
+        else:
+            problems, changes = _differences(q, mine, QUEUE_FIELDS, upstream_name, local.name)
+            if problems:
+                failures.append(
+                    ValidationFailure(
+                        "queue",
+                        q.label,
+                        f"queue {q.name} is defined differently: {'; '.join(problems)}",
+                        f"define queue {q.name} the same way on both instances: in "
+                        f"{local.name}'s SOW queue {q.name}, {'; '.join(changes)} (the queue "
+                        "check cannot be excluded)",
+                    )
+                )
+            problems, changes = _differences(
+                q, mine, UNDERLYING_FIELDS, upstream_name, local.name
+            )
+            if problems:
+                failures.append(
+                    ValidationFailure(
+                        "queue_underlying",
+                        q.label,
+                        f"queue {q.name} takes other messages: {'; '.join(problems)}",
+                        f"give queue {q.name} the same UnderlyingTopic and Filter on both "
+                        f"instances: in {local.name}'s SOW queue {q.name}, "
+                        f"{'; '.join(changes)} (the queue_underlying check cannot be excluded)",
+                    )
+                )
+        underlying = q.journaled_topic
+        topic_xml = (
+            f"<Topic><Name>{escape(underlying)}</Name><MessageType>{q.message_type}"
+            "</MessageType></Topic>"
+        )
+        if not any(
+            t.message_type == q.message_type and covers(t.name, underlying) for t in topics
+        ):
+            failures.append(
+                ValidationFailure(
+                    "queue_underlying",
+                    q.label,
+                    f"{upstream_name} replicates queue {q.name} to {local.name} but not its "
+                    f"underlying topic {underlying} ({q.message_type})",
+                    f"add {topic_xml} to {upstream_name}'s Destination to {local.name} (the "
+                    "queue_underlying check cannot be excluded)",
+                )
+            )
+        if not (
+            tl is not None
+            and any(
+                t.message_type == q.message_type and covers(t.name, underlying) for t in tl.topics
+            )
+        ):
+            failures.append(
+                ValidationFailure(
+                    "queue_underlying",
+                    q.label,
+                    f"{local.name} does not record {underlying} ({q.message_type}), the "
+                    f"underlying topic of queue {q.name}, in its transaction log",
+                    f"add {topic_xml} to {local.name}'s TransactionLog (the queue_underlying "
+                    "check cannot be excluded)",
+                )
+            )
+        if not topic.enforces("queue_passthrough"):
+            continue
+        for d in local.replication:
+            if d.replicates(q.name, q.message_type) and not d.passes_through(upstream_group):
+                passing = ", ".join(d.passthrough) if d.passthrough else "none"
+                failures.append(
+                    ValidationFailure(
+                        "queue_passthrough",
+                        q.label,
+                        f"{local.name} replicates queue {q.name} to {d.name} but does not pass "
+                        f"through messages from {upstream_name}'s group {upstream_group} "
+                        f"(PassThrough {passing})",
+                        f"add <PassThrough>^{upstream_group}$</PassThrough> to {local.name}'s "
+                        f"Destination {d.name} (every group that replicates a queue needs "
+                        "passthrough, the own group too), or ExcludeValidation "
+                        f"queue_passthrough on {entry}",
+                    )
+                )
+    return failures
+
+
 def covers(pattern: str | None, name: str | None) -> bool:
     """Whether a downstream Topic entry ``pattern`` covers an upstream entry ``name``."""
     if pattern is None or pattern in (".*", "^.*$"):
@@ -231,6 +543,7 @@ def validate(
     """Every check that fails for the upstream's ``topics`` against ``local`` (the
     downstream's config). Empty when the link may proceed."""
     failures: list[ValidationFailure] = []
+    seen: set[str] = set()  # a queue covered by several entries is reported once
     back = _back_destinations(local, upstream_name, upstream_group)
     tl = local.transaction_log
     for topic in topics:
@@ -287,7 +600,7 @@ def validate(
                 )
             )
         if topic.enforces("cascade"):
-            enforced = frozenset(ALL_CHECKS) - topic.excluded
+            enforced = frozenset(c for c in ALL_CHECKS if topic.enforces(c))
             for d in local.replication:
                 for t in d.topics:
                     if t.message_type != topic.message_type or not covers(t.name, topic.name):
@@ -306,8 +619,10 @@ def validate(
                             )
                         )
         failures.extend(_sow_failures(topic, local, upstream_name))
-        # queue, queue_passthrough, queue_underlying: no queues exist in amps-py yet, so
-        # the declared configurations agree by construction.
+        for failure in _queue_failures(topic, local, upstream_name, upstream_group, topics):
+            if str(failure) not in seen:
+                seen.add(str(failure))
+                failures.append(failure)
     return failures
 
 
