@@ -655,3 +655,13 @@ def test_package_imports_no_trio_and_no_socket() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == ""
+
+
+def test_a_value_expression_gives_its_value_or_none() -> None:
+    from amps_py.filters import compile_expression
+
+    assert compile_expression("/p * 2").value({"p": 3}) == 6
+    assert compile_expression("/p").value({}) is None
+    assert compile_expression("IF(/vip = 1, 10, 1)").value({"vip": 1}) == 10
+    with pytest.raises(FilterError):
+        compile_expression("/p +")

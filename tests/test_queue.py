@@ -408,3 +408,30 @@ async def test_journal_removal_keeps_what_a_queue_still_holds(tmp_path: Path) ->
         limit, why = maintenance.removable_txid({})
         assert not any("queue" in w for w in why), why
         await a.aclose()
+
+
+async def test_a_higher_priority_is_delivered_first(tmp_path: Path) -> None:
+    async with queue_instance(tmp_path, "<Priority>/p</Priority>") as served:
+        from amps_py.client import open_client
+
+        async with open_client(served.uri, "producer") as pub:
+            seq = 0
+            for n, p in enumerate([1, 5, 3, None, 5]):
+                doc = {"n": n} if p is None else {"n": n, "p": p}
+                seq = await pub.publish(QUEUE, orjson.dumps(doc))
+            await pub.wait_persisted(seq)
+        a = await WireConsumer.connect(served.port, "a")
+        await a.subscribe()  # backlog 1: one at a time, acknowledged before the next
+        order: list[int] = []
+        for _ in range(5):
+            frames: list[Frame] = []
+            with trio.fail_after(10):
+                while not frames:
+                    frames = a.take_messages()
+                    if not frames:
+                        await a.read_some()
+            order.extend(numbers(frames))
+            await a.ack([str(f.header["bm"]) for f in frames])
+        # priority 5 (oldest first among equals), then 3, then 1, then none (0)
+        assert order == [1, 4, 2, 0, 3]
+        await a.aclose()

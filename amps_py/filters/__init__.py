@@ -18,8 +18,15 @@ Usage::
     f.matches_json(b'{"qty": 5, "sym": "IBM"}')  # False
 """
 
-from .api import Filter, compile_filter
+from .api import Expression, Filter, compile_expression, compile_filter
 from .context import EvalContext
 from .errors import FilterError
 
-__all__ = ["EvalContext", "Filter", "FilterError", "compile_filter"]
+__all__ = [
+    "EvalContext",
+    "Expression",
+    "Filter",
+    "FilterError",
+    "compile_expression",
+    "compile_filter",
+]

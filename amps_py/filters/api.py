@@ -7,7 +7,7 @@ from typing import final
 
 import orjson
 
-from .compiler import TruthEvaluator, compile_tree
+from .compiler import Evaluator, TruthEvaluator, compile_tree, compile_value_tree
 from .context import DEFAULT_CONTEXT, EvalContext
 from .errors import FilterError
 from .parser import parse
@@ -106,3 +106,51 @@ def compile_filter(text: str) -> Filter:
             hint="remove redundant parentheses or split the filter into simpler parts",
         ) from None
     return Filter(text, evaluate, uses_message_size)
+
+
+@final
+class Expression:
+    """A compiled value expression (e.g. a queue's ``Priority``, ``/priority * 2``).
+    Build one with :func:`compile_expression`; like :class:`Filter` it is immutable."""
+
+    __slots__ = ("_evaluate", "source")
+
+    def __init__(self, source: str, evaluate: Evaluator) -> None:
+        self.source = source
+        self._evaluate = evaluate
+
+    def __repr__(self) -> str:
+        return f"Expression({self.source!r})"
+
+    def value(self, doc: object, context: EvalContext | None = None) -> object:
+        """The expression's value for a parsed JSON document (None for NULL).
+
+        Error handling: never raises for any document; a field that is missing or of
+        the wrong type gives NULL, as in filters."""
+        return self._evaluate(doc, context or DEFAULT_CONTEXT)
+
+
+def compile_expression(text: str) -> Expression:
+    """Parse and compile an AMPS value expression (the filter language's operands and
+    functions, e.g. ``/priority`` or ``IF(/vip, 10, 1)``).
+
+    Raises:
+        FilterError: the text is not a valid expression (the message says where and
+            suggests a fix, as for filters).
+    """
+    if not text.strip():
+        raise FilterError(
+            "the expression is empty",
+            text=text,
+            position=0,
+            hint="write an expression such as /priority",
+        )
+    try:
+        return Expression(text, compile_value_tree(parse(text), text))
+    except RecursionError:
+        raise FilterError(
+            "the expression is too deeply nested to compile",
+            text=text,
+            position=0,
+            hint="remove redundant parentheses",
+        ) from None

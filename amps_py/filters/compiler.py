@@ -745,6 +745,16 @@ def _in_constant_set(fo: Evaluator, constants: list[Scalar | None]) -> TruthEval
     return in_set
 
 
+def compile_value_tree(node: Node, text: str) -> Evaluator:
+    """Compile a parsed expression to an evaluator of its value (a number, string,
+    boolean or NULL), for expressions that are not conditions (a queue's Priority).
+
+    Raises:
+        FilterError: as :func:`compile_tree`.
+    """
+    return _Compiler(text).compile(node).fn
+
+
 def compile_tree(node: Node, text: str) -> tuple[TruthEvaluator, bool]:
     """Compile a parsed filter to a truth evaluator.
 

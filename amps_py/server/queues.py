@@ -38,6 +38,7 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.config import QueueConfig
+from amps_py.filters import compile_expression
 from amps_py.protocol import messages
 from amps_py.queue import QueueMessage, QueuePolicy, QueueState, QueueSub
 from txlog import Kind, Record
@@ -157,6 +158,7 @@ class ServedQueue:
         self.barrier = (
             compile_filter(config.barrier_expression) if config.barrier_expression else None
         )
+        self.priority = compile_expression(config.priority) if config.priority else None
         self.state = QueueState(queue_policy(config), instance_name, self._matches)
         self.head = messages.topic_head(config.name)
         #: messages this instance journaled a removal for and has not seen commit yet
@@ -218,7 +220,9 @@ class ServedQueue:
             return False
         if record.bookmark in self.state:
             return False
-        doc = parse_json(record.payload) if self.barrier is not None else None
+        doc = None
+        if self.barrier is not None or self.priority is not None:
+            doc = parse_json(record.payload)
         message = QueueMessage(
             txid=record.txid,
             bookmark=record.bookmark,
@@ -226,6 +230,7 @@ class ServedQueue:
             correlation_id=record.correlation_id,
             published_at=(record.origin_ts or record.local_ts) / 1e6,
             owner=self.owner_of(record),
+            priority=priority_of(self.priority.value(doc)) if self.priority else 0,
             barrier=self.barrier is not None and self.barrier.matches(doc),
         )
         self.state.add(message, now)
@@ -240,6 +245,14 @@ class ServedQueue:
         if first is None:
             return 0.0
         return max(now - (first.arrived_at or first.published_at), 0.0)
+
+
+def priority_of(value: object) -> int:
+    """A message's priority from its Priority expression's value: a whole number of 0
+    or more (AMPS: an unsigned integer); anything else (NULL, text, negative) is 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return max(0, int(value))
 
 
 class QueueBook:
