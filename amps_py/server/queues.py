@@ -161,8 +161,6 @@ class ServedQueue:
         self.priority = compile_expression(config.priority) if config.priority else None
         self.state = QueueState(queue_policy(config), instance_name, self._matches)
         self.head = messages.topic_head(config.name)
-        #: messages this instance journaled a removal for and has not seen commit yet
-        self.removing: set[str] = set()
         #: the typical arrival-to-ack time (seconds; None until an ack was seen)
         self.ack_time: float | None = None
         #: requester side: bookmark -> when this instance asked its owner for it
@@ -348,7 +346,6 @@ class QueueBook:
                     )
                     continue
                 removed = acked.state.apply_removed(marks)
-                acked.removing.difference_update(marks)
                 if now is not None:
                     acked.note_acked(removed, now)
                 changed.add(acked)
@@ -499,18 +496,19 @@ class QueueBook:
             if not queue.state.policy.at_least_once and not message.barrier:
                 sent_at_most_once.append(message.bookmark)
         if sent_at_most_once:
-            self._journal_removal(queue, sent_at_most_once, "sent")
+            self.journal_removal(queue, sent_at_most_once, "sent")
         self._wake.set()
 
-    def _journal_removal(self, queue: ServedQueue, bookmarks: list[str], reason: str) -> None:
-        queue.removing.update(bookmarks)
+    def journal_removal(self, queue: ServedQueue, bookmarks: list[str], reason: str) -> None:
+        """Journal (and so replicate) that messages left ``queue``: ``ack``,
+        ``expire``, or ``sent`` (an at-most-once delivery)."""
         self._journal(queue.name, ack_payload(bookmarks, reason), QUEUE_ACK)
 
     def expired(self, queue: ServedQueue, gone: list[QueueMessage]) -> None:
         """Messages this instance expired: journal their removal, tell the hook."""
         if not gone:
             return
-        self._journal_removal(queue, [m.bookmark for m in gone], "expire")
+        self.journal_removal(queue, [m.bookmark for m in gone], "expire")
         if self._on_expired is not None:
             for message in gone:
                 self._on_expired(queue, message)
@@ -674,7 +672,7 @@ def acknowledge(
         )
     if result.acked:
         queue.note_acked(result.acked, now)
-        book._journal_removal(queue, [m.bookmark for m in result.acked], "ack")
+        book.journal_removal(queue, [m.bookmark for m in result.acked], "ack")
     book.expired(queue, result.expired)
     book.pump(queue)
     acks = ack_types(header)
