@@ -6,6 +6,10 @@ Layout (one read tells where a message goes; docs/ARCHITECTURE.md draws it):
 - ``amps_py.config``       AMPS-style XML -> frozen option objects (``config.model``, no
                            lxml); one builder module per section; validated by amps.xsd.
 - ``amps_py.filters``      the AMPS content-filter language: parser and evaluator.
+- ``amps_py.sow``          State of the World: keys, delta merge, queries, the LMDB store
+                           (pure; the server applies commits to it in ``server.sowing``).
+- ``amps_py.queue``        message queues' delivery rules: leases, backlog, fairness,
+                           barriers, ownership (pure; served by ``server.queues``).
 - ``amps_py.server``       trio: ``instance`` wires listeners, sessions, the publish path
                            (``publishing``, ``durability``), the journal writer, delivery,
                            subscriptions, bookmark replay and journal maintenance.
