@@ -89,6 +89,13 @@ class WireConsumer:
                     return got
                 await self.read_some()
 
+    async def next_messages(self, timeout: float = 10) -> list[Frame]:
+        """The messages that have arrived, reading until there is at least one."""
+        with trio.fail_after(timeout):
+            while not (frames := self.take_messages()):
+                await self.read_some()
+        return frames
+
     def take_messages(self) -> list[Frame]:
         got = [f for f in self.frames if f.header.get("c") in ("p", "publish")]
         self.frames = [f for f in self.frames if f not in got]
@@ -394,12 +401,7 @@ async def test_journal_removal_keeps_what_a_queue_still_holds(tmp_path: Path) ->
         a = await WireConsumer.connect(served.port, "a")
         await a.subscribe()
         for _ in range(3):
-            frames: list[Frame] = []
-            with trio.fail_after(10):
-                while not frames:
-                    frames = a.take_messages()
-                    if not frames:
-                        await a.read_some()
+            frames = await a.next_messages()
             await a.ack([str(f.header["bm"]) for f in frames])
         await wait_until(
             lambda: None if not queues.oldest_txids() else f"still held: {queues.oldest_txids()}",
@@ -424,12 +426,7 @@ async def test_a_higher_priority_is_delivered_first(tmp_path: Path) -> None:
         await a.subscribe()  # backlog 1: one at a time, acknowledged before the next
         order: list[int] = []
         for _ in range(5):
-            frames: list[Frame] = []
-            with trio.fail_after(10):
-                while not frames:
-                    frames = a.take_messages()
-                    if not frames:
-                        await a.read_some()
+            frames = await a.next_messages()
             order.extend(numbers(frames))
             await a.ack([str(f.header["bm"]) for f in frames])
         # priority 5 (oldest first among equals), then 3, then 1, then none (0)

@@ -48,6 +48,17 @@ async def publish_from(uri: str, name: str, first: int, count: int) -> None:
         await pub.wait_persisted(seq, timeout=30)
 
 
+async def wait_emptied(cluster: Cluster, names: str, timeout: float = 60) -> None:
+    """Wait until the queue is empty on each of ``names`` (acks have replicated)."""
+    for name in names:
+        await wait_until(
+            lambda name=name: (
+                None if depth(cluster, name) == 0 else f"{name}: {depth(cluster, name)}"
+            ),
+            timeout=timeout,
+        )
+
+
 def depth(cluster: Cluster, name: str) -> int | None:
     """The queue's depth from the instance's statistics file (None before it has
     written one with queues)."""
@@ -85,13 +96,7 @@ async def test_consumers_on_both_sides_process_every_message_once(cluster: Clust
     assert sorted(everything) == list(range(200)), "a message was lost or processed twice"
     for c in consumers:
         await c.aclose()
-    for side in "AB":
-        await wait_until(
-            lambda side=side: (
-                None if depth(cluster, side) == 0 else f"{side}: {depth(cluster, side)}"
-            ),
-            timeout=30,
-        )
+    await wait_emptied(cluster, "AB", timeout=30)
 
 
 async def test_messages_published_where_nobody_consumes_are_transferred(
@@ -120,7 +125,7 @@ async def test_messages_published_where_nobody_consumes_are_transferred(
         return f"B {stats_b}, A {stats_a}"
 
     await wait_until(transferred, timeout=30)
-    await wait_until(lambda: None if depth(cluster, "A") == 0 else f"A: {depth(cluster, 'A')}", 30)
+    await wait_emptied(cluster, "A", timeout=30)
 
 
 PROXIED_ON_SIGNAL = (
@@ -169,7 +174,7 @@ async def test_a_dead_owners_messages_wait_until_proxied_transfer_is_enabled(
     )
     # the owner comes back: the claims and acks replicate to it, its queue empties
     cluster.restart("A")
-    await wait_until(lambda: None if depth(cluster, "A") == 0 else f"A: {depth(cluster, 'A')}", 60)
+    await wait_emptied(cluster, "A", timeout=60)
 
 
 def mesh_body(me: str) -> Callable[[InstanceView], str]:
@@ -233,13 +238,7 @@ async def test_a_group_local_queue_is_delivered_by_its_initial_owner_until_it_gr
         return f"A {a}, B {b}, C {c}"
 
     await wait_until(settled, timeout=30)
-    for name in "ABC":
-        await wait_until(
-            lambda name=name: (
-                None if depth(cluster, name) == 0 else f"{name}: {depth(cluster, name)}"
-            ),
-            timeout=30,
-        )
+    await wait_emptied(cluster, "ABC", timeout=30)
 
 
 async def test_proxied_transfer_during_a_partition_counts_and_flags_its_duplicates(
@@ -298,10 +297,4 @@ async def test_proxied_transfer_during_a_partition_counts_and_flags_its_duplicat
     assert "may be processed twice" in log and "18-0003" in log
     print(f"duplicates processed on both sides: {duplicates} (counted and logged on A)")
     await at_a.aclose()
-    for side in "AB":
-        await wait_until(
-            lambda side=side: (
-                None if depth(cluster, side) == 0 else f"{side}: {depth(cluster, side)}"
-            ),
-            timeout=60,
-        )
+    await wait_emptied(cluster, "AB", timeout=60)
