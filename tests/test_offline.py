@@ -58,22 +58,31 @@ class RawSubscriber:
         self.eof = False
 
     @classmethod
-    async def connect(cls, port: int, name: str, topic: str) -> RawSubscriber:
+    async def connect(
+        cls, port: int, name: str, topic: str, bookmark: str | None = None
+    ) -> RawSubscriber:
+        """Log on as ``name`` and subscribe to ``topic`` (from ``bookmark`` if given)."""
         sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
         await sock.connect(("127.0.0.1", port))
         sub = cls(trio.SocketStream(sock))
         await sub.command({"c": "logon", "client_name": name, "cid": "l"})
-        await sub.command({"c": "subscribe", "t": topic, "sub_id": "s1", "cid": "s"})
+        subscribe = {"c": "subscribe", "t": topic, "sub_id": "s1", "cid": "s"}
+        if bookmark is not None:
+            subscribe["bm"] = bookmark
+        await sub.command(subscribe)
         return sub
 
     async def command(self, header: dict[str, Any]) -> None:
+        """Send ``header`` and wait for its successful processed ack; the frames read
+        meanwhile are dropped, except the messages."""
         header["a"] = "processed"
         await self.stream.send_all(encode_frame(header))
         with trio.fail_after(10):
-            while not any(f.header.get("cid") == header["cid"] for f in self.frames):
+            while not (acks := [f for f in self.frames if f.header.get("cid") == header["cid"]]):
                 await self.read_some()
-        self.frames.clear()
+        assert acks[0].header.get("status") == "success", acks[0].header
+        self.frames = [f for f in self.frames if f.command == "publish"]
 
     async def read_some(self) -> None:
         data = await self.stream.receive_some(256 * 1024)

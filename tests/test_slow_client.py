@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,9 +31,9 @@ from typing import Any
 import orjson
 import trio
 from harness import ServerProcess, start_instance, wait_until
+from test_offline import RawSubscriber
 
 from amps_py.client import Client, open_client
-from amps_py.protocol import Frame, FrameDecoder, encode_frame
 
 MiB = 1024 * 1024
 PUBLISHERS = 4
@@ -103,44 +102,16 @@ class FastSubscriber:
                 self.latency.setdefault(doc["ph"], []).append(now - doc["t"])
 
 
-class StallingSubscriber:
-    """A bookmark subscriber on a raw socket with a small receive buffer, so a backlog
-    builds on the server as soon as it stops reading."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.decoder = FrameDecoder()
-        self.frames: list[Frame] = []
-        self.eof = False
+class StallingSubscriber(RawSubscriber):
+    """A bookmark subscriber on a raw socket with a small receive buffer
+    (:class:`test_offline.RawSubscriber`), so a backlog builds on the server as soon as
+    it stops reading; its messages carry (publisher, index, phase)."""
 
     @classmethod
-    async def connect(cls, port: int, bookmark: str) -> StallingSubscriber:
-        sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-        await sock.connect(("127.0.0.1", port))
-        sub = cls(trio.SocketStream(sock))
-        await sub.command({"c": "logon", "client_name": "laggard", "cid": "l"})
-        await sub.command(
-            {"c": "subscribe", "t": TOPIC, "sub_id": "s1", "cid": "s", "bm": bookmark}
-        )
+    async def join(cls, port: int, bookmark: str) -> StallingSubscriber:
+        sub = await cls.connect(port, "laggard", TOPIC, bookmark)
+        assert isinstance(sub, StallingSubscriber)
         return sub
-
-    async def command(self, header: dict[str, Any]) -> None:
-        header["a"] = "processed"
-        await self.stream.send_all(encode_frame(header))
-        with trio.fail_after(10):
-            while not (acks := [f for f in self.frames if f.header.get("cid") == header["cid"]]):
-                await self.read_some()
-        assert acks[0].header.get("status") == "success", acks[0].header
-        self.frames = [f for f in self.frames if f.command == "publish"]
-
-    async def read_some(self) -> None:
-        data = await self.stream.receive_some(256 * 1024)
-        if not data:
-            self.eof = True
-            return
-        self.decoder.receive_data(data)
-        self.frames.extend(self.decoder.frames())
 
     @property
     def received(self) -> list[tuple[int, int, int]]:
@@ -267,7 +238,7 @@ async def run_scenario(server: ServerProcess, spill_dir: Path) -> None:
         base_p99 = max(percentile(s.latency[1], 0.99) for s in fast)
 
         # 2. the same run while one subscriber has stopped reading
-        slow = await StallingSubscriber.connect(server.port, NOW)
+        slow = await StallingSubscriber.join(server.port, NOW)
         memory.reset()
         with_slow = await feed.phase(2, PHASE_SECS)
         slow_peak = memory.peak
@@ -352,7 +323,7 @@ async def run_scenario(server: ServerProcess, spill_dir: Path) -> None:
         full = [m for m in fast[0].received if m[2] >= 2]
         assert got_before == full[: len(got_before)]
         missed = full[len(got_before) :]
-        resumed = await StallingSubscriber.connect(server.port, last_bookmark)
+        resumed = await StallingSubscriber.join(server.port, last_bookmark)
         await resumed.read_until(len(missed), timeout=60)
         print(
             f"slow client got {len(got_before)} messages before it was disconnected, and "
