@@ -27,9 +27,10 @@ bookmark ``<publisher hash>|<seq>|``):
   store: at or below the max delivered it found on disk), or one delivered before and
   not processed yet.
 * :meth:`resume_bookmark` is the comma list of ``<publisher>|<mark>|`` of every
-  publisher with a mark. The server replays from the earliest of those it finds, so no
-  publisher's unprocessed message is skipped; what is replayed again below a mark is
-  dropped as a duplicate. One exception: when a publisher has delivered messages but
+  publisher with a mark (in publisher hash order: the same before and after a
+  restart). The server replays from the earliest of those it finds, so no publisher's
+  unprocessed message is skipped; what is replayed again below a mark is dropped as a
+  duplicate. One exception: when a publisher has delivered messages but
   none of them processed (its mark is 0), no bookmark of it can name a point before
   its first message, so the answer is ``""``: the subscriber's own starting bookmark
   applies (replay from there; duplicates are dropped), rather than a list that could
@@ -210,7 +211,7 @@ class _Marks:
 
     def resume(self, sub_id: str) -> str:
         parts = []
-        for pub, track in self.subs.get(sub_id, {}).items():
+        for pub, track in sorted(self.subs.get(sub_id, {}).items()):
             if track.mark:
                 parts.append(f"{pub}|{track.mark}|")
             elif track.max_delivered:
