@@ -385,6 +385,21 @@ def test_a_damaged_marker_brings_publishes_back_rather_than_losing_any(
     assert "discarded is damaged" in caplog.text
 
 
+def test_a_torn_marker_slot_falls_back_to_the_other_slot(tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    with FilePublishStore(directory) as store:
+        for _ in range(5):
+            store.store("publish", "t", b"x")
+        store.discard_through(2)  # slot 0
+        store.discard_through(4)  # slot 1
+    marker = directory / "discarded"
+    raw = bytearray(marker.read_bytes())
+    raw[codec.MARKER_SLOT + 20 :] = bytes(len(raw) - codec.MARKER_SLOT - 20)
+    marker.write_bytes(bytes(raw))
+    with FilePublishStore(directory) as store:
+        assert (store.discarded_through, seqs(store)) == (2, [3, 4, 5])
+
+
 def test_a_second_opener_of_a_directory_is_refused_naming_it(tmp_path: Path) -> None:
     directory = tmp_path / "store"
     with FilePublishStore(directory) as store:

@@ -26,8 +26,10 @@ Damage classes (:func:`scan`), for a segment that stops being readable at offset
   record, an unknown command): the file was changed under the store. The store does
   not guess which records to give up.
 
-Discard marker file: one line ``discarded_through <n> crc32 <8 hex digits>\\n`` (the CRC
-is of the decimal ``n``).
+Discard marker file: two slots of :data:`MARKER_SLOT` bytes, each one line
+``discarded_through <n> crc32 <8 hex digits>`` (the CRC is of the decimal ``n``) padded
+with spaces; the store overwrites them alternately in place, so a torn write (a power
+loss) leaves the other slot, and the higher intact value counts.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Final
 __all__ = [
     "COMMANDS",
     "HEADER",
+    "MARKER_SLOT",
     "SEGMENT_MAGIC",
     "Damaged",
     "Record",
@@ -170,18 +173,25 @@ def scan(buf: bytes | memoryview, start: int = len(SEGMENT_MAGIC)) -> Scan:
     return Scan(records, None)
 
 
+#: the marker file holds two slots of this size, written alternately
+MARKER_SLOT: Final = 64
+
+
 def encode_marker(discarded_through: int) -> bytes:
-    """The discard marker file's bytes."""
+    """One marker slot's bytes (:data:`MARKER_SLOT` long)."""
     text = str(discarded_through)
-    return f"discarded_through {text} crc32 {zlib.crc32(text.encode()):08x}\n".encode()
+    line = f"discarded_through {text} crc32 {zlib.crc32(text.encode()):08x}"
+    return line.encode().ljust(MARKER_SLOT - 1) + b"\n"
 
 
 def decode_marker(raw: bytes) -> int | None:
-    """The ``discarded_through`` a marker file holds, or ``None`` when it is not an
-    intact marker."""
-    parts = raw.split()
-    if len(parts) != 4 or parts[0] != b"discarded_through" or parts[2] != b"crc32":
-        return None
-    if not parts[1].isdigit() or f"{zlib.crc32(parts[1]):08x}".encode() != parts[3]:
-        return None
-    return int(parts[1])
+    """The ``discarded_through`` the marker file ``raw`` holds: the higher of its intact
+    slots, or ``None`` when no slot is intact."""
+    found: list[int] = []
+    for start in range(0, len(raw), MARKER_SLOT):
+        parts = raw[start : start + MARKER_SLOT].split()
+        if len(parts) != 4 or parts[0] != b"discarded_through" or parts[2] != b"crc32":
+            continue
+        if parts[1].isdigit() and f"{zlib.crc32(parts[1]):08x}".encode() == parts[3]:
+            found.append(int(parts[1]))
+    return max(found) if found else None
