@@ -330,7 +330,9 @@ class FilePublishStore:
         # drop index entries at or below the marker / gaps
         while self._index and self._index[0].seq <= self._discarded:
             self._bytes -= self._index.popleft().payload
-        if not self._segments:
+        if not self._segments or self._segments[-1].last_seq < self._discarded:
+            # a new store; or the marker is ahead of the segments (they were removed by
+            # hand): numbering goes on after the mark
             self._new_segment(self._discarded + 1)
         else:
             tail = self._segments[-1]
