@@ -16,7 +16,9 @@ Common to both:
 * :meth:`store` does not refuse a message: :meth:`has_room` is the caller's check
   (``bytes_kept + size <= max_bytes``, or the store is empty).
 * :meth:`unacked` yields what is kept when it is called, in sequence order, skipping
-  what a :meth:`discard_through` drops while the iteration is under way.
+  what a :meth:`discard_through` drops while the iteration is under way. A file store
+  keeps only an index in memory and reads each publish back from its segment as the
+  iterator advances (blocking I/O: iterate it in a worker thread).
 
 File store on disk (directory ``D``)::
 
@@ -43,11 +45,12 @@ Durability contract (file store):
 
 * :meth:`store` writes the record to the OS before it returns (no fsync): a crash of
   the process loses nothing :meth:`store` returned for.
-* :meth:`sync` fsyncs the segment(s) written since the last sync and, when a segment
-  was created or deleted, the directory: everything stored before it survives a power
-  loss. The HA client calls it once per group of publishes, before sending the group.
-  Starting a new segment fsyncs the finished one (one fsync per ``segment_bytes``), so
-  only the last segment can ever end in an unfinished record.
+* :meth:`sync` fsyncs the current segment and, when a segment was created or deleted
+  since, the directory: everything stored before it survives a power loss. The HA
+  client calls it once per group of publishes, before sending the group. Starting a
+  new segment fsyncs the finished one (one fsync per ``segment_bytes``), so only the
+  last segment can ever end in an unfinished record. The marker is never fsynced (see
+  above: losing it costs only resends).
 * On open, an unfinished record at the end of the last segment (a crash in the middle
   of :meth:`store`; it was never returned for) is truncated away with a warning.
   Anything else that does not read back intact (a bad checksum in the middle of a
