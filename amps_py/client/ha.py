@@ -269,8 +269,13 @@ class HAClient:
         self.backoff = Backoff(
             reconnect_delay, max_reconnect_delay, round_size=self.chooser.round_size
         )
-        self.publish_store: PublishStore = publish_store or SimplePublishStore()
-        self.bookmark_store: BookmarkStore = bookmark_store or SimpleBookmarkStore()
+        # (an empty store is falsy: it has __len__)
+        self.publish_store: PublishStore = (
+            SimplePublishStore() if publish_store is None else publish_store
+        )
+        self.bookmark_store: BookmarkStore = (
+            SimpleBookmarkStore() if bookmark_store is None else bookmark_store
+        )
         self.heartbeat = heartbeat
         self.connect_timeout = connect_timeout
         self.on_state = on_state
