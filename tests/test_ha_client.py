@@ -51,6 +51,10 @@ from checker import payload, replay_instance
 TOPIC = "orders"
 
 
+def recorder(into: list[tuple[str, dict[str, Any]]]) -> Callable[[str, dict[str, Any]], None]:
+    return lambda state, detail: into.append((state, detail))
+
+
 # ---------------------------------------------------------------------- pure policy
 
 
@@ -199,6 +203,47 @@ async def test_a_full_store_blocks_the_publisher_until_acks_free_room(
     assert [m.seq for m in await replay_instance(inproc.uri, TOPIC)] == [1, 2, 3]
 
 
+async def test_the_stored_tail_is_sent_before_new_publishes(inproc: InProcessInstance) -> None:
+    """20 publishes wait in the store while no server is reachable; a second task keeps
+    publishing while the client connects and replays: the server stores them all in
+    sequence order (a new publish never overtakes the replayed tail)."""
+    dead = reserve_port()
+    reachable = False
+
+    def choose() -> str:
+        return inproc.uri if reachable else f"tcp://127.0.0.1:{dead.getsockname()[1]}/amps/json"
+
+    states: list[tuple[str, dict[str, Any]]] = []
+    try:
+        async with open_ha_client(
+            "tail", choose, max_reconnect_delay=0.05, on_state=recorder(states)
+        ) as ha:
+            for i in range(1, 21):
+                await ha.publish(TOPIC, payload("tail", i))
+
+            async def more() -> None:
+                # a steady stream through the connect and the replay, then 20 more
+                i = 21
+                after = 0
+                while after < 20:
+                    after += ha.connected
+                    assert await ha.publish(TOPIC, payload("tail", i)) == i
+                    i += 1
+                    await trio.sleep(0.0005)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(more)
+                reachable = True
+            await ha.flush(timeout=10)
+            total = ha.publish_store.last_seq
+    finally:
+        dead.close()
+    print(f"{states[0][1]['republished']} replayed, {total} in all")
+    stored = await replay_instance(inproc.uri, TOPIC)
+    assert [m.seq for m in stored] == list(range(1, total + 1))
+    assert states[0][0] == CONNECTED and states[0][1]["republished"] >= 20
+
+
 # ---------------------------------------------------------------------- a hot-hot pair
 
 
@@ -231,10 +276,6 @@ def start_pair(cluster: Cluster) -> list[str]:
     cluster.add_instance("B", "hot", pair_body("A"))
     cluster.start_all()
     return [cluster.uri("A"), cluster.uri("B")]
-
-
-def recorder(into: list[tuple[str, dict[str, Any]]]) -> Callable[[str, dict[str, Any]], None]:
-    return lambda state, detail: into.append((state, detail))
 
 
 N = 200  # messages published

@@ -452,16 +452,24 @@ class HAClient:
 
     async def _sender(self, client: Client) -> None:
         """Send what publishers stored, a group at a time: one store sync per group,
-        then one socket write."""
+        then one socket write.
+
+        The group is what was stored since the last one: while a sync runs, publishers
+        store the next group, if the store allows it (:func:`_sync_is_concurrent`);
+        otherwise they wait for the sync (the store lock)."""
         store = self.publish_store
+        concurrent = _sync_is_concurrent(store)
         while True:
             await self._pending_ready.wait()
             self._pending_ready = trio.Event()
-            async with self._store_lock:
-                batch, self._pending = self._pending, []
-                if not batch:
-                    continue
+            if not self._pending:
+                continue
+            batch, self._pending = self._pending, []
+            if concurrent:
                 await trio.to_thread.run_sync(store.sync)
+            else:
+                async with self._store_lock:
+                    await trio.to_thread.run_sync(store.sync)
             await client.send_raw(b"".join(_publish_frame(kept) for kept in batch))
 
     async def _ack_watcher(self, client: Client) -> None:
@@ -638,6 +646,14 @@ class HAClient:
                 log.error("HA client %r: subscription %s ended: %s", self.name, sub.sub_id, failure)
                 self._subs.pop(sub.sub_id, None)
                 sub._end(failure)
+
+
+def _sync_is_concurrent(store: PublishStore) -> bool:
+    """Whether ``store`` declares (attribute ``concurrent_sync = True``) that its
+    ``sync()`` may run in a worker thread while its other methods are called; then
+    publishers keep storing during a sync, and groups grow with the sync's cost.
+    Without it the client keeps to the protocol's one-call-at-a-time rule."""
+    return bool(getattr(store, "concurrent_sync", False))
 
 
 def _publish_frame(kept: StoredPublish) -> bytes:

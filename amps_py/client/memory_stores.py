@@ -27,6 +27,9 @@ class SimplePublishStore:
             single larger message still fits into an empty store.
     """
 
+    #: sync() does nothing, so it may run alongside any other call
+    concurrent_sync = True
+
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be 1 or more, got {max_bytes}")
