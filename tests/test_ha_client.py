@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -203,6 +204,36 @@ async def test_a_full_store_blocks_the_publisher_until_acks_free_room(
     assert [m.seq for m in await replay_instance(inproc.uri, TOPIC)] == [1, 2, 3]
 
 
+class SlowSyncStore(SimplePublishStore):
+    """A memory store whose sync costs what an fsync might (20 ms), and counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs = 0
+
+    def sync(self) -> None:
+        time.sleep(0.02)  # the cost of an fsync, in the worker thread
+        self.syncs += 1
+
+
+async def test_the_store_is_synced_once_per_group_of_publishes(
+    inproc: InProcessInstance,
+) -> None:
+    """A slow sync does not cost a sync per message: what publishers store while one
+    sync runs goes out after the next one, as one group."""
+    store = SlowSyncStore()
+    async with open_ha_client("groups", [inproc.uri], publish_store=store) as ha:
+        await ha.wait_connected(10)
+        before = store.syncs
+        for i in range(1, 501):
+            await ha.publish(TOPIC, payload("groups", i))
+        await ha.flush(timeout=30)
+        syncs = store.syncs - before
+    print(f"500 publishes, {syncs} syncs")
+    assert 1 <= syncs <= 25
+    assert [m.seq for m in await replay_instance(inproc.uri, TOPIC)] == list(range(1, 501))
+
+
 async def test_the_stored_tail_is_sent_before_new_publishes(inproc: InProcessInstance) -> None:
     """20 publishes wait in the store while no server is reachable; a second task keeps
     publishing while the client connects and replays: the server stores them all in
@@ -310,6 +341,15 @@ async def test_publisher_and_durable_subscriber_fail_over_when_a_is_killed(
             if seq == N:
                 return
 
+    live_seqs: list[int] = []
+
+    async def consume_live(live: HASubscription) -> None:
+        async for message in live:
+            live_seqs.append(int(orjson.loads(message.data)["s"]))
+            assert not message.possible_duplicate  # never flagged: no bookmark store
+            if live_seqs[-1] == N:
+                return
+
     with trio.fail_after(90):
         async with (
             open_ha_client(
@@ -321,9 +361,11 @@ async def test_publisher_and_durable_subscriber_fail_over_when_a_is_killed(
             assert await sub_client.wait_connected(10) == servers[0]
             async with (
                 sub_client.subscribe(TOPIC, bookmark="0", sub_id="durable") as sub,
+                sub_client.subscribe(TOPIC, sub_id="live") as live,
                 trio.open_nursery() as nursery,
             ):
                 nursery.start_soon(consume, sub)
+                nursery.start_soon(consume_live, live)
                 nursery.start_soon(publish_all, pub)
                 await wait_until(
                     lambda: (
@@ -344,6 +386,8 @@ async def test_publisher_and_durable_subscriber_fail_over_when_a_is_killed(
     assert [s for s, _ in pub_states] == expected
     assert [s for s, _ in sub_states] == expected
     assert pub_states[2][1]["uri"] == servers[1] and sub_states[3][1]["previous"] == servers[0]
+    # the live subscription was re-established too: it got what was published after
+    assert sub_states[4][1]["subscriptions"] == 2 and live_seqs[-1] == N
 
     # on B: the publisher's messages once each, in its order (tail before new ones)
     stored = await replay_instance(servers[1], TOPIC)
