@@ -1,6 +1,7 @@
 """The amps-py trio client: :func:`open_client`, :class:`Client`, subscriptions, SOW
 queries (:class:`SowRecord`), queue consumers (``Client.ack``, ``message.ack()``,
-``subscribe(..., auto_ack=True)``: :class:`QueueSubscription`), URIs."""
+``subscribe(..., auto_ack=True)``: :class:`QueueSubscription`), URIs, and the HA client
+(:func:`open_ha_client`: failover, publish and bookmark stores, heartbeats)."""
 
 from amps_py.protocol import SowRecord
 
@@ -15,22 +16,45 @@ from .client import (
     Subscription,
     open_client,
 )
+from .ha import (
+    CONNECTED,
+    DISCONNECTED,
+    FAILED_OVER,
+    RESUBSCRIBED,
+    HAClient,
+    HAMessage,
+    HASubscription,
+    ServerSilent,
+    open_ha_client,
+)
+from .memory_stores import SimpleBookmarkStore, SimplePublishStore
 from .queue import QueueSubscription
 from .uri import BadURI, ServerURI, parse_uri
 
 __all__ = [
+    "CONNECTED",
+    "DISCONNECTED",
+    "FAILED_OVER",
+    "RESUBSCRIBED",
     "AMPSError",
     "BadURI",
     "Client",
     "CommandError",
     "ConnectionLost",
+    "HAClient",
+    "HAMessage",
+    "HASubscription",
     "Message",
     "QueueSubscription",
+    "ServerSilent",
     "ServerURI",
+    "SimpleBookmarkStore",
+    "SimplePublishStore",
     "SowRecord",
     "SowResult",
     "SowSubscription",
     "Subscription",
     "open_client",
+    "open_ha_client",
     "parse_uri",
 ]

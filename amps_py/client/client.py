@@ -107,6 +107,9 @@ class Client:
         #: or s), e.g. reason ``slow client`` just before it closed the connection
         self.server_notice: dict[str, Any] | None = None
         self.heartbeats = 0
+        #: trio.current_time() when bytes last arrived from the server (or the client
+        #: was made): a server-silence watchdog re-arms from it
+        self.received_at = trio.current_time()
         self._nursery: trio.Nursery | None = None
         #: queue acknowledgements: bookmarks per ``sow_delete`` (1: each sent at once)
         self.ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE
@@ -173,6 +176,7 @@ class Client:
         try:
             while True:
                 data = await stream.receive_some(256 * 1024)
+                self.received_at = trio.current_time()
                 if not data:
                     notice = self.server_notice
                     why = f": {notice.get('reason')} ({notice.get('detail')})" if notice else ""

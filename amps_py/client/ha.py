@@ -1,0 +1,630 @@
+"""The HA client: one logical connection to a fabric of equivalent servers.
+
+Use it through :func:`open_ha_client`; it connects in the background, and reconnects
+and fails over by itself for as long as the block runs::
+
+    async with open_ha_client("pub", ["tcp://a:9007/amps/json", "tcp://b:9007/amps/json"],
+                              heartbeat=1.0, on_state=print) as ha:
+        seq = await ha.publish("orders", b'{"id": 1}')
+        await ha.wait_persisted(seq)
+        async with ha.subscribe("orders", bookmark="0", sub_id="orders-reader") as sub:
+            async for message in sub:
+                handle(message, again=message.possible_duplicate)
+                message.processed()
+
+Connections: ``servers`` is a list of equivalent URIs (tried in turn) or a callable
+returning the URI to try (see :mod:`amps_py.client.ha_policy` for the order and the
+back-off). Every connection logs on with the same client name, so the server knows
+the publisher again. ``on_state(state, detail)`` is called (and the change logged) with
+:data:`CONNECTED` after each logon and replay, :data:`FAILED_OVER` right after it when
+the server differs from the previous one, :data:`RESUBSCRIBED` once every subscription
+is re-established after a reconnect, and :data:`DISCONNECTED` when a connection is
+lost (``detail["reason"]``).
+
+Publishing: every publish goes into the publish store first (it waits while the store
+is full, until persisted acks free room) and is sent from there, the store synced
+once per group of sends. After each logon the client discards what the logon ack's
+``s`` covers (the server holds everything of this client name up to ``s``), and
+republishes the rest in sequence order before any new publish is sent. Persisted acks
+discard what they cover; :meth:`HAClient.wait_persisted` waits for one.
+
+Subscriptions: a bookmark subscription (``bookmark=`` given) passes each message
+through the bookmark store: one the application already processed is dropped, one
+that may have been delivered before (after a reconnect) is handed over with
+``message.possible_duplicate`` set. Call ``message.processed()`` when done with a
+message: after a reconnect the subscription resumes after the last message processed
+(per publisher, contiguously), not the last one received. A live subscription (no
+bookmark) is re-established as it was; what was published while it was down is not
+replayed.
+
+Heartbeats: with ``heartbeat=seconds`` the server is asked to heartbeat at that
+interval; a connection from which nothing arrives for two intervals (any frame
+re-arms the watchdog) is dropped and the client fails over.
+
+Resource handling: leaving the block closes the connection, ends every subscription
+iterator and syncs both stores; stores passed in are not closed (their owner closes
+them), the default in-memory ones are dropped. Publishes not yet persisted stay in the
+publish store: call :meth:`HAClient.flush` first to wait for them.
+
+Error handling: losing a connection, failing to connect or log on, and a silent
+server are never raised to the caller: the client retries. A subscription the server
+refuses raises :class:`CommandError` from :meth:`HAClient.subscribe`, or, when the
+refusal comes at a resubscribe, ends that subscription's iterator (``sub.failure``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+
+from amps_py.protocol import encode_frame
+from amps_py.trio_util import unwrapping_groups
+
+from .client import Client, open_client
+from .ha_policy import Backoff, ServerChooser
+from .ha_subscription import HAMessage as HAMessage
+from .ha_subscription import HASubscription
+from .memory_stores import SimpleBookmarkStore, SimplePublishStore
+from .store_api import BookmarkStore, PublishStore, StoredPublish
+from .subscription import CommandError, ConnectionLost
+
+__all__ = [
+    "CONNECTED",
+    "DISCONNECTED",
+    "FAILED_OVER",
+    "RESUBSCRIBED",
+    "HAClient",
+    "HAMessage",
+    "HASubscription",
+    "ServerSilent",
+    "open_ha_client",
+]
+
+log = logging.getLogger("amps_py.client.ha")
+
+#: a connection is logged on and the unacknowledged publishes are republished
+CONNECTED: Final = "connected"
+#: the connection was lost (``detail["reason"]`` says why)
+DISCONNECTED: Final = "disconnected"
+#: the new connection is to another server than the previous one
+FAILED_OVER: Final = "failed_over"
+#: every subscription was re-established after a reconnect
+RESUBSCRIBED: Final = "resubscribed"
+
+#: a silent server is dropped after this many heartbeat intervals without a frame
+SILENT_INTERVALS: Final = 2
+#: bytes of replayed publishes written to the socket at a time
+REPLAY_CHUNK: Final = 1024 * 1024
+
+StateCallback = Callable[[str, dict[str, Any]], None]
+
+# what ends a connection (and makes the client try again), as opposed to a bug
+_CONNECTION_ERRORS: Final = (
+    ConnectionLost,
+    CommandError,  # a refused logon or heartbeat request
+    OSError,
+    TimeoutError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+)
+
+
+class ServerSilent(ConnectionLost):
+    """Nothing arrived from the server for two heartbeat intervals."""
+
+
+@dataclass
+class _Live:
+    """The current connection, once logged on and replayed."""
+
+    client: Client
+    uri: str
+    nursery: trio.Nursery
+
+
+class HAClient:
+    """A publisher and subscriber that survives failures. Create it with
+    :func:`open_ha_client` (which documents the arguments).
+
+    Attributes:
+        uri: the server of the current (or last) connection; "" before the first.
+        connections: successful logons so far.
+        failed_publishes: publishes the server reported as not stored: seq -> the
+            failure ack (a later persisted ack still discards them from the store).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        servers: Sequence[str] | Callable[[], str],
+        *,
+        publish_store: PublishStore | None = None,
+        bookmark_store: BookmarkStore | None = None,
+        heartbeat: float | None = None,
+        reconnect_delay: float = 0.05,
+        max_reconnect_delay: float = 5.0,
+        connect_timeout: float = 10.0,
+        on_state: StateCallback | None = None,
+        **logon_fields: Any,
+    ) -> None:
+        if heartbeat is not None and heartbeat <= 0:
+            raise ValueError(f"heartbeat must be a positive number of seconds, got {heartbeat:g}")
+        if connect_timeout <= 0:
+            raise ValueError(f"connect_timeout must be positive, got {connect_timeout:g}")
+        self.name = name
+        self.chooser = ServerChooser(servers)
+        self.backoff = Backoff(
+            reconnect_delay, max_reconnect_delay, round_size=self.chooser.round_size
+        )
+        # (an empty store is falsy: it has __len__)
+        self.publish_store: PublishStore = (
+            SimplePublishStore() if publish_store is None else publish_store
+        )
+        self.bookmark_store: BookmarkStore = (
+            SimpleBookmarkStore() if bookmark_store is None else bookmark_store
+        )
+        self.heartbeat = heartbeat
+        self.connect_timeout = connect_timeout
+        self.on_state = on_state
+        self.logon_fields = logon_fields
+        self.uri = ""
+        self.connections = 0
+        self.failed_publishes: dict[int, dict[str, Any]] = {}
+        self._live: _Live | None = None
+        self._connected = trio.Event()
+        self._subs: dict[str, HASubscription] = {}
+        self._sub_ids = itertools.count(1)
+        # the stores are used from one task at a time (store_api): this lock
+        self._store_lock = trio.Lock()
+        self._pending: list[StoredPublish] = []  # stored, not yet sent on this connection
+        self._pending_ready = trio.Event()
+        self._discarded = trio.Event()  # replaced after each discard or failure ack
+
+    # ---------------------------------------------------------------- state
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is logged on (and its replay written)."""
+        return self._live is not None
+
+    async def wait_connected(self, timeout: float = 30) -> str:
+        """Wait until a connection is logged on; returns its URI.
+
+        Raises:
+            TimeoutError: no server could be reached within ``timeout`` seconds.
+        """
+        with trio.move_on_after(timeout):
+            await self._connected.wait()
+            return self.uri
+        raise TimeoutError(f"{self.name}: no server reachable within {timeout:g} s")
+
+    def _state(self, state: str, **detail: Any) -> None:
+        log.info("HA client %r: %s %s", self.name, state, detail)
+        if self.on_state is not None:
+            try:
+                self.on_state(state, detail)
+            except Exception:
+                log.exception("HA client %r: on_state(%r) raised; ignored", self.name, state)
+
+    # ---------------------------------------------------------------- connecting
+    async def _run(self) -> None:
+        """Connect, serve the connection until it is lost, and again, forever."""
+        failures = 0
+        previous = ""
+        while True:
+            delay = self.backoff.delay(failures)
+            if delay:
+                await trio.sleep(delay)
+            uri = self.chooser.choose()
+            logged_on = False
+
+            def on_logon(uri: str = uri) -> None:
+                nonlocal logged_on, failures, previous
+                logged_on = True
+                failures = 0
+                if previous and uri != previous:
+                    self._state(FAILED_OVER, uri=uri, previous=previous)
+                previous = uri
+
+            try:
+                await self._session(uri, on_logon)
+                reason: BaseException = ConnectionLost("connection ended")
+            except _CONNECTION_ERRORS as exc:
+                reason = exc
+            self._live = None
+            self._connected = trio.Event()
+            self.chooser.advance()
+            if logged_on:
+                self._state(DISCONNECTED, uri=uri, reason=str(reason))
+            else:
+                failures += 1
+                log.warning(
+                    "HA client %r: cannot use %s (%s); next attempt in %.3g s",
+                    self.name,
+                    uri,
+                    reason,
+                    self.backoff.delay(failures),
+                )
+
+    async def _session(self, uri: str, on_logon: Callable[[], None]) -> None:
+        """One connection, from logon until it is lost (raises why)."""
+        async with (
+            open_client(
+                uri, self.name, timeout=self.connect_timeout, **self.logon_fields
+            ) as client,
+            unwrapping_groups(_CONNECTION_ERRORS),
+            trio.open_nursery() as nursery,
+        ):
+            if self.heartbeat is not None:
+                nursery.start_soon(self._watchdog, client, uri, self.heartbeat)
+                await client.heartbeat(self.heartbeat)
+            held = int(client.logon_ack.get("s", 0) or 0)
+            republished, discarded = await self._replay(client, held)
+            self.uri = uri
+            self.connections += 1
+            reconnect = self.connections > 1
+            self._state(CONNECTED, uri=uri, held=held, republished=republished, discarded=discarded)
+            on_logon()
+            nursery.start_soon(self._sender, client)
+            nursery.start_soon(self._ack_watcher, client)
+            self._live = _Live(client, uri, nursery)
+            subs = list(self._subs.values())  # later ones subscribe themselves
+            for sub in subs:
+                await self._start_pump(nursery, client, sub, resubscribe=True)
+            if reconnect:
+                self._state(RESUBSCRIBED, uri=uri, subscriptions=len(subs))
+            self._connected.set()
+
+    async def _watchdog(self, client: Client, uri: str, interval: float) -> None:
+        """Drop the connection when nothing arrived for ``SILENT_INTERVALS`` intervals;
+        every frame received re-arms it (the deadline follows ``client.received_at``)."""
+        limit = SILENT_INTERVALS * interval
+        while True:
+            deadline = client.received_at + limit
+            now = trio.current_time()
+            if now >= deadline:
+                exc = ServerSilent(
+                    f"{uri} sent nothing for {now - client.received_at:.2f} s "
+                    f"(heartbeat every {interval:g} s); failing over"
+                )
+                client._shutdown(exc)  # no goodbyes (unsubscribes) to a silent server
+                raise exc
+            await trio.sleep_until(deadline)
+
+    # ---------------------------------------------------------------- publishing
+    async def _replay(self, client: Client, held: int) -> tuple[int, int]:
+        """After a logon: discard what the server holds (``held``, the logon ack's
+        ``s``), republish the rest in order; new publishes wait (the store lock) until
+        it is written. Returns (republished, discarded)."""
+        store = self.publish_store
+        async with self._store_lock:
+            before = store.discarded_through
+            discarded = await trio.to_thread.run_sync(store.discard_through, held)
+            if held < before:
+                log.warning(
+                    "HA client %r: %s holds this client's publishes only up to seq %d, but "
+                    "seqs up to %d were acknowledged before (by another server that has "
+                    "not replicated them here); they are not republished",
+                    self.name,
+                    client.name,
+                    held,
+                    before,
+                )
+            if store.last_seq < held:
+                log.error(
+                    "HA client %r: the server already holds seq %d of this client name but "
+                    "the publish store assigned only up to %d; new publishes would be taken "
+                    "for duplicates. Use the store that belongs to this client name, or "
+                    "another client name",
+                    self.name,
+                    held,
+                    store.last_seq,
+                )
+            tail = await trio.to_thread.run_sync(lambda: list(store.unacked()))
+            self._pending.clear()  # the replay covers them
+            await trio.to_thread.run_sync(store.sync)
+            chunk: list[bytes] = []
+            size = 0
+            for kept in tail:
+                frame = _publish_frame(kept)
+                chunk.append(frame)
+                size += len(frame)
+                if size >= REPLAY_CHUNK:
+                    await client.send_raw(b"".join(chunk))
+                    chunk, size = [], 0
+            if chunk:
+                await client.send_raw(b"".join(chunk))
+        if discarded:
+            self._discard_done()
+        return len(tail), discarded
+
+    async def _sender(self, client: Client) -> None:
+        """Send what publishers stored, a group at a time: one store sync per group,
+        then one socket write.
+
+        The group is what was stored since the last one: while a sync runs, publishers
+        store the next group, if the store allows it (:func:`_sync_is_concurrent`);
+        otherwise they wait for the sync (the store lock)."""
+        store = self.publish_store
+        concurrent = _sync_is_concurrent(store)
+        while True:
+            await self._pending_ready.wait()
+            self._pending_ready = trio.Event()
+            if not self._pending:
+                continue
+            batch, self._pending = self._pending, []
+            if concurrent:
+                await trio.to_thread.run_sync(store.sync)
+            else:
+                async with self._store_lock:
+                    await trio.to_thread.run_sync(store.sync)
+            await client.send_raw(b"".join(_publish_frame(kept) for kept in batch))
+
+    async def _ack_watcher(self, client: Client) -> None:
+        """Discard what persisted acks cover; raises ConnectionLost when the
+        connection ends (that ends the session)."""
+        store = self.publish_store
+        while True:
+            changed = client._persisted_changed
+            if client.failed_publishes:
+                self.failed_publishes.update(client.failed_publishes)
+                client.failed_publishes.clear()
+                self._discard_done()
+            if client.persisted_seq > store.discarded_through:
+                async with self._store_lock:
+                    seq = client.persisted_seq
+                    await trio.to_thread.run_sync(store.discard_through, seq)
+                self._discard_done()
+                continue  # acks may have come meanwhile
+            if client.closed is not None:
+                raise ConnectionLost(str(client.closed))
+            await changed.wait()
+
+    def _discard_done(self) -> None:
+        event = self._discarded
+        self._discarded = trio.Event()
+        event.set()
+
+    async def publish(self, topic: str, data: bytes | str, *, sow_key: str | None = None) -> int:
+        """Store a publish and send it (now, or after the next logon); returns its
+        sequence number.
+
+        Waits while the publish store has no room for it, until persisted acks
+        discard enough (a message larger than the store's bound still goes into an
+        empty store).
+
+        Raises:
+            OSError: a file store could not write (the message names the file).
+        """
+        return await self._publish("publish", topic, data, sow_key)
+
+    async def delta_publish(
+        self, topic: str, data: bytes | str, *, sow_key: str | None = None
+    ) -> int:
+        """As :meth:`publish`, for a delta the server merges into the SOW record."""
+        return await self._publish("delta_publish", topic, data, sow_key)
+
+    async def _publish(
+        self, command: str, topic: str, data: bytes | str, sow_key: str | None
+    ) -> int:
+        payload = data.encode() if isinstance(data, str) else data
+        store = self.publish_store
+        while True:
+            async with self._store_lock:
+                if store.has_room(len(payload)):
+                    seq = store.store(command, topic, payload, sow_key or "")
+                    self._pending.append(StoredPublish(seq, command, topic, payload, sow_key or ""))
+                    self._pending_ready.set()
+                    return seq
+                room = self._discarded
+            await room.wait()
+
+    async def wait_persisted(self, seq: int, *, timeout: float = 30) -> None:
+        """Wait until a persisted ack (or a logon ack's ``s``) covers ``seq``, across
+        reconnects.
+
+        Raises:
+            CommandError: the server reported that ``seq`` was not stored.
+            TimeoutError: not covered within ``timeout`` seconds.
+        """
+        store = self.publish_store
+        with trio.move_on_after(timeout):
+            while store.discarded_through < seq:
+                if seq in self.failed_publishes:
+                    raise CommandError("publish", self.failed_publishes[seq])
+                await self._discarded.wait()
+            return
+        raise TimeoutError(
+            f"{self.name}: seq {seq} not persisted within {timeout:g} s (persisted through "
+            f"{store.discarded_through}, {len(store)} kept, "
+            f"{'connected to ' + self.uri if self.connected else 'not connected'})"
+        )
+
+    async def flush(self, *, timeout: float = 30) -> None:
+        """Wait until every publish made so far is persisted (the store is empty)."""
+        await self.wait_persisted(self.publish_store.last_seq, timeout=timeout)
+
+    # ---------------------------------------------------------------- subscribing
+    @asynccontextmanager
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        bookmark: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+    ) -> AsyncIterator[HASubscription]:
+        """Subscribe, now and after every reconnect, until the block is left.
+
+        Args:
+            topic: the topic (or regex).
+            filter: a content filter.
+            bookmark: makes it a bookmark subscription starting there (``"0"``: EPOCH,
+                ``"0|1|"``: NOW, a bookmark, a timestamp); resubscribes resume after
+                the last processed message (the bookmark store), or start here again
+                when nothing was processed yet. None: a live subscription.
+            options: subscribe options (``o``).
+            sub_id: the subscription id, the bookmark store's key; give a stable one
+                for a durable bookmark store to resume after a restart (default: a
+                fresh one).
+
+        When connected, the subscribe is sent at once and the server's processed ack
+        awaited; when not, it is sent after the next logon.
+
+        Raises:
+            CommandError: the server refused it (bad filter, topic not journaled for a
+                bookmark subscription, ...).
+            ValueError: ``sub_id`` is already used by a subscription of this client.
+        """
+        sid = sub_id or f"ha{next(self._sub_ids)}"
+        if sid in self._subs:
+            raise ValueError(f"sub_id {sid!r} is already subscribed on this client; give another")
+        sub = HASubscription(self, sid, topic, filter, bookmark, options)
+        self._subs[sid] = sub
+        try:
+            live = self._live
+            # a connection whose nursery is cancelled is ending: the next one subscribes
+            if live is not None and not live.nursery.cancel_scope.cancel_called:
+                with contextlib.suppress(  # lost meanwhile: subscribed after the next logon
+                    ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError
+                ):
+                    await self._start_pump(live.nursery, live.client, sub, resubscribe=False)
+            yield sub
+        finally:
+            self._subs.pop(sid, None)
+            sub._end()
+
+    async def _start_pump(
+        self, nursery: trio.Nursery, client: Client, sub: HASubscription, *, resubscribe: bool
+    ) -> None:
+        """Subscribe ``sub`` on ``client`` and hand its messages over in the background
+        (a refused resubscribe ends ``sub``; a refused first subscribe raises)."""
+        try:
+            await nursery.start(self._pump, client, sub)
+        except CommandError as exc:
+            if not resubscribe:
+                raise
+            log.error("HA client %r: resubscribe of %s refused: %s", self.name, sub.sub_id, exc)
+            self._subs.pop(sub.sub_id, None)
+            sub._end(exc)
+
+    async def _pump(
+        self,
+        client: Client,
+        sub: HASubscription,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with trio.CancelScope() as scope:
+            sub._scope = scope
+            async with client.subscribe(
+                sub.topic,
+                filter=sub.filter,
+                bookmark=sub._subscribe_bookmark(),
+                options=sub.options,
+                sub_id=sub.sub_id,
+            ) as raw:
+                sub.subscribes += 1
+                task_status.started()
+                async for message in raw:
+                    sub._deliver(message)
+            if raw.failure is not None and client.closed is None:
+                failure = CommandError("subscribe", raw.failure)
+                log.error("HA client %r: subscription %s ended: %s", self.name, sub.sub_id, failure)
+                self._subs.pop(sub.sub_id, None)
+                sub._end(failure)
+
+
+def _sync_is_concurrent(store: PublishStore) -> bool:
+    """Whether ``store`` declares (attribute ``concurrent_sync = True``) that its
+    ``sync()`` may run in a worker thread while its other methods are called; then
+    publishers keep storing during a sync, and groups grow with the sync's cost.
+    Without it the client keeps to the protocol's one-call-at-a-time rule."""
+    return bool(getattr(store, "concurrent_sync", False))
+
+
+def _publish_frame(kept: StoredPublish) -> bytes:
+    header: dict[str, Any] = {"c": kept.command, "t": kept.topic, "s": kept.seq, "a": "persisted"}
+    if kept.sow_key:
+        header["k"] = kept.sow_key
+    return encode_frame(header, kept.data)
+
+
+@asynccontextmanager
+async def open_ha_client(
+    name: str,
+    servers: Sequence[str] | Callable[[], str],
+    *,
+    publish_store: PublishStore | None = None,
+    bookmark_store: BookmarkStore | None = None,
+    heartbeat: float | None = None,
+    reconnect_delay: float = 0.05,
+    max_reconnect_delay: float = 5.0,
+    connect_timeout: float = 10.0,
+    on_state: StateCallback | None = None,
+    **logon_fields: Any,
+) -> AsyncIterator[HAClient]:
+    """An :class:`HAClient` connecting in the background for as long as the block runs.
+
+    Args:
+        name: the client name, the same on every connection (the server identifies
+            the publisher by it: it must be unique in the fabric).
+        servers: equivalent URIs tried in turn, or a callable returning the URI to try.
+        publish_store: keeps publishes until persisted (default: in memory).
+        bookmark_store: keeps what bookmark subscriptions delivered and processed
+            (default: in memory).
+        heartbeat: seconds between server heartbeats; a server silent for two of them
+            is dropped. None: no heartbeats.
+        reconnect_delay: seconds waited after the first whole round of failed
+            attempts (doubling each round).
+        max_reconnect_delay: the cap on that wait.
+        connect_timeout: seconds allowed for each connect and logon.
+        on_state: called as ``on_state(state, detail)`` on each state change (see the
+            module doc); an exception it raises is logged and ignored.
+        logon_fields: further logon header fields (also ``ca_file`` and friends of
+            :func:`open_client`).
+
+    The block is entered at once, before any connection: publishes are stored and wait
+    to be sent, subscriptions wait to be subscribed; :meth:`HAClient.wait_connected`
+    waits for the first logon.
+
+    Raises:
+        ValueError: ``servers`` is empty or holds a malformed URI, or an argument is
+            out of range.
+    """
+    ha = HAClient(
+        name,
+        servers,
+        publish_store=publish_store,
+        bookmark_store=bookmark_store,
+        heartbeat=heartbeat,
+        reconnect_delay=reconnect_delay,
+        max_reconnect_delay=max_reconnect_delay,
+        connect_timeout=connect_timeout,
+        on_state=on_state,
+        **logon_fields,
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ha._run)
+            try:
+                yield ha
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        for sub in list(ha._subs.values()):
+            sub._end()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(ha.publish_store.sync)
+            await trio.to_thread.run_sync(ha.bookmark_store.sync)
+        if publish_store is None:
+            ha.publish_store.close()
+        if bookmark_store is None:
+            ha.bookmark_store.close()
