@@ -39,8 +39,7 @@ from amps_py.client import (
     RESUBSCRIBED,
     HAClient,
     HASubscription,
-    SimpleBookmarkStore,
-    SimplePublishStore,
+    MemoryPublishStore,
     open_ha_client,
 )
 from amps_py.client import ha as ha_module
@@ -114,40 +113,13 @@ async def test_reconnect_attempts_back_off_on_a_fake_clock(
 # ---------------------------------------------------------------------- stores
 
 
-def test_simple_bookmark_store_resumes_after_the_contiguous_processed_mark() -> None:
-    store = SimpleBookmarkStore()
-    for seq in range(1, 6):
-        assert store.delivered("s", f"77|{seq}|").duplicate is False
-    for seq in (1, 2, 5, 3):  # out of order; 4 is not processed
-        store.processed("s", f"77|{seq}|")
-    assert store.resume_bookmark("s") == "77|3|"
-    store.reconnected("s")
-    assert store.delivered("s", "77|4|").possible_duplicate is True
-    assert store.delivered("s", "77|5|").duplicate is True  # processed: dropped
-    assert store.delivered("s", "77|6|").possible_duplicate is False
-    store.processed("s", "77|4|")
-    assert store.resume_bookmark("s") == "77|5|"
-    assert store.resume_bookmark("other") == ""
-
-
-def test_simple_publish_store_keeps_until_discarded() -> None:
-    store = SimplePublishStore(max_bytes=10)
-    assert [store.store("publish", "t", b"12345") for _ in range(2)] == [1, 2]
-    assert not store.has_room(1)
-    assert store.discard_through(1) == 1
-    assert store.has_room(5) and [p.seq for p in store.unacked()] == [2]
-    # the server holds more of this name than the store assigned: new seqs go above it
-    store.discard_through(40)
-    assert len(store) == 0 and store.store("publish", "t", b"x") == 41
-
-
 # ---------------------------------------------------------------------- one instance
 
 
 async def test_publishes_go_through_the_store_until_persisted(
     inproc: InProcessInstance,
 ) -> None:
-    store = SimplePublishStore(max_bytes=100)
+    store = MemoryPublishStore(max_bytes=100)
     states: list[str] = []
     async with open_ha_client(
         "store-pub", [inproc.uri], publish_store=store, on_state=lambda s, d: states.append(s)
@@ -169,7 +141,7 @@ async def test_a_full_store_blocks_the_publisher_until_acks_free_room(
     the (callable) chooser names a live server, the replay is acknowledged and the
     waiting publish goes through."""
     messages = [payload("full", seq) for seq in (1, 2, 3)]  # of one length
-    store = SimplePublishStore(max_bytes=2 * len(messages[0]) + 1)  # room for two
+    store = MemoryPublishStore(max_bytes=2 * len(messages[0]) + 1)  # room for two
     dead = reserve_port()  # bound, not listening: connections are refused
     reachable = False
     chosen: list[str] = []
@@ -204,7 +176,7 @@ async def test_a_full_store_blocks_the_publisher_until_acks_free_room(
     assert [m.seq for m in await replay_instance(inproc.uri, TOPIC)] == [1, 2, 3]
 
 
-class SlowSyncStore(SimplePublishStore):
+class SlowSyncStore(MemoryPublishStore):
     """A memory store whose sync costs what an fsync might (20 ms), and counts."""
 
     def __init__(self) -> None:
@@ -321,7 +293,7 @@ async def test_publisher_and_durable_subscriber_fail_over_when_a_is_killed(
     sub_states: list[tuple[str, dict[str, Any]]] = []
     received: list[tuple[int, bool]] = []  # (seq, possible_duplicate) as handed over
     published = 0
-    pub_store = SimplePublishStore()
+    pub_store = MemoryPublishStore()
 
     async def publish_all(pub: HAClient) -> None:
         nonlocal published

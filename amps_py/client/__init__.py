@@ -5,6 +5,7 @@ queries (:class:`SowRecord`), queue consumers (``Client.ack``, ``message.ack()``
 
 from amps_py.protocol import SowRecord
 
+from .bookmark_store import FileBookmarkStore, MemoryBookmarkStore
 from .client import (
     AMPSError,
     Client,
@@ -27,7 +28,7 @@ from .ha import (
     ServerSilent,
     open_ha_client,
 )
-from .memory_stores import SimpleBookmarkStore, SimplePublishStore
+from .publish_store import FilePublishStore, MemoryPublishStore
 from .queue import QueueSubscription
 from .uri import BadURI, ServerURI, parse_uri
 
@@ -41,15 +42,17 @@ __all__ = [
     "Client",
     "CommandError",
     "ConnectionLost",
+    "FileBookmarkStore",
+    "FilePublishStore",
     "HAClient",
     "HAMessage",
     "HASubscription",
+    "MemoryBookmarkStore",
+    "MemoryPublishStore",
     "Message",
     "QueueSubscription",
     "ServerSilent",
     "ServerURI",
-    "SimpleBookmarkStore",
-    "SimplePublishStore",
     "SowRecord",
     "SowResult",
     "SowSubscription",

@@ -67,11 +67,12 @@ import trio
 from amps_py.protocol import encode_frame
 from amps_py.trio_util import unwrapping_groups
 
+from .bookmark_store import MemoryBookmarkStore
 from .client import Client, open_client
 from .ha_policy import Backoff, ServerChooser
 from .ha_subscription import HAMessage as HAMessage
 from .ha_subscription import HASubscription
-from .memory_stores import SimpleBookmarkStore, SimplePublishStore
+from .publish_store import MemoryPublishStore
 from .store_api import BookmarkStore, PublishStore, StoredPublish
 from .subscription import CommandError, ConnectionLost
 
@@ -165,10 +166,10 @@ class HAClient:
         )
         # (an empty store is falsy: it has __len__)
         self.publish_store: PublishStore = (
-            SimplePublishStore() if publish_store is None else publish_store
+            MemoryPublishStore() if publish_store is None else publish_store
         )
         self.bookmark_store: BookmarkStore = (
-            SimpleBookmarkStore() if bookmark_store is None else bookmark_store
+            MemoryBookmarkStore() if bookmark_store is None else bookmark_store
         )
         self.heartbeat = heartbeat
         self.connect_timeout = connect_timeout

@@ -2,8 +2,10 @@
 
 :class:`MemoryPublishStore` and :class:`FilePublishStore` implement
 :class:`amps_py.client.store_api.PublishStore`; read its contract first. Both are plain
-blocking code, used by one task at a time (the HA client runs the file store's calls in
-a worker thread).
+blocking code, used by one task at a time, except that :meth:`~FilePublishStore.sync`
+may run in a worker thread while the owner's thread stores (``concurrent_sync``). The HA
+client calls ``store`` on its own thread (one OS write, no fsync) and ``sync``,
+``discard_through`` and ``unacked`` in a worker thread.
 
 Common to both:
 
@@ -70,6 +72,7 @@ import fcntl
 import logging
 import os
 import re
+import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -131,6 +134,9 @@ def _check_command(command: str) -> None:
 class MemoryPublishStore:
     """Publishes kept in memory: they survive reconnects and failovers, not a crash of
     the process."""
+
+    #: :meth:`sync` (a no-op) may run while other calls do (see the HA client)
+    concurrent_sync = True
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         _check_sizes(max_bytes)
@@ -244,6 +250,9 @@ class FilePublishStore:
         PublishStoreError: the directory or a file cannot be created, read or written.
     """
 
+    #: :meth:`sync` may run in a worker thread while :meth:`store` runs in the owner's
+    concurrent_sync = True
+
     def __init__(
         self,
         directory: str | os.PathLike[str],
@@ -261,6 +270,8 @@ class FilePublishStore:
         self._bytes = 0
         self._discarded = 0
         self._fd = -1  # the last segment, open for appending
+        #: guards swapping ``_fd`` against a :meth:`sync` in another thread
+        self._fd_lock = threading.Lock()
         self._marker_fd = -1
         self._marker_slot = 0
         self._dir_dirty = False
@@ -504,12 +515,14 @@ class FilePublishStore:
             self._write_magic(fd, path)
             if self._fd >= 0:
                 self._fsync(self._fd, self._segments[-1].path)
-                os.close(self._fd)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise
-        self._fd = fd
+        with self._fd_lock:  # a sync in another thread holds a duplicate, not this fd
+            old, self._fd = self._fd, fd
+        if old >= 0:
+            os.close(old)
         self._segments.append(_Segment(first_seq, path, first_seq - 1, len(codec.SEGMENT_MAGIC)))
         self._dir_dirty = True
 
@@ -526,10 +539,26 @@ class FilePublishStore:
             raise self._fail(exc, "fsync", path) from exc
 
     def sync(self) -> None:
+        """fsync the last segment (and the directory after a new segment). May run in
+        a worker thread while the owner's thread calls :meth:`store`
+        (``concurrent_sync``): it fsyncs a duplicate of the segment's descriptor taken
+        under a lock, so a segment started meanwhile (the finished one is fsynced
+        before it is closed) never leaves it fsyncing a closed or reused descriptor."""
         self._check_open()
-        self._fsync(self._fd, self._segments[-1].path)
-        if self._dir_dirty:
-            self._fsync_directory()
+        with self._fd_lock:
+            fd = os.dup(self._fd)
+            path = self._segments[-1].path
+            directory_dirty, self._dir_dirty = self._dir_dirty, False
+        try:
+            self._fsync(fd, path)
+        finally:
+            os.close(fd)
+        if directory_dirty:
+            try:
+                self._fsync_directory()
+            except BaseException:
+                self._dir_dirty = True
+                raise
 
     def _fsync_directory(self) -> None:
         try:

@@ -4,7 +4,9 @@ The client (:mod:`amps_py.client.ha`) is written against these protocols; the st
 (:mod:`amps_py.client.publish_store`, :mod:`amps_py.client.bookmark_store`) implement
 them in memory and in files. Both are used from one trio task at a time; a file store
 does its blocking I/O in the calls that say so, which the client runs in a worker
-thread (``trio.to_thread.run_sync``).
+thread (``trio.to_thread.run_sync``), except ``PublishStore.store`` (one OS write, run
+on the client's thread). A publish store whose ``sync`` may run in a worker thread
+while ``store`` runs says so with the class attribute ``concurrent_sync = True``.
 
 Publish store contract:
 
