@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cluster import Cluster, InstanceView, destination_xml, replication_xml
@@ -64,7 +65,7 @@ def test_every_example_is_tested() -> None:
     }
 
 
-def pair_body(peer: str):  # type: ignore[no-untyped-def]
+def pair_body(peer: str) -> Callable[[InstanceView], str]:
     def make(view: InstanceView) -> str:
         return replication_xml(destination_xml(peer, "hot", True, view.addr(peer)))
 
@@ -83,13 +84,14 @@ def test_the_hot_hot_examples_run(cluster: Cluster, tmp_path: Path) -> None:
 
     first = run_example(code["durable_subscriber"], uris, str(tmp_path / "audit.store"))
     second = run_example(code["durable_subscriber"], uris, str(tmp_path / "audit.store"))
-    ids = [
-        [int(re.search(r'"id": (\d+)', line).group(1)) for line in o.splitlines()]  # type: ignore[union-attr]
-        for o in (first, second)
-    ]
-    print(f"first run {ids[0]}, second run {ids[1]}")
+    ids = [[int(m) for m in re.findall(r'"id": (\d+)', o)] for o in (first, second)]
+    flagged = [int(m) for m in re.findall(r'"id": (\d+).*possible duplicate', second)]
+    print(f"first run {ids[0]}, second run {ids[1]} (flagged {flagged})")
+    # the second run continues after what the first processed; a message the first
+    # run received but did not process (it stopped after 10) may come flagged
     assert ids[0] == list(range(10)) and ids[1] == list(range(10, 20))
-    assert "possible duplicate" not in first + second
+    assert "possible duplicate" not in first
+    assert all(n >= 10 for n in flagged) and flagged == ids[1][: len(flagged)]
 
     out = run_example(code["failover_states"], uris)
     assert out.splitlines()[0].startswith("connected"), out
