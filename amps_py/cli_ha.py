@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import stat
 import sys
@@ -229,6 +230,21 @@ def _is_regular(file_: Any) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _client_log_on_stderr() -> Iterator[None]:
+    """The HA client's warnings (a server it cannot use, and why) as ``amps-py:``
+    lines on stderr while the command runs."""
+    logger = logging.getLogger("amps_py.client")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("amps-py: %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 def _echo_err(text: str) -> None:
     click.echo(text, err=True)
 
@@ -294,7 +310,7 @@ async def publish(
         claim_store(store_dir, name)
         store = FilePublishStore(store_dir / "publish")
     done = Published()
-    with _closing(store):
+    with _closing(store), _client_log_on_stderr():
         async with (
             unwrapping_groups(),
             open_ha_client(
@@ -412,7 +428,7 @@ async def subscribe(
             )
         store = FileBookmarkStore(store_dir / "bookmarks")
     n = 0
-    with _closing(store):
+    with _closing(store), _client_log_on_stderr():
         if store is not None and sub_id is not None and not resume:
             kept = store.resume_bookmark(sub_id)
             if kept:
