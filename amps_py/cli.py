@@ -663,12 +663,12 @@ def subscribe(
     across it (and reconnects) and subscribes again; a bookmark subscription then
     resumes after the last message printed, and a message that may have been printed
     before carries "possible_duplicate": true. --store DIR keeps that position in
-    DIR/bookmarks across runs, one per TOPIC and --filter: `--store DIR --resume` continues where the last run
-    with DIR stopped (the first time from EPOCH); `--store DIR --bookmark B` starts a
-    new position at B (refused when DIR holds one: resume it, or use another DIR). A
-    message counts as done once its line is printed and flushed. With a URI list or
-    --store, the replay-complete line is not printed, and --ack and --max-backlog are
-    not available.
+    DIR/bookmarks across runs, one per TOPIC and --filter: `--store DIR --resume`
+    continues where the last run with DIR stopped (the first time from EPOCH);
+    `--store DIR --bookmark B` starts a new position at B (refused when DIR holds one:
+    resume it, or use another DIR). A message counts as done once its line is printed
+    and flushed. With a URI list or --store, the replay-complete line is not printed,
+    and --ack and --max-backlog are not available.
     """
     if resume and store is None:
         fail(
