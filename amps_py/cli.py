@@ -15,7 +15,10 @@ amps-py pipeline stats JOURNAL...      topic and publisher statistics (Spark)
 amps-py pipeline export JOURNAL OUT    journal records to Parquet, incrementally
 
 URIs are tcp://host:port/amps/json, or tcps://... for a TLS transport (--ca-file names
-the CA to trust when the server's certificate is not signed by a system CA). Client
+the CA to trust when the server's certificate is not signed by a system CA). publish
+and subscribe also take a comma-separated list of equivalent URIs (failover across it)
+and --store DIR (durable: publish resumes after a crash, subscribe --resume continues
+where the last run stopped); both run on the HA client then (``cli_ha``). Client
 credentials: --user NAME and the password in $AMPS_PY_PASSWORD, or
 tcp://user:password@host:port/amps/json. Long work shows progress on stderr when it is
 a terminal, and nothing extra when piped.
@@ -255,7 +258,10 @@ _ca_file_option = click.option(
     "(the certificate itself if self-signed); default: the system's CAs.",
 )
 _URI_HELP = (
-    "URI is tcp://HOST:PORT/amps/json, or tcps://... for a TLS transport. Credentials: "
+    "URI is tcp://HOST:PORT/amps/json, or tcps://... for a TLS transport; publish and "
+    "subscribe also take a comma-separated list of equivalent URIs "
+    "(tcp://h1:9107/amps/json,tcp://h2:9207/amps/json): they connect to the first that "
+    "answers and fail over to the next when it is lost. Credentials: "
     "--user NAME with the password in the environment variable AMPS_PY_PASSWORD "
     "(--password-env names another), or the AMPS form "
     "tcp://USER:PASSWORD@HOST:PORT/amps/json (a password in a URI shows in shell "
@@ -288,6 +294,27 @@ def _credentials(uri: str, user: str | None, password_env: str) -> Credentials:
         fail(str(exc))
 
 
+def _uri_list(uri: str, user: str | None, password_env: str) -> tuple[list[str], Credentials]:
+    """The URIs of URI (a comma-separated list, or one) and the credentials, which
+    every URI must agree on (the HA client logs on with the same ones everywhere)."""
+    from amps_py.cli_ha import split_uris
+    from amps_py.client import BadURI
+
+    try:
+        uris = split_uris(uri)
+    except BadURI as exc:
+        fail(str(exc))
+    found = [_credentials(u, user, password_env) for u in uris]
+    for u, other in zip(uris[1:], found[1:], strict=True):
+        if (other.user, other.password) != (found[0].user, found[0].password):
+            fail(
+                f"{uris[0]} and {u} log on with different credentials; the client logs on "
+                "to every server of the list with the same ones: give the user with --user "
+                "(the password in the environment variable) and none in the URIs"
+            )
+    return uris, found[0]
+
+
 class _Failed(Exception):
     """A client command failed; the text is the whole line for the user."""
 
@@ -298,13 +325,14 @@ def _client_errors(
 ) -> Iterator[None]:
     """Turn what a client command meets into one line and exit status 1."""
     from amps_py.cli_client import explain_refusal
+    from amps_py.cli_ha import StoreMisuse
     from amps_py.client import AMPSError, BadURI, CommandError
 
     try:
         yield
     except CommandError as exc:
         fail(explain_refusal(exc, credentials, client_name, password_env, topic))
-    except (_Failed, AMPSError, BadURI, OSError, TimeoutError) as exc:
+    except (_Failed, AMPSError, BadURI, OSError, TimeoutError, StoreMisuse) as exc:
         fail(str(exc))
 
 
@@ -359,7 +387,20 @@ def _file_size(file_: Any) -> int | None:
     help="Publish each non-blank line of FILE ('-' = stdin); on a terminal a progress "
     "bar shows how far it got.",
 )
-@click.option("--name", default=None, help="Client name (identifies the publisher).")
+@click.option(
+    "--name",
+    default=None,
+    help="Client name (identifies the publisher); required with --store.",
+)
+@click.option(
+    "--store",
+    "store",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Durable publishing: keep each publish in DIR/publish until it is persisted, "
+    "and resume --file after a crash (see above).",
+    metavar="DIR",
+)
 @click.option(
     "--timeout",
     type=float,
@@ -384,6 +425,7 @@ def publish(
     data: str | None,
     file_: Any,
     name: str | None,
+    store: str | None,
     timeout: float,
     ca_file: str | None,
     user: str | None,
@@ -396,6 +438,22 @@ def publish(
     stderr, exit status 0. Otherwise one line says what failed, exit status 1; when the
     persisted ack does not come within --timeout, it names the sync replication
     destinations the instance waits for (from its admin API).
+
+    URI may be a comma-separated list of equivalent URIs: the publisher fails over
+    across it (and reconnects), republishing what was not yet acknowledged, in order,
+    before anything new. Lines on stderr say when it lost a server and where it went.
+
+    With --store DIR the publishes are kept in DIR/publish until the server has
+    persisted them and are sent again after a reconnect, a failover or a restart of
+    this command (--name is required: the server knows a publisher by its name; DIR
+    stays tied to it). To resume --file F after a crash, rerun the same command (same
+    F, DIR and --name). The rule: the N-th non-blank line of F is sequence number
+    BASE+N, BASE being the store's last sequence number when the run of F started
+    (kept in DIR/publish-file.json until every line is persisted); a rerun skips the
+    lines the store already holds (the persisted ones are not sent again, the others
+    are republished from the store, in order) and publishes the lines after them. Do
+    not edit F in between (appending lines is fine). With --file - (standard input)
+    nothing is skipped: a rerun publishes everything it reads.
     """
     import os
 
@@ -404,6 +462,17 @@ def publish(
 
     if data is None and file_ is None:
         fail("give DATA or --file FILE")
+    if store is not None and not name:
+        fail(
+            "--store needs --name NAME: the server knows a publisher's sequence numbers "
+            "by its client name, so a rerun that resumes from the store must use the same "
+            "one (e.g. --name orders-feed)"
+        )
+    if store is not None or "," in uri:
+        _publish_ha(
+            uri, topic, data, file_, name, store, timeout, ca_file, user, password_env, admin_url
+        )
+        return
     credentials = _credentials(uri, user, password_env)
     client_name = _client_name(name, "publish")
 
@@ -444,6 +513,56 @@ def publish(
     with _client_errors(credentials, client_name, password_env, topic):
         n, last = trio.run(run)
     click.echo(f"published {n} message(s) to {topic}; persisted through seq {last}", err=True)
+
+
+def _publish_ha(
+    uri: str,
+    topic: str,
+    data: str | None,
+    file_: Any,
+    name: str | None,
+    store: str | None,
+    timeout: float,
+    ca_file: str | None,
+    user: str | None,
+    password_env: str,
+    admin_url: str | None,
+) -> None:
+    """``publish`` with a URI list or --store: on the HA client (``cli_ha.publish``)."""
+    import os
+
+    from amps_py import cli_ha
+    from amps_py.cli_client import admin_url_for, explain_persisted_wait, fetch_instance
+
+    uris, credentials = _uri_list(uri, user, password_env)
+    client_name = _client_name(name, "publish")
+    fields: dict[str, Any] = {"ca_file": ca_file, **credentials.logon_fields()}
+
+    async def explain_timeout(message: str, current: str) -> None:
+        url = admin_url_for(current, admin_url, os.environ)
+        document = await trio.to_thread.run_sync(fetch_instance, url, credentials)
+        raise _Failed(explain_persisted_wait(message, url, document, client_name))
+
+    async def run() -> cli_ha.Published:
+        return await cli_ha.publish(
+            uris,
+            topic,
+            data,
+            file_,
+            _lines,
+            name=client_name,
+            store_dir=Path(store) if store is not None else None,
+            timeout=timeout,
+            logon_fields=fields,
+            explain_timeout=explain_timeout,
+        )
+
+    with _client_errors(credentials, client_name, password_env, topic):
+        done = trio.run(run)
+    click.echo(
+        f"published {done.sent} message(s) to {topic}; persisted through seq {done.last}",
+        err=True,
+    )
 
 
 @main.command(epilog=_URI_HELP)
@@ -491,6 +610,20 @@ def publish(
     "(the server's default is 1; the queue's MaxPerSubscriptionBacklog caps it).",
 )
 @click.option("--name", default=None, help="Client name.")
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Durable subscribing: keep in DIR/bookmarks which messages were printed, so "
+    "that --resume continues after them (needs --resume or --bookmark).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="With --store: continue where the last run stopped (the first time: from the "
+    "start of the journal, EPOCH).",
+)
 @_ca_file_option
 @_user_option
 @_password_env_option
@@ -507,6 +640,8 @@ def subscribe(
     ack_batch: int,
     max_backlog: int | None,
     name: str | None,
+    store: str | None,
+    resume: bool,
     ca_file: str | None,
     user: str | None,
     password_env: str,
@@ -523,7 +658,52 @@ def subscribe(
     is sent and confirmed by the server, and a line on stderr says how many. A message
     printed but not acknowledged (no --ack, or Ctrl-C before its acknowledgement was
     sent) is delivered again later.
+
+    URI may be a comma-separated list of equivalent URIs: the subscriber fails over
+    across it (and reconnects) and subscribes again; a bookmark subscription then
+    resumes after the last message printed, and a message that may have been printed
+    before carries "possible_duplicate": true. --store DIR keeps that position in
+    DIR/bookmarks across runs, one per TOPIC and --filter: `--store DIR --resume`
+    continues where the last run with DIR stopped (the first time from EPOCH);
+    `--store DIR --bookmark B` starts a new position at B (refused when DIR holds one:
+    resume it, or use another DIR). A message counts as done once its line is printed
+    and flushed. With a URI list or --store, the replay-complete line is not printed,
+    and --ack and --max-backlog are not available.
     """
+    if resume and store is None:
+        fail(
+            "--resume continues from the position kept in a store directory: add --store "
+            "DIR (the same DIR every run)"
+        )
+    if resume and bookmark is not None:
+        fail(
+            "give --resume (continue where the last run stopped) or --bookmark (start "
+            "there), not both"
+        )
+    if store is not None or "," in uri:
+        for flag, given in (("--ack", ack), ("--max-backlog", max_backlog is not None)):
+            if given:
+                fail(
+                    f"{flag} is for queues, which a URI list or --store (the HA client) "
+                    "does not subscribe to; give one URI without --store"
+                )
+        _subscribe_ha(
+            uri,
+            topic,
+            filter_,
+            bookmark,
+            resume,
+            options,
+            count,
+            timeout,
+            raw,
+            name,
+            store,
+            ca_file,
+            user,
+            password_env,
+        )
+        return
     from amps_py.client import AMPSError, open_client
     from amps_py.trio_util import unwrapping_groups
 
@@ -629,6 +809,52 @@ def subscribe(
                 await client.flush_acks()
                 click.echo(f"amps-py: acknowledged {acked} message(s) on {topic}", err=True)
             nursery.cancel_scope.cancel()
+
+    with (
+        _client_errors(credentials, client_name, password_env, topic),
+        contextlib.suppress(KeyboardInterrupt),
+    ):
+        trio.run(run)
+
+
+def _subscribe_ha(
+    uri: str,
+    topic: str,
+    filter_: str | None,
+    bookmark: str | None,
+    resume: bool,
+    options: str | None,
+    count: int,
+    timeout: float,
+    raw: bool,
+    name: str | None,
+    store: str | None,
+    ca_file: str | None,
+    user: str | None,
+    password_env: str,
+) -> None:
+    """``subscribe`` with a URI list or --store: on the HA client
+    (``cli_ha.subscribe``)."""
+    from amps_py import cli_ha
+
+    uris, credentials = _uri_list(uri, user, password_env)
+    client_name = _client_name(name, "subscribe")
+
+    async def run() -> int:
+        return await cli_ha.subscribe(
+            uris,
+            topic,
+            filter_=filter_,
+            bookmark=bookmark,
+            resume=resume,
+            options=options,
+            count=count,
+            timeout=timeout,
+            raw=raw,
+            name=client_name,
+            store_dir=Path(store) if store is not None else None,
+            logon_fields={"ca_file": ca_file, **credentials.logon_fields()},
+        )
 
     with (
         _client_errors(credentials, client_name, password_env, topic),

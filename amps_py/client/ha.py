@@ -239,7 +239,8 @@ class HAClient:
             except _CONNECTION_ERRORS as exc:
                 reason = exc
             self._live = None
-            self._connected = trio.Event()
+            if self._connected.is_set():  # (an unset one has waiters: keep it)
+                self._connected = trio.Event()
             self.chooser.advance()
             if logged_on:
                 self._state(DISCONNECTED, uri=uri, reason=str(reason))
