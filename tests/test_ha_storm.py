@@ -33,6 +33,7 @@ import random
 import sys
 from collections import deque
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -206,16 +207,16 @@ async def test_failover_storm_on_the_hot_hot_example(
                     for k in range(KILLS):
                         victim, survivor = names[k % 2], names[(k + 1) % 2]
                         await trio.sleep(rng.uniform(*KILL_AFTER))  # the seeded kill moment
-                        await wait_until(lambda v=victim: connected_to(clients, v), 20)
+                        await wait_until(partial(connected_to, clients, victim), 20)
                         losses = pair[survivor].destination(victim)["disconnect_count"]
                         down_for = rng.uniform(*DOWN_FOR)
                         await trio.to_thread.run_sync(pair[victim].kill)
                         kills.append((victim, down_for))
                         # both clients fail over to the survivor while the victim is down
-                        await wait_until(lambda s=survivor: connected_to(clients, s), 20)
+                        await wait_until(partial(connected_to, clients, survivor), 20)
                         await trio.sleep(down_for)  # the seeded outage
                         await trio.to_thread.run_sync(pair[victim].start)
-                        await wait_until(lambda s=survivor, n=losses: pair_whole(pair, s, n), 30)
+                        await wait_until(partial(pair_whole, pair, survivor, losses), 30)
                     stop_publishing.set()
                     await pub.flush(timeout=60)
                     last = pub_store.last_seq
