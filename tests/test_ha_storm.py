@@ -126,6 +126,7 @@ async def test_failover_storm_on_the_hot_hot_example(
     processed_at_loss: list[int] = [0]
     bad_duplicates: list[str] = []
     stop_publishing = trio.Event()
+    publisher_stopped = trio.Event()
 
     def on_state(client: str) -> Any:
         def record(state: str, detail: dict[str, Any]) -> None:
@@ -141,6 +142,7 @@ async def test_failover_storm_on_the_hot_hot_example(
             seq += 1
             assert await pub.publish(TOPIC, payload(PUBLISHER, seq, f"{PUBLISHER}-{seq}")) == seq
             await trio.sleep(PACE)  # pacing of the stream, not a synchronisation
+        publisher_stopped.set()
 
     async def consume(sub: HASubscription) -> None:
         """Hand messages over in order; process each once LAG later ones have arrived
@@ -218,6 +220,7 @@ async def test_failover_storm_on_the_hot_hot_example(
                         await trio.to_thread.run_sync(pair[victim].start)
                         await wait_until(partial(pair_whole, pair, survivor, losses), 30)
                     stop_publishing.set()
+                    await publisher_stopped.wait()  # no publish after the flush's last seq
                     await pub.flush(timeout=60)
                     last = pub_store.last_seq
                     await wait_until(
