@@ -17,7 +17,7 @@ plain first), each round under a new client name. Prints one JSON line per run, 
 summary line with the median msg/s of each and ``ratio`` = ha / plain (issue 16's
 target: at least 0.8).
 
-    python tools/bench/bench_ha_publish.py [--messages 20000] [--size 256] \\
+    python tools/bench/bench_ha_publish.py [--messages 100000] [--size 256] \\
         [--window 1000] [--rounds 3] [--durability fsync] [--out FILE]
 
 ``--pause`` waits for Enter before the rounds (prints the pids), to attach a profiler:
@@ -88,7 +88,7 @@ async def run_ha(
 async def bench(uri: str, args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
     data = make_payload(args.size)
     results: list[dict[str, Any]] = []
-    # a short warm-up of each (connections, journal files, the JIT-less interpreter's caches)
+    # a short warm-up of each (imports, the journal files, the first store directory)
     await run_plain(uri, "warm-plain", 2000, args.window, data)
     await run_ha(uri, "warm-ha", 2000, args.window, data, base / "warm-ha")
     for r in range(1, args.rounds + 1):
@@ -120,7 +120,7 @@ async def bench(uri: str, args: argparse.Namespace, base: Path) -> list[dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
