@@ -223,10 +223,13 @@ def test_no_queues_without_any() -> None:
     assert config.queue("orders") is None
 
 
-def test_the_standalone_example_declares_no_queue() -> None:
+def test_the_standalone_example_declares_the_readme_queue() -> None:
+    """The README publishes to and consumes the example's queue ``work``."""
     example = Path(__file__).resolve().parents[1] / "config" / "examples" / "standalone.xml"
     config = load_config(example, environ={})
-    assert config.queues == ()
+    (work,) = config.queues
+    assert (work.name, work.kind, work.semantics) == ("work", "distributed", "at-least-once")
+    assert work.lease_period == 60 and work.max_per_subscription_backlog == 10
     assert config.sow_topics  # still loads, SOW topics and all
 
 
