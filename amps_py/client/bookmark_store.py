@@ -223,7 +223,26 @@ class _Marks:
             track.boundary = track.max_delivered
 
 
-class MemoryBookmarkStore:
+class _MarksHolder:
+    """What both stores answer from their marks alone, under their lock."""
+
+    _marks: _Marks
+    _lock: threading.Lock
+
+    def resume_bookmark(self, sub_id: str) -> str:
+        """Comma list of ``<publisher>|<contiguous mark>|``; ``""`` when nothing was
+        processed or a publisher has delivered messages but none processed."""
+        with self._lock:
+            return self._marks.resume(sub_id)
+
+    def reconnected(self, sub_id: str) -> None:
+        """From now on, redeliveries at or below what was delivered so far are flagged
+        ``possible_duplicate`` (unless known processed: then ``duplicate``)."""
+        with self._lock:
+            self._marks.reconnected(sub_id)
+
+
+class MemoryBookmarkStore(_MarksHolder):
     """A bookmark store in memory: survives reconnects and failovers of this process,
     not a restart. See the module doc for the semantics. Thread-safe."""
 
@@ -253,18 +272,6 @@ class MemoryBookmarkStore:
         with self._lock:
             self._marks.processed(sub_id, pub, seq)
 
-    def resume_bookmark(self, sub_id: str) -> str:
-        """Comma list of ``<publisher>|<contiguous mark>|``; ``""`` when nothing was
-        processed or a publisher has delivered messages but none processed."""
-        with self._lock:
-            return self._marks.resume(sub_id)
-
-    def reconnected(self, sub_id: str) -> None:
-        """From now on, redeliveries at or below what was delivered so far are flagged
-        ``possible_duplicate`` (unless known processed: then ``duplicate``)."""
-        with self._lock:
-            self._marks.reconnected(sub_id)
-
     def sync(self) -> None:
         """Nothing to make durable."""
 
@@ -272,7 +279,7 @@ class MemoryBookmarkStore:
         """Nothing to release."""
 
 
-class FileBookmarkStore:
+class FileBookmarkStore(_MarksHolder):
     """A bookmark store kept in ``directory`` (created if missing) that survives a
     restart of the process; see the module doc for the semantics, the files and what
     survives which crash. Thread-safe; one open store per directory.
@@ -481,18 +488,6 @@ class FileBookmarkStore:
                 encode_sub_id(sub_id)
             track = self._marks.processed(sub_id, pub, seq)
             self._append(sub_id, pub, track)
-
-    def resume_bookmark(self, sub_id: str) -> str:
-        """Comma list of ``<publisher>|<contiguous mark>|``; ``""`` when nothing was
-        processed or a publisher has delivered messages but none processed."""
-        with self._lock:
-            return self._marks.resume(sub_id)
-
-    def reconnected(self, sub_id: str) -> None:
-        """From now on, redeliveries at or below what was delivered so far are flagged
-        ``possible_duplicate`` (unless known processed: then ``duplicate``)."""
-        with self._lock:
-            self._marks.reconnected(sub_id)
 
     def sync(self) -> None:
         """fsync the log: the marks written so far survive a power loss. Blocking."""
