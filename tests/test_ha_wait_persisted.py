@@ -60,3 +60,10 @@ async def test_an_uncovered_seq_times_out_saying_where_it_stands(
         assert trio.current_time() - start == pytest.approx(5)
         with pytest.raises(TimeoutError):
             await ha.wait_persisted(1, timeout=0)
+
+
+async def test_an_error_in_the_callers_block_comes_out_as_itself() -> None:
+    """As with open_client: the application's own exception, not an ExceptionGroup."""
+    with pytest.raises(LookupError, match="the application's own"):
+        async with open_ha_client("unwrap", ["tcp://127.0.0.1:9/amps/json"]):
+            raise LookupError("the application's own")

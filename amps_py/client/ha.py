@@ -616,7 +616,9 @@ async def open_ha_client(
         **logon_fields,
     )
     try:
-        async with trio.open_nursery() as nursery:
+        # an exception raised in the caller's block comes out as itself, as from
+        # open_client, not wrapped in the nursery's ExceptionGroup
+        async with unwrapping_groups(), trio.open_nursery() as nursery:
             nursery.start_soon(ha._run)
             try:
                 yield ha
