@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import orjson
@@ -426,3 +427,45 @@ async def test_a_frozen_server_is_detected_within_two_heartbeat_intervals_every_
         for name in "AB":
             if cluster.server(name).alive:
                 cluster.server(name).signal(signal.SIGCONT)
+
+
+async def test_a_server_that_drops_every_logon_is_not_redialled_in_a_tight_loop() -> None:
+    """A server that accepts the logon and closes the connection at once: each such
+    connection counts as a failed attempt, so the back-off grows (before, a successful
+    logon reset it and the client redialled as fast as it could)."""
+    from amps_py.protocol import FrameDecoder, encode_frame
+
+    connections = 0
+
+    async def drop_after_logon(stream: trio.SocketStream) -> None:
+        nonlocal connections
+        connections += 1
+        decoder = FrameDecoder()
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            decoder.receive_data(data)
+            for frame in decoder.frames():
+                if frame.header.get("c") == "logon":
+                    ack = {"c": "ack", "a": "processed", "status": "success", "s": 0}
+                    ack["cid"] = frame.header.get("cid")
+                    await stream.send_all(encode_frame(ack))
+                    await stream.aclose()
+                    return
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(
+            partial(trio.serve_tcp, drop_after_logon, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+        async with open_ha_client(
+            "dropped",
+            [f"tcp://127.0.0.1:{port}/amps/json"],
+            reconnect_delay=0.1,
+            max_reconnect_delay=0.4,
+        ):
+            await trio.sleep(1.5)  # the observation window, not a synchronisation
+        print(f"{connections} connections in 1.5 s")
+        assert 2 <= connections <= 10, connections
+        nursery.cancel_scope.cancel()

@@ -101,6 +101,10 @@ RESUBSCRIBED: Final = "resubscribed"
 
 #: a silent server is dropped after this many heartbeat intervals without a frame
 SILENT_INTERVALS: Final = 2
+#: a connection lost sooner than this after its logon counts as a failed attempt (the
+#: back-off keeps growing): a server that accepts logons and drops them at once is not
+#: redialled in a tight loop
+HEALTHY_CONNECTION: Final = 2.0
 #: bytes of replayed publishes written to the socket at a time
 REPLAY_CHUNK: Final = 1024 * 1024
 
@@ -224,11 +228,12 @@ class HAClient:
                 await trio.sleep(delay)
             uri = self.chooser.choose()
             logged_on = False
+            logged_on_at = 0.0
 
             def on_logon(uri: str = uri) -> None:
-                nonlocal logged_on, failures, previous
+                nonlocal logged_on, logged_on_at, previous
                 logged_on = True
-                failures = 0
+                logged_on_at = trio.current_time()
                 if previous and uri != previous:
                     self._state(FAILED_OVER, uri=uri, previous=previous)
                 previous = uri
@@ -244,6 +249,8 @@ class HAClient:
             self.chooser.advance()
             if logged_on:
                 self._state(DISCONNECTED, uri=uri, reason=str(reason))
+                lasted = trio.current_time() - logged_on_at
+                failures = 0 if lasted >= HEALTHY_CONNECTION else failures + 1
             else:
                 failures += 1
                 log.warning(
