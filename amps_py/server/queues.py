@@ -159,6 +159,8 @@ class ServedQueue:
             compile_filter(config.barrier_expression) if config.barrier_expression else None
         )
         self.priority = compile_expression(config.priority) if config.priority else None
+        self._parsed_message: QueueMessage | None = None
+        self._parsed_doc: Any = None
         self.state = QueueState(queue_policy(config), instance_name, self._matches)
         self.head = messages.topic_head(config.name)
         #: the typical arrival-to-ack time (seconds; None until an ack was seen)
@@ -195,11 +197,16 @@ class ServedQueue:
             self.requested.pop(message.bookmark, None)
             self.asked.discard(message.bookmark)
 
-    @staticmethod
-    def _matches(sub: QueueSub, message: QueueMessage) -> bool:
+    def _matches(self, sub: QueueSub, message: QueueMessage) -> bool:
         subscriber: QueueSubscriber = sub.context
         flt = subscriber.filter
-        return flt is None or flt.matches(parse_json(message.payload))
+        if flt is None:
+            return True
+        # the core asks about one message for several subscriptions in a row: parse
+        # its payload once for them, not once per subscription
+        if message is not self._parsed_message:
+            self._parsed_message, self._parsed_doc = message, parse_json(message.payload)
+        return flt.matches(self._parsed_doc)
 
     def owner_of(self, record: Record) -> str:
         """Who owns a new message: the instance the client published to (a
@@ -214,13 +221,13 @@ class ServedQueue:
     def admit(self, record: Record, now: float | None) -> bool:
         """Enter a committed publish of the underlying topic, if the queue's Filter
         takes it; returns whether it entered."""
-        if self.filter is not None and not self.filter.matches(parse_json(record.payload)):
-            return False
         if record.bookmark in self.state:
             return False
-        doc = None
-        if self.barrier is not None or self.priority is not None:
+        doc = None  # parsed once, only when a Filter, BarrierExpression or Priority reads it
+        if self.filter is not None or self.barrier is not None or self.priority is not None:
             doc = parse_json(record.payload)
+        if self.filter is not None and not self.filter.matches(doc):
+            return False
         message = QueueMessage(
             txid=record.txid,
             bookmark=record.bookmark,
