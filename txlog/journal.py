@@ -46,8 +46,12 @@ index lookups in :mod:`txlog.reading`, statistics and verify in
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import operator
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -56,6 +60,7 @@ from typing import Final
 import lmdb
 
 from . import preflight
+from .commitlog import CommitLog, LoggedBatch, encode_batch, log_files, read_log, remove_log
 from .errors import JournalDamaged as JournalDamaged  # re-exported
 from .errors import JournalError as JournalError  # re-exported
 from .inspection import JournalStatistics as JournalStatistics  # re-exported
@@ -65,9 +70,16 @@ from .maintenance import SegmentMaintenance, unpack_u64
 from .opening import JOURNAL_FORMAT as JOURNAL_FORMAT  # re-exported
 from .opening import LMDB_DAMAGE_ERRORS as LMDB_DAMAGE_ERRORS  # re-exported
 from .opening import WRITER_LOCK_FILE as WRITER_LOCK_FILE  # re-exported
-from .opening import check_before_open, check_format_and_owner, record_damaged, take_writer_lock
+from .opening import (
+    check_before_open,
+    check_format_and_owner,
+    record_damaged,
+    take_writer_lock,
+    writer_lock_held,
+)
 from .opening import lmdb_damage as lmdb_damage  # re-exported
 from .opening import lmdb_error as lmdb_error  # re-exported
+from .pending import PendingTail as _PendingTail
 from .reading import RecordReader
 from .record import (
     CorruptRecord,
@@ -81,6 +93,9 @@ from .record import (
 )
 from .segments import Segment, bytes_through, grown_table, removed_through
 
+log = logging.getLogger("txlog.journal")
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
 DURABILITY_MODES: Final = ("fsync", "page-cache")
@@ -129,6 +144,9 @@ class Journal:
             it such a directory is refused. Segment files found are moved into a
             ``discarded-<time>`` directory beside them (:attr:`set_aside_to`), so the
             new journal never overwrites them.
+        commit_log: in ``fsync`` durability, make batches durable in the commit log
+            (:mod:`txlog.commitlog`: one fsync per batch) and commit LMDB behind it;
+            ``False`` commits LMDB with its two fsyncs per batch instead.
 
     Opening checks the files before LMDB sees them (:mod:`txlog.preflight`): a
     ``data.mdb`` shorter than its LMDB meta pages say, or with invalid meta pages, is
@@ -150,6 +168,7 @@ class Journal:
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         archive_directory: str | os.PathLike[str] | None = None,
         allow_empty: bool = False,
+        commit_log: bool = True,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise JournalError(
@@ -163,6 +182,18 @@ class Journal:
         self.durability = durability
         self.map_size = map_size
         self.compression = compression
+        self._log: CommitLog | None = None
+        self._use_log = commit_log and durability == "fsync" and not readonly
+        self._txn: lmdb.Transaction | None = None
+        self._txn_thread = 0
+        self._txn_since = 0.0
+        #: staged batches (durable in the commit log) that LMDB has not committed
+        self._logged: list[LoggedBatch] = []
+        self._restore_needed = False
+        self._pending = _PendingTail(1)
+        self._lmdb_commits = 0
+        #: records the commit log gave back to LMDB when this journal opened
+        self.recovered_records = 0
         #: with ``allow_empty``: what showed that a journal existed where an empty one
         #: was started (empty when none did), and where its segment files went
         self.started_empty_over: tuple[str, ...] = ()
@@ -173,6 +204,25 @@ class Journal:
         traces = check_before_open(
             self.path, self.archive_directory, instance_name, readonly, allow_empty
         )
+        if readonly and log_files(self.path) and not writer_lock_held(self.path):
+            # a writer ended without closing: give LMDB what only the commit log holds
+            try:
+                Journal(
+                    self.path,
+                    instance_name=instance_name,
+                    durability=durability,
+                    compression=compression,
+                    map_size=map_size,
+                    segment_size=segment_size,
+                    archive_directory=archive_directory,
+                ).close()
+            except JournalError as exc:
+                log.warning(
+                    "journal %s: the records its commit log holds past LMDB could not be "
+                    "written to LMDB (%s); reading what LMDB holds",
+                    self.path,
+                    exc,
+                )
         self._lock_fd = -1
         if not readonly:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -190,7 +240,8 @@ class Journal:
                 subdir=True,
                 readonly=readonly,
                 sync=durability == "fsync",
-                metasync=durability == "fsync",
+                # behind the commit log a lost meta page only loses what the log holds
+                metasync=durability == "fsync" and not self._use_log,
                 lock=True,
                 readahead=False,
                 max_readers=256,
@@ -201,7 +252,11 @@ class Journal:
         try:
             self._open_databases(instance_name, readonly, compression)
             if not readonly:
+                self._recover_commit_log()
                 self._check_newest_record()
+                if self._use_log:
+                    self._log = CommitLog(self.path)
+            self._pending = _PendingTail(self._last_txid + 1)
         except CorruptRecord as exc:
             self.close()
             raise record_damaged(self.path, exc, self._last_txid) from exc
@@ -316,8 +371,84 @@ class Journal:
         return self._reader.first_lmdb_record()
 
     def close(self) -> None:
+        """Commit what is staged, sync LMDB and delete the commit log (LMDB then holds
+        all it held), and close. Called from another thread than the one that staged,
+        or when LMDB fails, the commit log stays: the next open writes its records to
+        LMDB again."""
+        clean = True
+        if self._txn is not None or self._restore_needed:
+            clean = False
+            if self._txn is None or self._txn_thread == threading.get_ident():
+                try:
+                    self.commit()
+                    clean = True
+                except JournalError as exc:
+                    log.error("%s; the next open recovers them from the commit log", exc)
+        if self._log is not None:
+            if clean:
+                try:
+                    self._env.sync(True)
+                except lmdb.Error:
+                    clean = False
+            self._log.close(remove=clean)
+            self._log = None
         self._env.close()
         self._release_lock()
+
+    def _recover_commit_log(self) -> None:
+        """Write what the commit log holds past LMDB's newest record into LMDB (after a
+        crash or a power loss), make LMDB durable, and delete the log.
+
+        Raises:
+            JournalDamaged: the log does not continue LMDB's records (a gap), or is
+                damaged beyond a cut last frame.
+        """
+        if not log_files(self.path):
+            return
+        batches = read_log(self.path)
+        todo = [batch for batch in batches if batch.last_txid > self._last_txid]
+        if todo and todo[0].first_txid > self._last_txid + 1:
+            raise JournalDamaged(
+                f"journal {self.path}: its commit log begins at txid {todo[0].first_txid} "
+                f"but LMDB ends at txid {self._last_txid}: the records between are "
+                f"missing (was data.mdb restored from an older backup?). Fix: restore "
+                f"the whole directory {self.path} from one backup, or move its "
+                "commit-*.log files away to start from what data.mdb holds"
+            )
+        if todo:
+            count = 0
+            txn = self._env.begin(write=True)
+            try:
+                for batch in todo:
+                    skip = self._last_txid - batch.first_txid + 1
+                    if skip > 0:  # partly in LMDB already
+                        batch = LoggedBatch(
+                            batch.first_txid + skip, batch.now_us, batch.values[skip:], {}
+                        )
+                    self._apply_logged(txn, batch, recovering=True)
+                    count += len(batch.values)
+                txn.commit()
+            except lmdb.MapFullError:
+                txn.abort()
+                raise JournalError(
+                    f"journal {self.path}: its commit log holds records LMDB does not, and "
+                    f"they do not fit in the MapSize of {self.map_size} bytes: raise "
+                    "TransactionLog/MapSize and restart (nothing was lost or changed)"
+                ) from None
+            except BaseException:
+                txn.abort()
+                raise
+            self.recovered_records = count
+            log.warning(
+                "journal %s: %d records the commit log held past LMDB's newest were "
+                "written to LMDB (the previous run ended without closing the journal); "
+                "now through txid %d",
+                self.path,
+                count,
+                self._last_txid,
+            )
+        self._env.sync(True)
+        remove_log(self.path)
 
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:
@@ -353,7 +484,33 @@ class Journal:
         encoded: list[bytes] | None = None,
         rejected: dict[int, str] | None = None,
     ) -> list[int]:
-        """Store ``records`` in one transaction (one fsync) and return their txids.
+        """Store ``records`` and commit them to LMDB (see :meth:`stage`, then
+        :meth:`commit`); return their txids. For tools and tests; the server stages
+        and commits on its own schedule.
+
+        Must only be called by the single writer.
+        """
+        txids = self.stage(records, now_us, on_staged, cursors, encoded, rejected)
+        self.commit()
+        return txids
+
+    def stage(
+        self,
+        records: Sequence[Record],
+        now_us: int,
+        on_staged: Callable[[], None] | None = None,
+        cursors: Mapping[str, tuple[int, str]] | None = None,
+        encoded: list[bytes] | None = None,
+        rejected: dict[int, str] | None = None,
+    ) -> list[int]:
+        """Store ``records`` durably and return their txids.
+
+        In ``fsync`` durability with the commit log (the default), the records go into
+        the LMDB write transaction the writer keeps open and into the commit log, which
+        is synced (``fdatasync``) before this returns: one fsync per call. LMDB commits later
+        (:meth:`commit`); until then every read of this journal serves the staged
+        records from memory. Without the commit log (``page-cache`` durability, or
+        ``commit_log=False``) each call commits LMDB itself.
 
         Each record gets the next txid and ``local_ts = now_us``; a record with no
         ``origin_txid`` becomes its own origin (``origin_txid = txid``).
@@ -366,24 +523,29 @@ class Journal:
 
         ``cursors`` maps upstream instance names to ``(upstream txid, bookmark of that
         upstream record)``: how far this journal holds each upstream's replication
-        stream. They are written in the same transaction as the records, so a journal
-        restored from a backup carries the cursors that match its contents.
+        stream. They are stored with the records, so a journal restored from a backup
+        carries the cursors that match its contents.
 
         ``encoded``, when given, receives the stored value of every stored record, in
-        txid order (after a successful commit only): replication sends fresh records
-        from memory instead of reading them back.
+        txid order (once they are durable only): replication sends fresh records from
+        memory instead of reading them back.
 
         A record that cannot be stored (a string longer than its stored length of
         65,535 UTF-8 bytes, a seq outside 0..2**64-1, ...) gets txid ``-1`` and is left
-        out; the others commit. ``rejected``, when given, receives its index in
+        out; the others are stored. ``rejected``, when given, receives its index in
         ``records`` and the reason. One bad record never fails a batch.
 
-        ``on_staged`` is called once every put is done, just before the commit (the
-        fsync). The server uses it to keep its event loop off the GIL while the puts
-        run (py-lmdb releases the GIL around every put, so a busy second thread would
-        make each put wait for a GIL switch) and to run the fsync in parallel.
+        ``on_staged`` is called once every put is done, just before the fsync. The
+        server uses it to keep its event loop off the GIL while the puts run (py-lmdb
+        releases the GIL around every put, so a busy second thread would make each put
+        wait for a GIL switch) and to run the fsync in parallel.
 
-        Must only be called by the single writer.
+        Raises:
+            JournalError: nothing of this call was stored (a full MapSize, a failed
+                write or sync); what earlier calls stored stays stored.
+
+        Must only be called by the single writer, from one thread while a transaction
+        is open (see :meth:`commit`).
         """
         txids: list[int] = []
         encode = self._codec.encode
@@ -398,101 +560,117 @@ class Journal:
         cached_seq = cache.get
         # bookmarks stored by this batch; built only when an out-of-order copy shows up
         marks: set[bytes] | None = None
+        segments = self._segments
         try:
-            with self._env.begin(write=True) as txn:
-                bookmarks = self._bookmarks
-                for index, rec in enumerate(records):
-                    ph = rec.pub_hash
-                    seq = rec.seq
-                    last = cached_seq(ph)
-                    if last is None:
-                        last = self._last_seq(txn, ph)
-                    try:
-                        bm_key = pack_mark(ph, seq)
-                    except struct.error:
-                        txids.append(self._reject(rejected, index, f"seq {seq} is out of range"))
+            txn = self._write_txn()
+            bookmarks = self._bookmarks
+            for index, rec in enumerate(records):
+                ph = rec.pub_hash
+                seq = rec.seq
+                last = cached_seq(ph)
+                if last is None:
+                    last = self._last_seq(txn, ph)
+                try:
+                    bm_key = pack_mark(ph, seq)
+                except struct.error:
+                    txids.append(self._reject(rejected, index, f"seq {seq} is out of range"))
+                    continue
+                fresh = seq > last
+                if not fresh:
+                    # at or below the high-water mark: exact lookup (replicated
+                    # copies arrive over several paths in any order, and a client
+                    # may reorder its publishes after a failover); one at or below
+                    # what removal deleted of this publisher is a late copy of a
+                    # removed record, not new
+                    if seq <= self._floor(txn, ph):
+                        txids.append(0)
                         continue
-                    fresh = seq > last
-                    if not fresh:
-                        # at or below the high-water mark: exact lookup (replicated
-                        # copies arrive over several paths in any order, and a client
-                        # may reorder its publishes after a failover); one at or below
-                        # what removal deleted of this publisher is a late copy of a
-                        # removed record, not new
-                        if seq <= self._floor(txn, ph):
-                            txids.append(0)
-                            continue
-                        if marks is None:
-                            marks = {mark for mark, _ in bm_items}
-                        if bm_key in marks or txn.get(bm_key, db=bookmarks) is not None:
-                            txids.append(0)
-                            continue
-                    txid += 1
-                    key = pack_key(txid)
-                    own_origin = False
-                    try:
-                        if type(rec) is ReplicaRecord:
-                            value = rec.restamp(txid, now_us)
-                        else:
-                            rec.txid = txid
-                            rec.local_ts = now_us
-                            if not rec.origin_ts:
-                                rec.origin_ts = now_us
-                            if rec.origin_txid == 0:
-                                rec.origin_txid = txid
-                                own_origin = True
-                            value = encode(rec)
-                    except (struct.error, ValueError) as exc:
-                        txid -= 1
-                        if own_origin:
-                            rec.origin_txid = 0
-                        rec.txid = 0
-                        txids.append(self._reject(rejected, index, _unstorable(exc)))
+                    if marks is None:
+                        marks = {mark for mark, _ in bm_items}
+                    if bm_key in marks or txn.get(bm_key, db=bookmarks) is not None:
+                        txids.append(0)
                         continue
-                    if fresh:
-                        cache[ph] = seq
-                        pub_updates[ph] = rec
-                    if marks is not None:
-                        marks.add(bm_key)
-                    bm_items.append((bm_key, key))
-                    txids.append(txid)
-                    rec_items.append((key, value))
-                    origin = rec.origin
-                    if own_origin or not origin:
-                        continue
-                    if rec.origin_txid > origin_updates.get(origin, 0):
-                        origin_updates[origin] = rec.origin_txid
-                if rec_items:
-                    txn.cursor(db=self._records).putmulti(rec_items, append=True)
-                    txn.cursor(db=bookmarks).putmulti(bm_items)
-                    for ph, high in pub_updates.items():
-                        value = _U64.pack(high.seq) + high.client_name.encode()
-                        txn.put(_U64.pack(ph), value, db=self._publishers)
-                    for origin, otx in origin_updates.items():
-                        key_o = origin.encode()
-                        raw = txn.get(key_o, db=self._origins)
-                        if raw is None or _U64.unpack(raw)[0] < otx:
-                            txn.put(key_o, _U64.pack(otx), db=self._origins)
-                    if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
-                        txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
-                    segments, touched = grown_table(
-                        self._segments,
-                        self.segment_size,
-                        txid - len(rec_items) + 1,
-                        now_us,
-                        [len(value) for _, value in rec_items],
-                    )
-                    if self._segments_db is not None:
-                        for seg in touched:
-                            txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
-                if cursors:
-                    for name, (up_txid, up_bm) in cursors.items():
-                        value = _U64.pack(up_txid) + up_bm.encode()
-                        txn.put(name.encode(), value, db=self._upstreams)
-                if on_staged is not None:
-                    on_staged()
+                txid += 1
+                key = pack_key(txid)
+                own_origin = False
+                try:
+                    if type(rec) is ReplicaRecord:
+                        value = rec.restamp(txid, now_us)
+                    else:
+                        rec.txid = txid
+                        rec.local_ts = now_us
+                        if not rec.origin_ts:
+                            rec.origin_ts = now_us
+                        if rec.origin_txid == 0:
+                            rec.origin_txid = txid
+                            own_origin = True
+                        value = encode(rec)
+                except (struct.error, ValueError) as exc:
+                    txid -= 1
+                    if own_origin:
+                        rec.origin_txid = 0
+                    rec.txid = 0
+                    txids.append(self._reject(rejected, index, _unstorable(exc)))
+                    continue
+                if fresh:
+                    cache[ph] = seq
+                    pub_updates[ph] = rec
+                if marks is not None:
+                    marks.add(bm_key)
+                bm_items.append((bm_key, key))
+                txids.append(txid)
+                rec_items.append((key, value))
+                origin = rec.origin
+                if own_origin or not origin:
+                    continue
+                if rec.origin_txid > origin_updates.get(origin, 0):
+                    origin_updates[origin] = rec.origin_txid
+            if rec_items:
+                txn.cursor(db=self._records).putmulti(rec_items, append=True)
+                txn.cursor(db=bookmarks).putmulti(bm_items)
+                for ph, high in pub_updates.items():
+                    value = _U64.pack(high.seq) + high.client_name.encode()
+                    txn.put(_U64.pack(ph), value, db=self._publishers)
+                for origin, otx in origin_updates.items():
+                    key_o = origin.encode()
+                    raw = txn.get(key_o, db=self._origins)
+                    if raw is None or _U64.unpack(raw)[0] < otx:
+                        txn.put(key_o, _U64.pack(otx), db=self._origins)
+                if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                    txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
+                segments, touched = grown_table(
+                    self._segments,
+                    self.segment_size,
+                    txid - len(rec_items) + 1,
+                    now_us,
+                    [len(value) for _, value in rec_items],
+                )
+                if self._segments_db is not None:
+                    for seg in touched:
+                        txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
+            if cursors:
+                for name, (up_txid, up_bm) in cursors.items():
+                    value = _U64.pack(up_txid) + up_bm.encode()
+                    txn.put(name.encode(), value, db=self._upstreams)
+            # everything in Python before on_staged: after it the event loop runs on,
+            # and this thread should only wait for the disk (no GIL)
+            values = list(map(_second, rec_items))
+            first = txid - len(rec_items) + 1
+            frame = b""
+            staged_marks: dict[bytes, int] = {}
+            if self._log is not None and (rec_items or cursors):
+                frame = encode_batch(first, now_us, values, cursors)
+                staged_marks = dict(zip(map(_first, bm_items), range(first, txid + 1), strict=True))
+            if on_staged is not None:
+                on_staged()
+            if frame:
+                assert self._log is not None
+                self._log.append(frame, txid)
+                self._logged.append(LoggedBatch(first, now_us, values, dict(cursors or {})))
+            elif self._log is None:
+                self._commit_txn()
         except lmdb.MapFullError:
-            self._pub_cache.clear()
+            self._abandon_staged()
             raise JournalError(
                 f"the journal is full: it reached its MapSize of {self.map_size} bytes "
                 "(nothing of this batch was stored); raise TransactionLog/MapSize and "
@@ -501,19 +679,193 @@ class Journal:
             ) from None
         except BaseException:
             # nothing of this batch was stored: the cached high-water marks may be ahead
-            self._pub_cache.clear()
+            self._abandon_staged()
             raise
         if rec_items:
             self._segments = segments
             if encoded is not None:
-                encoded.extend(value for _, value in rec_items)
+                encoded.extend(values)
             if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
                 self._last_time_entry = now_us
             self._last_txid = txid
             self._commits += 1
             self._appended += len(rec_items)
+        if frame:
+            self._pending.add(first, values, staged_marks, pub_updates, origin_updates, cursors)
         self._duplicates += len(records) - len(rec_items)
         return txids
+
+    # ----------------------------------------------------- the open LMDB transaction
+    def _write_txn(self) -> lmdb.Transaction:
+        """The open write transaction, begun on first use (on the calling thread,
+        which must then also commit it)."""
+        txn = self._txn
+        if txn is None:
+            if self._restore_needed:
+                self._restore_staged()
+                return self._write_txn()
+            txn = self._txn = self._env.begin(write=True)
+            self._txn_thread = threading.get_ident()
+            self._txn_since = time.monotonic()
+        elif self._txn_thread != threading.get_ident():
+            raise JournalError(
+                "internal error: the journal's write transaction was begun on another "
+                "thread; only the single writer thread may write"
+            )
+        return txn
+
+    def _commit_txn(self) -> None:
+        txn, self._txn = self._txn, None
+        if txn is not None:
+            txn.commit()
+
+    @property
+    def staged_records(self) -> int:
+        """Records stored durably (in the commit log) that LMDB has not committed yet."""
+        return self._last_txid - self._pending.first_txid + 1 if self._logged else 0
+
+    @property
+    def staged_seconds(self) -> float:
+        """How long the open LMDB transaction has been open (0 when none is)."""
+        return time.monotonic() - self._txn_since if self._txn is not None else 0.0
+
+    def commit(self) -> None:
+        """Commit the open LMDB transaction: the staged records become LMDB's (one
+        ``fdatasync`` of ``data.mdb``; its meta page follows with the next commit or
+        sync). When the commit log has moved on to a new file, LMDB is synced and the
+        log files it now holds durably are deleted. A no-op without staged writes.
+
+        Must run on the thread that staged. Raises :class:`JournalError` when LMDB
+        fails (a full disk, an I/O error): the staged records stay durable in the
+        commit log and in memory (every read still serves them) and the next
+        :meth:`stage` or :meth:`commit` writes them to LMDB again.
+        """
+        if self._txn is None and not self._restore_needed:
+            return
+        if self._txn is not None and self._txn_thread != threading.get_ident():
+            raise JournalError(
+                "internal error: the journal's staged transaction belongs to another "
+                "thread; commit it on the writer thread"
+            )
+        try:
+            if self._restore_needed:
+                self._restore_staged()
+            self._commit_txn()
+        except lmdb.Error as exc:
+            self._txn = None
+            self._restore_needed = bool(self._logged)
+            self._pub_cache.clear()
+            if isinstance(exc, lmdb.MapFullError):
+                raise JournalError(
+                    f"the journal is full: it reached its MapSize of {self.map_size} "
+                    "bytes; what was acknowledged is safe in the commit log and goes into "
+                    "LMDB once there is room: raise TransactionLog/MapSize and restart, "
+                    "and remove old journals (amps-action-do-remove-journal) so their "
+                    "space is reused"
+                ) from None
+            raise JournalError(
+                f"journal {self.path}: LMDB could not commit ({exc}); the records are "
+                "safe in the commit log and are written again with the next commit. "
+                f"Check the disk holding {self.path}"
+            ) from exc
+        self._lmdb_commits += 1
+        if self._log is not None:
+            self._logged = []
+            self._pending = _PendingTail(self._last_txid + 1)
+            if self._log.files > 1:
+                self._env.sync(True)
+                self._log.release_through(self._last_txid)
+
+    def _abandon_staged(self) -> None:
+        """A stage failed: drop its writes. Without a commit log nothing earlier is
+        lost (each stage committed). With one, the open transaction also held earlier
+        stages, durable in the log: they are written again in a fresh transaction
+        (now, or by the next stage or commit if LMDB fails again)."""
+        self._pub_cache.clear()
+        txn, self._txn = self._txn, None
+        if txn is not None:
+            txn.abort()
+        if self._logged:
+            self._restore_needed = True
+            with contextlib.suppress(lmdb.Error):  # the next stage or commit tries again
+                self._restore_staged()
+
+    def _restore_staged(self) -> None:
+        """Write the staged (logged, uncommitted) batches into a fresh transaction,
+        and the in-memory segment table with them."""
+        self._restore_needed = True
+        txn = self._env.begin(write=True)
+        try:
+            for batch in self._logged:
+                self._apply_logged(txn, batch, recovering=False)
+            if self._segments_db is not None:
+                for seg in self._segments:
+                    txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
+        except BaseException:
+            txn.abort()
+            raise
+        self._txn = txn
+        self._txn_thread = threading.get_ident()
+        self._txn_since = time.monotonic()
+        self._restore_needed = False
+
+    def _apply_logged(self, txn: lmdb.Transaction, batch: LoggedBatch, recovering: bool) -> None:
+        """Write a batch the commit log holds into ``txn``: its records and every index
+        entry :meth:`stage` writes for them. ``recovering`` (at open): the in-memory
+        state (segment table, newest txid) is brought up to date too."""
+        decode = self._codec.decode
+        highs: dict[int, tuple[int, str]] = {}
+        changed: set[int] = set()
+        origins: dict[str, int] = {}
+        rec_items: list[tuple[bytes, bytes]] = []
+        bm_items: list[tuple[bytes, bytes]] = []
+        for offset, value in enumerate(batch.values):
+            txid = batch.first_txid + offset
+            rec = decode(value, txid)
+            key = _U64.pack(txid)
+            rec_items.append((key, value))
+            bm_items.append((_U64x2.pack(rec.pub_hash, rec.seq), key))
+            high = highs.get(rec.pub_hash)
+            if high is None:
+                raw = txn.get(_U64.pack(rec.pub_hash), db=self._publishers)
+                high = (_U64.unpack_from(raw)[0] if raw else 0, "")
+            if rec.seq > high[0]:
+                high = (rec.seq, rec.client_name)
+                changed.add(rec.pub_hash)
+            highs[rec.pub_hash] = high
+            if rec.origin and rec.origin != self.instance_name:
+                origins[rec.origin] = max(origins.get(rec.origin, 0), rec.origin_txid)
+        if rec_items:
+            txn.cursor(db=self._records).putmulti(rec_items)
+            txn.cursor(db=self._bookmarks).putmulti(bm_items)
+            for ph in changed:
+                seq, client = highs[ph]
+                txn.put(_U64.pack(ph), _U64.pack(seq) + client.encode(), db=self._publishers)
+            for origin, otx in origins.items():
+                raw = txn.get(origin.encode(), db=self._origins)
+                if raw is None or _U64.unpack(raw)[0] < otx:
+                    txn.put(origin.encode(), _U64.pack(otx), db=self._origins)
+            # the time index: as stage() would have (recovering), or at least one entry
+            # per batch that keeps an earlier one (restoring)
+            if not recovering or batch.now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                txn.put(_U64.pack(batch.now_us), rec_items[0][0], db=self._times, overwrite=False)
+        for name, (up_txid, up_bm) in batch.cursors.items():
+            txn.put(name.encode(), _U64.pack(up_txid) + up_bm.encode(), db=self._upstreams)
+        if recovering and rec_items:
+            segments, touched = grown_table(
+                self._segments,
+                self.segment_size,
+                batch.first_txid,
+                batch.now_us,
+                [len(value) for value in batch.values],
+            )
+            if self._segments_db is not None:
+                for seg in touched:
+                    txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
+            self._segments = segments
+            self._last_txid = batch.last_txid
+            if batch.now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                self._last_time_entry = batch.now_us
 
     @staticmethod
     def _reject(rejected: dict[int, str] | None, index: int, why: str) -> int:

@@ -89,6 +89,7 @@ class SegmentMaintenance:
         """Remember (writer only) that segments up to ``through_id`` are marked for
         removal, so a restart keeps the request; 0 clears it."""
         j = self._journal
+        j.commit()  # no staged transaction may be open beside this one
         with j._env.begin(write=True, db=j._meta) as txn:
             if through_id:
                 txn.put(b"remove_through", str(through_id).encode())
@@ -112,6 +113,7 @@ class SegmentMaintenance:
         j = self._journal
         if j._destinations_db is None:
             raise JournalError("this journal was opened read-only")
+        j.commit()  # no staged transaction may be open beside this one
         with j._env.begin(write=True, db=j._destinations_db) as txn:
             txn.drop(j._destinations_db, delete=False)
             for name, txid in positions.items():
@@ -218,6 +220,7 @@ class SegmentMaintenance:
         updated = replace(
             seg, state=state, cleaned=seg.cleaned and seg.state != "live", file=stored
         )
+        j.commit()  # no staged transaction may be open beside this one
         with j._env.begin(write=True) as txn:
             self._put_segment(txn, updated)
         j._replace_segments({seg_id: updated})
@@ -239,6 +242,7 @@ class SegmentMaintenance:
         if any(seg.id == table[-1].id for seg in newly):
             raise JournalError("the current journal segment cannot be removed")
         changed = {seg.id: replace(seg, state="removed", cleaned=False) for seg in newly}
+        j.commit()  # no staged transaction may be open beside this one
         with j._env.begin(write=True) as txn:
             for seg in changed.values():
                 self._put_segment(txn, seg)
@@ -273,6 +277,7 @@ class SegmentMaintenance:
         file_to_delete = ""
         floors: dict[int, int] = {}
         raised: dict[int, int] = {}
+        j.commit()  # no staged transaction may be open beside this one
         with j._env.begin(write=True) as txn:
             cur = txn.cursor(db=j._records)
             deleted = 0

@@ -63,6 +63,21 @@ def take_writer_lock(path: Path) -> int:
     return fd
 
 
+def writer_lock_held(path: Path) -> bool:
+    """Whether a process holds ``path``'s writer lock now (a running instance)."""
+    try:
+        fd = os.open(path / WRITER_LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing the file releases a lock taken here
+    return False
+
+
 def lmdb_error(path: Path, exc: lmdb.Error) -> JournalError:
     """``exc`` from LMDB on the journal in ``path``, as a :class:`JournalError` (a
     :class:`JournalDamaged` when the file is damaged) whose text names the file and

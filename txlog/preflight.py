@@ -36,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from .commitlog import LOG_FILE
+
 #: page header: page number, pad, flags, lower/upper (or overflow page count)
 _PAGE_HEADER: Final = struct.Struct("=QHHI")
 #: meta: magic, version, address, map size, 2 x (pad, flags, depth, branch pages,
@@ -99,8 +101,7 @@ def parse_meta(raw: bytes, page_no: int) -> MetaPage:
         )
     if version != LMDB_DATA_VERSION:
         raise DataFileDamage(
-            f"{where} has LMDB data version {version}; this LMDB reads version "
-            f"{LMDB_DATA_VERSION}"
+            f"{where} has LMDB data version {version}; this LMDB reads version {LMDB_DATA_VERSION}"
         )
     if not MIN_PAGE_SIZE <= page_size <= MAX_PAGE_SIZE or page_size & (page_size - 1):
         raise DataFileDamage(f"{where} gives an impossible page size {page_size}")
@@ -172,7 +173,10 @@ def journal_traces(
     found = [
         name
         for name in names
-        if name == DATA_FILE or name in LOCK_FILES or SEGMENT_FILE.match(name)
+        if name == DATA_FILE
+        or name in LOCK_FILES
+        or SEGMENT_FILE.match(name)
+        or LOG_FILE.match(name)
     ]
     for name in archive_names:
         match = SEGMENT_FILE.match(name)
@@ -188,9 +192,7 @@ def describe_traces(traces: Iterable[str], limit: int = 4) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def find_traces(
-    directory: Path, archive_directory: Path | None, instance: str | None
-) -> list[str]:
+def find_traces(directory: Path, archive_directory: Path | None, instance: str | None) -> list[str]:
     """:func:`journal_traces` of what is on disk (missing directories hold none)."""
     names = [p.name for p in directory.iterdir() if p.is_file()] if directory.is_dir() else []
     archived: list[str] = []
@@ -202,7 +204,7 @@ def find_traces(
 def set_aside(
     directory: Path, archive_directory: Path | None, traces: Iterable[str], now: float
 ) -> list[Path]:
-    """Move the segment files among ``traces`` into a ``discarded-<UTC time>``
+    """Move the segment and commit log files among ``traces`` into a ``discarded-<UTC time>``
     directory beside them, so a new journal started in their place never overwrites
     them (its segments get the same names). Returns the directories used."""
     stamp = datetime.fromtimestamp(now, UTC).strftime("discarded-%Y%m%dT%H%M%SZ")
@@ -211,7 +213,7 @@ def set_aside(
         base, name = directory, trace
         if trace.startswith("archive/") and archive_directory is not None:
             base, name = archive_directory, trace.removeprefix("archive/")
-        if not SEGMENT_FILE.match(name):
+        if not SEGMENT_FILE.match(name) and not LOG_FILE.match(name):
             continue
         target = base / stamp
         target.mkdir(exist_ok=True)

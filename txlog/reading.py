@@ -81,24 +81,27 @@ class RecordReader:
         unpack = _U64.unpack
         stop = max_txid if max_txid is not None else _U64_MAX
         after_txid = max(after_txid, j._removed_through)
+        pending = j._pending  # before the transaction: see txlog.pending
+        staged = len(pending.values)
+        seen = after_txid  # the newest txid read so far (or skipped as removed)
         with j._env.begin(buffers=False) as txn:
             cur = txn.cursor(db=j._records)
-            while len(out) < limit and after_txid < stop:
-                found = cur.set_range(_U64.pack(after_txid + 1))
+            while len(out) < limit and seen < stop:
+                found = cur.set_range(_U64.pack(seen + 1))
                 next_txid = unpack(cur.key())[0] if found else None
-                if next_txid != after_txid + 1:
+                if next_txid != seen + 1:
                     # not in LMDB: in a segment file, or removed
-                    seg = self._offloaded_segment_after(txn, after_txid, next_txid)
+                    seg = self._offloaded_segment_after(txn, seen, next_txid)
                     if seg is not None:
                         pairs = self.segment_file(seg).after(
-                            after_txid, min(seg.last_txid, stop), limit - len(out)
+                            seen, min(seg.last_txid, stop), limit - len(out)
                         )
                         for txid, value in pairs:
                             try:
                                 out.append(convert(value, txid))
                             except CorruptRecord as exc:
                                 return out, exc
-                        after_txid = pairs[-1][0] if pairs else seg.last_txid
+                        seen = pairs[-1][0] if pairs else seg.last_txid
                         continue
                     if not found:
                         break
@@ -110,9 +113,14 @@ class RecordReader:
                         out.append(convert(value, txid))
                     except CorruptRecord as exc:
                         return out, exc
+                    seen = txid
                     if len(out) >= limit:
                         break
                 break
+        if staged and len(out) < limit and seen < stop:
+            damage = pending.scan(seen, staged, limit, stop, convert, out)
+            if damage is not None:
+                return out, damage
         return out, None
 
     def _offloaded_segment_after(
@@ -172,16 +180,22 @@ class RecordReader:
     def lookup_bookmark(self, pub_hash: int, seq: int) -> int | None:
         """The local txid of the message with this bookmark, or None."""
         j = self._journal
+        pending = j._pending  # before the transaction: see txlog.pending
+        key = _U64x2.pack(pub_hash, seq)
         with j._env.begin(db=j._bookmarks) as txn:
-            raw = txn.get(_U64x2.pack(pub_hash, seq))
-        return None if raw is None else _U64.unpack(raw)[0]
+            raw = txn.get(key)
+        if raw is None:
+            return pending.marks.get(key)
+        return int(_U64.unpack(raw)[0])
 
     def publisher_last_seq(self, pub_hash: int) -> int:
         """The highest seq journaled for this publisher (0 if none)."""
         j = self._journal
+        pending = j._pending  # before the transaction: see txlog.pending
         with j._env.begin(db=j._publishers) as txn:
             raw = txn.get(_U64.pack(pub_hash))
-        return _U64.unpack_from(raw)[0] if raw else 0
+        stored = int(_U64.unpack_from(raw)[0]) if raw else 0
+        return max(stored, pending.pub_high.get(pub_hash, 0))
 
     def publisher_floor(self, pub_hash: int) -> int:
         """The highest seq of this publisher among removed records (0 if none): a
@@ -221,15 +235,24 @@ class RecordReader:
     def origin_high_water(self) -> dict[str, int]:
         """Per origin instance, the highest origin txid stored here (resync)."""
         j = self._journal
+        pending = j._pending  # before the transaction: see txlog.pending
         with j._env.begin(db=j._origins) as txn:
-            return {k.decode(): _U64.unpack(v)[0] for k, v in txn.cursor()}
+            found = {k.decode(): int(_U64.unpack(v)[0]) for k, v in txn.cursor()}
+        for origin, otx in list(pending.origins.items()):
+            if otx > found.get(origin, 0):
+                found[origin] = otx
+        return found
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
         """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
         held here, or ``(0, "")`` when nothing was ever received from it."""
         j = self._journal
+        pending = j._pending  # before the transaction: see txlog.pending
         with j._env.begin(db=j._upstreams) as txn:
             raw = txn.get(upstream.encode())
+        staged = pending.cursors.get(upstream)
+        if staged is not None:
+            return staged
         if raw is None:
             return 0, ""
         return _U64.unpack_from(raw)[0], raw[8:].decode()

@@ -72,7 +72,21 @@ class InstanceCollector(Collector):
         )
         if stats.writer:
             w = stats.writer
-            yield counter("amps_journal_commits", "Group commits (one fsync each)", w["commits"])
+            yield counter(
+                "amps_journal_commits",
+                "Group commits (one fsync each: the commit log, or LMDB without one)",
+                w["commits"],
+            )
+            yield counter(
+                "amps_journal_lmdb_commits",
+                "LMDB commits behind the commit log",
+                w.get("lmdb_commits", 0),
+            )
+            yield gauge(
+                "amps_journal_staged_records",
+                "Records durable in the commit log, not yet committed to LMDB",
+                w.get("staged", 0),
+            )
             yield counter("amps_journal_records", "Records journaled", w["records"])
             yield counter(
                 "amps_journal_commit_seconds", "Seconds spent in commits", w["commit_seconds"]

@@ -1,11 +1,17 @@
-"""The single journal writer: group commit on one worker thread.
+"""The single journal writer: group commit on one dedicated thread.
 
 Publishes are queued with :meth:`JournalWriter.submit` (never blocks). The writer
-task takes everything queued since its last commit, appends it to the journal in
-one LMDB transaction (one fsync) on a worker thread, then hands the committed
-records to ``on_commit`` back in the trio thread. While a commit runs, new publishes
-accumulate, so batches grow with load: throughput comes from batching, not from
-weaker durability.
+task takes everything queued since its last batch and stages it in the journal on
+the writer thread (:meth:`txlog.Journal.stage`: the LMDB puts, then one fsync of the
+commit log), then hands the stored records to ``on_commit`` back in the trio thread.
+While a batch is being made durable, new publishes accumulate, so batches grow with
+load: throughput comes from batching, not from weaker durability.
+
+LMDB commits behind the commit log (:meth:`txlog.Journal.commit`): every
+:data:`COMMIT_INTERVAL` seconds while records are staged, or after
+:data:`COMMIT_RECORDS` of them, and before any other journal write (segment
+maintenance). Every journal write runs on the one writer thread: LMDB ties a write
+transaction to the thread that began it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import bisect
 import errno
 import logging
+import queue
 import shutil
 import threading
 import time
@@ -31,6 +38,12 @@ _T = TypeVar("_T")
 
 #: most records in one transaction; bounds commit latency under a flood
 MAX_BATCH = WRITER_MAX_BATCH
+#: longest time staged records wait for their LMDB commit (they are durable already)
+COMMIT_INTERVAL: Final = 0.01
+#: staged records after which LMDB commits at once
+COMMIT_RECORDS: Final = 20_000
+#: how long closing waits for the writer thread's last LMDB commit
+CLOSE_TIMEOUT: Final = 30.0
 #: after a failed commit: first and longest wait before journal writes are tried again
 RETRY_FIRST: Final = 0.5
 RETRY_LONGEST: Final = 10.0
@@ -127,6 +140,53 @@ class RecentRecords:
         return self._records[start:end], self._values[start:end]
 
 
+class WriterThread:
+    """The one thread every journal write runs on, in the order submitted."""
+
+    def __init__(self, name: str = "amps-py journal writer") -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Callable[[object], None]] | None]
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = False
+
+    def submit(
+        self, work: Callable[[], _T], deliver: Callable[[outcome.Outcome[_T]], None]
+    ) -> None:
+        """Run ``work`` on the thread after what was submitted before; ``deliver`` gets
+        its outcome on the thread (started by the first job)."""
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        self._jobs.put((work, deliver))  # type: ignore[arg-type]
+
+    def call(self, work: Callable[[], _T], timeout: float) -> _T:
+        """Run ``work`` on the thread and wait for it here (blocking: for closing)."""
+        done = threading.Event()
+        result: list[outcome.Outcome[_T]] = []
+
+        def deliver(out: outcome.Outcome[_T]) -> None:
+            result.append(out)
+            done.set()
+
+        self.submit(work, deliver)
+        if not done.wait(timeout):
+            raise TimeoutError(f"the journal writer thread did not finish within {timeout} s")
+        return result[0].unwrap()
+
+    def stop(self) -> None:
+        """End the thread once what was submitted ran."""
+        if self._started:
+            self._jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            work, deliver = job
+            deliver(outcome.capture(work))
+
+
 @dataclass(frozen=True)
 class _Marker:
     position: int  # the marker is committed with the batch holding record #position
@@ -158,6 +218,10 @@ class WriterStatistics:
     rejected_records: int = 0
     #: why journal writes are refused now ("" while they are accepted)
     failure: str = ""
+    #: LMDB commits behind the commit log (each batch is durable in the log first)
+    lmdb_commits: int = 0
+    #: records durable in the commit log that LMDB has not committed yet
+    staged: int = 0
 
 
 class JournalWriter:
@@ -217,6 +281,8 @@ class JournalWriter:
         self._riders: list[Callable[[], None]] = []
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
+        self._thread = WriterThread()
+        self._lmdb_commits = 0
         self.committed_txid = journal.last_txid
         #: the newest committed records, for replication (see :class:`RecentRecords`)
         self.recent = RecentRecords() if keep_recent else RecentRecords(0, 0)
@@ -266,8 +332,14 @@ class JournalWriter:
         """Run ``job(journal)`` on a worker thread between commits: journal writes
         other than appends (segment maintenance) go through here, so the journal
         keeps exactly one writer at a time."""
-        async with self._limiter:
-            return await trio.to_thread.run_sync(job, self.journal)
+
+        def exclusive(journal: Journal, on_staged: Callable[[], None]) -> _T:
+            on_staged()  # the trio thread runs on: nothing here is a batch of puts
+            journal.commit()
+            return job(journal)
+
+        result, _ = await self._staged(exclusive)
+        return result
 
     @property
     def queued(self) -> int:
@@ -290,13 +362,33 @@ class JournalWriter:
         return high
 
     async def run(self) -> None:
-        """Commit queued records forever (until cancelled)."""
+        """Commit queued records forever (until cancelled); on the way out, commit
+        what is staged and end the writer thread."""
+        try:
+            await self._run()
+        finally:
+            try:
+                self._thread.call(self.journal.commit, CLOSE_TIMEOUT)
+            except Exception as exc:  # the commit log still holds every staged record
+                log.error("the journal's last LMDB commit failed: %s", exc)
+            self._thread.stop()
+
+    async def _run(self) -> None:
         while True:
             if self.failure:
                 await self._recover()
             if not self._queue and not self._markers:
                 self._wake = trio.Event()
-                await self._wake.wait()
+                staged = self.journal.staged_records
+                if staged:
+                    wait = COMMIT_INTERVAL - self.journal.staged_seconds
+                    with trio.move_on_after(max(wait, 0.0)):
+                        await self._wake.wait()
+                    if not self._wake.is_set():
+                        await self._commit()
+                        continue
+                else:
+                    await self._wake.wait()
             batch = self._batch = self._queue[:MAX_BATCH]
             del self._queue[:MAX_BATCH]
             self._taken += len(batch)
@@ -339,11 +431,32 @@ class JournalWriter:
             riders, self._riders = self._riders, []
             for rider in riders:
                 rider()
+            journal = self.journal
+            if journal.staged_records >= COMMIT_RECORDS or (
+                journal.staged_records and journal.staged_seconds >= COMMIT_INTERVAL
+            ):
+                await self._commit()
             # Let the tasks this commit woke (replication sends, acks) run before the
             # next batch's puts block this thread. Trio may run one scheduling batch in
             # either order, so two checkpoints guarantee they get their turn.
             await trio.lowlevel.checkpoint()
             await trio.lowlevel.checkpoint()
+
+    async def _commit(self) -> None:
+        """Commit the staged records to LMDB on the writer thread (the trio thread
+        runs on meanwhile). A failure leaves them durable in the commit log and in
+        memory; journal writes are refused until the writer recovers."""
+
+        def commit(journal: Journal, on_staged: Callable[[], None]) -> None:
+            on_staged()
+            journal.commit()
+
+        try:
+            await self._staged(commit)
+        except Exception as exc:
+            self._commit_failed([], exc)
+            return
+        self._lmdb_commits += 1
 
     def _commit_failed(self, batch: list[Record], exc: Exception) -> None:
         """A commit stored nothing: fail the batch and everything queued behind it,
@@ -396,7 +509,7 @@ class JournalWriter:
         (see :meth:`_staged`)."""
         t0 = time.perf_counter()
         txids, t1 = await self._staged(
-            lambda journal, on_staged: journal.append(
+            lambda journal, on_staged: journal.stage(
                 batch, now_us, on_staged, cursors or None, values, rejected
             )
         )
@@ -408,15 +521,21 @@ class JournalWriter:
         return txids
 
     async def run_staged(self, job: Callable[[Journal, Callable[[], None]], _T]) -> _T:
-        """Run ``job(journal, on_staged)`` between commits like an append: the trio
+        """Run ``job(journal, on_staged)`` between batches like one: the trio
         thread waits (GIL free) while the job stages its LMDB writes, and runs on
         during its commit. ``job`` must call ``on_staged()`` just before it commits.
-        For bulk journal writes other than appends (purging segments)."""
-        result, _ = await self._staged(job)
+        For bulk journal writes other than appends (purging segments); what is
+        staged commits first."""
+
+        def after_commit(journal: Journal, on_staged: Callable[[], None]) -> _T:
+            journal.commit()
+            return job(journal, on_staged)
+
+        result, _ = await self._staged(after_commit)
         return result
 
     async def _staged(self, job: Callable[[Journal, Callable[[], None]], _T]) -> tuple[_T, float]:
-        """Run ``job`` on a worker thread under the writer's limiter; block this thread
+        """Run ``job`` on the writer thread under the writer's limiter; block this thread
         until the job calls ``on_staged`` (or ends), then await its end. Returns the
         job's result and the ``perf_counter`` time at which it was staged.
 
@@ -441,7 +560,7 @@ class JournalWriter:
             token.run_sync_soon(done.set)
 
         async with self._limiter:
-            trio.lowlevel.start_thread_soon(work, deliver)
+            self._thread.submit(work, deliver)
             staged.wait()  # short: one batch of puts; the GIL is free meanwhile
             staged_at = time.perf_counter()
             await done.wait()
@@ -463,4 +582,6 @@ class JournalWriter:
             failed_commits=self._failed_commits,
             rejected_records=self._rejected_records,
             failure=self.failure,
+            lmdb_commits=self._lmdb_commits,
+            staged=self.journal.staged_records,
         )
