@@ -134,7 +134,9 @@ async def fill_the_disk_and_recover(server: ServerProcess, disk: Path) -> None:
         assert failure is not None, "the 16 MB disk never filled up"
         stored = pub.persisted_seq
         assert stored > 10 and failure.ack["s"] == stored + 1
-        assert failure.reason == "journal write failed", failure.ack
+        # the publish's own write failed, or LMDB's commit behind the commit log failed
+        # just before it came (the writer then refuses publishes): the same explanation
+        assert failure.reason in ("journal write failed", "journal unavailable"), failure.ack
         assert "no space left on device" in failure.detail, failure.detail
         assert str(disk) in failure.detail or "full-journal" in failure.detail, failure.detail
         assert server.alive

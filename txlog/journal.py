@@ -192,6 +192,7 @@ class Journal:
         self._restore_needed = False
         self._pending = _PendingTail(1)
         self._lmdb_commits = 0
+        self._staged_bytes = 0
         #: records the commit log gave back to LMDB when this journal opened
         self.recovered_records = 0
         #: with ``allow_empty``: what showed that a journal existed where an empty one
@@ -666,6 +667,7 @@ class Journal:
             if frame:
                 assert self._log is not None
                 self._log.append(frame, txid)
+                self._staged_bytes += len(frame)
                 self._logged.append(LoggedBatch(first, now_us, values, dict(cursors or {})))
             elif self._log is None:
                 self._commit_txn()
@@ -725,6 +727,11 @@ class Journal:
         return self._last_txid - self._pending.first_txid + 1 if self._logged else 0
 
     @property
+    def staged_bytes(self) -> int:
+        """Stored bytes of the staged records (see :attr:`staged_records`)."""
+        return self._staged_bytes if self._logged else 0
+
+    @property
     def staged_seconds(self) -> float:
         """How long the open LMDB transaction has been open (0 when none is)."""
         return time.monotonic() - self._txn_since if self._txn is not None else 0.0
@@ -771,6 +778,7 @@ class Journal:
         self._lmdb_commits += 1
         if self._log is not None:
             self._logged = []
+            self._staged_bytes = 0
             self._pending = _PendingTail(self._last_txid + 1)
             if self._log.files > 1:
                 self._env.sync(True)

@@ -38,10 +38,14 @@ _T = TypeVar("_T")
 
 #: most records in one transaction; bounds commit latency under a flood
 MAX_BATCH = WRITER_MAX_BATCH
-#: longest time staged records wait for their LMDB commit (they are durable already)
-COMMIT_INTERVAL: Final = 0.01
-#: staged records after which LMDB commits at once
-COMMIT_RECORDS: Final = 20_000
+#: longest time staged records wait for their LMDB commit (they are durable already;
+#: reads serve them from memory meanwhile)
+COMMIT_INTERVAL: Final = 0.1
+#: staged records, or bytes, after which LMDB commits at once (measured on this
+#: machine, docs/BENCHMARKS.md: 100 ms / 4,000 records gave the best one-at-a-time p99
+#: and pipelined throughput of the settings tried)
+COMMIT_RECORDS: Final = 4_000
+COMMIT_BYTES: Final = 16 * 1024 * 1024
 #: how long closing waits for the writer thread's last LMDB commit
 CLOSE_TIMEOUT: Final = 30.0
 #: after a failed commit: first and longest wait before journal writes are tried again
@@ -141,11 +145,22 @@ class RecentRecords:
 
 
 class WriterThread:
-    """The one thread every journal write runs on, in the order submitted."""
+    """The one thread every journal write runs on, in the order submitted.
 
-    def __init__(self, name: str = "amps-py journal writer") -> None:
+    ``idle(timed_out)`` (optional) runs on the thread after each job and after each
+    wait for a job that timed out; it returns how long to wait for the next job before
+    it is called again (``None``: until one comes). The journal writer uses it to
+    commit LMDB once records have been staged a while and no batch follows.
+    """
+
+    def __init__(
+        self,
+        idle: Callable[[bool], float | None] | None = None,
+        name: str = "amps-py journal writer",
+    ) -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Callable[[object], None]] | None]
         self._jobs = queue.SimpleQueue()
+        self._idle = idle
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = False
 
@@ -179,12 +194,19 @@ class WriterThread:
             self._jobs.put(None)
 
     def _run(self) -> None:
+        wait: float | None = None
+        idle = self._idle
         while True:
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get(timeout=wait)
+            except queue.Empty:
+                wait = idle(True) if idle is not None else None
+                continue
             if job is None:
                 return
             work, deliver = job
             deliver(outcome.capture(work))
+            wait = idle(False) if idle is not None else None
 
 
 @dataclass(frozen=True)
@@ -281,8 +303,9 @@ class JournalWriter:
         self._riders: list[Callable[[], None]] = []
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
-        self._thread = WriterThread()
+        self._thread = WriterThread(self._idle)
         self._lmdb_commits = 0
+        self._token: trio.lowlevel.TrioToken | None = None
         self.committed_txid = journal.last_txid
         #: the newest committed records, for replication (see :class:`RecentRecords`)
         self.recent = RecentRecords() if keep_recent else RecentRecords(0, 0)
@@ -364,6 +387,7 @@ class JournalWriter:
     async def run(self) -> None:
         """Commit queued records forever (until cancelled); on the way out, commit
         what is staged and end the writer thread."""
+        self._token = trio.lowlevel.current_trio_token()
         try:
             await self._run()
         finally:
@@ -378,17 +402,9 @@ class JournalWriter:
             if self.failure:
                 await self._recover()
             if not self._queue and not self._markers:
+                # idle: the writer thread commits what is staged (see _idle)
                 self._wake = trio.Event()
-                staged = self.journal.staged_records
-                if staged:
-                    wait = COMMIT_INTERVAL - self.journal.staged_seconds
-                    with trio.move_on_after(max(wait, 0.0)):
-                        await self._wake.wait()
-                    if not self._wake.is_set():
-                        await self._commit()
-                        continue
-                else:
-                    await self._wake.wait()
+                await self._wake.wait()
             batch = self._batch = self._queue[:MAX_BATCH]
             del self._queue[:MAX_BATCH]
             self._taken += len(batch)
@@ -432,15 +448,39 @@ class JournalWriter:
             for rider in riders:
                 rider()
             journal = self.journal
-            if journal.staged_records >= COMMIT_RECORDS or (
-                journal.staged_records and journal.staged_seconds >= COMMIT_INTERVAL
+            if (
+                journal.staged_records >= COMMIT_RECORDS
+                or journal.staged_bytes >= COMMIT_BYTES
+                or (journal.staged_records and journal.staged_seconds >= COMMIT_INTERVAL)
             ):
                 await self._commit()
-            # Let the tasks this commit woke (replication sends, acks) run before the
-            # next batch's puts block this thread. Trio may run one scheduling batch in
-            # either order, so two checkpoints guarantee they get their turn.
-            await trio.lowlevel.checkpoint()
-            await trio.lowlevel.checkpoint()
+            if self._queue or self._markers:
+                # Let the tasks this commit woke (replication sends, acks) run before
+                # the next batch's puts block this thread. Trio may run one scheduling
+                # batch in either order, so two checkpoints guarantee they get their
+                # turn. (With nothing queued, waiting for the next batch does it.)
+                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint()
+
+    def _idle(self, timed_out: bool) -> float | None:
+        """On the writer thread, between jobs (see :class:`WriterThread`): commit LMDB
+        once records have been staged :data:`COMMIT_INTERVAL` and no job came for a
+        while; under load the writer task commits between batches instead."""
+        journal = self.journal
+        if not journal.staged_records:
+            return None
+        left = COMMIT_INTERVAL - journal.staged_seconds
+        if not timed_out or left > 0:
+            return max(left, COMMIT_INTERVAL / 4)
+        try:
+            journal.commit()
+        except Exception as exc:
+            token = self._token
+            if token is not None:
+                token.run_sync_soon(self._commit_failed, [], exc)
+            return None
+        self._lmdb_commits += 1
+        return None
 
     async def _commit(self) -> None:
         """Commit the staged records to LMDB on the writer thread (the trio thread
@@ -547,21 +587,29 @@ class JournalWriter:
         """
         journal = self.journal
         token = trio.lowlevel.current_trio_token()
-        staged = threading.Event()
+        staged = threading.Lock()  # held until the job has staged (a Lock is cheap)
+        staged.acquire()
+        released = False
         done = trio.Event()
         result: list[outcome.Outcome[_T]] = []
 
+        def on_staged() -> None:  # writer thread only
+            nonlocal released
+            if not released:
+                released = True
+                staged.release()
+
         def work() -> _T:
-            return job(journal, staged.set)
+            return job(journal, on_staged)
 
         def deliver(out: outcome.Outcome[_T]) -> None:
             result.append(out)
-            staged.set()
+            on_staged()
             token.run_sync_soon(done.set)
 
         async with self._limiter:
             self._thread.submit(work, deliver)
-            staged.wait()  # short: one batch of puts; the GIL is free meanwhile
+            staged.acquire()  # short: one batch of puts; the GIL is free meanwhile
             staged_at = time.perf_counter()
             await done.wait()
         return result[0].unwrap(), staged_at
