@@ -177,7 +177,8 @@ def read_log(directory: Path) -> list[LoggedBatch]:
 
     A cut or damaged frame ends what is read (only the last frame written can be cut
     by a crash; it was never acknowledged). A later file that goes on after such a
-    frame, or batches whose txids do not follow each other, mean damage beyond a crash.
+    frame means damage beyond a crash. Txids may skip between batches: a big batch is
+    made durable in LMDB instead (the caller checks that what it needs follows on).
 
     Raises:
         JournalDamaged: the log is damaged beyond a cut last frame.
@@ -187,13 +188,13 @@ def read_log(directory: Path) -> list[LoggedBatch]:
     for index, (_, path) in enumerate(files):
         batches, _, why = read_file(path)
         for batch in batches:
-            if out and batch.first_txid != out[-1].last_txid + 1:
+            if out and batch.first_txid <= out[-1].last_txid:
                 raise JournalDamaged(
-                    f"commit log {path}: a batch starts at txid {batch.first_txid} but "
-                    f"the one before it ended at {out[-1].last_txid}: the log is damaged. "
-                    f"Fix: if {directory / 'data.mdb'} is a restored backup, move the "
-                    "commit-*.log files out of the directory and start again (the records "
-                    "they held are lost here; replication peers resync them)"
+                    f"commit log {path}: a batch starts at txid {batch.first_txid}, not "
+                    f"after the one before it (ending at {out[-1].last_txid}): the log is "
+                    f"damaged. Fix: restore the journal directory {directory} from a "
+                    "backup, or move the commit-*.log files out of it to start from what "
+                    "data.mdb holds (later records are lost here; peers resync them)"
                 )
             out.append(batch)
         if why:

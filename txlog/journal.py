@@ -102,6 +102,10 @@ DURABILITY_MODES: Final = ("fsync", "page-cache")
 #: one ``times`` index entry per this many microseconds of publishing
 TIME_INDEX_STEP_US: Final = 10_000
 DEFAULT_MAP_SIZE: Final = 64 * 1024**3
+#: a batch this big (records, or stored bytes) skips the commit log: LMDB commits it and
+#: syncs (two fsyncs, but no second copy of every byte), as without a commit log
+DIRECT_RECORDS: Final = 1_000
+DIRECT_BYTES: Final = 256 * 1024
 #: AMPS's default JournalSize
 DEFAULT_SEGMENT_SIZE: Final = 1024**3
 
@@ -408,14 +412,18 @@ class Journal:
             return
         batches = read_log(self.path)
         todo = [batch for batch in batches if batch.last_txid > self._last_txid]
-        if todo and todo[0].first_txid > self._last_txid + 1:
-            raise JournalDamaged(
-                f"journal {self.path}: its commit log begins at txid {todo[0].first_txid} "
-                f"but LMDB ends at txid {self._last_txid}: the records between are "
-                f"missing (was data.mdb restored from an older backup?). Fix: restore "
-                f"the whole directory {self.path} from one backup, or move its "
-                "commit-*.log files away to start from what data.mdb holds"
-            )
+        expected = self._last_txid + 1
+        for batch in todo:  # what LMDB lacks must follow on from it, batch after batch
+            if batch.first_txid > expected:
+                raise JournalDamaged(
+                    f"journal {self.path}: its commit log goes on at txid "
+                    f"{batch.first_txid} where txid {expected} is due (LMDB ends at txid "
+                    f"{self._last_txid}): the records between are missing (was data.mdb "
+                    f"restored from an older backup?). Fix: restore the whole directory "
+                    f"{self.path} from one backup, or move its commit-*.log files away to "
+                    "start from what data.mdb holds"
+                )
+            expected = batch.last_txid + 1
         if todo:
             count = 0
             txn = self._env.begin(write=True)
@@ -659,7 +667,10 @@ class Journal:
             first = txid - len(rec_items) + 1
             frame = b""
             staged_marks: dict[bytes, int] = {}
-            if self._log is not None and (rec_items or cursors):
+            direct = self._log is None or (
+                len(rec_items) >= DIRECT_RECORDS or sum(map(len, values)) >= DIRECT_BYTES
+            )
+            if not direct and (rec_items or cursors):
                 frame = encode_batch(first, now_us, values, cursors)
                 staged_marks = dict(zip(map(_first, bm_items), range(first, txid + 1), strict=True))
             if on_staged is not None:
@@ -669,8 +680,13 @@ class Journal:
                 self._log.append(frame, txid)
                 self._staged_bytes += len(frame)
                 self._logged.append(LoggedBatch(first, now_us, values, dict(cursors or {})))
-            elif self._log is None:
+            elif direct:
+                # a big batch (or no commit log): LMDB itself is the durability point
                 self._commit_txn()
+                if self._log is not None:
+                    self._env.sync(True)
+                    self._lmdb_commits += 1
+                    self._after_lmdb_commit(txid)
         except lmdb.MapFullError:
             self._abandon_staged()
             raise JournalError(
@@ -777,12 +793,20 @@ class Journal:
             ) from exc
         self._lmdb_commits += 1
         if self._log is not None:
-            self._logged = []
-            self._staged_bytes = 0
-            self._pending = _PendingTail(self._last_txid + 1)
             if self._log.files > 1:
                 self._env.sync(True)
-                self._log.release_through(self._last_txid)
+                self._after_lmdb_commit(self._last_txid, synced=True)
+            else:
+                self._after_lmdb_commit(self._last_txid, synced=False)
+
+    def _after_lmdb_commit(self, through: int, synced: bool = True) -> None:
+        """LMDB committed everything staged through txid ``through``: reads find it
+        there now; when LMDB was also synced, the log files it covers go."""
+        self._logged = []
+        self._staged_bytes = 0
+        self._pending = _PendingTail(through + 1)
+        if synced and self._log is not None:
+            self._log.release_through(through)
 
     def _abandon_staged(self) -> None:
         """A stage failed: drop its writes. Without a commit log nothing earlier is
