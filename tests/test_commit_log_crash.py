@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,3 +236,45 @@ def test_a_damaged_log_before_a_later_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "crashed" / "lock.mdb").unlink(missing_ok=True)
     with pytest.raises(JournalDamaged, match="damaged, not cut by a crash"):
         Journal(tmp_path / "crashed", instance_name="a")
+
+
+WRITER = """
+import sys, time
+from txlog import Journal, Record
+j = Journal(sys.argv[1], instance_name="a")
+for seq in range(1, 301):
+    j.stage([Record(topic="t", payload=b'{"n":%d}' % seq, pub_hash=7, seq=seq)], seq)
+print(j.last_txid, j.staged_records, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_reader_beside_a_running_writer_sees_every_acknowledged_record(
+    tmp_path: Path,
+) -> None:
+    """Records a writer has made durable in its commit log, but LMDB has not committed
+    yet, are what a tool or the Spark pipeline must see too: a read-only open serves
+    them from the log. After the writer is killed, a read-only open recovers them."""
+    path = tmp_path / "j"
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        try:
+            assert writer.stdout is not None
+            last, staged = map(int, writer.stdout.readline().split())
+            assert (last, staged) == (300, 300), "the writer stages without committing LMDB"
+            with Journal(path, readonly=True) as reader:
+                assert reader.last_txid == 300
+                assert [r.seq for r in reader.read(0, 1000)] == list(range(1, 301))
+                assert reader.lookup_bookmark(7, 150) == 150
+                assert reader.get(300) is not None
+        finally:
+            writer.kill()
+    assert log_files(path), "killed: the commit log is all there is"
+    with Journal(path, readonly=True) as reader:  # no writer now: recovers first
+        assert reader.last_txid == 300
+        assert [r.seq for r in reader.read(295, 10)] == list(range(296, 301))
+    assert not log_files(path)

@@ -172,8 +172,11 @@ def read_file(path: Path) -> tuple[list[LoggedBatch], int, str]:
     return batches, pos, ""
 
 
-def read_log(directory: Path) -> list[LoggedBatch]:
+def read_log(directory: Path, live: bool = False) -> list[LoggedBatch]:
     """Every sound batch of the commit log in ``directory``, in txid order.
+
+    ``live``: a writer may be appending (and deleting files) meanwhile: reading stops
+    quietly at the first frame that is not whole or sound, and at a file gone.
 
     A cut or damaged frame ends what is read (only the last frame written can be cut
     by a crash; it was never acknowledged). A later file that goes on after such a
@@ -186,7 +189,15 @@ def read_log(directory: Path) -> list[LoggedBatch]:
     out: list[LoggedBatch] = []
     files = log_files(directory)
     for index, (_, path) in enumerate(files):
-        batches, _, why = read_file(path)
+        try:
+            batches, _, why = read_file(path)
+        except FileNotFoundError:
+            if live:
+                return out  # the writer let it go: LMDB holds it now
+            raise
+        if live and (why or (out and batches and batches[0].first_txid <= out[-1].last_txid)):
+            out.extend(b for b in batches if not out or b.first_txid > out[-1].last_txid)
+            return out
         for batch in batches:
             if out and batch.first_txid <= out[-1].last_txid:
                 raise JournalDamaged(

@@ -262,6 +262,8 @@ class Journal:
                 if self._use_log:
                     self._log = CommitLog(self.path)
             self._pending = _PendingTail(self._last_txid + 1)
+            if readonly:
+                self._read_live_log()
         except CorruptRecord as exc:
             self.close()
             raise record_damaged(self.path, exc, self._last_txid) from exc
@@ -399,6 +401,35 @@ class Journal:
             self._log = None
         self._env.close()
         self._release_lock()
+
+    def _read_live_log(self) -> None:
+        """A read-only open beside a running writer: what the commit log holds past
+        LMDB (durable and acknowledged, not yet committed to LMDB) becomes this
+        journal's staged tail, so a reader sees every acknowledged record at once.
+        Records the writer commits to LMDB later are read from there."""
+        expected = self._last_txid + 1
+        tail = _PendingTail(expected)
+        decode = self._codec.decode
+        try:
+            batches = read_log(self.path, live=True)
+        except (OSError, JournalError) as exc:
+            log.warning("journal %s: its commit log cannot be read (%s)", self.path, exc)
+            return
+        for batch in batches:
+            if batch.last_txid < expected:
+                continue
+            if batch.first_txid != expected:
+                break  # not contiguous with LMDB as read here: LMDB holds what follows
+            try:
+                records = [decode(v, batch.first_txid + i) for i, v in enumerate(batch.values)]
+            except CorruptRecord:
+                break  # served from LMDB once committed (where every read checks it)
+            marks = {_U64x2.pack(rec.pub_hash, rec.seq): rec.txid for rec in records}
+            tail.add(batch.first_txid, batch.values, marks, {}, {}, batch.cursors)
+            expected = batch.last_txid + 1
+        if tail.values:
+            self._pending = tail
+            self._last_txid = expected - 1
 
     def _recover_commit_log(self) -> None:
         """Write what the commit log holds past LMDB's newest record into LMDB (after a
