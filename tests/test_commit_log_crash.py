@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from txlog import Journal, JournalDamaged, Record
+from txlog import Journal, JournalDamaged, JournalError, Record
 from txlog.commitlog import encode_batch, log_files, read_file
 from txlog.journal import DIRECT_RECORDS
 
@@ -278,3 +278,20 @@ def test_a_reader_beside_a_running_writer_sees_every_acknowledged_record(
         assert reader.last_txid == 300
         assert [r.seq for r in reader.read(295, 10)] == list(range(296, 301))
     assert not log_files(path)
+
+
+def test_an_unreadable_commit_log_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """The log may hold acknowledged records LMDB lacks: when it cannot be read, the
+    journal does not open (and says what to do) rather than start without them."""
+    path = tmp_path / "j"
+    journal = Journal(path, instance_name="a")
+    journal.stage([record(0, 1, 10)], 1)
+    shutil.copytree(path, tmp_path / "crashed")
+    journal.close()
+    crashed = tmp_path / "crashed"
+    (crashed / "lock.mdb").unlink(missing_ok=True)
+    for _, log in log_files(crashed):
+        log.unlink()
+        log.mkdir()  # unreadable as a file, whoever runs the test (root too)
+    with pytest.raises(JournalError, match=r"commit log cannot be read .* make the commit-"):
+        Journal(crashed, instance_name="a")

@@ -441,7 +441,14 @@ class Journal:
         """
         if not log_files(self.path):
             return
-        batches = read_log(self.path)
+        try:
+            batches = read_log(self.path)
+        except OSError as exc:
+            raise JournalError(
+                f"journal {self.path}: its commit log cannot be read ({exc}); it may hold "
+                "acknowledged records that LMDB lacks, so the journal is not opened. Fix: "
+                f"make the commit-*.log files in {self.path} readable by this user"
+            ) from exc
         todo = [batch for batch in batches if batch.last_txid > self._last_txid]
         expected = self._last_txid + 1
         for batch in todo:  # what LMDB lacks must follow on from it, batch after batch
