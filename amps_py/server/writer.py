@@ -477,10 +477,17 @@ class JournalWriter:
         except Exception as exc:
             token = self._token
             if token is not None:
-                token.run_sync_soon(self._commit_failed, [], exc)
+                token.run_sync_soon(self._idle_commit_failed, exc)
             return None
         self._lmdb_commits += 1
         return None
+
+    def _idle_commit_failed(self, exc: Exception) -> None:
+        """An LMDB commit the writer thread made by itself failed (trio thread)."""
+        if self._on_failed is None:  # a writer without a failure handler: say it
+            log.error("the journal's LMDB commit failed: %s", exc)
+            return
+        self._commit_failed([], exc)
 
     async def _commit(self) -> None:
         """Commit the staged records to LMDB on the writer thread (the trio thread
