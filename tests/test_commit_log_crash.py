@@ -295,3 +295,22 @@ def test_an_unreadable_commit_log_is_refused_with_the_fix(tmp_path: Path) -> Non
         log.mkdir()  # unreadable as a file, whoever runs the test (root too)
     with pytest.raises(JournalError, match=r"commit log cannot be read .* make the commit-"):
         Journal(crashed, instance_name="a")
+
+
+def test_a_cursor_only_batch_is_staged_served_and_committed(tmp_path: Path) -> None:
+    """A batch that only moves an upstream's replication cursor (every record a
+    duplicate) is durable in the log, read back at once, and waits for an LMDB commit
+    like records do, so the writer commits it (and lets the log go) in time."""
+    journal = Journal(tmp_path / "j", instance_name="a")
+    try:
+        journal.append([record(0, 1, 10)], 1)
+        assert not journal.has_staged
+        txids = journal.stage([record(0, 1, 10)], 2, cursors={"up": (42, "9|42|")})
+        assert txids == [0]  # a duplicate: only the cursor moves
+        assert journal.has_staged and journal.staged_records == 0
+        assert journal.upstream_cursor("up") == (42, "9|42|")
+        journal.commit()
+        assert not journal.has_staged
+        assert journal.upstream_cursor("up") == (42, "9|42|")
+    finally:
+        journal.close()

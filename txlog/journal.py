@@ -781,6 +781,11 @@ class Journal:
         return self._last_txid - self._pending.first_txid + 1 if self._logged else 0
 
     @property
+    def has_staged(self) -> bool:
+        """Whether anything (records, or only upstream cursors) waits for LMDB's commit."""
+        return bool(self._logged)
+
+    @property
     def staged_bytes(self) -> int:
         """Stored bytes of the staged records (see :attr:`staged_records`)."""
         return self._staged_bytes if self._logged else 0

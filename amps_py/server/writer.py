@@ -451,7 +451,7 @@ class JournalWriter:
             if (
                 journal.staged_records >= COMMIT_RECORDS
                 or journal.staged_bytes >= COMMIT_BYTES
-                or (journal.staged_records and journal.staged_seconds >= COMMIT_INTERVAL)
+                or (journal.has_staged and journal.staged_seconds >= COMMIT_INTERVAL)
             ):
                 await self._commit()
             if self._queue or self._markers:
@@ -467,7 +467,7 @@ class JournalWriter:
         once records have been staged :data:`COMMIT_INTERVAL` and no job came for a
         while; under load the writer task commits between batches instead."""
         journal = self.journal
-        if not journal.staged_records:
+        if not journal.has_staged:
             return None
         left = COMMIT_INTERVAL - journal.staged_seconds
         if not timed_out or left > 0:
