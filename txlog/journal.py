@@ -23,10 +23,20 @@ files, which every read below still serves, or removed.
 
 Contract:
 
-- Exactly one writer calls :meth:`Journal.append` at a time (the server runs it on one
-  worker thread); each call is one LMDB transaction and, in ``fsync`` durability, one
-  fsync. Readers may run concurrently from any thread; every read opens and closes
-  its own short transaction, so no transaction ever spans an ``await``.
+- Exactly one writer writes, from one thread while a transaction is open (LMDB ties a
+  write transaction to its thread; the server runs every write on its writer thread).
+  In ``fsync`` durability :meth:`Journal.stage` makes a batch durable with one fsync of
+  the commit log (:mod:`txlog.commitlog`) and leaves it in an open LMDB transaction;
+  :meth:`Journal.commit` commits that transaction (the server does it every 100 ms);
+  :meth:`Journal.append` is both. A big batch, ``page-cache`` durability or
+  ``commit_log=False`` commit LMDB in :meth:`Journal.stage` itself.
+- Readers may run concurrently from any thread; every read opens and closes its own
+  short transaction, so no transaction ever spans an ``await``, and serves the staged
+  records LMDB has not committed yet from memory (:mod:`txlog.pending`), so a record
+  is readable as soon as :meth:`Journal.stage` returns. A read-only open beside a
+  running writer serves what its commit log holds past LMDB; opening a journal whose
+  writer ended without closing it first writes what the commit log holds past LMDB
+  into LMDB.
 - A record whose bookmark ``(pub_hash, seq)`` is already stored (or at or below what
   removal deleted of that publisher) is a duplicate: it is not stored and
   :meth:`append` returns ``0`` for it. A seq below the publisher's highest that is not
@@ -35,13 +45,15 @@ Contract:
 - Segment maintenance (:mod:`txlog.maintenance`, reached through
   :meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
   :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
-  only the single writer's thread calls it, between appends.
+  only the single writer's thread calls it, between batches (it commits what is
+  staged first).
 - Every read checks the record CRC; a damaged record raises :class:`CorruptRecord`.
 
 The journal's parts: opening and its checks in :mod:`txlog.opening`, the reads and
 index lookups in :mod:`txlog.reading`, statistics and verify in
-:mod:`txlog.inspection`, segment maintenance in :mod:`txlog.maintenance`. Writing
-(:meth:`Journal.append`) is here.
+:mod:`txlog.inspection`, segment maintenance in :mod:`txlog.maintenance`, the commit
+log in :mod:`txlog.commitlog` and the staged tail in :mod:`txlog.pending`. Writing
+(:meth:`Journal.stage`, :meth:`Journal.commit`) and recovery are here.
 """
 
 from __future__ import annotations

@@ -352,7 +352,7 @@ class JournalWriter:
         self._wake.set()
 
     async def run_exclusive(self, job: Callable[[Journal], _T]) -> _T:
-        """Run ``job(journal)`` on a worker thread between commits: journal writes
+        """Run ``job(journal)`` on the writer thread between batches: journal writes
         other than appends (segment maintenance) go through here, so the journal
         keeps exactly one writer at a time."""
 
@@ -552,7 +552,7 @@ class JournalWriter:
         values: list[bytes],
         rejected: dict[int, str],
     ) -> list[int]:
-        """Run ``journal.append`` on a worker thread; block this thread during the puts
+        """Run ``journal.stage`` on the writer thread; block this thread during the puts
         (see :meth:`_staged`)."""
         t0 = time.perf_counter()
         txids, t1 = await self._staged(
