@@ -42,6 +42,7 @@ import orjson
 import trio
 
 from amps_py.client import BadURI, parse_uri
+from amps_py.client.bookmark_store import fsync_directory
 
 __all__ = [
     "FileRun",
@@ -164,21 +165,14 @@ def write_run(store_dir: Path, run: FileRun) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(store_dir)
+    fsync_directory(store_dir)
 
 
 def finish_run(store_dir: Path) -> None:
     """Every line of the run is persisted: forget it."""
     (store_dir / RUN_FILE).unlink(missing_ok=True)
-    _fsync_dir(store_dir)
+    fsync_directory(store_dir)
 
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def claim_store(store_dir: Path, name: str) -> None:

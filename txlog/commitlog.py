@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Final
 
 from .errors import JournalDamaged, JournalError
+from .segments import fsync_directory
 
 log = logging.getLogger("txlog.commitlog")
 
@@ -250,8 +251,6 @@ class CommitLog:
         self._fd = -1
         self._offset = 0
         self._capacity = 0
-        self.appended_bytes = 0
-        self.syncs = 0
 
     def append(self, frame: bytes, last_txid: int) -> None:
         """Write ``frame`` (a batch ending at ``last_txid``) and ``fdatasync`` it.
@@ -267,9 +266,7 @@ class CommitLog:
             raise OSError(f"short write to the commit log ({written} of {len(frame)} bytes)")
         if self.sync:
             os.fdatasync(self._fd)
-            self.syncs += 1
         self._offset += len(frame)
-        self.appended_bytes += len(frame)
         path, _ = self._files[-1]
         self._files[-1] = (path, last_txid)
 
@@ -283,11 +280,7 @@ class CommitLog:
             os.posix_fallocate(fd, 0, size)
             if self.sync:
                 os.fsync(fd)
-                dir_fd = os.open(self.directory, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                fsync_directory(self.directory)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)

@@ -209,8 +209,6 @@ class Journal:
         self._pending = _PendingTail(1)
         self._lmdb_commits = 0
         self._staged_bytes = 0
-        #: records the commit log gave back to LMDB when this journal opened
-        self.recovered_records = 0
         #: with ``allow_empty``: what showed that a journal existed where an empty one
         #: was started (empty when none did), and where its segment files went
         self.started_empty_over: tuple[str, ...] = ()
@@ -497,7 +495,6 @@ class Journal:
             except BaseException:
                 txn.abort()
                 raise
-            self.recovered_records = count
             log.warning(
                 "journal %s: %d records the commit log held past LMDB's newest were "
                 "written to LMDB (the previous run ended without closing the journal); "
@@ -535,13 +532,7 @@ class Journal:
         return seq
 
     def append(
-        self,
-        records: Sequence[Record],
-        now_us: int,
-        on_staged: Callable[[], None] | None = None,
-        cursors: Mapping[str, tuple[int, str]] | None = None,
-        encoded: list[bytes] | None = None,
-        rejected: dict[int, str] | None = None,
+        self, records: Sequence[Record], now_us: int, rejected: dict[int, str] | None = None
     ) -> list[int]:
         """Store ``records`` and commit them to LMDB (see :meth:`stage`, then
         :meth:`commit`); return their txids. For tools and tests; the server stages
@@ -549,7 +540,7 @@ class Journal:
 
         Must only be called by the single writer.
         """
-        txids = self.stage(records, now_us, on_staged, cursors, encoded, rejected)
+        txids = self.stage(records, now_us, rejected=rejected)
         self.commit()
         return txids
 

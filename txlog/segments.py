@@ -277,7 +277,7 @@ def write_segment_file(
         tmp.unlink(missing_ok=True)  # a damaged record or a full disk: no partial file
         raise
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_directory(path.parent)
     return count, size
 
 
@@ -295,10 +295,12 @@ def copy_segment_file(source: Path, target: Path) -> None:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, target)
-    _fsync_dir(target.parent)
+    fsync_directory(target.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make the entries of ``directory`` (a file created, renamed or deleted in it)
+    durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

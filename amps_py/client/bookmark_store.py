@@ -402,7 +402,7 @@ class FileBookmarkStore(_MarksHolder):
             finally:
                 os.close(fd)
             os.replace(self._tmp_path, self._log_path)
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
             new_fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:
             raise OSError(
@@ -538,7 +538,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make the entries of ``directory`` (a file created, renamed or deleted in it)
+    durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
