@@ -102,9 +102,12 @@ def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
 
 
 async def test_a_full_disk_fails_publishes_and_recovers_by_itself(tmp_path: Path) -> None:
-    with small_tmpfs(tmp_path, "16m") as disk:
-        # ballast: taken out later to give the journal room again
-        (disk / "ballast").write_bytes(b"\0" * 6 * 1024 * 1024)
+    with small_tmpfs(tmp_path, "24m") as disk:
+        # ballast: taken out later to give the journal room again. The room must hold
+        # the records acknowledged from the commit log that LMDB has yet to take, as
+        # well as the log's own files (until LMDB has them): 6 MB was too little at
+        # times (the instance rightly kept refusing, saying how much it needed)
+        (disk / "ballast").write_bytes(b"\0" * 14 * 1024 * 1024)
         config = write_config(tmp_path, "full", 0)
         (disk / "journal").mkdir()
         (tmp_path / "full-journal").symlink_to(disk / "journal")

@@ -209,6 +209,12 @@ class WriterThread:
             wait = idle(False) if idle is not None else None
 
 
+def _commit_staged(journal: Journal, on_staged: Callable[[], None]) -> None:
+    """A writer-thread job: commit what is staged to LMDB (the trio thread runs on)."""
+    on_staged()
+    journal.commit()
+
+
 @dataclass(frozen=True)
 class _Marker:
     position: int  # the marker is committed with the batch holding record #position
@@ -493,13 +499,8 @@ class JournalWriter:
         """Commit the staged records to LMDB on the writer thread (the trio thread
         runs on meanwhile). A failure leaves them durable in the commit log and in
         memory; journal writes are refused until the writer recovers."""
-
-        def commit(journal: Journal, on_staged: Callable[[], None]) -> None:
-            on_staged()
-            journal.commit()
-
         try:
-            await self._staged(commit)
+            await self._staged(_commit_staged)
         except Exception as exc:
             self._commit_failed([], exc)
             return
@@ -515,7 +516,8 @@ class JournalWriter:
         self._riders.clear()
         self._taken = self._done = self._submitted
         self._failed_commits += 1
-        needed = sum(len(rec.payload) + 256 for rec in batch)
+        # the failed batch, and the staged records LMDB must still take
+        needed = sum(len(rec.payload) + 256 for rec in batch) + self.journal.staged_bytes
         reason, self._no_space = describe_commit_failure(exc, str(self.journal.path), needed)
         self._needed = needed
         self.failure = reason
@@ -526,7 +528,10 @@ class JournalWriter:
 
     async def _recover(self) -> None:
         """Wait with back-off until journal writes may be tried again (after a lack of
-        space: until the file system has room for the failed batch)."""
+        space: until the file system has room for the failed batch and the staged
+        records), then commit what is staged to LMDB first: new writes are accepted
+        only once LMDB took the records already acknowledged (a new commit log file
+        must not take the room they need)."""
         delay = RETRY_FIRST
         path = str(self.journal.path)
         while True:
@@ -539,6 +544,13 @@ class JournalWriter:
                     continue
                 if free < self._needed + SPACE_MARGIN:
                     continue
+            try:
+                await self._staged(_commit_staged)
+            except Exception as exc:  # still failing: keep refusing, say why now
+                needed = self.journal.staged_bytes
+                self.failure, self._no_space = describe_commit_failure(exc, path, needed)
+                self._needed = needed
+                continue
             break
         self.failure = ""
         if self._on_recovered is not None:
