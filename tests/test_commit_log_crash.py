@@ -314,3 +314,50 @@ def test_a_cursor_only_batch_is_staged_served_and_committed(tmp_path: Path) -> N
         assert journal.upstream_cursor("up") == (42, "9|42|")
     finally:
         journal.close()
+
+
+def test_duplicates_are_found_among_staged_batches_before_lmdb_has_them(
+    tmp_path: Path,
+) -> None:
+    """A staged batch is in the commit log and in memory only (LMDB takes it with the
+    next commit): a copy of one of its records is still a duplicate, a lower seq that
+    was never stored is not, and a publisher's highest seq counts staged records also
+    once the writer forgot what it cached (as it does after any failed write)."""
+    journal = Journal(tmp_path / "j", instance_name="a")
+    try:
+        assert journal.stage([record(0, 5, 10), record(0, 6, 10)], 1) == [1, 2]
+        assert journal.stage([record(0, 5, 10)], 2) == [0]  # staged: a duplicate
+        assert journal.stage([record(0, 3, 10)], 3) == [3]  # lower, never stored: kept
+        journal._pub_cache.clear()  # what a failed write does
+        assert journal.stage([record(0, 6, 10), record(0, 7, 10)], 4) == [0, 4]
+        assert journal.publisher_last_seq(1000) == 7
+        assert journal.staged_records == 4
+        journal.commit()
+        assert not journal.has_staged
+        assert journal.stage([record(0, 3, 10), record(0, 8, 10)], 5) == [0, 5]
+        assert [r.seq for r in journal.read(0, 100)] == [5, 6, 3, 7, 8]
+    finally:
+        journal.close()
+
+
+def test_a_big_batch_after_staged_ones_takes_them_into_lmdb_first(tmp_path: Path) -> None:
+    """A big batch goes into LMDB at once; the staged batches before it go into the
+    same LMDB transaction first, so the txids stay in order and nothing is left for
+    the log: a reopen (even without a clean close) finds every record."""
+    path = tmp_path / "j"
+    journal = Journal(path, instance_name="a")
+    staged = journal.stage([record(0, 1, 10), record(1, 1, 10)], 1)
+    big = journal.stage([record(2, seq, 10) for seq in range(1, DIRECT_RECORDS + 1)], 2)
+    assert staged == [1, 2] and big == list(range(3, DIRECT_RECORDS + 3))
+    assert not journal.has_staged  # LMDB holds the staged ones too now
+    shutil.copytree(path, tmp_path / "copy")  # as a kill -9 would leave it
+    journal.close()
+    copy = tmp_path / "copy"
+    (copy / "lock.mdb").unlink(missing_ok=True)
+    reopened = Journal(copy, instance_name="a")
+    try:
+        records = reopened.read(0, DIRECT_RECORDS + 10)
+        assert [r.txid for r in records] == list(range(1, DIRECT_RECORDS + 3))
+        assert reopened.verify() == []
+    finally:
+        reopened.close()

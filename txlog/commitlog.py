@@ -253,19 +253,46 @@ class CommitLog:
         self._capacity = 0
 
     def append(self, frame: bytes, last_txid: int) -> None:
-        """Write ``frame`` (a batch ending at ``last_txid``) and ``fdatasync`` it.
+        """Write ``frame`` (a batch ending at ``last_txid``) and ``fdatasync`` it:
+        :meth:`write`, :meth:`flush`, :meth:`written`.
 
         Raises:
             OSError: the write or the sync failed (a full disk, an I/O error); what was
                 written of the frame is not counted (the next append overwrites it).
+        """
+        fd = self.write(frame)
+        self.flush(fd)
+        self.written(frame, last_txid)
+
+    def write(self, frame: bytes) -> int:
+        """Write ``frame`` after the last frame counted, into the page cache (starting
+        a new file when it does not fit); return the file descriptor to :meth:`flush`.
+        Nothing counts it until :meth:`written`: a frame written but never counted is
+        overwritten by the next write.
+
+        Raises:
+            OSError: the write failed (a full disk, an I/O error).
         """
         if self._fd < 0 or self._offset + len(frame) > self._capacity:
             self._start_file(len(frame))
         written = os.pwrite(self._fd, frame, self._offset)
         if written != len(frame):
             raise OSError(f"short write to the commit log ({written} of {len(frame)} bytes)")
+        return self._fd
+
+    def flush(self, fd: int) -> None:
+        """``fdatasync`` what :meth:`write` wrote to ``fd`` (with ``sync``): blocks
+        without the GIL, so any thread may run it while the writer's thread goes on.
+
+        Raises:
+            OSError: the sync failed; the frame must not be counted.
+        """
         if self.sync:
-            os.fdatasync(self._fd)
+            os.fdatasync(fd)
+
+    def written(self, frame: bytes, last_txid: int) -> None:
+        """Count ``frame``, written and flushed, as the log's newest (ending at txid
+        ``last_txid``)."""
         self._offset += len(frame)
         path, _ = self._files[-1]
         self._files[-1] = (path, last_txid)

@@ -63,7 +63,6 @@ import logging
 import operator
 import os
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -138,6 +137,106 @@ def _stored_pair(value: bytes, txid: int) -> tuple[int, bytes]:
     return txid, value
 
 
+class _Puts:
+    """What LMDB is given for one stored batch (see :meth:`Journal._put`)."""
+
+    __slots__ = (
+        "bookmarks",
+        "cursors",
+        "origins",
+        "publishers",
+        "records",
+        "segments",
+        "time_entry",
+    )
+
+    def __init__(
+        self,
+        records: list[tuple[bytes, bytes]],
+        bookmarks: list[tuple[bytes, bytes]],
+        cursors: Mapping[str, tuple[int, str]] | None,
+    ) -> None:
+        self.records = records
+        self.bookmarks = bookmarks
+        self.cursors = cursors
+        self.publishers: list[tuple[bytes, bytes]] = []
+        self.origins: list[tuple[bytes, int]] = []
+        self.time_entry: tuple[bytes, bytes] | None = None
+        self.segments: list[tuple[bytes, bytes]] = []
+
+
+class Staging:
+    """A batch :meth:`Journal.begin_stage` wrote, not durable until :meth:`sync`."""
+
+    __slots__ = (
+        "_journal",
+        "committed",
+        "cursors",
+        "encoded",
+        "first",
+        "frame",
+        "last",
+        "lmdb_sync",
+        "log_fd",
+        "marks",
+        "now_us",
+        "origin_updates",
+        "pub_updates",
+        "puts",
+        "records",
+        "segments",
+        "stored",
+        "txids",
+        "values",
+    )
+
+    def __init__(
+        self,
+        journal: Journal,
+        txids: list[int],
+        records: Sequence[Record],
+        now_us: int,
+        encoded: list[bytes] | None,
+    ) -> None:
+        self._journal = journal
+        self.txids = txids
+        self.records = records
+        self.now_us = now_us
+        self.encoded = encoded
+        #: the commit log file its frame went to (-1: no frame)
+        self.log_fd = -1
+        #: LMDB committed the batch itself (a big batch, or no commit log)
+        self.committed = False
+        #: ``sync()`` syncs LMDB (a big batch beside a commit log)
+        self.lmdb_sync = False
+        self.frame = b""
+        self.cursors: Mapping[str, tuple[int, str]] | None = None
+        self.first = 0
+        self.last = 0
+        self.values: list[bytes] = []
+        self.marks: dict[bytes, int] = {}
+        self.pub_updates: dict[int, Record] = {}
+        self.origin_updates: dict[str, int] = {}
+        self.segments: list[Segment] = []
+        self.stored = 0
+        self.puts: _Puts | None = None
+
+    @property
+    def direct(self) -> bool:
+        """LMDB took the batch itself: its sync is LMDB's, not a log frame's."""
+        return self.committed
+
+    def sync(self) -> None:
+        """Make the batch durable: ``fdatasync`` its commit log frame, or LMDB for a
+        batch LMDB committed. Blocks without the GIL; any thread may run it."""
+        journal = self._journal
+        if self.log_fd >= 0:
+            assert journal._log is not None
+            journal._log.flush(self.log_fd)
+        elif self.lmdb_sync:
+            journal._env.sync(True)
+
+
 class Journal:
     """An instance's transaction log in ``path`` (a directory, created if missing).
 
@@ -200,15 +299,16 @@ class Journal:
         self.compression = compression
         self._log: CommitLog | None = None
         self._use_log = commit_log and durability == "fsync" and not readonly
+        #: the write transaction of a commit or direct batch in progress
         self._txn: lmdb.Transaction | None = None
-        self._txn_thread = 0
-        self._txn_since = 0.0
         #: staged batches (durable in the commit log) that LMDB has not committed
         self._logged: list[LoggedBatch] = []
-        self._restore_needed = False
+        #: what LMDB is to be given for each of them
+        self._logged_puts: list[_Puts] = []
         self._pending = _PendingTail(1)
         self._lmdb_commits = 0
         self._staged_bytes = 0
+        self._staged_since = 0.0
         #: with ``allow_empty``: what showed that a journal existed where an empty one
         #: was started (empty when none did), and where its segment files went
         self.started_empty_over: tuple[str, ...] = ()
@@ -393,14 +493,14 @@ class Journal:
         or when LMDB fails, the commit log stays: the next open writes its records to
         LMDB again."""
         clean = True
-        if self._txn is not None or self._restore_needed:
-            clean = False
-            if self._txn is None or self._txn_thread == threading.get_ident():
-                try:
-                    self.commit()
-                    clean = True
-                except JournalError as exc:
-                    log.error("%s; the next open recovers them from the commit log", exc)
+        if self._txn is not None:
+            clean = False  # a write is in progress on another thread: leave the log
+        elif self._logged:
+            try:
+                self.commit()
+            except JournalError as exc:
+                clean = False
+                log.error("%s; the next open recovers them from the commit log", exc)
         if self._log is not None:
             if clean:
                 try:
@@ -548,19 +648,50 @@ class Journal:
         self,
         records: Sequence[Record],
         now_us: int,
-        on_staged: Callable[[], None] | None = None,
         cursors: Mapping[str, tuple[int, str]] | None = None,
         encoded: list[bytes] | None = None,
         rejected: dict[int, str] | None = None,
     ) -> list[int]:
-        """Store ``records`` durably and return their txids.
+        """Store ``records`` durably and return their txids: :meth:`begin_stage`, then
+        :meth:`Staging.sync`, then :meth:`finish_stage` (:meth:`abandon_stage` when
+        the sync fails), all on the calling thread.
+
+        Raises:
+            JournalError: nothing of this call was stored (a full MapSize, a failed
+                write or sync); what earlier calls stored stays stored.
+        """
+        staging = self.begin_stage(records, now_us, cursors, encoded, rejected)
+        try:
+            staging.sync()
+        except BaseException:
+            self.abandon_stage(staging)
+            raise
+        return self.finish_stage(staging)
+
+    def begin_stage(
+        self,
+        records: Sequence[Record],
+        now_us: int,
+        cursors: Mapping[str, tuple[int, str]] | None = None,
+        encoded: list[bytes] | None = None,
+        rejected: dict[int, str] | None = None,
+        direct: bool | None = None,
+        on_staged: Callable[[], None] | None = None,
+    ) -> Staging:
+        """Write ``records``, not yet durably: the first of the three steps of
+        :meth:`stage`. The returned :class:`Staging`'s ``sync()`` makes them durable
+        (it needs no GIL: another thread may run it while this one goes on, but no
+        other journal write may start before :meth:`finish_stage` or
+        :meth:`abandon_stage`); :meth:`finish_stage` then makes them the journal's
+        and returns their txids.
 
         In ``fsync`` durability with the commit log (the default), the records go into
-        the LMDB write transaction the writer keeps open and into the commit log, which
-        is synced (``fdatasync``) before this returns: one fsync per call. LMDB commits later
+        the LMDB write transaction the writer keeps open and into the commit log,
+        whose ``fdatasync`` is the sync: one fsync per batch. LMDB commits later
         (:meth:`commit`); until then every read of this journal serves the staged
         records from memory. Without the commit log (``page-cache`` durability, or
-        ``commit_log=False``) each call commits LMDB itself.
+        ``commit_log=False``), and for a big batch (:data:`DIRECT_RECORDS`,
+        :data:`DIRECT_BYTES`), LMDB commits here and the sync is LMDB's.
 
         Each record gets the next txid and ``local_ts = now_us``; a record with no
         ``origin_txid`` becomes its own origin (``origin_txid = txid``).
@@ -585,17 +716,19 @@ class Journal:
         out; the others are stored. ``rejected``, when given, receives its index in
         ``records`` and the reason. One bad record never fails a batch.
 
-        ``on_staged`` is called once every put is done, just before the fsync. The
-        server uses it to keep its event loop off the GIL while the puts run (py-lmdb
-        releases the GIL around every put, so a busy second thread would make each put
-        wait for a GIL switch) and to run the fsync in parallel.
+        ``direct`` decides whether LMDB takes the batch itself (``True``) or the commit
+        log does (``False``); ``None``: by its size. Without a commit log LMDB always
+        does. ``on_staged`` is called once the puts are done, before LMDB commits a
+        direct batch (the server's event loop waits, without the GIL, while another
+        thread runs the puts: py-lmdb releases the GIL around each put, so a busy
+        second thread would make every put wait for a GIL switch).
 
         Raises:
             JournalError: nothing of this call was stored (a full MapSize, a failed
-                write or sync); what earlier calls stored stays stored.
+                write); what earlier calls stored stays stored.
 
-        Must only be called by the single writer, from one thread while a transaction
-        is open (see :meth:`commit`).
+        Must only be called by the single writer, never while another of its writes
+        (a :meth:`commit`, a direct batch) runs on another thread.
         """
         txids: list[int] = []
         encode = self._codec.encode
@@ -611,15 +744,30 @@ class Journal:
         # bookmarks stored by this batch; built only when an out-of-order copy shows up
         marks: set[bytes] | None = None
         segments = self._segments
+        pending = self._pending
+        if self._log is None:
+            direct = True
+        txn: lmdb.Transaction | None = None
         try:
-            txn = self._write_txn()
+            # A batch for the commit log writes nothing to LMDB here (it is applied with
+            # the next commit): lookups read LMDB's committed state, and the staged tail
+            # for what is not committed yet. A direct batch's write transaction holds
+            # the staged batches first.
+            if direct:
+                txn = self._write_txn()
             bookmarks = self._bookmarks
+            staged_marks_all = pending.marks
             for index, rec in enumerate(records):
                 ph = rec.pub_hash
                 seq = rec.seq
                 last = cached_seq(ph)
                 if last is None:
+                    if txn is None:
+                        txn = self._env.begin()
                     last = self._last_seq(txn, ph)
+                    staged_high = pending.pub_high.get(ph, 0)
+                    if staged_high > last:
+                        last = cache[ph] = staged_high
                 try:
                     bm_key = pack_mark(ph, seq)
                 except struct.error:
@@ -632,12 +780,18 @@ class Journal:
                     # may reorder its publishes after a failover); one at or below
                     # what removal deleted of this publisher is a late copy of a
                     # removed record, not new
+                    if txn is None:
+                        txn = self._env.begin()
                     if seq <= self._floor(txn, ph):
                         txids.append(0)
                         continue
                     if marks is None:
                         marks = {mark for mark, _ in bm_items}
-                    if bm_key in marks or txn.get(bm_key, db=bookmarks) is not None:
+                    if (
+                        bm_key in marks
+                        or bm_key in staged_marks_all
+                        or txn.get(bm_key, db=bookmarks) is not None
+                    ):
                         txids.append(0)
                         continue
                 txid += 1
@@ -675,61 +829,56 @@ class Journal:
                     continue
                 if rec.origin_txid > origin_updates.get(origin, 0):
                     origin_updates[origin] = rec.origin_txid
-            if rec_items:
-                txn.cursor(db=self._records).putmulti(rec_items, append=True)
-                txn.cursor(db=bookmarks).putmulti(bm_items)
-                for ph, high in pub_updates.items():
-                    value = _U64.pack(high.seq) + high.client_name.encode()
-                    txn.put(_U64.pack(ph), value, db=self._publishers)
-                for origin, otx in origin_updates.items():
-                    key_o = origin.encode()
-                    raw = txn.get(key_o, db=self._origins)
-                    if raw is None or _U64.unpack(raw)[0] < otx:
-                        txn.put(key_o, _U64.pack(otx), db=self._origins)
-                if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
-                    txn.put(_U64.pack(now_us), rec_items[0][0], db=self._times)
-                segments, touched = grown_table(
-                    self._segments,
-                    self.segment_size,
-                    txid - len(rec_items) + 1,
-                    now_us,
-                    [len(value) for _, value in rec_items],
-                )
-                if self._segments_db is not None:
-                    for seg in touched:
-                        txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
-            if cursors:
-                for name, (up_txid, up_bm) in cursors.items():
-                    value = _U64.pack(up_txid) + up_bm.encode()
-                    txn.put(name.encode(), value, db=self._upstreams)
-            # everything in Python before on_staged: after it the event loop runs on,
-            # and this thread should only wait for the disk (no GIL)
             values = list(map(_second, rec_items))
             first = txid - len(rec_items) + 1
-            frame = b""
-            staged_marks: dict[bytes, int] = {}
-            direct = self._log is None or (
-                len(rec_items) >= DIRECT_RECORDS or sum(map(len, values)) >= DIRECT_BYTES
-            )
-            if not direct and (rec_items or cursors):
-                frame = encode_batch(first, now_us, values, cursors)
-                staged_marks = dict(zip(map(_first, bm_items), range(first, txid + 1), strict=True))
-            if on_staged is not None:
-                on_staged()
-            if frame:
-                assert self._log is not None
-                self._log.append(frame, txid)
-                self._staged_bytes += len(frame)
-                self._logged.append(LoggedBatch(first, now_us, values, dict(cursors or {})))
-            elif direct:
+            if direct is None:
+                direct = len(rec_items) >= DIRECT_RECORDS or sum(map(len, values)) >= DIRECT_BYTES
+                if direct:
+                    # decided only now: the lookups ran in a read transaction, which saw
+                    # what a write transaction holding the staged batches would
+                    if txn is not None:
+                        txn.abort()
+                    txn = None
+                    txn = self._write_txn()
+            puts = _Puts(rec_items, bm_items, cursors)
+            if rec_items:
+                puts.publishers = [
+                    (_U64.pack(ph), _U64.pack(high.seq) + high.client_name.encode())
+                    for ph, high in pub_updates.items()
+                ]
+                puts.origins = [(o.encode(), otx) for o, otx in origin_updates.items()]
+                if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                    puts.time_entry = (_U64.pack(now_us), rec_items[0][0])
+                segments, touched = grown_table(
+                    self._segments, self.segment_size, first, now_us, list(map(len, values))
+                )
+                if self._segments_db is not None:
+                    puts.segments = [(_U64.pack(seg.id), seg.encode()) for seg in touched]
+            staging = Staging(self, txids, records, now_us, encoded)
+            staging.puts = puts
+            if direct:
                 # a big batch (or no commit log): LMDB itself is the durability point
-                self._commit_txn()
-                if self._log is not None:
-                    self._env.sync(True)
-                    self._lmdb_commits += 1
-                    self._after_lmdb_commit(txid)
+                assert txn is not None
+                self._put(txn, puts)
+                if on_staged is not None:
+                    on_staged()
+                self._txn = None
+                txn.commit()
+                staging.committed = True
+                staging.lmdb_sync = self._log is not None
+            else:
+                if txn is not None:
+                    txn.abort()
+                    txn = None
+                if rec_items or cursors:
+                    staging.frame = encode_batch(first, now_us, values, cursors)
+                    staging.marks = dict(
+                        zip(map(_first, bm_items), range(first, txid + 1), strict=True)
+                    )
+                    assert self._log is not None
+                    staging.log_fd = self._log.write(staging.frame)
         except lmdb.MapFullError:
-            self._abandon_staged()
+            self._abandon_staged(txn)
             raise JournalError(
                 f"the journal is full: it reached its MapSize of {self.map_size} bytes "
                 "(nothing of this batch was stored); raise TransactionLog/MapSize and "
@@ -738,50 +887,115 @@ class Journal:
             ) from None
         except BaseException:
             # nothing of this batch was stored: the cached high-water marks may be ahead
-            self._abandon_staged()
+            self._abandon_staged(txn)
             raise
-        if rec_items:
-            self._segments = segments
-            if encoded is not None:
-                encoded.extend(values)
-            if now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
-                self._last_time_entry = now_us
-            self._last_txid = txid
-            self._commits += 1
-            self._appended += len(rec_items)
-        if frame:
-            self._pending.add(first, values, staged_marks, pub_updates, origin_updates, cursors)
-        self._duplicates += len(records) - len(rec_items)
-        return txids
+        staging.cursors = cursors
+        staging.first = first
+        staging.last = txid
+        staging.values = values
+        staging.pub_updates = pub_updates
+        staging.origin_updates = origin_updates
+        staging.segments = segments
+        staging.stored = len(rec_items)
+        return staging
 
-    # ----------------------------------------------------- the open LMDB transaction
-    def _write_txn(self) -> lmdb.Transaction:
-        """The open write transaction, begun on first use (on the calling thread,
-        which must then also commit it)."""
-        txn = self._txn
-        if txn is None:
-            if self._restore_needed:
-                self._restore_staged()
-                return self._write_txn()
-            txn = self._txn = self._env.begin(write=True)
-            self._txn_thread = threading.get_ident()
-            self._txn_since = time.monotonic()
-        elif self._txn_thread != threading.get_ident():
-            raise JournalError(
-                "internal error: the journal's write transaction was begun on another "
-                "thread; only the single writer thread may write"
+    def _put(self, txn: lmdb.Transaction, puts: _Puts) -> None:
+        """Write one batch's records and index entries into ``txn``."""
+        if puts.records:
+            txn.cursor(db=self._records).putmulti(puts.records, append=True)
+            txn.cursor(db=self._bookmarks).putmulti(puts.bookmarks)
+            for key, value in puts.publishers:
+                txn.put(key, value, db=self._publishers)
+            for key_o, otx in puts.origins:
+                raw = txn.get(key_o, db=self._origins)
+                if raw is None or _U64.unpack(raw)[0] < otx:
+                    txn.put(key_o, _U64.pack(otx), db=self._origins)
+            if puts.time_entry is not None:
+                txn.put(*puts.time_entry, db=self._times)
+            for key, value in puts.segments:
+                txn.put(key, value, db=self._segments_db)
+        if puts.cursors:
+            for name, (up_txid, up_bm) in puts.cursors.items():
+                txn.put(name.encode(), _U64.pack(up_txid) + up_bm.encode(), db=self._upstreams)
+
+    def finish_stage(self, staging: Staging) -> list[int]:
+        """The last step of :meth:`stage`, once ``staging.sync()`` returned: the
+        records are the journal's (reads find them); returns their txids."""
+        if staging.frame:
+            assert self._log is not None
+            self._log.written(staging.frame, staging.last)
+            self._staged_bytes += len(staging.frame)
+            if not self._logged:
+                self._staged_since = time.monotonic()
+            cursors = dict(staging.cursors or {})
+            batch = LoggedBatch(staging.first, staging.now_us, staging.values, cursors)
+            self._logged.append(batch)
+            assert staging.puts is not None
+            self._logged_puts.append(staging.puts)
+        if staging.stored:
+            self._advance(staging)
+        if staging.lmdb_sync:
+            self._lmdb_commits += 1
+            self._after_lmdb_commit(staging.last)
+        if staging.frame:
+            self._pending.add(
+                staging.first,
+                staging.values,
+                staging.marks,
+                staging.pub_updates,
+                staging.origin_updates,
+                staging.cursors,
             )
-        return txn
+        self._duplicates += len(staging.records) - staging.stored
+        return staging.txids
 
-    def _commit_txn(self) -> None:
-        txn, self._txn = self._txn, None
-        if txn is not None:
-            txn.commit()
+    def _advance(self, staging: Staging) -> None:
+        """The in-memory state follows a stored batch (its txids, segments, time index)."""
+        self._segments = staging.segments
+        if staging.encoded is not None:
+            staging.encoded.extend(staging.values)
+        if staging.now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+            self._last_time_entry = staging.now_us
+        self._last_txid = staging.last
+        self._commits += 1
+        self._appended += staging.stored
+
+    def abandon_stage(self, staging: Staging) -> None:
+        """``staging.sync()`` failed: nothing of the batch is acknowledged. Its commit
+        log frame is not counted (the next write overwrites it); a big batch LMDB had
+        already committed stays in LMDB (its txids are used, so the next batch goes on
+        after them), but was never made durable nor acknowledged."""
+        if staging.committed:
+            if staging.stored:
+                self._advance(staging)
+            self._after_lmdb_commit(staging.last, synced=False)
+            self._pub_cache.clear()
+            return
+        self._abandon_staged(None)
+
+    # ------------------------------------------------------ LMDB behind the commit log
+    def _write_txn(self) -> lmdb.Transaction:
+        """A new write transaction (on the calling thread, which must also end it)
+        holding every staged batch: whatever LMDB commits next goes on after them."""
+        txn = self._env.begin(write=True)
+        try:
+            for puts in self._logged_puts:
+                self._put(txn, puts)
+        except BaseException:
+            txn.abort()
+            raise
+        self._txn = txn
+        return txn
 
     @property
     def staged_records(self) -> int:
         """Records stored durably (in the commit log) that LMDB has not committed yet."""
         return self._last_txid - self._pending.first_txid + 1 if self._logged else 0
+
+    @property
+    def has_commit_log(self) -> bool:
+        """Whether batches are made durable in the commit log (``fsync`` durability)."""
+        return self._log is not None
 
     @property
     def has_staged(self) -> bool:
@@ -795,34 +1009,36 @@ class Journal:
 
     @property
     def staged_seconds(self) -> float:
-        """How long the open LMDB transaction has been open (0 when none is)."""
-        return time.monotonic() - self._txn_since if self._txn is not None else 0.0
+        """How long the oldest staged batch has waited for LMDB (0 when none does)."""
+        return time.monotonic() - self._staged_since if self._logged else 0.0
 
-    def commit(self) -> None:
-        """Commit the open LMDB transaction: the staged records become LMDB's (one
-        ``fdatasync`` of ``data.mdb``; its meta page follows with the next commit or
-        sync). When the commit log has moved on to a new file, LMDB is synced and the
-        log files it now holds durably are deleted. A no-op without staged writes.
+    def commit(self, on_staged: Callable[[], None] | None = None) -> None:
+        """Commit the staged batches to LMDB: one write transaction takes them all
+        (``on_staged`` is called once its puts are done), with one ``fdatasync`` of
+        ``data.mdb``; its meta page follows with the next commit or sync. When the
+        commit log has moved on to a new file, LMDB is synced and the log files it now
+        holds durably are deleted. A no-op without staged batches.
 
-        Must run on the thread that staged. Raises :class:`JournalError` when LMDB
-        fails (a full disk, an I/O error): the staged records stay durable in the
-        commit log and in memory (every read still serves them) and the next
-        :meth:`stage` or :meth:`commit` writes them to LMDB again.
+        Runs on any one thread, but not beside another write of this journal. Raises
+        :class:`JournalError` when LMDB fails (a full disk, an I/O error): the staged
+        records stay durable in the commit log and in memory (every read still serves
+        them) and the next commit or direct batch writes them to LMDB again.
         """
-        if self._txn is None and not self._restore_needed:
+        if not self._logged:
             return
-        if self._txn is not None and self._txn_thread != threading.get_ident():
-            raise JournalError(
-                "internal error: the journal's staged transaction belongs to another "
-                "thread; commit it on the writer thread"
-            )
+        txn: lmdb.Transaction | None = None
+        through = self._last_txid
         try:
-            if self._restore_needed:
-                self._restore_staged()
-            self._commit_txn()
+            txn = self._write_txn()
+            if on_staged is not None:
+                on_staged()
+            self._txn = None
+            txn.commit()
         except lmdb.Error as exc:
             self._txn = None
-            self._restore_needed = bool(self._logged)
+            if txn is not None:
+                with contextlib.suppress(lmdb.Error):
+                    txn.abort()
             self._pub_cache.clear()
             if isinstance(exc, lmdb.MapFullError):
                 raise JournalError(
@@ -841,51 +1057,29 @@ class Journal:
         if self._log is not None:
             if self._log.files > 1:
                 self._env.sync(True)
-                self._after_lmdb_commit(self._last_txid, synced=True)
+                self._after_lmdb_commit(through, synced=True)
             else:
-                self._after_lmdb_commit(self._last_txid, synced=False)
+                self._after_lmdb_commit(through, synced=False)
 
     def _after_lmdb_commit(self, through: int, synced: bool = True) -> None:
         """LMDB committed everything staged through txid ``through``: reads find it
         there now; when LMDB was also synced, the log files it covers go."""
         self._logged = []
+        self._logged_puts = []
         self._staged_bytes = 0
         self._pending = _PendingTail(through + 1)
         if synced and self._log is not None:
             self._log.release_through(through)
 
-    def _abandon_staged(self) -> None:
-        """A stage failed: drop its writes. Without a commit log nothing earlier is
-        lost (each stage committed). With one, the open transaction also held earlier
-        stages, durable in the log: they are written again in a fresh transaction
-        (now, or by the next stage or commit if LMDB fails again)."""
+    def _abandon_staged(self, txn: lmdb.Transaction | None) -> None:
+        """A stage failed: nothing of it was stored. Its transaction (if any) is
+        aborted; the staged batches before it stay staged (the next write transaction
+        takes them again); the cached high-water marks may be ahead: forget them."""
         self._pub_cache.clear()
-        txn, self._txn = self._txn, None
+        self._txn = None
         if txn is not None:
-            txn.abort()
-        if self._logged:
-            self._restore_needed = True
-            with contextlib.suppress(lmdb.Error):  # the next stage or commit tries again
-                self._restore_staged()
-
-    def _restore_staged(self) -> None:
-        """Write the staged (logged, uncommitted) batches into a fresh transaction,
-        and the in-memory segment table with them."""
-        self._restore_needed = True
-        txn = self._env.begin(write=True)
-        try:
-            for batch in self._logged:
-                self._apply_logged(txn, batch, recovering=False)
-            if self._segments_db is not None:
-                for seg in self._segments:
-                    txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
-        except BaseException:
-            txn.abort()
-            raise
-        self._txn = txn
-        self._txn_thread = threading.get_ident()
-        self._txn_since = time.monotonic()
-        self._restore_needed = False
+            with contextlib.suppress(lmdb.Error):
+                txn.abort()
 
     def _apply_logged(self, txn: lmdb.Transaction, batch: LoggedBatch, recovering: bool) -> None:
         """Write a batch the commit log holds into ``txn``: its records and every index

@@ -1,9 +1,10 @@
 """The staged tail of a journal: records durable in the commit log that LMDB has not
 committed yet, as every read of the journal must see them.
 
-The writer thread adds a batch once its commit log frame is synced, and replaces the
-whole tail with an empty one after each LMDB commit (a reader keeps the object it
-took, which is never changed again). Readers take :attr:`Journal._pending` *before*
+The writer adds a batch once its commit log frame is synced, and replaces the whole
+tail with an empty one after each LMDB commit (a reader keeps the object it took,
+which is never changed again). The writer also looks up what is staged here: whether
+a bookmark is stored, and a publisher's highest seq. Readers take :attr:`Journal._pending` *before*
 they open their LMDB read transaction: whatever the tail they took lacks, because an
 LMDB commit came between, their transaction sees. Values are appended before the
 index entries that point at them, so an entry a reader finds always has its value.
@@ -49,7 +50,7 @@ class PendingTail:
         origin_updates: Mapping[str, int],
         cursors: Mapping[str, tuple[int, str]] | None,
     ) -> None:
-        """A batch whose commit log frame is synced (writer thread only)."""
+        """A batch whose commit log frame is synced (the writer only)."""
         if values and first_txid != self.first_txid + len(self.values):
             raise AssertionError(
                 f"staged batch at txid {first_txid} does not follow the staged tail "

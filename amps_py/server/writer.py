@@ -1,17 +1,25 @@
-"""The single journal writer: group commit on one dedicated thread.
+"""The single journal writer: group commit, with the fsync off the event loop for
+batches big enough to pay for the hand-off.
 
 Publishes are queued with :meth:`JournalWriter.submit` (never blocks). The writer
-task takes everything queued since its last batch and stages it in the journal on
-the writer thread (:meth:`txlog.Journal.stage`: the LMDB puts, then one fsync of the
-commit log), then hands the stored records to ``on_commit`` back in the trio thread.
-While a batch is being made durable, new publishes accumulate, so batches grow with
-load: throughput comes from batching, not from weaker durability.
+task takes everything queued since its last batch and stages it in the journal
+(:meth:`txlog.Journal.begin_stage`: the LMDB puts and the commit log write, in the
+trio thread), makes it durable (``Staging.sync``: one ``fdatasync`` of the commit
+log), then hands the stored records to ``on_commit``. While a batch is being made
+durable, new publishes accumulate, so batches grow with load: throughput comes from
+batching, not from weaker durability.
 
-LMDB commits behind the commit log (:meth:`txlog.Journal.commit`): every
-:data:`COMMIT_INTERVAL` seconds while records are staged, or after
+A small batch (at most :data:`SYNC_INLINE_RECORDS` records) is synced in the trio
+thread: a publisher waiting for each ack would otherwise pay two thread wake-ups
+(about 100 µs on this machine, measured in docs/BENCHMARKS.md) around a 110 µs
+fsync. A bigger batch is synced on the writer thread while the event loop reads the
+next one.
+
+LMDB commits behind the commit log (:meth:`txlog.Journal.commit`, in the trio
+thread): every :data:`COMMIT_INTERVAL` seconds while records are staged, or after
 :data:`COMMIT_RECORDS` of them, and before any other journal write (segment
-maintenance). Every journal write runs on the one writer thread: LMDB ties a write
-transaction to the thread that began it.
+maintenance, which then runs on the writer thread). LMDB ties a write transaction
+to the thread that began it: the open transaction is the trio thread's.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import trio
 
 from amps_py.statistics import BATCH_SIZE_BUCKETS, COMMIT_SECONDS_BUCKETS, WRITER_MAX_BATCH
 from txlog import Journal, Record
+from txlog.journal import DIRECT_BYTES, DIRECT_RECORDS, Staging
 
 log = logging.getLogger("amps_py.server.writer")
 _T = TypeVar("_T")
@@ -46,14 +55,36 @@ COMMIT_INTERVAL: Final = 0.1
 #: and pipelined throughput of the settings tried)
 COMMIT_RECORDS: Final = 4_000
 COMMIT_BYTES: Final = 16 * 1024 * 1024
-#: how long closing waits for the writer thread's last LMDB commit
-CLOSE_TIMEOUT: Final = 30.0
+#: batches of at most this many records are synced in the trio thread (see above)
+SYNC_INLINE_RECORDS: Final = 16
 #: after a failed commit: first and longest wait before journal writes are tried again
 RETRY_FIRST: Final = 0.5
 RETRY_LONGEST: Final = 10.0
 #: free bytes the journal's file system needs (beyond the failed batch) before writes
 #: are tried again after a commit failed for lack of space
 SPACE_MARGIN: Final = 4 * 1024 * 1024
+
+
+def _stage_direct(
+    journal: Journal,
+    on_staged: Callable[[], None],
+    batch: list[Record],
+    now_us: int,
+    cursors: dict[str, tuple[int, str]],
+    values: list[bytes],
+    rejected: dict[int, str],
+) -> tuple[Staging, Exception | None]:
+    """A writer-thread job: a big batch that LMDB takes itself, synced; the error of
+    its sync (the caller abandons the staging) or None."""
+    staging = journal.begin_stage(
+        batch, now_us, cursors or None, values, rejected, direct=True, on_staged=on_staged
+    )
+    on_staged()
+    try:
+        staging.sync()
+    except Exception as exc:
+        return staging, exc
+    return staging, None
 
 
 def describe_commit_failure(exc: BaseException, path: str, needed: int) -> tuple[str, bool]:
@@ -145,22 +176,12 @@ class RecentRecords:
 
 
 class WriterThread:
-    """The one thread every journal write runs on, in the order submitted.
+    """The thread that runs the journal's blocking work off the event loop, in the
+    order submitted: the ``fdatasync`` of big batches, and segment maintenance."""
 
-    ``idle(timed_out)`` (optional) runs on the thread after each job and after each
-    wait for a job that timed out; it returns how long to wait for the next job before
-    it is called again (``None``: until one comes). The journal writer uses it to
-    commit LMDB once records have been staged a while and no batch follows.
-    """
-
-    def __init__(
-        self,
-        idle: Callable[[bool], float | None] | None = None,
-        name: str = "amps-py journal writer",
-    ) -> None:
+    def __init__(self, name: str = "amps-py journal writer") -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Callable[[object], None]] | None]
         self._jobs = queue.SimpleQueue()
-        self._idle = idle
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = False
 
@@ -174,45 +195,18 @@ class WriterThread:
             self._thread.start()
         self._jobs.put((work, deliver))  # type: ignore[arg-type]
 
-    def call(self, work: Callable[[], _T], timeout: float) -> _T:
-        """Run ``work`` on the thread and wait for it here (blocking: for closing)."""
-        done = threading.Event()
-        result: list[outcome.Outcome[_T]] = []
-
-        def deliver(out: outcome.Outcome[_T]) -> None:
-            result.append(out)
-            done.set()
-
-        self.submit(work, deliver)
-        if not done.wait(timeout):
-            raise TimeoutError(f"the journal writer thread did not finish within {timeout} s")
-        return result[0].unwrap()
-
     def stop(self) -> None:
         """End the thread once what was submitted ran."""
         if self._started:
             self._jobs.put(None)
 
     def _run(self) -> None:
-        wait: float | None = None
-        idle = self._idle
         while True:
-            try:
-                job = self._jobs.get(timeout=wait)
-            except queue.Empty:
-                wait = idle(True) if idle is not None else None
-                continue
+            job = self._jobs.get()
             if job is None:
                 return
             work, deliver = job
             deliver(outcome.capture(work))
-            wait = idle(False) if idle is not None else None
-
-
-def _commit_staged(journal: Journal, on_staged: Callable[[], None]) -> None:
-    """A writer-thread job: commit what is staged to LMDB (the trio thread runs on)."""
-    on_staged()
-    journal.commit()
 
 
 @dataclass(frozen=True)
@@ -309,7 +303,8 @@ class JournalWriter:
         self._riders: list[Callable[[], None]] = []
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
-        self._thread = WriterThread(self._idle)
+        self._thread = WriterThread()
+        self._staged_at = 0.0
         self._lmdb_commits = 0
         self._token: trio.lowlevel.TrioToken | None = None
         self.committed_txid = journal.last_txid
@@ -358,17 +353,16 @@ class JournalWriter:
         self._wake.set()
 
     async def run_exclusive(self, job: Callable[[Journal], _T]) -> _T:
-        """Run ``job(journal)`` on the writer thread between batches: journal writes
-        other than appends (segment maintenance) go through here, so the journal
-        keeps exactly one writer at a time."""
+        """Run ``job(journal)`` on the writer thread between batches, once LMDB has
+        committed what is staged: journal writes other than appends (segment
+        maintenance) go through here, so the journal keeps exactly one writer at a
+        time. The trio thread runs on meanwhile."""
 
         def exclusive(journal: Journal, on_staged: Callable[[], None]) -> _T:
-            on_staged()  # the trio thread runs on: nothing here is a batch of puts
-            journal.commit()
+            on_staged()
             return job(journal)
 
-        result, _ = await self._staged(exclusive)
-        return result
+        return await self._exclusive(exclusive)
 
     @property
     def queued(self) -> int:
@@ -398,7 +392,7 @@ class JournalWriter:
             await self._run()
         finally:
             try:
-                self._thread.call(self.journal.commit, CLOSE_TIMEOUT)
+                self.journal.commit()
             except Exception as exc:  # the commit log still holds every staged record
                 log.error("the journal's last LMDB commit failed: %s", exc)
             self._thread.stop()
@@ -408,9 +402,9 @@ class JournalWriter:
             if self.failure:
                 await self._recover()
             if not self._queue and not self._markers:
-                # idle: the writer thread commits what is staged (see _idle)
                 self._wake = trio.Event()
-                await self._wake.wait()
+                await self._idle()
+                continue
             batch = self._batch = self._queue[:MAX_BATCH]
             del self._queue[:MAX_BATCH]
             self._taken += len(batch)
@@ -468,43 +462,43 @@ class JournalWriter:
                 await trio.lowlevel.checkpoint()
                 await trio.lowlevel.checkpoint()
 
-    def _idle(self, timed_out: bool) -> float | None:
-        """On the writer thread, between jobs (see :class:`WriterThread`): commit LMDB
-        once records have been staged :data:`COMMIT_INTERVAL` and no job came for a
-        while; under load the writer task commits between batches instead."""
+    async def _idle(self) -> None:
+        """Wait for the next record; meanwhile commit LMDB once records have been
+        staged :data:`COMMIT_INTERVAL` (under load the loop commits between batches)."""
         journal = self.journal
-        if not journal.has_staged:
-            return None
-        left = COMMIT_INTERVAL - journal.staged_seconds
-        if not timed_out or left > 0:
-            return max(left, COMMIT_INTERVAL / 4)
-        try:
-            journal.commit()
-        except Exception as exc:
-            token = self._token
-            if token is not None:
-                token.run_sync_soon(self._idle_commit_failed, exc)
-            return None
-        self._lmdb_commits += 1
-        return None
-
-    def _idle_commit_failed(self, exc: Exception) -> None:
-        """An LMDB commit the writer thread made by itself failed (trio thread)."""
-        if self._on_failed is None:  # a writer without a failure handler: say it
-            log.error("the journal's LMDB commit failed: %s", exc)
-            return
-        self._commit_failed([], exc)
+        while journal.has_staged and not self.failure:
+            left = COMMIT_INTERVAL - journal.staged_seconds
+            if left > 0:
+                with trio.move_on_after(left):
+                    await self._wake.wait()
+                if self._wake.is_set():
+                    return
+            else:
+                await self._commit()
+        if not self.failure:
+            await self._wake.wait()
 
     async def _commit(self) -> None:
-        """Commit the staged records to LMDB on the writer thread (the trio thread
-        runs on meanwhile). A failure leaves them durable in the commit log and in
+        """Commit the staged records to LMDB (in the trio thread: the open write
+        transaction is its). A failure leaves them durable in the commit log and in
         memory; journal writes are refused until the writer recovers."""
         try:
-            await self._staged(_commit_staged)
+            await self._commit_on_thread()
         except Exception as exc:
             self._commit_failed([], exc)
             return
         self._lmdb_commits += 1
+
+    async def _commit_on_thread(self) -> None:
+        """Commit what is staged to LMDB on the writer thread; the event loop waits
+        (without the GIL) during the puts and runs on during the fsync."""
+
+        def commit(journal: Journal, on_staged: Callable[[], None]) -> tuple[None, None]:
+            journal.commit(on_staged)
+            return None, None
+
+        async with self._limiter:
+            await self._run_blocking(commit)
 
     def _commit_failed(self, batch: list[Record], exc: Exception) -> None:
         """A commit stored nothing: fail the batch and everything queued behind it,
@@ -545,7 +539,7 @@ class JournalWriter:
                 if free < self._needed + SPACE_MARGIN:
                     continue
             try:
-                await self._staged(_commit_staged)
+                await self._commit_on_thread()
             except Exception as exc:  # still failing: keep refusing, say why now
                 needed = self.journal.staged_bytes
                 self.failure, self._no_space = describe_commit_failure(exc, path, needed)
@@ -564,14 +558,39 @@ class JournalWriter:
         values: list[bytes],
         rejected: dict[int, str],
     ) -> list[int]:
-        """Run ``journal.stage`` on the writer thread; block this thread during the puts
-        (see :meth:`_staged`)."""
-        t0 = time.perf_counter()
-        txids, t1 = await self._staged(
-            lambda journal, on_staged: journal.stage(
-                batch, now_us, on_staged, cursors or None, values, rejected
-            )
-        )
+        """Stage ``batch`` in the journal and make it durable: a small batch's fsync
+        in this thread, a bigger one's on the writer thread while the event loop runs
+        on, and a big one (which LMDB takes itself) wholly on the writer thread (see
+        the module docstring)."""
+        journal = self.journal
+        async with self._limiter:
+            t0 = time.perf_counter()
+            if journal.has_commit_log and (
+                len(batch) >= DIRECT_RECORDS
+                or sum(len(rec.payload) for rec in batch) >= DIRECT_BYTES
+            ):
+                staging, t1, error = await self._run_blocking(
+                    lambda journal, on_staged: _stage_direct(
+                        journal, on_staged, batch, now_us, cursors, values, rejected
+                    )
+                )
+            else:
+                staging = journal.begin_stage(
+                    batch, now_us, cursors or None, values, rejected, direct=False
+                )
+                t1 = time.perf_counter()
+                error = None
+                try:
+                    if staging.direct or len(batch) <= SYNC_INLINE_RECORDS:
+                        staging.sync()  # (direct here: no commit log, nothing to sync)
+                    else:
+                        await self._on_thread(staging.sync)
+                except Exception as exc:
+                    error = exc
+            if error is not None:
+                journal.abandon_stage(staging)
+                raise error
+            txids = journal.finish_stage(staging)
         t2 = time.perf_counter()
         self._commit_seconds += t2 - t0
         self._sync_seconds += t2 - t1
@@ -580,23 +599,34 @@ class JournalWriter:
         return txids
 
     async def run_staged(self, job: Callable[[Journal, Callable[[], None]], _T]) -> _T:
-        """Run ``job(journal, on_staged)`` between batches like one: the trio
-        thread waits (GIL free) while the job stages its LMDB writes, and runs on
-        during its commit. ``job`` must call ``on_staged()`` just before it commits.
-        For bulk journal writes other than appends (purging segments); what is
-        staged commits first."""
+        """Run ``job(journal, on_staged)`` on the writer thread between batches, once
+        LMDB has committed what is staged: the trio thread waits (GIL free) while the
+        job stages its LMDB writes, and runs on during its commit. ``job`` must call
+        ``on_staged()`` just before it commits. For bulk journal writes other than
+        appends (purging segments)."""
+        return await self._exclusive(job)
 
-        def after_commit(journal: Journal, on_staged: Callable[[], None]) -> _T:
+    async def _exclusive(self, job: Callable[[Journal, Callable[[], None]], _T]) -> _T:
+        """:meth:`_run_blocking` under the writer's limiter (between batches), once
+        LMDB has committed what is staged (the event loop waits meanwhile: other
+        journal writes must come after the staged batches)."""
+
+        def after_commit(journal: Journal, on_staged: Callable[[], None]) -> tuple[_T, None]:
             journal.commit()
-            return job(journal, on_staged)
+            return job(journal, on_staged), None
 
-        result, _ = await self._staged(after_commit)
+        async with self._limiter:
+            result, _, error = await self._run_blocking(after_commit)
+        if error is not None:  # (never: the job's own errors are raised)
+            raise error
         return result
 
-    async def _staged(self, job: Callable[[Journal, Callable[[], None]], _T]) -> tuple[_T, float]:
-        """Run ``job`` on the writer thread under the writer's limiter; block this thread
-        until the job calls ``on_staged`` (or ends), then await its end. Returns the
-        job's result and the ``perf_counter`` time at which it was staged.
+    async def _run_blocking(
+        self, job: Callable[[Journal, Callable[[], None]], tuple[_T, Exception | None]]
+    ) -> tuple[_T, float, Exception | None]:
+        """Run ``job`` on the writer thread; block this thread until the job calls
+        ``on_staged`` (or ends), then await its end. Returns the job's result, the
+        ``perf_counter`` time it was staged at, and the error it reported.
 
         py-lmdb releases the GIL around every put. If the event loop kept running
         Python code meanwhile, every put would wait for a GIL hand-over (measured: 267k
@@ -605,12 +635,9 @@ class JournalWriter:
         the commit's fsync (which needs no GIL) is in progress.
         """
         journal = self.journal
-        token = trio.lowlevel.current_trio_token()
         staged = threading.Lock()  # held until the job has staged (a Lock is cheap)
         staged.acquire()
         released = False
-        done = trio.Event()
-        result: list[outcome.Outcome[_T]] = []
 
         def on_staged() -> None:  # writer thread only
             nonlocal released
@@ -618,20 +645,34 @@ class JournalWriter:
                 released = True
                 staged.release()
 
-        def work() -> _T:
-            return job(journal, on_staged)
+        def work() -> tuple[_T, Exception | None]:
+            try:
+                return job(journal, on_staged)
+            finally:
+                on_staged()
+
+        result, error = await self._on_thread(work, staged)
+        return result, self._staged_at, error
+
+    async def _on_thread(self, work: Callable[[], _T], staged: threading.Lock | None = None) -> _T:
+        """Run ``work`` on the writer thread and wait for its outcome (shielded: the
+        journal must not be touched while it runs). With ``staged``, first block this
+        thread until ``work`` releases that lock."""
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        result: list[outcome.Outcome[_T]] = []
 
         def deliver(out: outcome.Outcome[_T]) -> None:
             result.append(out)
-            on_staged()
             token.run_sync_soon(done.set)
 
-        async with self._limiter:
-            self._thread.submit(work, deliver)
+        self._thread.submit(work, deliver)
+        if staged is not None:
             staged.acquire()  # short: one batch of puts; the GIL is free meanwhile
-            staged_at = time.perf_counter()
+            self._staged_at = time.perf_counter()
+        with trio.CancelScope(shield=True):
             await done.wait()
-        return result[0].unwrap(), staged_at
+        return result[0].unwrap()
 
     def statistics(self) -> WriterStatistics:
         return WriterStatistics(
