@@ -12,6 +12,8 @@ from cluster import Cluster, destination_xml, replication_xml
 from harness import wait_until
 from test_replication import publish, replay, wait_stored
 
+from amps_py.client import open_client
+
 ESTABLISHED = "01"
 
 
@@ -91,6 +93,44 @@ async def test_mutual_pair_uses_one_connection_both_ways(cluster: Cluster) -> No
             [("pa", i) for i in range(40)] + [("pb", i) for i in range(30)]
         ), f"{name} is missing messages or stored one twice"
     assert len(established_to({cluster.ports(n).replication for n in "AB"})) == 1
+
+
+async def test_records_coming_back_to_their_origin_cost_no_frame_per_commit(
+    cluster: Cluster,
+) -> None:
+    """In a hot-hot pair, B's commits of A's records hold nothing for B's destination A
+    (A has them): B counts them as acknowledged at once instead of sending A a
+    position-only frame per commit and waiting for its ack. Persisted acks on both
+    sides still work, and the next frame B sends starts where A's stream really is."""
+    cluster.add_instance("A", "hot", lambda v: to_peer(v, "B"))
+    cluster.add_instance("B", "hot", lambda v: to_peer(v, "A"))
+    cluster.start_all()
+    await wait_connected(cluster, "A", "B")
+    await publish(cluster.uri("A"), "warm", 1)
+    await wait_stored(cluster, {"A": 1, "B": 1})
+    before = cluster.server("B").destination("A")
+    async with open_client(cluster.uri("A"), "one-by-one") as pub:
+        for i in range(40):  # one commit each
+            await pub.publish("orders", b'{"p":"one","i":%d}' % i)
+            await pub.wait_persisted(pub.seq, timeout=30)
+    await wait_stored(cluster, {"A": 41, "B": 41})
+
+    def b_acked_all() -> str | None:
+        d = cluster.server("B").destination("A")
+        committed = cluster.server("B").statistics()["journal"]["last_txid"]
+        return None if d["acked_txid"] == committed else f"B->A acked {d['acked_txid']}"
+
+    await wait_until(b_acked_all, 10)
+    after = cluster.server("B").destination("A")
+    sent = after["bytes_out"] - before["bytes_out"]
+    # a position-only frame is ~100 bytes: 40 commits would have sent ~4 KB
+    assert sent < 1500, f"B sent A {sent} bytes for 40 commits of A's own records"
+    assert after["messages_out"] == before["messages_out"]
+    # B's own publish goes to A in a frame that starts at A's real position
+    await publish(cluster.uri("B"), "pb", 3)
+    await wait_stored(cluster, {"A": 44, "B": 44})
+    got = await replay(cluster.uri("A"))
+    assert sorted(p for p, _, _ in got if p == "pb") == ["pb"] * 3
 
 
 async def test_pair_converges_to_one_connection_after_restarts(cluster: Cluster) -> None:

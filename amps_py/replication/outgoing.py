@@ -54,6 +54,9 @@ log = logging.getLogger("amps_py.replication.outgoing")
 SEND_BATCH: Final = 8192
 #: stop sending while this many records are sent but not acknowledged
 MAX_UNACKED_RECORDS: Final = 200_000
+#: longest a destination goes without learning the stream's position while commits
+#: hold nothing for it (their positions are passed over, see Destination._pass_over)
+POSITION_INTERVAL: Final = 1.0
 #: what a broken link raises, possibly in several of its tasks at once
 CONNECTION_FAILURES: Final = (
     LinkError,
@@ -94,6 +97,11 @@ class Destination:
         self.last_error = ""
         self._ack_event = trio.Event()
         self._sending_upto = 0
+        #: the ``upto`` of the last frame sent on this connection, and when (trio time)
+        self._frame_upto = 0
+        self._frame_sent_at = 0.0
+        #: a position passed over, not yet sent: (txid, bookmark)
+        self._owed: tuple[int, str] | None = None
         self._send_lock = trio.Lock()
         self._tls = LinkTls(config)
         # back replication: the peer's connection this destination streams over
@@ -391,7 +399,9 @@ class Destination:
         self.remote_group = welcome.group
         self.authenticated_id = credentials[0] if credentials else ""
         start = resync_point(self.name, welcome, instance.journal)
-        self.sent_txid = self.acked_txid = self._sending_upto = start
+        self.sent_txid = self.acked_txid = self._sending_upto = self._frame_upto = start
+        self._frame_sent_at = trio.current_time()
+        self._owed = None
         self.connected = True
         self.connect_time = time.time()
         self._backoff.connected(now())
@@ -442,7 +452,18 @@ class Destination:
         while True:
             committed = instance.committed_txid
             if self.sent_txid >= committed:
-                await instance.wait_for_commit(self.sent_txid)
+                owed = self._owed
+                if owed is None:
+                    await instance.wait_for_commit(self.sent_txid)
+                    continue
+                left = self._frame_sent_at + POSITION_INTERVAL - trio.current_time()
+                with trio.move_on_after(max(left, 0.0)) as waiting:
+                    await instance.wait_for_commit(self.sent_txid)
+                if not waiting.cancelled_caught:
+                    continue
+                # quiet for a while: tell the destination where the stream is
+                frame = link.data([], owed[0], owed[1], trio.current_time(), self._frame_upto)
+                await self._sent(stream, frame, [], owed[0], resync_end, link)
                 continue
             while self.sent_txid - self.acked_txid > MAX_UNACKED_RECORDS:
                 self._ack_event = trio.Event()
@@ -454,7 +475,9 @@ class Destination:
                 selected = select(records, values, remote, _record_payload)
                 last = records[-1]
                 upto, upto_bm = last.txid, last.bookmark
-                frame = link.data(selected, upto, upto_bm, trio.current_time(), self.sent_txid)
+                if not selected and self._pass_over(upto, upto_bm):
+                    continue
+                frame = link.data(selected, upto, upto_bm, trio.current_time(), self._frame_upto)
                 await self._sent(stream, frame, selected, upto, resync_end, link)
                 continue
             # further behind: routing views decode only what routing needs; the stored
@@ -479,7 +502,7 @@ class Destination:
             else:
                 await instance.wait_for_commit(self.sent_txid)
                 continue
-            frame = link.data(selected, upto, upto_bm, trio.current_time(), self.sent_txid)
+            frame = link.data(selected, upto, upto_bm, trio.current_time(), self._frame_upto)
             await self._sent(stream, frame, selected, upto, resync_end, link)
 
     async def _sent(
@@ -497,10 +520,38 @@ class Destination:
         await self._send(stream, frame)
         if self.sent_txid < resync_end:
             self.resync_records += len(selected)
-        self.sent_txid = upto
+        self.sent_txid = self._frame_upto = upto
+        self._frame_sent_at = trio.current_time()
+        self._owed = None
         self.messages_out += len(selected)
         self.bytes_out = link.bytes_out
         self.raw_bytes_out = link.raw_bytes_out
+
+    def _pass_over(self, upto: int, upto_bm: str) -> bool:
+        """Commits through ``upto`` hold nothing for this destination (filtered out,
+        or its own records coming back). When it has acknowledged everything sent,
+        count them as acknowledged without a frame: the round trip would only tell it
+        the stream's position, and cost both instances a wake-up per commit (in a
+        hot-hot pair, every commit of the other side's records). The position goes
+        with the next frame, or alone after :data:`POSITION_INTERVAL`. Returns
+        whether the commits were passed over."""
+        if self.acked_txid < self.sent_txid:
+            return False  # an ack is awaited: the next frame brings the position
+        if trio.current_time() - self._frame_sent_at >= POSITION_INTERVAL:
+            return False  # due: send the position now
+        self._owed = (upto, upto_bm)
+        self.sent_txid = self.acked_txid = self._sending_upto = upto
+        self._acknowledged()
+        return True
+
+    def _acknowledged(self) -> None:
+        """:attr:`acked_txid` moved on: wake what waits for it."""
+        self._ack_event.set()
+        upgraded = self.ack_mode.acked(self.acked_txid)
+        if upgraded is not None:
+            self._mode_changed(upgraded)
+        self._check_resync_complete()
+        self.instance.replication_acked()
 
     async def _receive_loop(
         self, stream: RoleStream, link: UpstreamLink, scope: trio.CancelScope
@@ -514,12 +565,7 @@ class Destination:
                     if event.upto > self.acked_txid:
                         # never beyond what was sent (a confused peer cannot release acks)
                         self.acked_txid = min(event.upto, max(self.sent_txid, self._sending_upto))
-                        self._ack_event.set()
-                        upgraded = self.ack_mode.acked(self.acked_txid)
-                        if upgraded is not None:
-                            self._mode_changed(upgraded)
-                        self._check_resync_complete()
-                        self.instance.replication_acked()
+                        self._acknowledged()
                 elif isinstance(event, Refused):
                     raise LinkError(event.reason, f"the peer closed the link: {event.detail}")
 

@@ -51,9 +51,9 @@ MAX_BATCH = WRITER_MAX_BATCH
 #: reads serve them from memory meanwhile)
 COMMIT_INTERVAL: Final = 0.1
 #: staged records, or bytes, after which LMDB commits at once (measured on this
-#: machine, docs/BENCHMARKS.md: 100 ms / 4,000 records gave the best one-at-a-time p99
-#: and pipelined throughput of the settings tried)
-COMMIT_RECORDS: Final = 4_000
+#: machine, docs/BENCHMARKS.md: with LMDB's puts done at commit time, while the event
+#: loop waits, 1,000 records kept pipelined throughput and cut its p99 against 4,000)
+COMMIT_RECORDS: Final = 1_000
 COMMIT_BYTES: Final = 16 * 1024 * 1024
 #: batches of at most this many records are synced in the trio thread (see above)
 SYNC_INLINE_RECORDS: Final = 16
