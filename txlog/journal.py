@@ -23,13 +23,16 @@ files, which every read below still serves, or removed.
 
 Contract:
 
-- Exactly one writer writes, from one thread while a transaction is open (LMDB ties a
-  write transaction to its thread; the server runs every write on its writer thread).
-  In ``fsync`` durability :meth:`Journal.stage` makes a batch durable with one fsync of
-  the commit log (:mod:`txlog.commitlog`) and leaves it in an open LMDB transaction;
-  :meth:`Journal.commit` commits that transaction (the server does it every 100 ms);
-  :meth:`Journal.append` is both. A big batch, ``page-cache`` durability or
-  ``commit_log=False`` commit LMDB in :meth:`Journal.stage` itself.
+- Exactly one writer writes, one write at a time (each LMDB write transaction begins
+  and ends within one call, on the calling thread: LMDB ties it to that thread). In
+  ``fsync`` durability :meth:`Journal.stage` makes a batch durable with one fsync of
+  the commit log (:mod:`txlog.commitlog`) and writes nothing to LMDB: it checks for
+  duplicates against LMDB's committed records and the staged ones.
+  :meth:`Journal.commit` gives LMDB every staged batch in one transaction (the server
+  does it every 100 ms); :meth:`Journal.append` is both. :meth:`Journal.begin_stage`,
+  ``Staging.sync`` and :meth:`Journal.finish_stage` are the three steps of a stage, so
+  that the sync may run on another thread. A big batch, ``page-cache`` durability or
+  ``commit_log=False`` commit LMDB in the stage itself, after the staged batches.
 - Readers may run concurrently from any thread; every read opens and closes its own
   short transaction, so no transaction ever spans an ``await``, and serves the staged
   records LMDB has not committed yet from memory (:mod:`txlog.pending`), so a record
@@ -45,8 +48,8 @@ Contract:
 - Segment maintenance (:mod:`txlog.maintenance`, reached through
   :meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
   :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
-  only the single writer's thread calls it, between batches (it commits what is
-  staged first).
+  only the single writer calls it, between batches, once :meth:`Journal.commit` gave
+  LMDB what is staged.
 - Every read checks the record CRC; a damaged record raises :class:`CorruptRecord`.
 
 The journal's parts: opening and its checks in :mod:`txlog.opening`, the reads and
@@ -686,12 +689,12 @@ class Journal:
         and returns their txids.
 
         In ``fsync`` durability with the commit log (the default), the records go into
-        the LMDB write transaction the writer keeps open and into the commit log,
-        whose ``fdatasync`` is the sync: one fsync per batch. LMDB commits later
-        (:meth:`commit`); until then every read of this journal serves the staged
-        records from memory. Without the commit log (``page-cache`` durability, or
-        ``commit_log=False``), and for a big batch (:data:`DIRECT_RECORDS`,
-        :data:`DIRECT_BYTES`), LMDB commits here and the sync is LMDB's.
+        the commit log only, whose ``fdatasync`` is the sync: one fsync per batch.
+        LMDB takes them with the next :meth:`commit`; until then every read of this
+        journal serves the staged records from memory. Without the commit log
+        (``page-cache`` durability, or ``commit_log=False``), and for a big batch
+        (:data:`DIRECT_RECORDS`, :data:`DIRECT_BYTES`), LMDB commits here (the staged
+        batches first, in the same transaction) and the sync is LMDB's.
 
         Each record gets the next txid and ``local_ts = now_us``; a record with no
         ``origin_txid`` becomes its own origin (``origin_txid = txid``).

@@ -3,11 +3,12 @@ batches big enough to pay for the hand-off.
 
 Publishes are queued with :meth:`JournalWriter.submit` (never blocks). The writer
 task takes everything queued since its last batch and stages it in the journal
-(:meth:`txlog.Journal.begin_stage`: the LMDB puts and the commit log write, in the
-trio thread), makes it durable (``Staging.sync``: one ``fdatasync`` of the commit
-log), then hands the stored records to ``on_commit``. While a batch is being made
-durable, new publishes accumulate, so batches grow with load: throughput comes from
-batching, not from weaker durability.
+(:meth:`txlog.Journal.begin_stage`, in the trio thread: the duplicate checks, the
+encoding and the commit log write; nothing goes to LMDB yet), makes it durable
+(``Staging.sync``: one ``fdatasync`` of the commit log), then hands the stored
+records to ``on_commit``. While a batch is being made durable, new publishes
+accumulate, so batches grow with load: throughput comes from batching, not from
+weaker durability.
 
 A small batch (at most :data:`SYNC_INLINE_RECORDS` records) is synced in the trio
 thread: a publisher waiting for each ack would otherwise pay two thread wake-ups
@@ -15,11 +16,15 @@ thread: a publisher waiting for each ack would otherwise pay two thread wake-ups
 fsync. A bigger batch is synced on the writer thread while the event loop reads the
 next one.
 
-LMDB commits behind the commit log (:meth:`txlog.Journal.commit`, in the trio
-thread): every :data:`COMMIT_INTERVAL` seconds while records are staged, or after
-:data:`COMMIT_RECORDS` of them, and before any other journal write (segment
-maintenance, which then runs on the writer thread). LMDB ties a write transaction
-to the thread that began it: the open transaction is the trio thread's.
+LMDB takes the staged batches behind the commit log (:meth:`txlog.Journal.commit`,
+on the writer thread): every :data:`COMMIT_INTERVAL` seconds while records are
+staged, or after :data:`COMMIT_RECORDS` of them, and before any other journal write
+(segment maintenance, which runs on the writer thread too). A batch of
+``DIRECT_RECORDS`` records or ``DIRECT_BYTES`` skips the log: LMDB takes it, after
+the staged batches, on the writer thread. While the writer thread puts records into
+LMDB the event loop waits without the GIL (py-lmdb releases the GIL around every put,
+and a busy event loop would make each put wait for a GIL switch); it runs on during
+LMDB's fsync.
 """
 
 from __future__ import annotations
@@ -479,9 +484,9 @@ class JournalWriter:
             await self._wake.wait()
 
     async def _commit(self) -> None:
-        """Commit the staged records to LMDB (in the trio thread: the open write
-        transaction is its). A failure leaves them durable in the commit log and in
-        memory; journal writes are refused until the writer recovers."""
+        """Give LMDB the staged records (on the writer thread). A failure leaves them
+        durable in the commit log and in memory; journal writes are refused until the
+        writer recovers."""
         try:
             await self._commit_on_thread()
         except Exception as exc:
