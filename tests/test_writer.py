@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from amps_py.server.writer import RecentRecords
-from txlog import Record
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from amps_py.server.writer import SLOW_SYNC_SECONDS, JournalWriter, RecentRecords
+from txlog import Journal, Record
 
 
 def committed(first: int, n: int, size: int = 10) -> tuple[list[Record], list[bytes]]:
@@ -87,3 +94,39 @@ def test_a_tail_of_no_records_keeps_nothing() -> None:
         tail.add(*committed(first, 5, size=4096))
     assert tail.after(0, 10, 100) is None and tail.after(99, 10, 100) is None
     assert tail.bytes_after(50) is None
+
+
+async def test_a_slow_fsync_sends_syncs_off_the_event_loop_for_a_while(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A small batch is synced in the event loop's thread (cheaper than a thread hand-
+    off), but a disk that stalls must not stall the event loop again and again: after
+    one slow fsync, syncs run on the writer thread for a while, and a warning says so.
+    The slow disk is simulated by delaying the commit log's fsync (fault injection)."""
+    journal = Journal(tmp_path / "j", instance_name="a")
+    assert journal._log is not None
+    real_flush = journal._log.flush
+    threads: list[str] = []
+
+    def slow_first_flush(fd: int) -> None:
+        threads.append(threading.current_thread().name)
+        if len(threads) == 1:
+            time.sleep(SLOW_SYNC_SECONDS * 2)  # the stalling disk, not synchronisation
+        real_flush(fd)
+
+    journal._log.flush = slow_first_flush  # type: ignore[method-assign]
+    stored: list[int] = []
+    writer = JournalWriter(journal, lambda recs, dropped: stored.extend(r.seq for r in recs))
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            for seq in (1, 2):
+                writer.submit(Record(topic="t", payload=b"{}", pub_hash=1, seq=seq))
+                with trio.fail_after(10):
+                    while seq not in stored:
+                        await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()
+    finally:
+        journal.close()
+    assert threads == [threading.main_thread().name, "amps-py journal writer"]
+    assert "for the next 10 s every sync runs on the writer thread" in caplog.text

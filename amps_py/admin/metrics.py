@@ -82,6 +82,12 @@ class InstanceCollector(Collector):
                 "LMDB commits behind the commit log",
                 w.get("lmdb_commits", 0),
             )
+            yield counter(
+                "amps_journal_slow_syncs",
+                "Commit log fsyncs in the event loop slower than 20 ms (each sends the "
+                "syncs to the writer thread for 10 s)",
+                w.get("slow_syncs", 0),
+            )
             yield gauge(
                 "amps_journal_staged_records",
                 "Records durable in the commit log, not yet committed to LMDB",

@@ -62,6 +62,11 @@ COMMIT_RECORDS: Final = 1_000
 COMMIT_BYTES: Final = 16 * 1024 * 1024
 #: batches of at most this many records are synced in the trio thread (see above)
 SYNC_INLINE_RECORDS: Final = 16
+#: an fsync in the trio thread slower than this (a stalling disk) sends every sync to
+#: the writer thread for :data:`SLOW_SYNC_BACKOFF` seconds: the event loop (heartbeats,
+#: the admin API, other clients) must not wait on a slow disk
+SLOW_SYNC_SECONDS: Final = 0.02
+SLOW_SYNC_BACKOFF: Final = 10.0
 #: after a failed commit: first and longest wait before journal writes are tried again
 RETRY_FIRST: Final = 0.5
 RETRY_LONGEST: Final = 10.0
@@ -249,6 +254,9 @@ class WriterStatistics:
     lmdb_commits: int = 0
     #: records durable in the commit log that LMDB has not committed yet
     staged: int = 0
+    #: fsyncs in the event loop's thread slower than SLOW_SYNC_SECONDS (each sent the
+    #: syncs to the writer thread for SLOW_SYNC_BACKOFF seconds)
+    slow_syncs: int = 0
 
 
 class JournalWriter:
@@ -310,7 +318,10 @@ class JournalWriter:
         self._limiter = trio.CapacityLimiter(1)
         self._thread = WriterThread()
         self._staged_at = 0.0
+        #: perf_counter time before which no sync runs in the trio thread
+        self._inline_after = 0.0
         self._lmdb_commits = 0
+        self._slow_syncs = 0
         self._token: trio.lowlevel.TrioToken | None = None
         self.committed_txid = journal.last_txid
         #: the newest committed records, for replication (see :class:`RecentRecords`)
@@ -586,8 +597,11 @@ class JournalWriter:
                 t1 = time.perf_counter()
                 error = None
                 try:
-                    if staging.direct or len(batch) <= SYNC_INLINE_RECORDS:
-                        staging.sync()  # (direct here: no commit log, nothing to sync)
+                    if staging.direct:
+                        staging.sync()  # (no commit log here: nothing to sync)
+                    elif len(batch) <= SYNC_INLINE_RECORDS and t1 >= self._inline_after:
+                        staging.sync()
+                        self._check_sync_time(time.perf_counter() - t1)
                     else:
                         await self._on_thread(staging.sync)
                 except Exception as exc:
@@ -602,6 +616,23 @@ class JournalWriter:
         self._latency_counts[bisect.bisect_left(COMMIT_SECONDS_BUCKETS, t2 - t0)] += 1
         self._batch_counts[bisect.bisect_left(BATCH_SIZE_BUCKETS, len(batch))] += 1
         return txids
+
+    def _check_sync_time(self, seconds: float) -> None:
+        """After a sync in the trio thread: if the disk was slow, sync on the writer
+        thread for a while (and say so)."""
+        if seconds < SLOW_SYNC_SECONDS:
+            return
+        self._inline_after = time.perf_counter() + SLOW_SYNC_BACKOFF
+        self._slow_syncs += 1
+        log.warning(
+            "the journal's disk took %.0f ms for one fsync of the commit log; for the "
+            "next %.0f s every sync runs on the writer thread so the event loop stays "
+            "responsive. If this repeats, check the disk holding %s (iostat, the system "
+            "log)",
+            seconds * 1000,
+            SLOW_SYNC_BACKOFF,
+            self.journal.path,
+        )
 
     async def run_staged(self, job: Callable[[Journal, Callable[[], None]], _T]) -> _T:
         """Run ``job(journal, on_staged)`` on the writer thread between batches, once
@@ -697,4 +728,5 @@ class JournalWriter:
             failure=self.failure,
             lmdb_commits=self._lmdb_commits,
             staged=self.journal.staged_records,
+            slow_syncs=self._slow_syncs,
         )
