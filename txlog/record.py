@@ -139,6 +139,40 @@ class Record:
         self.flags = flags
         self.payload = payload
 
+    @classmethod
+    def published(
+        cls,
+        topic: str,
+        payload: bytes,
+        pub_hash: int,
+        seq: int,
+        client_name: str,
+        message_type: str,
+        origin: str,
+        correlation_id: str,
+    ) -> Record:
+        """A new publish (the fields a client's publish sets; the rest as the
+        constructor's defaults). The publish path's constructor: positional arguments
+        and no defaults to resolve cost a third of the keyword constructor."""
+        rec = _new_record(cls)
+        rec.txid = 0
+        rec.pub_hash = pub_hash
+        rec.seq = seq
+        rec.client_name = client_name
+        rec.origin = origin
+        rec.origin_txid = 0
+        rec.path = ()
+        rec.topic = topic
+        rec.message_type = message_type
+        rec.kind = 1  # Kind.PUBLISH
+        rec.origin_ts = 0
+        rec.local_ts = 0
+        rec.sow_key = ""
+        rec.correlation_id = correlation_id
+        rec.flags = 0
+        rec.payload = payload
+        return rec
+
     @property
     def bookmark(self) -> str:
         """The AMPS bookmark ``<publisher hash>|<seq>|``: identical on every instance."""
@@ -175,6 +209,11 @@ class Record:
 
     def __repr__(self) -> str:
         return f"Record(txid={self.txid}, bm={self.bookmark}, topic={self.topic!r})"
+
+
+_new_record = object.__new__
+#: payloads up to this size are joined before their CRC (see RecordCodec.encode)
+_JOIN_FIRST: Final = 16 * 1024
 
 
 @lru_cache(maxsize=65536)
@@ -275,7 +314,11 @@ class RecordCodec:
             len(cid),
             len(path),
         )
-        # CRC over the parts in order (no joined copy needed before the CRC)
+        if len(payload) <= _JOIN_FIRST:
+            # small: one CRC over the joined body costs less than a CRC per part
+            body = b"".join((head, client, origin, topic, mtype, sow_key, cid, path, payload))
+            return _CRC.pack(zlib.crc32(body)) + body
+        # big: CRC over the parts in order (no joined copy of the payload before it)
         crc32 = zlib.crc32
         crc = crc32(
             payload,

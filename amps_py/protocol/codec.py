@@ -291,9 +291,20 @@ class FrameDecoder:
                     )
                 if end - pos - 4 < size:
                     break
-                body = bytes(buf[pos + 4 : pos + 4 + size])
-                pos += 4 + size
-                header, payload = split_header(body)
+                start = pos + 4
+                pos = stop = start + size
+                # the common case without a copy of the whole frame: the first "}" ends
+                # a well-formed flat header (split_header checks everything else)
+                closing = buf.find(b"}", start, stop) + 1
+                if buf[start] == 0x7B and closing:
+                    try:
+                        raw = orjson.loads(buf[start:closing])
+                    except orjson.JSONDecodeError:
+                        header, payload = split_header(bytes(buf[start:stop]))
+                    else:
+                        header, payload = normalise_header(raw), bytes(buf[closing:stop])
+                else:
+                    header, payload = split_header(bytes(buf[start:stop]))
                 yield Frame(header, payload)
         except ProtocolError as exc:
             self._error = exc

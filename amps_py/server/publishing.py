@@ -255,15 +255,16 @@ class PublishPath:
                     ledger.accept(seq)  # settled when that record is durable
                     return "pending"
                 ledger.accept(seq)
-            record = Record(
-                topic=topic,
-                payload=payload,
-                pub_hash=ph,
-                seq=seq,
-                client_name=session.client_name,
-                message_type=self.message_type,
-                origin=self.instance_name,
-                correlation_id=str(header.get("x") or ""),
+            cid = header.get("x")
+            record = Record.published(
+                topic,
+                payload,
+                ph,
+                seq,
+                session.client_name,
+                self.message_type,
+                self.instance_name,
+                str(cid) if cid else "",
             )
             if kind != PUBLISH or sow_key:
                 # (set here, not as arguments: keyword arguments cost on the hot path)
