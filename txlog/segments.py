@@ -36,7 +36,7 @@ import os
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -126,12 +126,18 @@ class Segment:
 
     def extended(self, last_txid: int, last_ts: int, added_bytes: int, added: int) -> Segment:
         """This (current) segment after a commit appended ``added`` records."""
-        return replace(
-            self,
-            last_txid=last_txid,
-            last_ts=last_ts,
-            size=self.size + added_bytes,
-            records=self.records + added,
+        # positional: once per commit, and dataclasses.replace costs ~3 µs
+        return Segment(
+            self.id,
+            self.first_txid,
+            last_txid,
+            self.first_ts,
+            last_ts,
+            self.size + added_bytes,
+            self.records + added,
+            self.state,
+            self.cleaned,
+            self.file,
         )
 
 

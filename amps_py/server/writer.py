@@ -579,7 +579,11 @@ class JournalWriter:
         on, and a big one (which LMDB takes itself) wholly on the writer thread (see
         the module docstring)."""
         journal = self.journal
-        async with self._limiter:
+        try:  # (no checkpoint when free: it is, but during segment maintenance)
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            await self._limiter.acquire()
+        try:
             t0 = time.perf_counter()
             if journal.has_commit_log and (
                 len(batch) >= DIRECT_RECORDS
@@ -610,6 +614,8 @@ class JournalWriter:
                 journal.abandon_stage(staging)
                 raise error
             txids = journal.finish_stage(staging)
+        finally:
+            self._limiter.release()
         t2 = time.perf_counter()
         self._commit_seconds += t2 - t0
         self._sync_seconds += t2 - t1
