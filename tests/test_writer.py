@@ -11,6 +11,7 @@ import trio
 
 from amps_py.server.writer import SLOW_SYNC_SECONDS, JournalWriter, RecentRecords
 from txlog import Journal, Record
+from txlog.journal import DIRECT_RECORDS
 
 
 def committed(first: int, n: int, size: int = 10) -> tuple[list[Record], list[bytes]]:
@@ -130,3 +131,40 @@ async def test_a_slow_fsync_sends_syncs_off_the_event_loop_for_a_while(
         journal.close()
     assert threads == [threading.main_thread().name, "amps-py journal writer"]
     assert "for the next 10 s every sync runs on the writer thread" in caplog.text
+
+
+async def test_a_big_batch_goes_into_lmdb_on_the_writer_thread_after_the_staged_ones(
+    tmp_path: Path,
+) -> None:
+    """A batch of DIRECT_RECORDS or more skips the commit log: the writer thread puts
+    it into LMDB, after the batches staged in the log before it, in one transaction.
+    Every record is stored once, in order, and LMDB holds them all (no log left)."""
+    journal = Journal(tmp_path / "j", instance_name="a")
+    stored: list[int] = []
+    writer = JournalWriter(journal, lambda recs, dropped: stored.extend(r.txid for r in recs))
+    big = DIRECT_RECORDS + 200
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            writer.submit(Record(topic="t", payload=b"{}", pub_hash=1, seq=1))  # small
+            with trio.fail_after(10):
+                while not stored:
+                    await trio.sleep(0.001)
+            # (now in the commit log only; LMDB takes it after 100 ms idle, or with
+            # the big batch, which comes at once)
+            for seq in range(2, big + 2):  # queued at once: one batch
+                writer.submit(Record(topic="t", payload=b"{}", pub_hash=1, seq=seq))
+            with trio.fail_after(30):
+                while len(stored) < big + 1:
+                    await trio.sleep(0.001)
+            assert not journal.has_staged  # LMDB took the staged batch with the big one
+            nursery.cancel_scope.cancel()
+        assert stored == list(range(1, big + 2))
+        assert writer.statistics().max_batch == big
+    finally:
+        journal.close()
+    reopened = Journal(tmp_path / "j", instance_name="a")
+    try:
+        assert [r.seq for r in reopened.read(0, big + 10)] == list(range(1, big + 2))
+    finally:
+        reopened.close()
