@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from txlog import Journal, JournalDamaged, JournalError, Record
-from txlog.commitlog import encode_batch, log_files, read_file
+from txlog.commitlog import CommitLog, encode_batch, log_files, read_file, read_log
 from txlog.journal import DIRECT_RECORDS
 
 SEED = 1726
@@ -361,3 +361,29 @@ def test_a_big_batch_after_staged_ones_takes_them_into_lmdb_first(tmp_path: Path
         assert reopened.verify() == []
     finally:
         reopened.close()
+
+
+def test_a_frame_whose_sync_failed_leaves_nothing_that_reads_as_damage(tmp_path: Path) -> None:
+    """A frame written but never counted (its write or fdatasync failed, so the journal
+    abandoned its batch) is overwritten by the next frame. Its remains must not stay
+    behind a shorter next frame, nor at the end of a file the log moves on from: a
+    reader stops there, and sound batches in a later file would make the whole log
+    read as damaged (and the journal refuse to open)."""
+    log = CommitLog(tmp_path, file_size=4096)
+    log.append(encode_batch(1, 1, [b"a" * 100], {}), 1)
+    log.write(encode_batch(2, 2, [b"b" * 1500], {}))  # never counted: its sync failed
+    txid = 1
+    while log.files < 2:  # shorter frames over it, then on into a second file
+        txid += 1
+        log.append(encode_batch(txid, txid, [b"c" * 50], {}), txid)
+    # and once more at the end of a file: an uncounted frame, then one that needs a
+    # new file
+    while log._offset < 2500:
+        txid += 1
+        log.append(encode_batch(txid, txid, [b"d" * 400], {}), txid)
+    log.write(encode_batch(txid + 1, txid + 1, [b"e" * 1200], {}))  # never counted
+    txid += 1
+    log.append(encode_batch(txid, txid, [b"f" * 2000], {}), txid)  # does not fit: file 3
+    assert log.files == 3
+    log.close(remove=False)
+    assert [b.first_txid for b in read_log(tmp_path)] == list(range(1, txid + 1))

@@ -251,6 +251,9 @@ class CommitLog:
         self._fd = -1
         self._offset = 0
         self._capacity = 0
+        #: end of what was written after the last counted frame and never counted (a
+        #: frame whose write or sync failed): zeroed before the file is left behind
+        self._stale_end = 0
 
     def append(self, frame: bytes, last_txid: int) -> None:
         """Write ``frame`` (a batch ending at ``last_txid``) and ``fdatasync`` it:
@@ -275,9 +278,16 @@ class CommitLog:
         """
         if self._fd < 0 or self._offset + len(frame) > self._capacity:
             self._start_file(len(frame))
-        written = os.pwrite(self._fd, frame, self._offset)
-        if written != len(frame):
-            raise OSError(f"short write to the commit log ({written} of {len(frame)} bytes)")
+        end = self._offset + len(frame)
+        data = frame
+        if self._stale_end > end:
+            # a longer frame was written here and never counted: zero the rest of it, or
+            # a reader would stop at its remains (and call later files damage)
+            data = frame + bytes(self._stale_end - end)
+        self._stale_end = max(self._stale_end, end)
+        written = os.pwrite(self._fd, data, self._offset)
+        if written != len(data):
+            raise OSError(f"short write to the commit log ({written} of {len(data)} bytes)")
         return self._fd
 
     def flush(self, fd: int) -> None:
@@ -294,12 +304,21 @@ class CommitLog:
         """Count ``frame``, written and flushed, as the log's newest (ending at txid
         ``last_txid``)."""
         self._offset += len(frame)
+        self._stale_end = 0  # (the write covered any stale bytes with the frame or zeros)
         path, _ = self._files[-1]
         self._files[-1] = (path, last_txid)
 
     def _start_file(self, needed: int) -> None:
         """Close the current file and begin a preallocated new one; its directory entry
         is synced before a frame in it can be acknowledged."""
+        if self._fd >= 0 and self._stale_end > self._offset:
+            # the file ends here: zero what an uncounted frame left after the last frame
+            stale = self._stale_end - self._offset
+            if os.pwrite(self._fd, bytes(stale), self._offset) != stale:
+                raise OSError("short write to the commit log while clearing a failed frame")
+            if self.sync:
+                os.fdatasync(self._fd)
+        self._stale_end = 0
         path = self.directory / log_name(self._next_number)
         size = max(self.file_size, needed)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
