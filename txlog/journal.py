@@ -173,8 +173,7 @@ class Staging:
 
     __slots__ = (
         "_journal",
-        "committed",
-        "cursors",
+        "direct",
         "encoded",
         "first",
         "frame",
@@ -200,20 +199,23 @@ class Staging:
         records: Sequence[Record],
         now_us: int,
         encoded: list[bytes] | None,
+        puts: _Puts,
     ) -> None:
         self._journal = journal
+        #: what LMDB is given for the batch (its cursors too)
+        self.puts = puts
         self.txids = txids
         self.records = records
         self.now_us = now_us
         self.encoded = encoded
         #: the commit log file its frame went to (-1: no frame)
         self.log_fd = -1
-        #: LMDB committed the batch itself (a big batch, or no commit log)
-        self.committed = False
+        #: LMDB took the batch itself (a big batch, or no commit log): its sync is
+        #: LMDB's, not a log frame's
+        self.direct = False
         #: ``sync()`` syncs LMDB (a big batch beside a commit log)
         self.lmdb_sync = False
         self.frame = b""
-        self.cursors: Mapping[str, tuple[int, str]] | None = None
         self.first = 0
         self.last = 0
         self.values: list[bytes] = []
@@ -222,12 +224,6 @@ class Staging:
         self.origin_updates: dict[str, int] = {}
         self.segments: list[Segment] = []
         self.stored = 0
-        self.puts: _Puts | None = None
-
-    @property
-    def direct(self) -> bool:
-        """LMDB took the batch itself: its sync is LMDB's, not a log frame's."""
-        return self.committed
 
     def sync(self) -> None:
         """Make the batch durable: ``fdatasync`` its commit log frame, or LMDB for a
@@ -304,10 +300,9 @@ class Journal:
         self._use_log = commit_log and durability == "fsync" and not readonly
         #: the write transaction of a commit or direct batch in progress
         self._txn: lmdb.Transaction | None = None
-        #: staged batches (durable in the commit log) that LMDB has not committed
-        self._logged: list[LoggedBatch] = []
-        #: what LMDB is to be given for each of them
-        self._logged_puts: list[_Puts] = []
+        #: what LMDB is to be given for each staged batch (durable in the commit log,
+        #: not yet in LMDB), oldest first
+        self._staged: list[_Puts] = []
         self._pending = _PendingTail(1)
         self._lmdb_commits = 0
         self._staged_bytes = 0
@@ -498,7 +493,7 @@ class Journal:
         clean = True
         if self._txn is not None:
             clean = False  # a write is in progress on another thread: leave the log
-        elif self._logged:
+        elif self._staged:
             try:
                 self.commit()
             except JournalError as exc:
@@ -585,7 +580,7 @@ class Journal:
                         batch = LoggedBatch(
                             batch.first_txid + skip, batch.now_us, batch.values[skip:], {}
                         )
-                    self._apply_logged(txn, batch, recovering=True)
+                    self._apply_logged(txn, batch)
                     count += len(batch.values)
                 txn.commit()
             except lmdb.MapFullError:
@@ -857,8 +852,7 @@ class Journal:
                 )
                 if self._segments_db is not None:
                     puts.segments = [(_U64.pack(seg.id), seg.encode()) for seg in touched]
-            staging = Staging(self, txids, records, now_us, encoded)
-            staging.puts = puts
+            staging = Staging(self, txids, records, now_us, encoded, puts)
             if direct:
                 # a big batch (or no commit log): LMDB itself is the durability point
                 assert txn is not None
@@ -867,7 +861,7 @@ class Journal:
                     on_staged()
                 self._txn = None
                 txn.commit()
-                staging.committed = True
+                staging.direct = True
                 staging.lmdb_sync = self._log is not None
             else:
                 if txn is not None:
@@ -892,7 +886,6 @@ class Journal:
             # nothing of this batch was stored: the cached high-water marks may be ahead
             self._abandon_staged(txn)
             raise
-        staging.cursors = cursors
         staging.first = first
         staging.last = txid
         staging.values = values
@@ -913,8 +906,8 @@ class Journal:
                 raw = txn.get(key_o, db=self._origins)
                 if raw is None or _U64.unpack(raw)[0] < otx:
                     txn.put(key_o, _U64.pack(otx), db=self._origins)
-            if puts.time_entry is not None:
-                txn.put(*puts.time_entry, db=self._times)
+            if puts.time_entry is not None:  # (an earlier entry for that time stays)
+                txn.put(*puts.time_entry, db=self._times, overwrite=False)
             for key, value in puts.segments:
                 txn.put(key, value, db=self._segments_db)
         if puts.cursors:
@@ -928,13 +921,9 @@ class Journal:
             assert self._log is not None
             self._log.written(staging.frame, staging.last)
             self._staged_bytes += len(staging.frame)
-            if not self._logged:
+            if not self._staged:
                 self._staged_since = time.monotonic()
-            cursors = dict(staging.cursors or {})
-            batch = LoggedBatch(staging.first, staging.now_us, staging.values, cursors)
-            self._logged.append(batch)
-            assert staging.puts is not None
-            self._logged_puts.append(staging.puts)
+            self._staged.append(staging.puts)
         if staging.stored:
             self._advance(staging)
         if staging.lmdb_sync:
@@ -947,7 +936,7 @@ class Journal:
                 staging.marks,
                 staging.pub_updates,
                 staging.origin_updates,
-                staging.cursors,
+                staging.puts.cursors,
             )
         self._duplicates += len(staging.records) - staging.stored
         return staging.txids
@@ -968,7 +957,7 @@ class Journal:
         log frame is not counted (the next write overwrites it); a big batch LMDB had
         already committed stays in LMDB (its txids are used, so the next batch goes on
         after them), but was never made durable nor acknowledged."""
-        if staging.committed:
+        if staging.direct:
             if staging.stored:
                 self._advance(staging)
             self._after_lmdb_commit(staging.last, synced=False)
@@ -982,7 +971,7 @@ class Journal:
         holding every staged batch: whatever LMDB commits next goes on after them."""
         txn = self._env.begin(write=True)
         try:
-            for puts in self._logged_puts:
+            for puts in self._staged:
                 self._put(txn, puts)
         except BaseException:
             txn.abort()
@@ -993,7 +982,7 @@ class Journal:
     @property
     def staged_records(self) -> int:
         """Records stored durably (in the commit log) that LMDB has not committed yet."""
-        return self._last_txid - self._pending.first_txid + 1 if self._logged else 0
+        return self._last_txid - self._pending.first_txid + 1 if self._staged else 0
 
     @property
     def has_commit_log(self) -> bool:
@@ -1003,17 +992,17 @@ class Journal:
     @property
     def has_staged(self) -> bool:
         """Whether anything (records, or only upstream cursors) waits for LMDB's commit."""
-        return bool(self._logged)
+        return bool(self._staged)
 
     @property
     def staged_bytes(self) -> int:
         """Stored bytes of the staged records (see :attr:`staged_records`)."""
-        return self._staged_bytes if self._logged else 0
+        return self._staged_bytes if self._staged else 0
 
     @property
     def staged_seconds(self) -> float:
         """How long the oldest staged batch has waited for LMDB (0 when none does)."""
-        return time.monotonic() - self._staged_since if self._logged else 0.0
+        return time.monotonic() - self._staged_since if self._staged else 0.0
 
     def commit(self, on_staged: Callable[[], None] | None = None) -> None:
         """Commit the staged batches to LMDB: one write transaction takes them all
@@ -1027,7 +1016,7 @@ class Journal:
         records stay durable in the commit log and in memory (every read still serves
         them) and the next commit or direct batch writes them to LMDB again.
         """
-        if not self._logged:
+        if not self._staged:
             return
         txn: lmdb.Transaction | None = None
         through = self._last_txid
@@ -1067,8 +1056,7 @@ class Journal:
     def _after_lmdb_commit(self, through: int, synced: bool = True) -> None:
         """LMDB committed everything staged through txid ``through``: reads find it
         there now; when LMDB was also synced, the log files it covers go."""
-        self._logged = []
-        self._logged_puts = []
+        self._staged = []
         self._staged_bytes = 0
         self._pending = _PendingTail(through + 1)
         if synced and self._log is not None:
@@ -1084,10 +1072,10 @@ class Journal:
             with contextlib.suppress(lmdb.Error):
                 txn.abort()
 
-    def _apply_logged(self, txn: lmdb.Transaction, batch: LoggedBatch, recovering: bool) -> None:
-        """Write a batch the commit log holds into ``txn``: its records and every index
-        entry :meth:`stage` writes for them. ``recovering`` (at open): the in-memory
-        state (segment table, newest txid) is brought up to date too."""
+    def _apply_logged(self, txn: lmdb.Transaction, batch: LoggedBatch) -> None:
+        """Write a batch the commit log holds into ``txn`` when the journal opens:
+        its records and every index entry :meth:`begin_stage` makes for them (see
+        :meth:`_put`); the in-memory state (segment table, newest txid) follows."""
         decode = self._codec.decode
         highs: dict[int, tuple[int, str]] = {}
         changed: set[int] = set()
@@ -1110,37 +1098,27 @@ class Journal:
             highs[rec.pub_hash] = high
             if rec.origin and rec.origin != self.instance_name:
                 origins[rec.origin] = max(origins.get(rec.origin, 0), rec.origin_txid)
+        puts = _Puts(rec_items, bm_items, batch.cursors)
         if rec_items:
-            txn.cursor(db=self._records).putmulti(rec_items)
-            txn.cursor(db=self._bookmarks).putmulti(bm_items)
-            for ph in changed:
-                seq, client = highs[ph]
-                txn.put(_U64.pack(ph), _U64.pack(seq) + client.encode(), db=self._publishers)
-            for origin, otx in origins.items():
-                raw = txn.get(origin.encode(), db=self._origins)
-                if raw is None or _U64.unpack(raw)[0] < otx:
-                    txn.put(origin.encode(), _U64.pack(otx), db=self._origins)
-            # the time index: as stage() would have (recovering), or at least one entry
-            # per batch that keeps an earlier one (restoring)
-            if not recovering or batch.now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
-                txn.put(_U64.pack(batch.now_us), rec_items[0][0], db=self._times, overwrite=False)
-        for name, (up_txid, up_bm) in batch.cursors.items():
-            txn.put(name.encode(), _U64.pack(up_txid) + up_bm.encode(), db=self._upstreams)
-        if recovering and rec_items:
+            puts.publishers = [
+                (_U64.pack(ph), _U64.pack(highs[ph][0]) + highs[ph][1].encode()) for ph in changed
+            ]
+            puts.origins = [(origin.encode(), otx) for origin, otx in origins.items()]
+            if batch.now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
+                puts.time_entry = (_U64.pack(batch.now_us), rec_items[0][0])
+                self._last_time_entry = batch.now_us
             segments, touched = grown_table(
                 self._segments,
                 self.segment_size,
                 batch.first_txid,
                 batch.now_us,
-                [len(value) for value in batch.values],
+                list(map(len, batch.values)),
             )
             if self._segments_db is not None:
-                for seg in touched:
-                    txn.put(_U64.pack(seg.id), seg.encode(), db=self._segments_db)
+                puts.segments = [(_U64.pack(seg.id), seg.encode()) for seg in touched]
             self._segments = segments
             self._last_txid = batch.last_txid
-            if batch.now_us - self._last_time_entry >= TIME_INDEX_STEP_US:
-                self._last_time_entry = batch.now_us
+        self._put(txn, puts)
 
     @staticmethod
     def _reject(rejected: dict[int, str] | None, index: int, why: str) -> int:

@@ -133,25 +133,40 @@ def _coerce_int(key: str, value: str | int | float | bool) -> int:
     )
 
 
+def _split_flat(
+    buf: bytes | bytearray, start: int, stop: int
+) -> tuple[dict[str, Any], bytes] | None:
+    """The fast path of :func:`split_header` for the frame body ``buf[start:stop]``
+    (every well-formed flat header): the first "}" closes the header, since if a prefix
+    ending at a "}" parses at all, that "}" ends the top-level object. ``None`` when it
+    does not apply; the payload is the only copy made of the body."""
+    end = buf.find(b"}", start, stop) + 1
+    if not end or stop <= start or buf[start] != 0x7B:  # "{"
+        return None
+    try:
+        raw = orjson.loads(buf[start:end])
+    except orjson.JSONDecodeError:
+        return None
+    return normalise_header(raw), bytes(buf[end:stop])
+
+
 def split_header(frame: bytes) -> tuple[dict[str, Any], bytes]:
     """Split one frame body (no length prefix) into (normalised header, payload).
 
     The header is the JSON object at the start of the frame; a ``}`` inside a header
     string does not end it. Runs in time linear in the frame size whatever the input.
     """
+    split = _split_flat(frame, 0, len(frame))
+    return split if split is not None else _split_slow(frame)
+
+
+def _split_slow(frame: bytes) -> tuple[dict[str, Any], bytes]:
+    """:func:`split_header` where :func:`_split_flat` does not apply."""
     if not frame or frame[0] != 0x7B:  # "{"
         raise ProtocolError(
             "frame does not start with a JSON header object; expected '{' after the 4-byte length",
             reason="invalid header",
         )
-    # Fast path (every well-formed flat header): the first "}" closes the header. If a
-    # prefix ending at a "}" parses at all, that "}" is the end of the top-level object.
-    end = frame.find(b"}") + 1
-    if end:
-        try:
-            return normalise_header(orjson.loads(frame[:end])), frame[end:]
-        except orjson.JSONDecodeError:
-            pass
     # Slow path: the first "}" sat inside a string (or the header is malformed). Find
     # the end of the top-level object with one linear scan, then parse exactly once;
     # retrying orjson at every later "}" would be quadratic in the frame size.
@@ -293,19 +308,11 @@ class FrameDecoder:
                     break
                 start = pos + 4
                 pos = stop = start + size
-                # the common case without a copy of the whole frame: the first "}" ends
-                # a well-formed flat header (split_header checks everything else)
-                closing = buf.find(b"}", start, stop) + 1
-                if buf[start] == 0x7B and closing:
-                    try:
-                        raw = orjson.loads(buf[start:closing])
-                    except orjson.JSONDecodeError:
-                        header, payload = split_header(bytes(buf[start:stop]))
-                    else:
-                        header, payload = normalise_header(raw), bytes(buf[closing:stop])
-                else:
-                    header, payload = split_header(bytes(buf[start:stop]))
-                yield Frame(header, payload)
+                # the common case straight from the buffer, without a copy of the frame
+                split = _split_flat(buf, start, stop)
+                if split is None:
+                    split = _split_slow(bytes(buf[start:stop]))
+                yield Frame(*split)
         except ProtocolError as exc:
             self._error = exc
             self._buffer = bytearray()

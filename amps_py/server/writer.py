@@ -317,12 +317,10 @@ class JournalWriter:
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
         self._thread = WriterThread()
-        self._staged_at = 0.0
         #: perf_counter time before which no sync runs in the trio thread
         self._inline_after = 0.0
         self._lmdb_commits = 0
         self._slow_syncs = 0
-        self._token: trio.lowlevel.TrioToken | None = None
         self.committed_txid = journal.last_txid
         #: the newest committed records, for replication (see :class:`RecentRecords`)
         self.recent = RecentRecords() if keep_recent else RecentRecords(0, 0)
@@ -403,7 +401,6 @@ class JournalWriter:
     async def run(self) -> None:
         """Commit queued records forever (until cancelled); on the way out, commit
         what is staged and end the writer thread."""
-        self._token = trio.lowlevel.current_trio_token()
         try:
             await self._run()
         finally:
@@ -509,9 +506,8 @@ class JournalWriter:
         """Commit what is staged to LMDB on the writer thread; the event loop waits
         (without the GIL) during the puts and runs on during the fsync."""
 
-        def commit(journal: Journal, on_staged: Callable[[], None]) -> tuple[None, None]:
+        def commit(journal: Journal, on_staged: Callable[[], None]) -> None:
             journal.commit(on_staged)
-            return None, None
 
         async with self._limiter:
             await self._run_blocking(commit)
@@ -589,7 +585,7 @@ class JournalWriter:
                 len(batch) >= DIRECT_RECORDS
                 or sum(len(rec.payload) for rec in batch) >= DIRECT_BYTES
             ):
-                staging, t1, error = await self._run_blocking(
+                (staging, error), t1 = await self._run_blocking(
                     lambda journal, on_staged: _stage_direct(
                         journal, on_staged, batch, now_us, cursors, values, rejected
                     )
@@ -653,22 +649,20 @@ class JournalWriter:
         LMDB has committed what is staged (the event loop waits meanwhile: other
         journal writes must come after the staged batches)."""
 
-        def after_commit(journal: Journal, on_staged: Callable[[], None]) -> tuple[_T, None]:
+        def after_commit(journal: Journal, on_staged: Callable[[], None]) -> _T:
             journal.commit()
-            return job(journal, on_staged), None
+            return job(journal, on_staged)
 
         async with self._limiter:
-            result, _, error = await self._run_blocking(after_commit)
-        if error is not None:  # (never: the job's own errors are raised)
-            raise error
+            result, _ = await self._run_blocking(after_commit)
         return result
 
     async def _run_blocking(
-        self, job: Callable[[Journal, Callable[[], None]], tuple[_T, Exception | None]]
-    ) -> tuple[_T, float, Exception | None]:
+        self, job: Callable[[Journal, Callable[[], None]], _T]
+    ) -> tuple[_T, float]:
         """Run ``job`` on the writer thread; block this thread until the job calls
-        ``on_staged`` (or ends), then await its end. Returns the job's result, the
-        ``perf_counter`` time it was staged at, and the error it reported.
+        ``on_staged`` (or ends), then await its end. Returns the job's result and the
+        ``perf_counter`` time it was staged at.
 
         py-lmdb releases the GIL around every put. If the event loop kept running
         Python code meanwhile, every put would wait for a GIL hand-over (measured: 267k
@@ -680,6 +674,7 @@ class JournalWriter:
         staged = threading.Lock()  # held until the job has staged (a Lock is cheap)
         staged.acquire()
         released = False
+        staged_at = 0.0
 
         def on_staged() -> None:  # writer thread only
             nonlocal released
@@ -687,19 +682,26 @@ class JournalWriter:
                 released = True
                 staged.release()
 
-        def work() -> tuple[_T, Exception | None]:
+        def work() -> _T:
             try:
                 return job(journal, on_staged)
             finally:
                 on_staged()
 
-        result, error = await self._on_thread(work, staged)
-        return result, self._staged_at, error
+        def wait_staged() -> None:
+            nonlocal staged_at
+            staged.acquire()  # short: one batch of puts; the GIL is free meanwhile
+            staged_at = time.perf_counter()
 
-    async def _on_thread(self, work: Callable[[], _T], staged: threading.Lock | None = None) -> _T:
+        result = await self._on_thread(work, wait_staged)
+        return result, staged_at
+
+    async def _on_thread(
+        self, work: Callable[[], _T], after_submit: Callable[[], None] | None = None
+    ) -> _T:
         """Run ``work`` on the writer thread and wait for its outcome (shielded: the
-        journal must not be touched while it runs). With ``staged``, first block this
-        thread until ``work`` releases that lock."""
+        journal must not be touched while it runs); ``after_submit`` runs in this
+        thread once ``work`` is submitted."""
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
         result: list[outcome.Outcome[_T]] = []
@@ -709,9 +711,8 @@ class JournalWriter:
             token.run_sync_soon(done.set)
 
         self._thread.submit(work, deliver)
-        if staged is not None:
-            staged.acquire()  # short: one batch of puts; the GIL is free meanwhile
-            self._staged_at = time.perf_counter()
+        if after_submit is not None:
+            after_submit()
         with trio.CancelScope(shield=True):
             await done.wait()
         return result[0].unwrap()
