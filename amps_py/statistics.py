@@ -46,3 +46,6 @@ class InstanceStatistics:
     #: per queue: depth, leased, owned, delivered, acked, transfers, ... (see
     #: ``QueueBook.statistics``); empty without queues
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the last start: ``seconds`` to ready, ``journal_records_read`` (past the SOW
+    #: stores' and the queues' checkpoints), ``queue_messages_loaded`` (from checkpoints)
+    startup: dict[str, Any] = field(default_factory=dict)

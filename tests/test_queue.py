@@ -386,15 +386,23 @@ async def test_a_barrier_waits_for_everything_before_it_then_goes_to_every_consu
 
 
 async def test_journal_removal_keeps_what_a_queue_still_holds(tmp_path: Path) -> None:
-    """A queue is rebuilt from the journal at start, so journal maintenance must not
-    remove a record the queue still holds; once it is acknowledged, it may."""
+    """A queue sends what it holds from the journal, and a start applies the records
+    after its checkpoint, so journal maintenance must not remove a record the queue
+    still holds, nor one its checkpoint does not cover yet; once a message is
+    acknowledged and checkpointed, it may."""
     async with queue_instance(tmp_path) as served:
         await publish(served.port, 3)
         maintenance = served.instance.maintenance
         assert maintenance is not None
-        limit, why = maintenance.removable_txid({})
         queues = served.instance.queues
         assert queues is not None
+        covered = queues.checkpoint_txids()[QUEUE]
+        if covered < served.instance.committed_txid:
+            limit, why = maintenance.removable_txid({})
+            assert limit <= covered, (limit, covered, why)
+        await queues.checkpoint()
+        assert queues.checkpoint_txids()[QUEUE] == served.instance.committed_txid
+        limit, why = maintenance.removable_txid({})
         oldest = queues.oldest_txids()[QUEUE]
         assert limit == oldest - 1, (limit, why)
         assert any(f"queue {QUEUE} still holds a message" in w for w in why), why
@@ -407,6 +415,14 @@ async def test_journal_removal_keeps_what_a_queue_still_holds(tmp_path: Path) ->
             lambda: None if not queues.oldest_txids() else f"still held: {queues.oldest_txids()}",
             timeout=10,
         )
+        # the last acknowledgement's record commits, then a checkpoint covers it
+        await wait_until(
+            lambda: None
+            if queues.applied_txid == served.instance.committed_txid
+            else f"queues applied txid {queues.applied_txid} of {served.instance.committed_txid}",
+            timeout=10,
+        )
+        await queues.checkpoint()
         limit, why = maintenance.removable_txid({})
         assert not any("queue" in w for w in why), why
         await a.aclose()

@@ -119,6 +119,7 @@ def instance_tree(instance: AdminHost) -> dict[str, Any]:
             for topic, figures in stats.sow.items()
         },
         "queues": queues_tree(instance),
+        "startup": stats.startup,
     }
 
 

@@ -30,7 +30,7 @@ class Lease:
     expires_at: float | None
 
 
-@dataclass
+@dataclass(slots=True)
 class QueueMessage:
     """One message in the queue, as the journal committed it.
 
@@ -40,10 +40,16 @@ class QueueMessage:
     ``owner`` by the caller too, then only by :meth:`QueueState.transfer`. The rest is
     local delivery state, not journaled (AMPS resets it on restart too).
 
+    Compact (``__slots__``): a deep queue holds one per message. The core never reads
+    ``payload``; the server leaves it ``None`` for messages whose data it reads from
+    the journal by ``txid`` when it sends them, so a queued message costs memory for
+    its identity and delivery state, not for its data.
+
     Attributes:
         txid: the local journal txid of the publish; messages enter in txid order.
         bookmark: the message's bookmark: what an ack names.
-        payload: the message data, delivered as is.
+        payload: the message data, delivered as is; ``None``: not held in memory (the
+            server reads it from the journal record ``txid``).
         correlation_id: the publish's correlation id (delivered with the message).
         published_at: origin time of the publish (seconds, the wall clock every
             ``now`` passed to the core uses): ``Expiration`` counts from it.
@@ -58,7 +64,7 @@ class QueueMessage:
 
     txid: int
     bookmark: str
-    payload: bytes
+    payload: bytes | None
     correlation_id: str = ""
     published_at: float = 0.0
     owner: str = ""

@@ -24,6 +24,9 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import Final
+
+from sortedcontainers import SortedList
 
 from .fairness import pick
 from .model import AckResult, Lease, QueueMessage, QueueStatistics, QueueSub, Returned, SubKey
@@ -31,6 +34,16 @@ from .policy import QueuePolicy
 
 #: ack options (the ``sow_delete`` ``o`` header on a queue)
 ACK_OPTIONS = ("", "cancel", "expire")
+#: txids are below this (u64 in the journal): a ready key is ``txid - priority * TXIDS``
+TXIDS: Final = 1 << 64
+
+
+def ready_key(message: QueueMessage) -> int:
+    """The delivery order of a waiting message as one int: highest priority first,
+    then oldest. The txid itself for priority 0 (no object of its own), ``txid -
+    priority * 2**64`` otherwise; ``key % 2**64`` is the txid again."""
+    priority = message.priority
+    return message.txid - priority * TXIDS if priority else message.txid
 
 Matcher = Callable[[QueueSub, QueueMessage], bool]
 
@@ -61,9 +74,10 @@ class QueueState:
         #: bookmark -> message, in txid order (add is in txid order, nothing reinserts)
         self._messages: dict[str, QueueMessage] = {}
         self._by_txid: dict[int, QueueMessage] = {}
-        #: (-priority, txid) of the messages assign may hand out: owned here, not
-        #: leased, not a barrier; sorted, so delivery order is a walk from the front
-        self._ready: list[tuple[int, int]] = []
+        #: :func:`ready_key` of the messages assign may hand out: owned here, not
+        #: leased, not a barrier; sorted (O(log n) insert and delete, so a deep queue
+        #: costs no memmove per delivery), delivery order is a walk from the front
+        self._ready: SortedList = SortedList()
         #: txids of the barrier messages in the queue, ascending
         self._barriers: list[int] = []
         self._subs: dict[SubKey, QueueSub] = {}
@@ -149,6 +163,50 @@ class QueueState:
         if self.policy.expiration is not None:
             deadline = message.published_at + self.policy.expiration
             heapq.heappush(self._expiry_heap, (deadline, message.txid, message.bookmark))
+
+    def restore(self, messages: Iterable[QueueMessage]) -> int:
+        """Fill an empty queue with the messages a checkpoint held (at start, before any
+        :meth:`add`): the same result as adding each in turn with ``now=None``, built
+        in one pass (a deep queue loads in a fraction of the time). Returns how many.
+
+        Raises:
+            ValueError: the queue is not empty, or the messages are not in ascending
+                txid order, or one repeats a bookmark or carries a lease.
+        """
+        if self._messages:
+            raise ValueError("restore fills an empty queue: call it before adding messages")
+        by_mark = self._messages
+        by_txid = self._by_txid
+        ready: list[int] = []
+        barriers = self._barriers
+        expiry = self.policy.expiration
+        last = 0
+        owned = 0
+        for message in messages:
+            txid = message.txid
+            if txid <= last or message.bookmark in by_mark or message.lease is not None:
+                self._messages, self._by_txid, self._barriers = {}, {}, []
+                raise ValueError(
+                    f"restored queue messages must be new, unleased and in journal order: "
+                    f"txid {txid} ({message.bookmark!r}) after {last}"
+                )
+            last = txid
+            message.arrived_at = message.published_at
+            by_mark[message.bookmark] = message
+            by_txid[txid] = message
+            mine = self.owns(message)
+            owned += mine
+            if message.barrier:
+                barriers.append(txid)
+            elif mine:
+                ready.append(ready_key(message))
+            if expiry is not None:
+                self._expiry_heap.append((message.published_at + expiry, txid, message.bookmark))
+        self._ready = SortedList(ready)
+        heapq.heapify(self._expiry_heap)
+        self._owned = owned
+        self._last_txid = last
+        return len(by_mark)
 
     # ------------------------------------------------------------ subscriptions
 
@@ -269,7 +327,7 @@ class QueueState:
         while index < len(self._ready):
             if leasing and free <= 0:
                 break
-            txid = self._ready[index][1]
+            txid = self._ready[index] % TXIDS
             if barrier is not None and txid > barrier:
                 index += 1
                 continue
@@ -445,6 +503,15 @@ class QueueState:
         self._removed_by_peer += len(removed)
         return removed
 
+    def drop(self, bookmark: str) -> QueueMessage | None:
+        """Take a message out of the queue because it cannot be delivered (its data is
+        unreadable); counted as expired. Returns it (None: not in the queue)."""
+        message = self._messages.get(bookmark)
+        if message is not None:
+            self._remove(message)
+            self._expired += 1
+        return message
+
     def transfer(self, bookmark: str, new_owner: str) -> bool:
         """Apply a journaled ownership grant: ``new_owner`` owns the message from now.
 
@@ -573,13 +640,10 @@ class QueueState:
     # ------------------------------------------------------------ internals
 
     def _ready_add(self, message: QueueMessage) -> None:
-        bisect.insort(self._ready, (-message.priority, message.txid))
+        self._ready.add(ready_key(message))
 
     def _ready_discard(self, message: QueueMessage) -> None:
-        key = (-message.priority, message.txid)
-        index = bisect.bisect_left(self._ready, key)
-        if index < len(self._ready) and self._ready[index] == key:
-            del self._ready[index]
+        self._ready.discard(ready_key(message))
 
     def _end_lease(self, message: QueueMessage) -> None:
         lease = message.lease

@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,7 +49,7 @@ from amps_py.errors import JournalMaintenanceError
 from amps_py.queue import QueueMessage
 from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
-from txlog import Journal, publisher_hash
+from txlog import CorruptRecord, Journal, publisher_hash
 
 from .commands import CommandFailed
 from .counters import Counters
@@ -59,7 +60,8 @@ from .listeners import Listeners
 from .maintenance import JournalMaintenance, MaintenanceResult
 from .names import ClientNames
 from .publishing import PublishPath
-from .queues import QueueBook, ServedQueue
+from .queue_checkpoint import CheckpointError
+from .queues import CHECKPOINT_INTERVAL, QueueBook, ServedQueue
 from .replay import ActiveReplays
 from .session import Session
 from .sow_expiry import EXPIRE_EVENT, run_sow_expiry
@@ -105,6 +107,8 @@ class Instance:
         self.active_replays = ActiveReplays()
         self.group = config.group
         self.started_at = time.time()
+        #: the last start's figures (see InstanceStatistics.startup)
+        self.startup: dict[str, Any] = {}
         #: the transports (and the admin interface) and their bound addresses
         self.listeners = Listeners(
             config.transports, self._serve_client, self._setting, self._close_clients
@@ -378,11 +382,22 @@ class Instance:
                     await nursery.start(self.actions.run)
                 if self.queues is not None:  # after the actions: expiries fire them
                     nursery.start_soon(self.queues.run)
+                    nursery.start_soon(self.queues.run_checkpoints)
+                if self.sow:
+                    nursery.start_soon(self._stamp_sow_stores)
                 if self.sow.expiring:  # after the actions: expiries fire them
                     p = self.publishing
                     nursery.start_soon(run_sow_expiry, p.sow, p.out_of_focus, self.fire_action)
                 if config.admin is not None:
                     await self.listeners.start_admin(nursery, self, *config.admin)
+                self.startup = {
+                    "seconds": round(time.time() - self.started_at, 3),
+                    "journal_records_read": self.sow.records_read
+                    + (self.queues.records_read if self.queues is not None else 0),
+                    "queue_messages_loaded": (
+                        self.queues.messages_loaded if self.queues is not None else 0
+                    ),
+                }
                 log.info(
                     "instance %s ready: %s",
                     self.name,
@@ -391,6 +406,8 @@ class Instance:
                 )
                 task_status.started(dict(self.listeners.bound))
         finally:
+            if self.queues is not None:
+                self.queues.close()  # the last checkpoints, before the journal closes
             self.publishing.sow.close()
             if self.journal is not None:
                 self.journal.close()
@@ -411,14 +428,21 @@ class Instance:
             self._queue_message_expired,
             self._reachable_peers,
         )
-        left = await trio.to_thread.run_sync(book.rebuild, journal.read)
-        log.info(
-            "queues %s rebuilt from the journal: %d message(s) waiting",
-            ", ".join(book.queues),
-            left,
-            extra=events.extra(events.QUEUES_REBUILT),
-        )
+        tl = self.config.transaction_log
+        assert tl is not None
+        try:
+            await trio.to_thread.run_sync(book.open, journal, tl.journal_directory / "queues")
+        except CheckpointError as exc:
+            raise ConfigurationError(str(exc)) from None
         return book
+
+    async def _stamp_sow_stores(self) -> None:
+        """Every second, record in each SOW store that it is current through the
+        newest commit applied, records of its topic or not (so a start reads only the
+        journal after that, whichever topics were busy)."""
+        while True:
+            await trio.sleep(CHECKPOINT_INTERVAL)
+            self.sow.stamp()
 
     def _reachable_peers(self) -> set[str]:
         """The instances known reachable through replication now."""
@@ -435,20 +459,31 @@ class Instance:
             raise KeyError(f"there is no queue {queue!r}: this instance has no queues")
         return self.queues.set_proxied_transfer(queue, enabled)
 
-    def _journal_queue_record(self, queue: str, payload: bytes, kind: int) -> None:
+    def _journal_queue_record(
+        self,
+        queue: str,
+        payload: bytes,
+        kind: int,
+        on_committed: Callable[[bool, str], None] | None = None,
+    ) -> None:
         """Journal (and so replicate) a record of ``queue``: messages leaving it
-        (``QUEUE_ACK``), or ownership traffic (``QUEUE_TRANSFER``)."""
-        self.publishing.publish_internal(queue, payload, kind=kind)
+        (``QUEUE_ACK``), or ownership traffic (``QUEUE_TRANSFER``); ``on_committed`` is
+        called once it is committed (or failed)."""
+        self.publishing.publish_internal(queue, payload, kind=kind, on_committed=on_committed)
 
     def _queue_message_expired(self, queue: ServedQueue, message: QueueMessage) -> None:
         """A queue message expired here: ``amps-action-on-sow-expire-message`` runs
         (the dead-letter hook)."""
+        try:
+            payload = queue.payload_of(message)
+        except CorruptRecord:
+            payload = b""  # the action still runs: AMPS_DATA_LENGTH 0 says there is none
         self.fire_action(
             EXPIRE_EVENT,
             {
                 "AMPS_TOPIC": queue.name,
-                "AMPS_DATA": message.payload.decode("utf-8", errors="replace"),
-                "AMPS_DATA_LENGTH": str(len(message.payload)),
+                "AMPS_DATA": payload.decode("utf-8", errors="replace"),
+                "AMPS_DATA_LENGTH": str(len(payload)),
                 "AMPS_REASON": "expired",
                 "AMPS_CORRELATION_ID": message.correlation_id,
                 "AMPS_BOOKMARK": message.bookmark,
@@ -493,6 +528,7 @@ class Instance:
             limits=self.limits.statistics(),
             sow=self.publishing.sow.statistics(),
             queues=self.queues.statistics() if self.queues is not None else {},
+            startup=dict(self.startup),
         )
 
 

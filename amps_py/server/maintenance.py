@@ -153,10 +153,21 @@ class JournalMaintenance:
             reasons.append((cursor, f"a bookmark replay is reading after txid {cursor}"))
         queues = self.instance.queues
         if queues is not None:
-            # a queue is rebuilt from the journal at start: what it holds must stay
+            # a queue sends what it holds from the journal: those records must stay
             for name, oldest in queues.oldest_txids().items():
                 reasons.append(
                     (oldest - 1, f"queue {name} still holds a message from txid {oldest}")
+                )
+            # a start applies the records after a queue's checkpoint
+            for name, covered in queues.checkpoint_txids().items():
+                if covered < limit:
+                    reasons.append(
+                        (covered, f"the checkpoint of queue {name} covers txid {covered} only")
+                    )
+        for name, covered in self.instance.sow.checkpoint_txids().items():
+            if covered < limit:
+                reasons.append(
+                    (covered, f"the SOW store of topic {name} covers txid {covered} only")
                 )
         for txid, _ in reasons:
             limit = min(limit, txid)

@@ -19,7 +19,7 @@ sessions, and wakes whoever waits for a commit (bookmark replays, destinations).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -117,6 +117,10 @@ class PublishPath:
         self.queues: QueueBook | None = None
         self.message_type = "json"
         self._commit_event = trio.Event()
+        name = f"{instance_name}-internal"
+        self._internal = InternalPublisher(publisher_hash(name), name)
+        #: seq of the instance's own record -> called once it commits (or fails)
+        self._commit_callbacks: dict[int, Callable[[bool, str], None]] = {}
 
     def open(self, journal: Journal, *, keep_recent: bool = True) -> JournalWriter:
         """Start journaling into ``journal``: its newest record is durable already.
@@ -278,13 +282,38 @@ class PublishPath:
             self.delivery.fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
         return "done"
 
-    def publish_internal(self, topic: str, payload: bytes, kind: int = PUBLISH) -> str:
+    def publish_internal(
+        self,
+        topic: str,
+        payload: bytes,
+        kind: int = PUBLISH,
+        on_committed: Callable[[bool, str], None] | None = None,
+    ) -> str:
         """Publish ``payload`` to ``topic`` as the instance itself (``<name>-internal``,
-        with its own seqs); same path, journal and dedup rules as a client's publish."""
-        name = f"{self.instance_name}-internal"
-        publisher = InternalPublisher(publisher_hash(name), name)
+        with its own seqs); same path, journal and dedup rules as a client's publish.
+        ``on_committed(stored, detail)`` is called once the record is committed
+        (``True``) or its commit failed (``False`` and why); at once with ``True``
+        when the topic is not journaled."""
+        publisher = self._internal
         seq = self.ledger(publisher.pub_hash).high + 1
-        return self.publish(publisher, topic, seq, payload, {}, kind)
+        outcome = self.publish(publisher, topic, seq, payload, {}, kind)
+        if on_committed is not None:
+            if outcome == "queued":
+                self._commit_callbacks[seq] = on_committed
+            else:
+                on_committed(True, "")
+        return outcome
+
+    def _run_commit_callbacks(self, records: list[Record], stored: bool, detail: str) -> None:
+        """Tell whoever waits for these of the instance's own records that they were
+        committed (or not)."""
+        waiting = self._commit_callbacks
+        internal = self._internal.pub_hash
+        for rec in records:
+            if rec.pub_hash == internal:
+                callback = waiting.pop(rec.seq, None)
+                if callback is not None:
+                    callback(stored, detail)
 
     def _held_txid(self, pub_hash: int, seq: int) -> int | None:
         """The txid holding ``(pub_hash, seq)`` in the journal; 0 when it was there
@@ -317,6 +346,8 @@ class PublishPath:
                 self._deliver(records, skip_durable, False)
             if self.queues is not None:
                 self.queues.on_commit(records)
+            if self._commit_callbacks:
+                self._run_commit_callbacks(records, True, "")
         self._released(self.window.committed(records, dropped, self.committed_txid, upto))
 
     def advance_durable(self) -> None:
@@ -479,6 +510,8 @@ class PublishPath:
             extra=events.extra(events.JOURNAL_COMMIT_FAILED),
         )
         self._fail_publishes(local, reasons.JOURNAL_WRITE_FAILED, reason)
+        if self._commit_callbacks:
+            self._run_commit_callbacks(records, False, reason)
         if self.sow_topics:
             self.sow.forget(records)
         self._wake_waiters()  # what waits for these records learns they failed

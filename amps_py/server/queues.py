@@ -4,8 +4,23 @@ A queue is derived from the journal like a SOW topic. Every committed publish on
 underlying topic (published here or replicated in) enters it in txid order
 (:meth:`QueueBook.on_commit`). An acknowledgement or an expiry leaves it as a journaled
 ``QUEUE_ACK`` record naming the bookmarks, so every queue host removes the same
-messages and a restart rebuilds the queue from the journal (:meth:`QueueBook.rebuild`).
-Leases, delivery counts and cancel counts live only here, as in AMPS.
+messages. Leases, delivery counts and cancel counts live only here, as in AMPS.
+
+**Checkpoints.** What the committed records did to each queue is collected
+(:class:`~.queue_checkpoint.Changes`) and written about once a second, off the event
+loop, to the queue's checkpoint (:mod:`.queue_checkpoint`) with the txid it covers
+(:meth:`QueueBook.checkpoint`). A start loads the checkpoint and applies only the
+journal records after it (:meth:`QueueBook.open`); a missing, damaged or stale one
+(the queue's definition changed) is rebuilt from the journal, saying so.
+
+**Memory.** A queued message is kept compact: its identity and delivery state
+(:class:`~amps_py.queue.QueueMessage`), not its data. Its payload is held only while
+the queue is shallow (:data:`PAYLOAD_IN_MEMORY`); deeper, and for every message loaded
+from a checkpoint, it is read from the journal record when the message is sent.
+
+**Confirmed acks are durable.** A consumer's ``processed`` ack for an acknowledgement
+is sent once the ``QUEUE_ACK`` record is committed (synced with the writer's next
+group commit), so an acknowledgement the server confirmed survives a crash.
 
 The delivery rules are the pure core's (:mod:`amps_py.queue`). This module connects it
 to sessions:
@@ -31,6 +46,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -41,10 +57,18 @@ from amps_py.config import QueueConfig
 from amps_py.filters import compile_expression
 from amps_py.protocol import messages
 from amps_py.queue import QueueMessage, QueuePolicy, QueueState, QueueSub
-from txlog import Kind, Record
+from txlog import BadBookmark, CorruptRecord, Journal, Kind, Record, parse_bookmark
 
 from .commands import CommandFailed, ack_types, options
 from .delivery import parse_json
+from .queue_checkpoint import (
+    Changes,
+    CheckpointDamaged,
+    CheckpointError,
+    QueueCheckpoint,
+    row_of,
+    set_aside,
+)
 
 if TYPE_CHECKING:
     from amps_py.filters import Filter
@@ -70,6 +94,34 @@ ACK_TIME_WEIGHT: Final = 0.1
 _MESSAGE_KINDS: Final = frozenset({int(Kind.PUBLISH), int(Kind.DELTA_PUBLISH)})
 #: journal records read per step when a queue is rebuilt at start
 REBUILD_BATCH: Final = 4096
+#: a message keeps its payload in memory when it enters a queue holding fewer
+#: messages than this; deeper ones are read from the journal when sent (so the
+#: payloads in memory are at most this many per queue)
+PAYLOAD_IN_MEMORY: Final = 1000
+#: how often the queues' checkpoints are written (seconds)
+CHECKPOINT_INTERVAL: Final = 1.0
+#: a checkpoint that only moves its txid is written once the journal moved this far
+CHECKPOINT_TXIDS: Final = 10_000
+
+#: called once the record of an acknowledgement commits: (stored?, failure detail)
+Committed = Callable[[bool, str], None]
+
+
+def queue_definition(config: QueueConfig, instance_name: str) -> str:
+    """What decides which journal records enter the queue and how (its checkpoint is
+    useless under another): the underlying topic, the Filter, Priority and
+    BarrierExpression, the ownership rule, and this instance's name."""
+    return "\n".join(
+        (
+            config.underlying_topic,
+            config.filter or "",
+            config.priority or "",
+            config.barrier_expression or "",
+            config.kind,
+            config.initial_owner or "",
+            instance_name,
+        )
+    )
 
 
 def queue_policy(config: QueueConfig) -> QueuePolicy:
@@ -161,7 +213,7 @@ class ServedQueue:
         self.priority = compile_expression(config.priority) if config.priority else None
         self._parsed_message: QueueMessage | None = None
         self._parsed_doc: Any = None
-        self.state = QueueState(queue_policy(config), instance_name, self._matches)
+        self.state = QueueState(queue_policy(config), instance_name, self.matches)
         self.head = messages.topic_head(config.name)
         #: the typical arrival-to-ack time (seconds; None until an ack was seen)
         self.ack_time: float | None = None
@@ -178,6 +230,14 @@ class ServedQueue:
         #: messages delivered here (leased) whose ownership another instance took by
         #: proxied transfer meanwhile: each may be processed twice
         self.proxied_conflicts = 0
+        #: what committed records did since the last checkpoint (None: no checkpoint)
+        self.changes: Changes | None = None
+        self.checkpoint: QueueCheckpoint | None = None
+        #: the journal record of a message whose payload is not held in memory
+        self.read_record: Callable[[int], Record | None] | None = None
+        #: while opening: records at or below this txid are in the loaded checkpoint
+        self.floor = 0
+        self._owners: dict[str, str] = {}
 
     @property
     def min_wait(self) -> float:
@@ -197,7 +257,8 @@ class ServedQueue:
             self.requested.pop(message.bookmark, None)
             self.asked.discard(message.bookmark)
 
-    def _matches(self, sub: QueueSub, message: QueueMessage) -> bool:
+    def matches(self, sub: QueueSub, message: QueueMessage) -> bool:
+        """Whether queue subscription ``sub`` wants ``message`` (its filter)."""
         subscriber: QueueSubscriber = sub.context
         flt = subscriber.filter
         if flt is None:
@@ -205,8 +266,29 @@ class ServedQueue:
         # the core asks about one message for several subscriptions in a row: parse
         # its payload once for them, not once per subscription
         if message is not self._parsed_message:
-            self._parsed_message, self._parsed_doc = message, parse_json(message.payload)
+            self._parsed_message, self._parsed_doc = message, parse_json(self.payload_of(message))
         return flt.matches(self._parsed_doc)
+
+    def payload_of(self, message: QueueMessage) -> bytes:
+        """The data of ``message``: held in memory, or read from its journal record.
+
+        Raises:
+            CorruptRecord: the journal record is damaged, or gone (journal removal
+                keeps what a queue holds, so only damage or an offline removal can
+                take it).
+        """
+        payload = message.payload
+        if payload is not None:
+            return payload
+        read = self.read_record
+        record = read(message.txid) if read is not None else None
+        if record is None:
+            raise CorruptRecord(
+                message.txid,
+                f"queue {self.name}: the journal no longer holds the record of message "
+                f"{message.bookmark}",
+            )
+        return record.payload
 
     def owner_of(self, record: Record) -> str:
         """Who owns a new message: the instance the client published to (a
@@ -221,24 +303,27 @@ class ServedQueue:
     def admit(self, record: Record, now: float | None) -> bool:
         """Enter a committed publish of the underlying topic, if the queue's Filter
         takes it; returns whether it entered."""
-        if record.bookmark in self.state:
+        if record.txid <= self.floor or record.bookmark in self.state:
             return False
         doc = None  # parsed once, only when a Filter, BarrierExpression or Priority reads it
         if self.filter is not None or self.barrier is not None or self.priority is not None:
             doc = parse_json(record.payload)
         if self.filter is not None and not self.filter.matches(doc):
             return False
+        owner = self.owner_of(record)
         message = QueueMessage(
-            txid=record.txid,
-            bookmark=record.bookmark,
-            payload=record.payload,
-            correlation_id=record.correlation_id,
-            published_at=(record.origin_ts or record.local_ts) / 1e6,
-            owner=self.owner_of(record),
-            priority=priority_of(self.priority.value(doc)) if self.priority else 0,
-            barrier=self.barrier is not None and self.barrier.matches(doc),
+            record.txid,
+            record.bookmark,
+            record.payload if len(self.state) < PAYLOAD_IN_MEMORY else None,
+            record.correlation_id,
+            (record.origin_ts or record.local_ts) / 1e6,
+            self._owners.setdefault(owner, owner),  # one string per owner
+            priority_of(self.priority.value(doc)) if self.priority else 0,
+            self.barrier is not None and self.barrier.matches(doc),
         )
         self.state.add(message, now)
+        if self.changes is not None:
+            self.changes.admit(row_of(message))
         return True
 
     def seconds_behind(self, now: float) -> float:
@@ -250,6 +335,18 @@ class ServedQueue:
         if first is None:
             return 0.0
         return max(now - (first.arrived_at or first.published_at), 0.0)
+
+    def take_changes(self, through_txid: int) -> Changes | None:
+        """The changes since the last checkpoint, to be written as one through
+        ``through_txid``; None when there is nothing worth writing yet. The queue
+        collects afresh from here."""
+        cp, changes = self.checkpoint, self.changes
+        if cp is None or changes is None or through_txid <= cp.applied_txid:
+            return None
+        if not changes and through_txid - cp.applied_txid < CHECKPOINT_TXIDS:
+            return None
+        self.changes = Changes()
+        return changes
 
 
 def priority_of(value: object) -> int:
@@ -269,7 +366,7 @@ class QueueBook:
         configs: Iterable[QueueConfig],
         instance_name: str,
         compile_filter: Callable[[str], Filter],
-        journal: Callable[[str, bytes, int], None],
+        journal: Callable[[str, bytes, int, Committed | None], None],
         on_expired: Callable[[ServedQueue, QueueMessage], None] | None = None,
         reachable: Callable[[], set[str]] | None = None,
     ) -> None:
@@ -278,7 +375,7 @@ class QueueBook:
         instance_name: this instance's name (message ownership).
         compile_filter: the instance's filter cache.
         journal: journals a queue record (queue name, payload, kind: ``QUEUE_ACK`` or
-            ``QUEUE_TRANSFER``).
+            ``QUEUE_TRANSFER``, and what to call once it is committed, or None).
         on_expired: told of each message this instance expires (the action hook).
         reachable: the instances known reachable through replication now (for proxied
             transfer; None: none is).
@@ -290,6 +387,13 @@ class QueueBook:
         self._by_topic: dict[str, tuple[ServedQueue, ...]] = {}
         self._wake = trio.Event()
         self.clock: Callable[[], float] = time.time
+        self.journal: Journal | None = None
+        #: the newest committed txid applied to the queues
+        self.applied_txid = 0
+        #: at the last open: journal records read, messages loaded from checkpoints
+        self.records_read = 0
+        self.messages_loaded = 0
+        self._checkpoint_warned = -1e9
 
     def __bool__(self) -> bool:
         return bool(self.queues)
@@ -308,25 +412,198 @@ class QueueBook:
         return found
 
     # ---------------------------------------------------------------- the journal
-    def rebuild(self, read: Callable[[int, int], list[Record]]) -> int:
-        """Build every queue from the journal (at start, before anything commits):
-        ``read(after_txid, limit)`` returns the next records. Returns the messages
-        left in the queues."""
+    def rebuild(self, read: Callable[[int, int], list[Record]], after: int = 0) -> int:
+        """Apply the journal to every queue (at start, before anything commits):
+        ``read(after_txid, limit)`` returns the next records, from ``after``. Returns
+        how many records were read."""
         if not self.queues:
             return 0
-        after = 0
+        count = 0
         while True:
             batch = read(after, REBUILD_BATCH)
             if not batch:
                 break
             after = batch[-1].txid
+            count += len(batch)
             self._apply(batch, now=None)
-        return sum(len(q.state) for q in self.queues.values())
+        self.applied_txid = max(self.applied_txid, after)
+        return count
+
+    def open(self, journal: Journal, directory: Path) -> int:
+        """Load every queue from its checkpoint under ``directory`` and apply the
+        journal records after it (blocking: at start, in a worker thread, before
+        anything commits). A checkpoint that is missing, damaged, stale (the queue's
+        definition changed) or ahead of the journal (the journal lost a tail) is
+        rebuilt from the journal, and the log says why. Returns how many journal
+        records were read.
+
+        Raises:
+            CheckpointError: a checkpoint cannot be opened for another reason than
+                damage (its directory is not writable, another process holds it).
+        """
+        self.journal = journal
+        for queue in self.queues.values():
+            queue.read_record = journal.get
+            queue.changes = Changes()
+            queue.checkpoint = self._load(queue, journal, directory / _safe_name(queue.name))
+        if not self.queues:
+            return 0
+        self.messages_loaded = sum(len(q.state) for q in self.queues.values())
+        start = min(q.floor for q in self.queues.values())
+        self.applied_txid = start
+        read = self.records_read = self.rebuild(journal.read, start)
+        for queue in self.queues.values():
+            queue.floor = 0
+        depth = sum(len(q.state) for q in self.queues.values())
+        log.info(
+            "queues %s: %d message(s) waiting; read %d journal record(s) past the "
+            "checkpoints (txid %d to %d)",
+            ", ".join(self.queues),
+            depth,
+            read,
+            start,
+            self.applied_txid,
+            extra=events.extra(events.QUEUES_REBUILT),
+        )
+        return read
+
+    def _load(self, queue: ServedQueue, journal: Journal, directory: Path) -> QueueCheckpoint:
+        """Open ``queue``'s checkpoint and fill the queue from it (``queue.floor``: the
+        txid it covers); an unusable one is emptied (or set aside) first, saying why."""
+        definition = queue_definition(queue.config, queue.instance_name)
+        try:
+            cp = QueueCheckpoint(directory, queue.name, definition)
+        except CheckpointDamaged as exc:
+            aside = set_aside(directory)
+            log.error(
+                "queue %s: its checkpoint cannot be used (%s); moved to %s, and the queue "
+                "is rebuilt from the journal",
+                queue.name,
+                exc,
+                aside,
+                extra=events.extra(events.QUEUES_REBUILT),
+            )
+            cp = QueueCheckpoint(directory, queue.name, definition)
+        why = cp.stale
+        if not why and cp.applied_txid > journal.last_txid:
+            why = (
+                f"it covers the journal through txid {cp.applied_txid} but the journal ends "
+                f"at {journal.last_txid} (the journal lost a tail)"
+            )
+        elif not why and cp.applied_txid and cp.applied_txid + 1 < journal.first_txid():
+            why = (
+                f"journal records after it were removed (it covers txid {cp.applied_txid}, "
+                f"the journal starts at {journal.first_txid()})"
+            )
+        if not why and cp.applied_txid:
+            try:
+                queue.state.restore(cp.messages())
+                queue.floor = cp.applied_txid
+            except (CheckpointDamaged, ValueError) as exc:
+                why = f"it is damaged ({exc})"
+                queue.state = QueueState(
+                    queue_policy(queue.config), queue.instance_name, queue.matches
+                )
+        if why:
+            log.warning(
+                "queue %s: its checkpoint is not used: %s; the queue is rebuilt from the "
+                "journal",
+                queue.name,
+                why,
+                extra=events.extra(events.QUEUES_REBUILT),
+            )
+            cp.clear()
+        elif cp.applied_txid:
+            log.info(
+                "queue %s: loaded %d message(s) from its checkpoint at txid %d",
+                queue.name,
+                len(queue.state),
+                cp.applied_txid,
+                extra=events.extra(events.QUEUES_REBUILT),
+            )
+        return cp
+
+    async def run_checkpoints(self) -> None:
+        """Write the queues' checkpoints every :data:`CHECKPOINT_INTERVAL` (runs until
+        cancelled)."""
+        while True:
+            await trio.sleep(CHECKPOINT_INTERVAL)
+            await self.checkpoint()
+
+    async def checkpoint(self) -> int:
+        """Write what changed in each queue since its last checkpoint, as of the newest
+        commit applied, in a worker thread. A write that fails leaves the previous
+        checkpoint; its changes are kept for the next one. Returns how many
+        checkpoints were written."""
+        through = self.applied_txid
+        jobs = [(q, ch) for q in self.queues.values() if (ch := q.take_changes(through))]
+        if not jobs:
+            return 0
+        failed = await trio.to_thread.run_sync(self._write_checkpoints, through, jobs)
+        for queue, changes in failed:
+            queue.changes = changes.then(queue.changes or Changes())
+        return len(jobs) - len(failed)
+
+    def close(self) -> None:
+        """Write the last checkpoints (blocking: at a clean stop, after the last
+        commit) and close them."""
+        through = self.applied_txid
+        jobs = [(q, ch) for q in self.queues.values() if (ch := q.take_changes(through))]
+        if jobs:
+            self._write_checkpoints(through, jobs)
+        for queue in self.queues.values():
+            if queue.checkpoint is not None:
+                queue.checkpoint.close()
+                queue.checkpoint = None
+
+    def _write_checkpoints(
+        self, through: int, jobs: list[tuple[ServedQueue, Changes]]
+    ) -> list[tuple[ServedQueue, Changes]]:
+        failed = []
+        for queue, changes in jobs:
+            assert queue.checkpoint is not None
+            try:
+                queue.checkpoint.write(through, changes, self._txid_of)
+            except CheckpointError as exc:
+                failed.append((queue, changes))
+                now = time.monotonic()
+                if now - self._checkpoint_warned >= 60:
+                    self._checkpoint_warned = now
+                    log.warning(
+                        "queue %s: %s (a start reads the journal from the last checkpoint "
+                        "written, txid %d)",
+                        queue.name,
+                        exc,
+                        queue.checkpoint.applied_txid,
+                        extra=events.extra(events.QUEUES_REBUILT),
+                    )
+        return failed
+
+    def _txid_of(self, bookmark: str) -> int | None:
+        """The local txid of the message ``bookmark`` (the journal's index)."""
+        if self.journal is None:
+            return None
+        try:
+            pub_hash, seq = parse_bookmark(bookmark)
+        except BadBookmark:
+            return None
+        return self.journal.lookup_bookmark(pub_hash, seq)
+
+    def checkpoint_txids(self) -> dict[str, int]:
+        """Per queue, the txid its checkpoint covers (journal removal keeps what is
+        after it: a start applies those records)."""
+        return {
+            name: q.checkpoint.applied_txid
+            for name, q in self.queues.items()
+            if q.checkpoint is not None
+        }
 
     def on_commit(self, records: list[Record]) -> None:
         """Committed records (txid order): publishes enter the queues their topic
-        feeds, acks and expiries leave; then every queue that changed is pumped."""
+        feeds, acks and expiries leave; then every queue that changed is pumped. Then
+        the acknowledgements waiting for these records are confirmed."""
         changed = self._apply(records, self.clock())
+        self.applied_txid = records[-1].txid
         for queue in changed:
             self.pump(queue)
 
@@ -352,13 +629,22 @@ class QueueBook:
                         extra=events.extra(events.QUEUE_RECORD_UNREADABLE),
                     )
                     continue
+                if rec.txid <= acked.floor:
+                    continue
                 removed = acked.state.apply_removed(marks)
                 if now is not None:
                     acked.note_acked(removed, now)
+                changes = acked.changes
+                if changes is not None:
+                    known = {m.bookmark: m.txid for m in removed}
+                    for mark in marks:
+                        changes.remove(mark, known.get(mark, 0))
                 changed.add(acked)
             elif kind == QUEUE_TRANSFER:
                 moved = self.queues.get(rec.topic)
-                if moved is not None and self._apply_transfer(moved, rec, now):
+                if moved is None or rec.txid <= moved.floor:
+                    continue
+                if self._apply_transfer(moved, rec, now):
                     changed.add(moved)
         return changed
 
@@ -386,6 +672,8 @@ class QueueBook:
                     conflicts.append(mark)
                 queue.state.transfer(mark, to)
                 queue.requested.pop(mark, None)
+                if queue.changes is not None:
+                    queue.changes.transfer(mark, to)
             if conflicts:
                 queue.proxied_conflicts += len(conflicts)
                 log.warning(
@@ -419,7 +707,7 @@ class QueueBook:
                 state.transfer(mark, to)
                 granted.append(mark)
         if granted:
-            self._journal(queue.name, transfer_payload("grant", granted, to), QUEUE_TRANSFER)
+            self._journal(queue.name, transfer_payload("grant", granted, to), QUEUE_TRANSFER, None)
 
     def _ask_owners(self, queue: ServedQueue, now: float) -> None:
         """Ask the owners for messages this instance's idle subscriptions could take
@@ -438,7 +726,7 @@ class QueueBook:
             for mark in wanted:
                 queue.requested[mark] = now
             payload = transfer_payload("request", wanted, queue.instance_name)
-            self._journal(queue.name, payload, QUEUE_TRANSFER)
+            self._journal(queue.name, payload, QUEUE_TRANSFER, None)
 
     def _claim_unreachable(
         self, queue: ServedQueue, candidates: list[QueueMessage]
@@ -466,7 +754,7 @@ class QueueBook:
             extra=events.extra(events.QUEUE_PROXIED_CLAIM),
         )
         payload = transfer_payload("grant", claimed, queue.instance_name)
-        self._journal(queue.name, payload, QUEUE_TRANSFER)
+        self._journal(queue.name, payload, QUEUE_TRANSFER, None)
         self.pump(queue)
         taken = set(claimed)
         return [m for m in candidates if m.bookmark not in taken]
@@ -499,23 +787,51 @@ class QueueBook:
         sent_at_most_once: list[str] = []
         for sub, message in queue.state.assign(now):
             subscriber: QueueSubscriber = sub.context
-            _send_message(queue, subscriber, message)
+            try:
+                _send_message(queue, subscriber, message)
+            except CorruptRecord as exc:
+                self._unreadable(queue, message, exc)
+                continue
             if not queue.state.policy.at_least_once and not message.barrier:
                 sent_at_most_once.append(message.bookmark)
         if sent_at_most_once:
             self.journal_removal(queue, sent_at_most_once, "sent")
         self._wake.set()
 
-    def journal_removal(self, queue: ServedQueue, bookmarks: list[str], reason: str) -> None:
-        """Journal (and so replicate) that messages left ``queue``: ``ack``,
-        ``expire``, or ``sent`` (an at-most-once delivery)."""
-        self._journal(queue.name, ack_payload(bookmarks, reason), QUEUE_ACK)
+    def _unreadable(self, queue: ServedQueue, message: QueueMessage, exc: CorruptRecord) -> None:
+        """A message whose journal record cannot be read: it leaves this instance's
+        queue (not journaled: another queue host may hold a sound copy), saying so."""
+        queue.state.drop(message.bookmark)
+        log.error(
+            "queue %s: message %s (txid %d) cannot be delivered: its journal record is "
+            "damaged (%s); it is left out of the queue here. Run `amps-py txlog verify` "
+            "on the journal to see the damage",
+            queue.name,
+            message.bookmark,
+            message.txid,
+            exc,
+            extra=events.extra(events.QUEUE_RECORD_UNREADABLE),
+        )
 
-    def expired(self, queue: ServedQueue, gone: list[QueueMessage]) -> None:
+    def journal_removal(
+        self,
+        queue: ServedQueue,
+        bookmarks: list[str],
+        reason: str,
+        on_committed: Committed | None = None,
+    ) -> None:
+        """Journal (and so replicate) that messages left ``queue``: ``ack``,
+        ``expire``, or ``sent`` (an at-most-once delivery). ``on_committed`` is called
+        once the record is committed (or failed)."""
+        self._journal(queue.name, ack_payload(bookmarks, reason), QUEUE_ACK, on_committed)
+
+    def expired(
+        self, queue: ServedQueue, gone: list[QueueMessage], on_committed: Committed | None = None
+    ) -> None:
         """Messages this instance expired: journal their removal, tell the hook."""
         if not gone:
             return
-        self.journal_removal(queue, [m.bookmark for m in gone], "expire")
+        self.journal_removal(queue, [m.bookmark for m in gone], "expire", on_committed)
         if self._on_expired is not None:
             for message in gone:
                 self._on_expired(queue, message)
@@ -591,6 +907,7 @@ class QueueBook:
                 "proxied_transfer": queue.proxied_transfer,
                 "proxied_claims": queue.proxied_claims,
                 "proxied_conflicts": queue.proxied_conflicts,
+                "checkpoint_txid": queue.checkpoint.applied_txid if queue.checkpoint else 0,
                 **{field: getattr(stats, field) for field in stats.__dataclass_fields__},
             }
         return out
@@ -615,7 +932,7 @@ def _send_message(queue: ServedQueue, subscriber: QueueSubscriber, message: Queu
     if lease is not None and lease.expires_at is not None:
         expiry = datetime.fromtimestamp(lease.expires_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         header += b',"lp":"' + expiry.encode() + b'"'
-    payload = message.payload
+    payload = queue.payload_of(message)
     subscriber.session.send(messages.frame_head(header, len(payload)))
     subscriber.session.send(payload)
     subscriber.session.messages_out += 1
@@ -655,7 +972,12 @@ def acknowledge(
     session: Session, queue: ServedQueue, header: dict[str, Any], payload: bytes
 ) -> None:
     """``sow_delete`` on a queue: acknowledge the messages named by ``bm`` (option
-    ``cancel`` returns them, ``expire`` expires them), or those a filter selects."""
+    ``cancel`` returns them, ``expire`` expires them), or those a filter selects.
+
+    The messages leave the queue here at once (nothing here delivers them again); the
+    ``processed`` (and ``stats``) ack is sent once the ``QUEUE_ACK`` records this
+    command journals are committed, so a confirmed acknowledgement survives a crash.
+    A commit that fails answers with a failure ack instead."""
     book = session.instance.queues
     assert book is not None
     state = queue.state
@@ -669,7 +991,7 @@ def acknowledge(
     elif header.get("f"):
         flt = session.instance.compile_filter(str(header["f"]))
         result = state.ack_matching(
-            lambda m: flt.matches(parse_json(m.payload)), session.conn_id, now
+            lambda m: flt.matches(parse_json(queue.payload_of(m))), session.conn_id, now
         )
     else:
         raise CommandFailed(
@@ -677,21 +999,55 @@ def acknowledge(
             f"sow_delete on queue {queue.name!r} needs the bookmarks to acknowledge (bm, "
             "comma-separated) or a filter (f)",
         )
-    if result.acked:
-        queue.note_acked(result.acked, now)
-        book.journal_removal(queue, [m.bookmark for m in result.acked], "ack")
-    book.expired(queue, result.expired)
-    book.pump(queue)
     acks = ack_types(header)
     query_id = str(header.get("query_id") or header.get("cid") or "")
-    if "processed" in acks:
-        session.ack(header, "processed", query_id=query_id)
-    if "stats" in acks:
-        session.ack(
-            header,
-            "stats",
-            query_id=query_id,
-            records_deleted=len(result.acked) + len(result.expired),
-            topic_matches=held,
-            matches=len(marks) if marks else len(result.acked) + len(result.refused),
-        )
+
+    def answer() -> None:
+        if "processed" in acks:
+            session.ack(header, "processed", query_id=query_id)
+        if "stats" in acks:
+            session.ack(
+                header,
+                "stats",
+                query_id=query_id,
+                records_deleted=len(result.acked) + len(result.expired),
+                topic_matches=held,
+                matches=len(marks) if marks else len(result.acked) + len(result.refused),
+            )
+
+    waiting = bool(result.acked) + bool(result.expired)
+    failures: list[str] = []
+
+    def committed(stored: bool, detail: str) -> None:
+        nonlocal waiting
+        waiting -= 1
+        if not stored:
+            failures.append(detail)
+        if waiting:
+            return
+        if failures:
+            session._fail(
+                header,
+                CommandFailed(
+                    reasons.JOURNAL_WRITE_FAILED,
+                    f"the acknowledgement of queue {queue.name!r} was not stored "
+                    f"({failures[0]}); the messages are delivered again after a restart "
+                    "unless acknowledged again",
+                ),
+            )
+        else:
+            answer()
+
+    confirm = committed if ("processed" in acks or "stats" in acks) else None
+    if result.acked:
+        queue.note_acked(result.acked, now)
+        book.journal_removal(queue, [m.bookmark for m in result.acked], "ack", confirm)
+    book.expired(queue, result.expired, confirm)
+    book.pump(queue)
+    if confirm is not None and not waiting:
+        answer()
+
+
+def _safe_name(name: str) -> str:
+    """A queue's name as a directory name."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

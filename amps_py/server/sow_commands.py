@@ -256,21 +256,31 @@ class QueueSnapshot:
     thread may filter it while the queue moves on; the query removes nothing."""
 
     def __init__(self, queue: ServedQueue) -> None:
-        self.entries = [
-            SowEntry(
-                key=m.bookmark,
-                txid=m.txid,
-                bookmark=m.bookmark,
-                correlation_id=m.correlation_id,
-                ts_us=int(m.published_at * 1_000_000),
-                payload=m.payload,
-            )
+        self.queue = queue
+        # the messages as they are now; their payloads (mostly in the journal, not in
+        # memory) are read as the entries are iterated, in the worker thread
+        self.messages = [
+            (m.bookmark, m.txid, m.correlation_id, m.published_at, m.payload)
             for m in queue.state.messages()
         ]
-        self.count = len(self.entries)
+        self.count = len(self.messages)
 
     def __iter__(self) -> Iterator[SowEntry]:
-        return iter(self.entries)
+        read = self.queue.read_record
+        for mark, txid, cid, published_at, payload in self.messages:
+            if payload is None:
+                record = read(txid) if read is not None else None
+                if record is None:
+                    continue  # left the queue and the journal meanwhile
+                payload = record.payload
+            yield SowEntry(
+                key=mark,
+                txid=txid,
+                bookmark=mark,
+                correlation_id=cid,
+                ts_us=int(published_at * 1_000_000),
+                payload=payload,
+            )
 
     def close(self) -> None:
         """Nothing to release (the copy is garbage collected)."""

@@ -106,6 +106,8 @@ class SowTopic:
         self.keyer = SowKeyer(config.name, config.keys, config.key_domain)
         #: key -> the newest record queued for the journal and not committed yet
         self.queued: dict[str, Record] = {}
+        #: a stamp of the store failed (said once in the log)
+        self.stamp_failed = False
 
     def key_of(self, header: dict[str, Any], doc: Any) -> str:
         """The SOW key of a message: from its configured Key fields, else the
@@ -171,6 +173,10 @@ class SowState:
         self.clock: Callable[[], int] = wall_clock_us
         #: id(record) -> (record, its ``e`` lifetime) for queued publishes that gave one
         self._lifetimes: dict[int, tuple[Record, float]] = {}
+        #: the newest committed txid applied (every store is current through it)
+        self.applied_txid = 0
+        #: journal records the last :meth:`catch_up` read (statistics, tests)
+        self.records_read = 0
 
     def __bool__(self) -> bool:
         return bool(self.configs)
@@ -213,7 +219,50 @@ class SowState:
                 store = SowStore(directory, config.name, transient=transient)
             self.topics[config.name] = SowTopic(config, store, self.now_us)
 
+    def stamp(self) -> int:
+        """Record in every store that lags :attr:`applied_txid` that it is current
+        through it (a store's own records may be older: it saw no record of its topic
+        since). A start then reads the journal from there, not from its topic's last
+        record. Small writes (no sync, like every store write); returns how many
+        stores were stamped. A store that cannot be written is left as it is (a start
+        reads more of the journal), and the log says why once."""
+        stamped = 0
+        for sow in self.topics.values():
+            store = sow.store
+            if store.applied_txid >= self.applied_txid:
+                continue
+            try:
+                store.apply([], [], self.applied_txid)
+            except SowStoreError as exc:
+                if not sow.stamp_failed:
+                    sow.stamp_failed = True
+                    log.warning(
+                        "SOW store of topic %s: cannot record that it is current through "
+                        "txid %d (%s); a start reads the journal from txid %d",
+                        sow.name,
+                        self.applied_txid,
+                        exc,
+                        store.applied_txid,
+                        extra=events.extra(events.SOW_STORE_REBUILT),
+                    )
+                continue
+            stamped += 1
+        return stamped
+
+    def checkpoint_txids(self) -> dict[str, int]:
+        """Per SOW topic with a persistent store, the txid the store is current
+        through (journal removal keeps what is after it: a start applies it). A
+        transient store is rebuilt from the whole journal at each start anyway."""
+        return {
+            name: t.store.applied_txid
+            for name, t in self.topics.items()
+            if t.config.durability != "transient"
+        }
+
     def close(self) -> None:
+        """Stamp the stores (:meth:`stamp`) and close them."""
+        if self.topics:
+            self.stamp()
         for topic in self.topics.values():
             topic.store.close()
 
@@ -288,6 +337,8 @@ class SowState:
         for rec in records:
             if rec.topic in self.topics:
                 by_topic.setdefault(rec.topic, []).append(rec)
+        if records:
+            self.applied_txid = max(self.applied_txid, records[-1].txid)
         removed: list[Removed] = []
         for name, recs in by_topic.items():
             gone = self._apply_topic(self.topics[name], recs)
@@ -356,12 +407,14 @@ class SowState:
                 sow.store.clear()
         start = min(t.store.applied_txid for t in self.topics.values())
         applied = 0
+        read = 0
         after = start
         while True:
             batch = journal.read(after, CATCH_UP_BATCH)
             if not batch:
                 break
             after = batch[-1].txid
+            read += len(batch)
             fresh = [
                 rec
                 for rec in batch
@@ -370,13 +423,17 @@ class SowState:
             if fresh:
                 self.apply(fresh)
                 applied += len(fresh)
-        if applied:
-            log.info(
-                "SOW: applied %d journal record(s) to the stores of %s",
-                applied,
-                ", ".join(self.topics),
-                extra=events.extra(events.SOW_STORE_REBUILT),
-            )
+        self.applied_txid = max(after, start)
+        self.records_read = read
+        log.info(
+            "SOW: read %d journal record(s) past the stores' txid %d and applied %d to the "
+            "stores of %s",
+            read,
+            start,
+            applied,
+            ", ".join(self.topics),
+            extra=events.extra(events.SOW_STORE_REBUILT),
+        )
         return applied
 
     def statistics(self) -> dict[str, dict[str, int]]:
