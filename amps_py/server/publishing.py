@@ -512,6 +512,8 @@ class PublishPath:
         self._fail_publishes(local, reasons.JOURNAL_WRITE_FAILED, reason)
         if self._commit_callbacks:
             self._run_commit_callbacks(records, False, reason)
+        if self.queues is not None:
+            self.queues.commit_failed()
         if self.sow_topics:
             self.sow.forget(records)
         self._wake_waiters()  # what waits for these records learns they failed

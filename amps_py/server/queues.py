@@ -235,6 +235,8 @@ class ServedQueue:
         self.checkpoint: QueueCheckpoint | None = None
         #: the journal record of a message whose payload is not held in memory
         self.read_record: Callable[[int], Record | None] | None = None
+        #: bookmark -> txid of messages removed here whose QUEUE_ACK has not committed
+        self.removed_here: dict[str, int] = {}
         #: while opening: records at or below this txid are in the loaded checkpoint
         self.floor = 0
         self._owners: dict[str, str] = {}
@@ -637,8 +639,9 @@ class QueueBook:
                 changes = acked.changes
                 if changes is not None:
                     known = {m.bookmark: m.txid for m in removed}
+                    here = acked.removed_here
                     for mark in marks:
-                        changes.remove(mark, known.get(mark, 0))
+                        changes.remove(mark, known.get(mark) or here.pop(mark, 0))
                 changed.add(acked)
             elif kind == QUEUE_TRANSFER:
                 moved = self.queues.get(rec.topic)
@@ -784,7 +787,7 @@ class QueueBook:
     def pump(self, queue: ServedQueue) -> None:
         """Send every delivery the queue can make now."""
         now = self.clock()
-        sent_at_most_once: list[str] = []
+        sent_at_most_once: list[QueueMessage] = []
         for sub, message in queue.state.assign(now):
             subscriber: QueueSubscriber = sub.context
             try:
@@ -793,7 +796,7 @@ class QueueBook:
                 self._unreadable(queue, message, exc)
                 continue
             if not queue.state.policy.at_least_once and not message.barrier:
-                sent_at_most_once.append(message.bookmark)
+                sent_at_most_once.append(message)
         if sent_at_most_once:
             self.journal_removal(queue, sent_at_most_once, "sent")
         self._wake.set()
@@ -816,14 +819,24 @@ class QueueBook:
     def journal_removal(
         self,
         queue: ServedQueue,
-        bookmarks: list[str],
+        gone: list[QueueMessage],
         reason: str,
         on_committed: Committed | None = None,
     ) -> None:
-        """Journal (and so replicate) that messages left ``queue``: ``ack``,
+        """Journal (and so replicate) that messages left ``queue`` here: ``ack``,
         ``expire``, or ``sent`` (an at-most-once delivery). ``on_committed`` is called
         once the record is committed (or failed)."""
-        self._journal(queue.name, ack_payload(bookmarks, reason), QUEUE_ACK, on_committed)
+        if queue.changes is not None:
+            # their txids, for the checkpoint once the record commits
+            queue.removed_here.update((m.bookmark, m.txid) for m in gone)
+        marks = [m.bookmark for m in gone]
+        self._journal(queue.name, ack_payload(marks, reason), QUEUE_ACK, on_committed)
+
+    def commit_failed(self) -> None:
+        """A journal commit failed: the removals made here that waited for it will
+        never commit (their messages come back at the next start)."""
+        for queue in self.queues.values():
+            queue.removed_here.clear()
 
     def expired(
         self, queue: ServedQueue, gone: list[QueueMessage], on_committed: Committed | None = None
@@ -831,7 +844,7 @@ class QueueBook:
         """Messages this instance expired: journal their removal, tell the hook."""
         if not gone:
             return
-        self.journal_removal(queue, [m.bookmark for m in gone], "expire", on_committed)
+        self.journal_removal(queue, gone, "expire", on_committed)
         if self._on_expired is not None:
             for message in gone:
                 self._on_expired(queue, message)
@@ -1041,7 +1054,7 @@ def acknowledge(
     confirm = committed if ("processed" in acks or "stats" in acks) else None
     if result.acked:
         queue.note_acked(result.acked, now)
-        book.journal_removal(queue, [m.bookmark for m in result.acked], "ack", confirm)
+        book.journal_removal(queue, result.acked, "ack", confirm)
     book.expired(queue, result.expired, confirm)
     book.pump(queue)
     if confirm is not None and not waiting:
