@@ -102,6 +102,9 @@ async def test_metrics_follow_the_traffic(server: ServerProcess) -> None:
     text = get(f"{base}/metrics")[2].decode()
     assert 'amps_journal_commits_total{instance="adm"}' in text
     assert "amps_uptime_seconds" in text
+    # the start: how long, and how much of the journal it read (none: a fresh journal)
+    assert 'amps_startup_journal_records_read{instance="adm"} 0.0' in text, text
+    assert "amps_startup_seconds" in text
     # histograms: cumulative buckets ending in +Inf, whose count is the commit count
     commits = next(
         float(x.split()[-1])

@@ -62,6 +62,18 @@ class InstanceCollector(Collector):
             return c
 
         yield gauge("amps_uptime_seconds", "Seconds since the instance started", stats.uptime)
+        if stats.startup:
+            yield gauge(
+                "amps_startup_seconds",
+                "Seconds the last start took, to ready",
+                stats.startup["seconds"],
+            )
+            yield gauge(
+                "amps_startup_journal_records_read",
+                "Journal records the last start read past the SOW stores' and queues' "
+                "checkpoints",
+                stats.startup["journal_records_read"],
+            )
         yield gauge("amps_clients", "Connected clients", stats.clients)
         yield gauge("amps_subscriptions", "Active subscriptions", stats.subscriptions)
         yield counter("amps_published_messages", "Messages published here", stats.published)

@@ -26,9 +26,14 @@ each with the seconds from spawning ``amps-py serve`` to its ready file, the ser
 pages mapped from disk) and how many journal records the start read past its
 checkpoints (from the server's log).
 
+``--unit-costs`` measures instead what one SOW key and one queued message cost in
+anonymous memory: clean starts of three journals of the first size, the default live
+state, twice the SOW keys, and twice the queue.
+
 Run from the repository root::
 
     .venv/bin/python tools/bench/bench_startup.py --sizes 1M,10M --work /tmp/bench-startup
+    .venv/bin/python tools/bench/bench_startup.py --sizes 1M --unit-costs --queue-messages 200K
 
 Built journals are kept under ``--work`` (reused by the next run with the same
 shape; ``--rebuild`` builds them again). A journal of 10M records of 256 B takes
@@ -153,17 +158,16 @@ def records_read(log_file: Path, since: int) -> int | None:
     return sum(found) if found else None
 
 
-def measure(size: int, args: argparse.Namespace) -> None:
-    shape = f"{size}-{args.sow_keys}-{args.queue_messages}"
-    workdir = Path(args.work) / shape
+def prepare(size: int, sow_keys: int, queue_messages: int, args: argparse.Namespace) -> Path:
+    """The work directory of a journal of this shape (built when missing), its derived
+    state (SOW stores, queue checkpoints) removed and its config written."""
+    workdir = Path(args.work) / f"{size}-{sow_keys}-{queue_messages}"
     journal = workdir / "journal"
     if args.rebuild or not (workdir / "built").exists():
         workdir.mkdir(parents=True, exist_ok=True)
         print(f"building a journal of {size:,} records in {journal}", flush=True)
         t0 = time.time()
-        made = build_journal(
-            journal, NAME, size, args.sow_keys, args.queue_messages, progress=True
-        )
+        made = build_journal(journal, NAME, size, sow_keys, queue_messages, progress=True)
         (workdir / "built").write_text(orjson.dumps(made).decode())
         print(f"  built in {time.time() - t0:.0f} s: {made}", flush=True)
     # the server's derived state (SOW stores, queue checkpoint) starts from nothing
@@ -173,40 +177,78 @@ def measure(size: int, args: argparse.Namespace) -> None:
     log_file.unlink(missing_ok=True)
     log_file.touch()
     (workdir / "config.xml").write_text(config_text(journal, log_file))
+    return workdir
+
+
+def one_start(
+    workdir: Path, phase: str, kill_after: int | None, args: argparse.Namespace, **shape: Any
+) -> dict[str, Any]:
+    """Start the server once and print a figures line; then stop it cleanly, or publish
+    ``kill_after`` records and kill -9 it."""
+    journal = workdir / "journal"
+    log_file = workdir / "server.log"
     du = sum(f.stat().st_size for f in journal.rglob("*") if f.is_file())
+    since = log_file.stat().st_size
+    proc, seconds, ready = start(workdir)
+    anon = rss_anon_kb(proc.pid)
+    result = {
+        "bench": "startup",
+        **shape,
+        "journal_mb": round(du / 2**20),
+        "phase": phase,
+        "seconds_to_ready": round(seconds, 3),
+        "rss_anon_mb": round(anon / 1024, 1),
+        "records_read_at_start": records_read(log_file, since),
+        **env_info(),
+    }
+    emit(result, Path(args.out) if args.out else None)
+    if kill_after is not None:
+        publish_tail(int(ready["transports"]["json-tcp"]), kill_after)
+        stop(proc, hard=True)
+    else:
+        stop(proc, hard=False)
+    return result
 
-    def one(phase: str, hard_before: bool) -> None:
-        since = log_file.stat().st_size
-        proc, seconds, ready = start(workdir)
-        anon = rss_anon_kb(proc.pid)
-        read = records_read(log_file, since)
-        emit(
-            {
-                "bench": "startup",
-                "records": size,
-                "journal_mb": round(du / 2**20),
-                "phase": phase,
-                "seconds_to_ready": round(seconds, 3),
-                "rss_anon_mb": round(anon / 1024, 1),
-                "records_read_at_start": read,
-                **env_info(),
-            },
-            Path(args.out) if args.out else None,
-        )
-        if hard_before:
-            publish_tail(int(ready["transports"]["json-tcp"]), args.tail)
-            stop(proc, hard=True)
-        else:
-            stop(proc, hard=False)
 
-    one("first", hard_before=False)
+def measure(size: int, args: argparse.Namespace) -> None:
+    shape = {"records": size, "sow_keys": args.sow_keys, "queue_messages": args.queue_messages}
+    workdir = prepare(size, args.sow_keys, args.queue_messages, args)
+    one_start(workdir, "first", None, args, **shape)
     for _ in range(args.runs):
-        one("clean", hard_before=False)
-    one("kill9-setup", hard_before=True)
+        one_start(workdir, "clean", None, args, **shape)
+    one_start(workdir, "kill9-setup", args.tail, args, **shape)
     for _ in range(args.runs):
-        one("kill9", hard_before=True)
+        one_start(workdir, "kill9", args.tail, args, **shape)
     proc, _, _ = start(workdir)
     stop(proc, hard=False)
+
+
+def unit_costs(size: int, args: argparse.Namespace) -> None:
+    """Anonymous memory per SOW key and per queued message: clean starts of journals
+    of ``size`` records whose live state differs in one of the two."""
+    base_keys, base_queue = args.sow_keys, args.queue_messages
+    shapes = [(base_keys, base_queue), (2 * base_keys, base_queue), (base_keys, 2 * base_queue)]
+    anon = {}
+    for keys, queue in shapes:
+        workdir = prepare(size, keys, queue, args)
+        shape = {"records": size, "sow_keys": keys, "queue_messages": queue}
+        one_start(workdir, "first", None, args, **shape)
+        figures = [one_start(workdir, "clean", None, args, **shape) for _ in range(args.runs)]
+        anon[(keys, queue)] = min(f["rss_anon_mb"] for f in figures)
+    base = anon[shapes[0]]
+    per_key = (anon[shapes[1]] - base) * 2**20 / base_keys
+    per_message = (anon[shapes[2]] - base) * 2**20 / (base_queue / 2)  # half are live
+    emit(
+        {
+            "bench": "startup-unit-costs",
+            "records": size,
+            "rss_anon_mb": {f"{k}-keys-{q}-queued": v for (k, q), v in anon.items()},
+            "bytes_per_sow_key": round(per_key),
+            "bytes_per_queued_message": round(per_message),
+            **env_info(),
+        },
+        Path(args.out) if args.out else None,
+    )
 
 
 def main() -> None:
@@ -219,9 +261,19 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/bench-startup", help="where journals are kept")
     parser.add_argument("--rebuild", action="store_true", help="build the journals again")
     parser.add_argument("--out", default=None, help="also append the JSON lines here")
+    parser.add_argument(
+        "--unit-costs",
+        action="store_true",
+        help="instead: RssAnon per SOW key and per queued message at the first size "
+        "(journals with twice the keys, and twice the queue)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYTHONPATH", str(REPO))
-    for size in (parse_size(s) for s in args.sizes.split(",")):
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    if args.unit_costs:
+        unit_costs(sizes[0], args)
+        return
+    for size in sizes:
         measure(size, args)
 
 
