@@ -37,6 +37,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,12 +180,19 @@ def serve(
     ) -> None:
         task_status.started()
         try:
-            await serve_instance(
-                config,
-                ready_file=ready_file,
-                stats_file=stats_file,
-                allow_empty_journal=allow_empty_journal,
-            )
+            async with trio.open_nursery() as inner:
+                await inner.start(
+                    partial(
+                        serve_instance,
+                        config,
+                        ready_file=ready_file,
+                        stats_file=stats_file,
+                        allow_empty_journal=allow_empty_journal,
+                    )
+                )
+                # what start-up built (a deep queue loaded from its checkpoint, the
+                # config) lives as long as the instance: no collection rescans it
+                gc.freeze()
         except BaseException:
             nursery.cancel_scope.cancel()
             raise

@@ -20,7 +20,8 @@ from amps_py.server.queue_checkpoint import Changes, CheckpointDamaged, QueueChe
 
 
 def message(txid: int, owner: str = "A", priority: int = 0) -> QueueMessage:
-    return QueueMessage(txid, f"7|{txid}|", None, f"c{txid}", 1_700_000_000.5 + txid, owner, priority)
+    published = 1_700_000_000.5 + txid
+    return QueueMessage(txid, f"7|{txid}|", None, f"c{txid}", published, owner, priority)
 
 
 def no_lookup(bookmark: str) -> int | None:
@@ -125,7 +126,7 @@ def test_a_chunk_damaged_on_disk_fails_its_crc_when_loaded(tmp_path: Path) -> No
         txn.put(key, bytes(value), db=chunks)
     env.close()
     damaged = QueueCheckpoint(tmp_path / "q", "work", "d")
-    with pytest.raises(CheckpointDamaged, match="chunk 0 .* fails its CRC check"):
+    with pytest.raises(CheckpointDamaged, match=r"chunk 0 .* fails its CRC check"):
         list(damaged.messages())
     damaged.close()
 
@@ -140,5 +141,5 @@ def test_a_truncated_checkpoint_file_is_damage(tmp_path: Path) -> None:
     data = tmp_path / "q" / "data.mdb"
     with open(data, "r+b") as f:
         f.truncate(data.stat().st_size // 3)
-    with pytest.raises(CheckpointDamaged, match="data.mdb is damaged"):
+    with pytest.raises(CheckpointDamaged, match=r"data\.mdb is damaged"):
         QueueCheckpoint(tmp_path / "q", "work", "d")

@@ -406,11 +406,13 @@ class Instance:
                 )
                 task_status.started(dict(self.listeners.bound))
         finally:
-            if self.queues is not None:
-                self.queues.close()  # the last checkpoints, before the journal closes
-            self.publishing.sow.close()
-            if self.journal is not None:
-                self.journal.close()
+            try:
+                if self.queues is not None:
+                    self.queues.close()  # the last checkpoints, before the journal closes
+                self.publishing.sow.close()
+            finally:
+                if self.journal is not None:
+                    self.journal.close()
             log.info("instance %s stopped", self.name, extra=events.extra(events.INSTANCE_STOPPED))
 
     @property

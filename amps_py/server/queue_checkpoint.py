@@ -18,9 +18,10 @@ agree.
 **Layout** (one LMDB environment per queue, in its own directory):
 
 * ``chunks``: chunk number (u64 BE, ``txid >> CHUNK_BITS``) -> CRC32 (u32 BE) + an
-  orjson array of rows ``[txid, bookmark, owner, priority, barrier, published_at,
-  correlation_id]`` in txid order. Chunks make loading a deep queue one decode per
-  few hundred messages, and an update rewrites only the chunks it touches.
+  orjson array ``[owners, rows]``: the owner names, then the rows ``[txid, bookmark,
+  owner index, priority, barrier, published_at, correlation_id]`` in txid order.
+  Chunks make loading a deep queue one decode per few hundred messages, and an update
+  rewrites only the chunks it touches.
 * ``meta``: ``format``, ``queue`` (the queue's name), ``definition`` (what decides
   which records enter and how: a changed Filter, Priority, BarrierExpression,
   UnderlyingTopic or ownership rule makes the checkpoint useless, and the queue is
@@ -65,7 +66,7 @@ __all__ = [
     "row_of",
 ]
 
-FORMAT: Final = b"amps-py-queue-checkpoint-1"
+FORMAT: Final = b"amps-py-queue-checkpoint-2"
 LOCK_FILE: Final = "amps-py-queue.lock"
 #: a chunk holds the messages of 2**CHUNK_BITS consecutive txids
 CHUNK_BITS: Final = 12
@@ -233,27 +234,38 @@ class QueueCheckpoint:
     # ------------------------------------------------------------------ reading
     def messages(self) -> Iterator[QueueMessage]:
         """The messages of the checkpoint, in txid order, as fresh unleased
-        :class:`QueueMessage` objects without payload (``payload`` None).
+        :class:`QueueMessage` objects without payload (``payload`` None); one string
+        object per owner, shared by its messages.
 
         Raises:
             CheckpointDamaged: a chunk fails its CRC or does not decode.
         """
         env = self._live()
-        owners: dict[str, str] = {}
+        shared: dict[str, str] = {}
         try:
             with env.begin(buffers=False) as txn:
                 for key, value in txn.cursor(db=self._chunks):
-                    for row in self._decode(key, value):
-                        txid, mark, owner, priority, barrier, published, cid = row
-                        # one string object per owner, not one per message
-                        owner = owners.setdefault(owner, owner)
-                        yield QueueMessage(
-                            txid, mark, None, cid, published, owner, priority, barrier
-                        )
+                    owners, rows = self._decode(key, value)
+                    owners = [shared.setdefault(o, o) for o in owners]
+                    try:
+                        chunk = [
+                            QueueMessage(txid, mark, None, cid, published, owners[o], prio, bar)
+                            for txid, mark, o, prio, bar, published, cid in rows
+                        ]
+                    except (TypeError, ValueError, IndexError) as exc:
+                        raise self._bad_shape(key, exc) from exc
+                    yield from chunk
         except lmdb.Error as exc:
             raise CheckpointDamaged(f"{self._where()}: reading failed: {exc}") from exc
 
-    def _decode(self, key: bytes, value: bytes) -> list[Any]:
+    def _bad_shape(self, key: bytes, exc: Exception) -> CheckpointDamaged:
+        chunk = _U64.unpack(key)[0] if len(key) == _U64.size else -1
+        return CheckpointDamaged(
+            f"{self._where()}: chunk {chunk} holds rows of another shape ({exc})"
+        )
+
+    def _decode(self, key: bytes, value: bytes) -> tuple[list[str], list[list[Any]]]:
+        """(owner names, rows with owner indexes) of one chunk, checked by its CRC."""
         chunk = _U64.unpack(key)[0] if len(key) == _U64.size else -1
         if len(value) < _CRC.size or _CRC.unpack_from(value)[0] != zlib.crc32(value[_CRC.size :]):
             raise CheckpointDamaged(
@@ -261,25 +273,36 @@ class QueueCheckpoint:
                 "CRC check"
             )
         try:
-            rows = orjson.loads(value[_CRC.size :])
-        except orjson.JSONDecodeError as exc:
+            owners, rows = orjson.loads(value[_CRC.size :])
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
             raise CheckpointDamaged(
                 f"{self._where()}: chunk {chunk} does not decode: {exc}"
             ) from exc
-        if not isinstance(rows, list) or not all(
-            isinstance(r, list)
-            and len(r) == 7
-            and isinstance(r[0], int)
-            and isinstance(r[1], str)
-            and isinstance(r[2], str)
-            and isinstance(r[3], int)
-            and isinstance(r[4], bool)
-            and isinstance(r[5], (int, float))
-            and isinstance(r[6], str)
-            for r in rows
-        ):
-            raise CheckpointDamaged(f"{self._where()}: chunk {chunk} holds rows of another shape")
-        return rows
+        if not isinstance(owners, list) or not isinstance(rows, list):
+            raise self._bad_shape(key, TypeError("not two lists"))
+        return owners, rows
+
+    def _rows(self, key: bytes, value: bytes) -> dict[int, list[Any]]:
+        """txid -> row (owner by name) of one chunk, for rewriting it."""
+        owners, rows = self._decode(key, value)
+        try:
+            return {r[0]: [r[0], r[1], owners[r[2]], r[3], r[4], r[5], r[6]] for r in rows}
+        except (TypeError, IndexError) as exc:
+            raise self._bad_shape(key, exc) from exc
+
+    @staticmethod
+    def _encode(rows: dict[int, list[Any]]) -> bytes:
+        """One chunk: CRC32 + ``[owners, rows]``, rows in txid order with their owner as
+        an index into ``owners``."""
+        index: dict[str, int] = {}
+        ordered = []
+        for txid in sorted(rows):
+            row = rows[txid]
+            ordered.append(
+                [txid, row[1], index.setdefault(row[2], len(index)), row[3], row[4], row[5], row[6]]
+            )
+        body = orjson.dumps([list(index), ordered])
+        return _CRC.pack(zlib.crc32(body)) + body
 
     # ------------------------------------------------------------------ writing
     def write(
@@ -320,7 +343,7 @@ class QueueCheckpoint:
                     key = _U64.pack(chunk)
                     raw = txn.get(key, db=self._chunks)
                     if raw is not None:
-                        rows.update((r[0], r) for r in self._decode(key, raw))
+                        rows.update(self._rows(key, raw))
                 before = sum(len(rows) for rows in touched.values())
                 for row in changes.added.values():
                     touched[row[0] >> CHUNK_BITS][row[0]] = list(row)
@@ -337,8 +360,7 @@ class QueueCheckpoint:
                     if not rows:
                         txn.delete(key, db=self._chunks)
                         continue
-                    body = orjson.dumps([rows[t] for t in sorted(rows)])
-                    txn.put(key, _CRC.pack(zlib.crc32(body)) + body, db=self._chunks)
+                    txn.put(key, self._encode(rows), db=self._chunks)
                 count += after - before
                 txn.put(b"state", _STATE.pack(through_txid, count), db=self._meta)
         except lmdb.Error as exc:
