@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-from harness import REPO, ServerProcess, write_config
+from harness import REPO, ServerProcess, wait_until_sync, write_config
 
 from amps_py.protocol import FrameDecoder, encode_frame
 
@@ -189,5 +189,42 @@ def test_a_changed_queue_filter_rebuilds_the_queue_and_says_why(tmp_path: Path) 
         server.start(timeout=60)
         assert queue_depth(instance_tree(server)) == QUEUE_MESSAGES // 4
         assert "the queue's definition changed" in server.log_file.read_text()
+    finally:
+        server.stop()
+
+
+def test_a_clean_stop_checkpoints_every_queue_through_the_last_commit(tmp_path: Path) -> None:
+    """Traffic on other topics only (the queue unchanged): a clean stop still records
+    that the queue's checkpoint covers it, so the next start reads nothing."""
+    server = server_for(tmp_path, 12_000)
+    try:
+        server.start(timeout=60)
+        # the first checkpoint (the rebuild's messages) is written before the traffic
+        wait_until_sync(
+            lambda: None
+            if instance_tree(server)["queues"]["work"]["checkpoint_txid"] == 12_000
+            else "the first checkpoint is not written yet",
+            timeout=30,
+        )
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(encode_frame({"c": "logon", "cid": "l", "client_name": "plain-feed"}))
+        for i in range(1, 201):
+            header = {"c": "publish", "t": "trades", "s": i, "a": "persisted"}
+            sock.sendall(encode_frame(header, b'{"px": 1}'))
+        decoder = FrameDecoder()
+        persisted = 0
+        while persisted < 200:
+            data = sock.recv(65536)
+            assert data, "the server closed the connection before the persisted acks"
+            decoder.receive_data(data)
+            for frame in decoder.frames():
+                if frame.header.get("a") == "persisted":
+                    persisted = max(persisted, int(frame.header.get("s", 0)))
+        sock.close()
+        server.stop()
+        server.start(timeout=60)
+        tree = instance_tree(server)
+        assert tree["startup"]["journal_records_read"] == 0, tree["startup"]
+        assert tree["queues"]["work"]["checkpoint_txid"] == 12_200
     finally:
         server.stop()

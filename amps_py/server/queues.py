@@ -339,14 +339,15 @@ class ServedQueue:
             return 0.0
         return max(now - (first.arrived_at or first.published_at), 0.0)
 
-    def take_changes(self, through_txid: int) -> Changes | None:
+    def take_changes(self, through_txid: int, *, always: bool = False) -> Changes | None:
         """The changes since the last checkpoint, to be written as one through
-        ``through_txid``; None when there is nothing worth writing yet. The queue
-        collects afresh from here."""
+        ``through_txid``; None when there is nothing worth writing yet: no change, and
+        the journal moved less than :data:`CHECKPOINT_TXIDS` (``always``: whenever it
+        moved at all). The queue collects afresh from here."""
         cp, changes = self.checkpoint, self.changes
         if cp is None or changes is None or through_txid <= cp.applied_txid:
             return None
-        if not changes and through_txid - cp.applied_txid < CHECKPOINT_TXIDS:
+        if not (changes or always) and through_txid - cp.applied_txid < CHECKPOINT_TXIDS:
             return None
         self.changes = Changes()
         return changes
@@ -545,7 +546,9 @@ class QueueBook:
         checkpoint; its changes are kept for the next one. Returns how many
         checkpoints were written."""
         through = self.applied_txid
-        jobs = [(q, ch) for q in self.queues.values() if (ch := q.take_changes(through))]
+        jobs = [
+            (q, ch) for q in self.queues.values() if (ch := q.take_changes(through)) is not None
+        ]
         if not jobs:
             return 0
         failed = await trio.to_thread.run_sync(self._write_checkpoints, through, jobs)
@@ -557,7 +560,11 @@ class QueueBook:
         """Write the last checkpoints (blocking: at a clean stop, after the last
         commit) and close them."""
         through = self.applied_txid
-        jobs = [(q, ch) for q in self.queues.values() if (ch := q.take_changes(through))]
+        jobs = [
+            (q, ch)
+            for q in self.queues.values()
+            if (ch := q.take_changes(through, always=True)) is not None
+        ]
         if jobs:
             self._write_checkpoints(through, jobs)
         for queue in self.queues.values():
