@@ -153,18 +153,31 @@ class SowSnapshot:
         return self.iter_from("")
 
     def iter_from(self, key: str) -> Iterator[SowEntry]:
-        """Entries in key order, from the first key at or after ``key``."""
+        """Entries in key order, from the first key at or after ``key``.
+
+        Each entry is found by a search for the lowest key after the one before (its
+        key plus a zero byte), never by LMDB's step to the next page: a step onto a
+        damaged page can fail an LMDB assertion, which aborts the process, while a
+        search reports the damage. LMDB searches the cursor's current page first, so a
+        search costs little more than a step.
+
+        Raises:
+            SowStoreError: LMDB reports a damaged page, or an entry does not decode
+                (``damaged`` True; the message names the file and the fix), or the
+                snapshot was closed under the iterator.
+        """
         txn = self._live()
         store = self._store
         decode = store._decode
         try:
             cursor = txn.cursor(db=store._records)
             found = cursor.set_range(key.encode()) if key else cursor.first()
-            if not found:
-                return
-            for raw_key, value in cursor.iternext():
-                yield decode(cast(bytes, raw_key).decode(), cast(bytes, value))
-        except lmdb.Error as exc:
+            while found:
+                raw_key = cast(bytes, cursor.key())
+                text = raw_key.decode()
+                yield decode(text, cast(bytes, cursor.value()))
+                found = cursor.set_range(raw_key + b"\x00")
+        except (lmdb.Error, UnicodeDecodeError) as exc:
             self._live()  # closed under the iterator: say so, it is not damage
             store._live_env()
             raise store._fail(
@@ -461,16 +474,19 @@ class SowStore:
             txn = snap._live()
             with self._errors("read"):
                 cursor = txn.cursor(db=self._expiry)
-                if not cursor.first():
-                    return out
-                for raw in map(bytes, cursor.iternext(values=False)):
+                found = cursor.first()
+                while found:  # searches, not steps (see SowSnapshot.iter_from)
+                    raw = bytes(cursor.key())
+                    if len(raw) < EXPIRY.size:  # a damaged page LMDB did not notice
+                        raise lmdb.CorruptedError(f"an expiry key of {len(raw)} bytes")
                     if EXPIRY.unpack_from(raw)[0] > now_us:
                         break
-                    entry = snap.get(raw[EXPIRY.size :].decode())
+                    entry = snap.get(raw[EXPIRY.size :].decode(errors="replace"))
                     if entry is not None:
                         out.append(entry)
                     if limit is not None and len(out) >= limit:
                         break
+                    found = cursor.set_range(raw + b"\x00")
         return out
 
     # ------------------------------------------------------------------ writing
