@@ -69,6 +69,19 @@ DEFAULT_MAP_SIZE: Final = 1 << 34
 DEFAULT_MAX_READERS: Final = 512
 
 
+def key_after(key: bytes, longest: int) -> bytes | None:
+    """The lowest LMDB key above ``key`` when keys are at most ``longest`` bytes (None:
+    there is none): ``key`` and a zero byte, or for a key of ``longest`` bytes, the key
+    without its trailing 0xff bytes and its last byte raised by one (no longer key
+    lies between them)."""
+    if len(key) < longest:
+        return key + b"\x00"
+    stem = key.rstrip(b"\xff")
+    if not stem:
+        return None
+    return stem[:-1] + bytes([stem[-1] + 1])
+
+
 class SowStoreError(Exception):
     """The SOW store cannot be opened or used.
 
@@ -170,13 +183,15 @@ class SowSnapshot:
         store = self._store
         decode = store._decode
         try:
+            longest = store._live_env().max_key_size()
             cursor = txn.cursor(db=store._records)
             found = cursor.set_range(key.encode()) if key else cursor.first()
             while found:
                 raw_key = cast(bytes, cursor.key())
                 text = raw_key.decode()
                 yield decode(text, cast(bytes, cursor.value()))
-                found = cursor.set_range(raw_key + b"\x00")
+                after = key_after(raw_key, longest)
+                found = after is not None and cursor.set_range(after)
         except (lmdb.Error, UnicodeDecodeError) as exc:
             self._live()  # closed under the iterator: say so, it is not damage
             store._live_env()
@@ -473,6 +488,7 @@ class SowStore:
         with self.snapshot() as snap:
             txn = snap._live()
             with self._errors("read"):
+                longest = self._live_env().max_key_size()
                 cursor = txn.cursor(db=self._expiry)
                 found = cursor.first()
                 while found:  # searches, not steps (see SowSnapshot.iter_from)
@@ -486,7 +502,8 @@ class SowStore:
                         out.append(entry)
                     if limit is not None and len(out) >= limit:
                         break
-                    found = cursor.set_range(raw + b"\x00")
+                    after = key_after(raw, longest)
+                    found = after is not None and cursor.set_range(after)
         return out
 
     # ------------------------------------------------------------------ writing
