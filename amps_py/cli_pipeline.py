@@ -104,7 +104,11 @@ def _spark_failure(exc: BaseException) -> tuple[str, int]:
 def _session(app: str, master: str | None, conf: tuple[str, ...]) -> Any:
     pairs = _conf_pairs(conf)
     try:
-        from amps_py.pipeline.spark import SparkUnavailable, spark_session
+        from amps_py.pipeline.spark import (
+            SparkUnavailable,
+            quiet_task_failures,
+            spark_session,
+        )
     except ImportError as exc:
         _fail(
             f"the Spark pipeline needs the spark extra ({exc}): pip install -e '.[spark]' "
@@ -112,9 +116,11 @@ def _session(app: str, master: str | None, conf: tuple[str, ...]) -> Any:
             2,
         )
     try:
-        return spark_session(app, master, pairs)
+        session = spark_session(app, master, pairs)
     except SparkUnavailable as exc:
         _fail(str(exc), 2)
+    quiet_task_failures(session)  # a failed job is reported in one line
+    return session
 
 
 _master_option = click.option(
@@ -360,7 +366,7 @@ def audit_command(
             write_report,
         )
         from amps_py.pipeline.audit_report import render_text
-        from amps_py.pipeline.spark import SparkUnavailable, spark_session
+        from amps_py.pipeline.spark import SparkUnavailable, quiet_task_failures, spark_session
     except ImportError as exc:
         click.echo(
             f"amps-py: the Spark pipeline needs the spark extra ({exc}): "
@@ -380,6 +386,7 @@ def audit_command(
     except SparkUnavailable as exc:
         click.echo(f"amps-py: {exc}", err=True)
         sys.exit(2)
+    quiet_task_failures(spark)  # a failed job is reported in one line
     try:
         report = run_audit(spark, inputs, bucket_s=bucket)
     except AuditError as exc:

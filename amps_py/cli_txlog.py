@@ -48,7 +48,9 @@ def journal_tool(path: str) -> Iterator[None]:
         fail(str(exc), 3)
     except JournalError as exc:
         fail(str(exc), 2)
-    except (CorruptRecord, SegmentFileError) as exc:
+    except CorruptRecord as exc:
+        fail(f"journal {path}: {exc}", 3)
+    except SegmentFileError as exc:
         fail(str(exc), 3)
     except OSError as exc:
         fail(f"journal {path}: {exc.strerror or exc} ({exc.filename or path})", 2)

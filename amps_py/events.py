@@ -107,6 +107,10 @@ SOW_STORE_REBUILT: Final = "17-0001"
 SOW_RECORD_UNREADABLE: Final = "17-0002"
 #: expired SOW records could not be removed from their store (retried next sweep)
 SOW_EXPIRY_FAILED: Final = "17-0003"
+#: a SOW query (sow, sow_and_subscribe, sow_delete by filter) met a store it cannot
+#: read: that command got a failure ack (``sow store unreadable``); the line names the
+#: store file and the fix
+SOW_QUERY_FAILED: Final = "17-0004"
 
 #: the queues were rebuilt from the journal at start (how many messages wait)
 QUEUES_REBUILT: Final = "18-0001"

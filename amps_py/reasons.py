@@ -66,6 +66,9 @@ JOURNAL_WRITE_FAILED: Final = "journal write failed"
 PARSE_ERROR: Final = "parse error"
 #: a SOW key (``k``) that is missing where the topic has no Key, or not a valid key
 BAD_SOW_KEY: Final = "bad sow key"
+#: a SOW query met a store it cannot read (a damaged page of its LMDB file); the
+#: detail names the store and the fix (it is rebuilt from the journal)
+SOW_STORE_UNREADABLE: Final = "sow store unreadable"
 #: no logon within the transport's LogonTimeout (then the connection closes)
 LOGON_TIMEOUT: Final = "logon timeout"
 #: a frame unfinished after IncompleteMessageTimeout (then the connection closes)

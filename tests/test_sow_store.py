@@ -299,3 +299,22 @@ def test_a_dropped_snapshot_does_not_stop_the_map_from_growing(tmp_path: Path) -
         for txid in range(1, 600):
             store.apply([rec(f"k{txid}", txid, b"z" * 4000)], [], txid)
         assert store.count == 599
+
+
+def test_entries_after_a_key_of_the_longest_size_lmdb_takes(store: SowStore) -> None:
+    """Iteration searches for the key after each one (not LMDB's step onto the next
+    page, which aborts the process on a damaged page): after a key of 511 bytes, the
+    next key is not that key plus a byte."""
+    longest = ["y" * 511, "y" * 510 + "z", "y" * 509 + "zz", "z" * 511]
+    keys = sorted(["a", "y", "yy", *longest], key=str.encode)
+    store.apply([rec(k, i + 1) for i, k in enumerate(keys)], [], len(keys))
+    assert [e.key for e in store.entries()] == keys
+
+
+def test_key_after() -> None:
+    from amps_py.sow.store import key_after
+
+    assert key_after(b"ab", 4) == b"ab\x00"
+    assert key_after(b"abcd", 4) == b"abce"
+    assert key_after(b"ab\xff\xff", 4) == b"ac"
+    assert key_after(b"\xff\xff\xff\xff", 4) is None

@@ -8,7 +8,16 @@ from .errors import JournalDamaged, JournalError
 from .identity import BadBookmark, format_bookmark, parse_bookmark, publisher_hash
 from .inspection import JournalStatistics, VerifyProblem
 from .journal import DURABILITY_MODES, Journal
-from .record import CorruptRecord, Flags, Kind, Record, RecordCodec, ReplicaReader, ReplicaRecord
+from .record import (
+    CorruptRecord,
+    Flags,
+    Kind,
+    Record,
+    RecordCodec,
+    ReplicaReader,
+    ReplicaRecord,
+    UnreadableRecords,
+)
 
 __all__ = [
     "DURABILITY_MODES",
@@ -24,6 +33,7 @@ __all__ = [
     "RecordCodec",
     "ReplicaReader",
     "ReplicaRecord",
+    "UnreadableRecords",
     "VerifyProblem",
     "format_bookmark",
     "parse_bookmark",

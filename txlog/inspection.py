@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from .maintenance import PROGRESS_EVERY
-from .opening import LMDB_DAMAGE_ERRORS
+from .opening import LMDB_READ_DAMAGE_ERRORS
+from .reading import readable_from
 from .record import CorruptRecord
 from .segments import SegmentFile, SegmentFileError
 
@@ -167,40 +168,15 @@ def _walk_records(journal: Journal) -> Iterator[tuple[bytes, bytes] | VerifyProb
                     yield after, cur.value()
                     found = cur.set_range(_next_key(after))
                 return
-            except LMDB_DAMAGE_ERRORS as exc:
+            except LMDB_READ_DAMAGE_ERRORS as exc:
                 damage = exc
         if after is not None and len(after) != 8:
             yield VerifyProblem(None, f"LMDB cannot read past key {after.hex()} ({damage})")
             return
         first = _U64.unpack(after)[0] + 1 if after is not None else 1
-        resume = _readable_from(journal, first)
+        resume = readable_from(journal, first)
         hidden = f"txids {first} to {resume - 1}" if resume else f"txids from {first}"
         yield VerifyProblem(first, f"{hidden} unreadable: LMDB reports a damaged page ({damage})")
         if resume is None:
             return
         after = _U64.pack(resume - 1)
-
-
-def _readable_from(journal: Journal, damaged: int) -> int | None:
-    """The lowest txid above ``damaged`` from which LMDB reads again (records from
-    there on are on sound pages), or None when nothing after it reads. Each probe
-    runs in its own read transaction (an LMDB error spoils the one it happens in)."""
-
-    def reads(txid: int) -> bool:
-        with journal._env.begin(db=journal._records) as txn:
-            try:
-                txn.cursor().set_range(_U64.pack(txid))
-            except LMDB_DAMAGE_ERRORS:
-                return False
-            return True
-
-    lo, hi = damaged, max(journal._last_txid, damaged) + 1  # lo does not read
-    if not reads(hi):
-        return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if reads(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi

@@ -51,6 +51,11 @@ Contract:
   only the single writer calls it, between batches, once :meth:`Journal.commit` gave
   LMDB what is staged.
 - Every read checks the record CRC; a damaged record raises :class:`CorruptRecord`.
+  A damaged LMDB page met by a read raises (or returns, for the reads that return
+  their damage) :class:`UnreadableRecords`, a :class:`CorruptRecord` naming the txid
+  range that does not read (or the index); no raw ``lmdb`` error leaves a read, and
+  no read steps from page to page (a step onto a damaged page can abort the process:
+  see :mod:`txlog.reading`).
 
 The journal's parts: opening and its checks in :mod:`txlog.opening`, the reads and
 index lookups in :mod:`txlog.reading`, statistics and verify in
@@ -1151,7 +1156,9 @@ class Journal:
         """Return up to ``limit`` records with txid > ``after_txid`` (and <= ``max_txid``).
 
         Raises:
-            CorruptRecord: a record in the range failed its CRC.
+            CorruptRecord: a record in the range failed its CRC, or
+                (:class:`UnreadableRecords`) LMDB reports a damaged page where the read
+                went; the message names the txid or the unreadable range.
         """
         out, damage = self._reader.scan(after_txid, limit, max_txid, self._codec.decode)
         if damage is not None:
@@ -1192,8 +1199,9 @@ class Journal:
         """Delivery views of up to ``limit`` records after ``after_txid`` (<= ``max_txid``).
 
         Replay's read: cheaper than :meth:`read`, CRC still checked. A damaged record
-        ends the batch: the sound views before it are returned with the error, so
-        nothing before the damage is withheld and nothing damaged is served.
+        (or a damaged LMDB page: :class:`UnreadableRecords`) ends the batch: the sound
+        views before it are returned with the error, so nothing before the damage is
+        withheld and nothing damaged is served.
         """
         return self._reader.scan(after_txid, limit, max_txid, self._codec.view)
 
@@ -1216,12 +1224,12 @@ class Journal:
         """The record ``txid`` (from LMDB or its segment file), or None if not held.
 
         Raises:
-            CorruptRecord: the record failed its CRC.
+            CorruptRecord: the record failed its CRC, or (:class:`UnreadableRecords`)
+                LMDB reports a damaged page on the way to it.
         """
         if txid <= self._removed_through:
             return None
-        with self._env.begin(db=self._records) as txn:
-            value = txn.get(_U64.pack(txid))
+        value = self._reader.get(txid)
         if value is not None:
             return self._codec.decode(value, txid)
         found, damage = self._reader.scan(txid - 1, 1, txid, self._codec.decode)

@@ -36,6 +36,9 @@ LMDB_DAMAGE_ERRORS: Final = (
     lmdb.InvalidError,
     lmdb.VersionMismatchError,
 )
+#: LMDB errors a read of sound pages never raises: the pages it went through are damaged
+#: (a damaged node can also claim an impossible key or value size)
+LMDB_READ_DAMAGE_ERRORS: Final = (*LMDB_DAMAGE_ERRORS, lmdb.BadValsizeError)
 
 
 def take_writer_lock(path: Path) -> int:

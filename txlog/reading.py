@@ -12,6 +12,16 @@ Every read opens and closes its own transaction, from any thread, and checks the
 of each record it converts (the ``convert`` functions of :class:`txlog.record.RecordCodec`
 do). This module reads the journal's LMDB environment and in-memory segment table; it
 never writes.
+
+Damaged LMDB pages: every read finds each record by a search (``set_range`` of the next
+txid), never by LMDB's step to the next page: a step onto a damaged page can fail an
+LMDB assertion, which aborts the process, while a search reports ``MDB_CORRUPTED``
+(LMDB searches the cursor's current page first, so a search costs little more than a
+step). Whatever LMDB reports of damage while reading becomes
+:class:`~txlog.record.UnreadableRecords`, a :class:`~txlog.record.CorruptRecord` naming
+the txid range that does not read (found by probing where reading resumes): the records
+before it are returned, like those before a record that fails its CRC, and no raw
+``lmdb`` error leaves a read.
 """
 
 from __future__ import annotations
@@ -24,7 +34,8 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import lmdb
 
-from .record import CorruptRecord, Record
+from .opening import LMDB_READ_DAMAGE_ERRORS
+from .record import CorruptRecord, Record, UnreadableRecords
 from .segments import Segment, SegmentFile, SegmentFileError
 
 if TYPE_CHECKING:
@@ -79,49 +90,74 @@ class RecordReader:
         j = self._journal
         out: list[_T] = []
         unpack = _U64.unpack
+        pack = _U64.pack
         stop = max_txid if max_txid is not None else _U64_MAX
         after_txid = max(after_txid, j._removed_through)
         pending = j._pending  # before the transaction: see txlog.pending
         staged = len(pending.values)
         seen = after_txid  # the newest txid read so far (or skipped as removed)
+        damage: lmdb.Error | None = None
         with j._env.begin(buffers=False) as txn:
             cur = txn.cursor(db=j._records)
-            while len(out) < limit and seen < stop:
-                found = cur.set_range(_U64.pack(seen + 1))
-                next_txid = unpack(cur.key())[0] if found else None
-                if next_txid != seen + 1:
-                    # not in LMDB: in a segment file, or removed
+            get, set_range, key, value = cur.get, cur.set_range, cur.key, cur.value
+            try:
+                while len(out) < limit and seen < stop:
+                    # searches for the next record, never a step (see the module doc)
+                    stored = get(pack(seen + 1))
+                    if stored is not None:
+                        try:
+                            out.append(convert(stored, seen + 1))
+                        except CorruptRecord as exc:
+                            return out, exc
+                        seen += 1
+                        continue
+                    # not in LMDB: in a segment file, removed, or after a gap
+                    if set_range(pack(seen + 1)):
+                        raw = key()
+                        if len(raw) != 8:
+                            raise lmdb.CorruptedError(f"a record key of {len(raw)} bytes")
+                        next_txid: int | None = unpack(raw)[0]
+                    else:
+                        next_txid = None
                     seg = self._offloaded_segment_after(txn, seen, next_txid)
                     if seg is not None:
                         pairs = self.segment_file(seg).after(
                             seen, min(seg.last_txid, stop), limit - len(out)
                         )
-                        for txid, value in pairs:
+                        for txid, stored in pairs:
                             try:
-                                out.append(convert(value, txid))
+                                out.append(convert(stored, txid))
                             except CorruptRecord as exc:
                                 return out, exc
                         seen = pairs[-1][0] if pairs else seg.last_txid
                         continue
-                    if not found:
+                    if next_txid is None or next_txid > stop:
                         break
-                for key, value in cur:
-                    txid = unpack(key)[0]
-                    if txid > stop:
-                        break
+                    if next_txid <= seen:  # a damaged page LMDB did not notice
+                        raise lmdb.CorruptedError(
+                            f"a search after txid {seen} found txid {next_txid}"
+                        )
                     try:
-                        out.append(convert(value, txid))
+                        out.append(convert(value(), next_txid))
                     except CorruptRecord as exc:
                         return out, exc
-                    seen = txid
-                    if len(out) >= limit:
-                        break
-                break
+                    seen = next_txid
+            except LMDB_READ_DAMAGE_ERRORS as exc:
+                damage = exc
+        if damage is not None:
+            return out, self.unreadable(seen + 1, damage)
         if staged and len(out) < limit and seen < stop:
-            damage = pending.scan(seen, staged, limit, stop, convert, out)
-            if damage is not None:
-                return out, damage
+            found_damage = pending.scan(seen, staged, limit, stop, convert, out)
+            if found_damage is not None:
+                return out, found_damage
         return out, None
+
+    def unreadable(self, first: int, exc: lmdb.Error) -> UnreadableRecords:
+        """LMDB reported ``exc`` (damage) where a read looked for txid ``first``: the
+        range that does not read, from ``first`` to just before where reading resumes
+        (:func:`readable_from`)."""
+        resume = readable_from(self._journal, first)
+        return UnreadableRecords(first, None if resume is None else resume - 1, str(exc))
 
     def _offloaded_segment_after(
         self, txn: lmdb.Transaction, after_txid: int, next_lmdb_txid: int | None
@@ -170,11 +206,30 @@ class RecordReader:
     def first_lmdb_record(self) -> Record | None:
         """The oldest record still in LMDB (not in a segment file), or None."""
         j = self._journal
-        with j._env.begin(db=j._records) as txn:
-            cur = txn.cursor()
-            if not cur.first():
-                return None
-            return j._codec.decode(cur.value(), _U64.unpack(cur.key())[0])
+        try:
+            with j._env.begin(db=j._records) as txn:
+                cur = txn.cursor()
+                if not cur.first():
+                    return None
+                txid = _txid_of(cur.key())
+                value = bytes(cur.value())
+        except LMDB_READ_DAMAGE_ERRORS as exc:
+            raise self.unreadable(j._removed_through + 1, exc) from None
+        return j._codec.decode(value, txid)
+
+    def get(self, txid: int) -> bytes | None:
+        """The stored value of record ``txid`` if LMDB holds it (else None: in a segment
+        file, removed, or not written).
+
+        Raises:
+            UnreadableRecords: LMDB reports a damaged page on the way to it.
+        """
+        j = self._journal
+        try:
+            with j._env.begin(db=j._records, buffers=False) as txn:
+                return txn.get(_U64.pack(txid))
+        except LMDB_READ_DAMAGE_ERRORS as exc:
+            raise self.unreadable(txid, exc) from None
 
     # ------------------------------------------------------------------ indexes
     def lookup_bookmark(self, pub_hash: int, seq: int) -> int | None:
@@ -182,7 +237,7 @@ class RecordReader:
         j = self._journal
         pending = j._pending  # before the transaction: see txlog.pending
         key = _U64x2.pack(pub_hash, seq)
-        with j._env.begin(db=j._bookmarks) as txn:
+        with _Index("bookmarks"), j._env.begin(db=j._bookmarks) as txn:
             raw = txn.get(key)
         if raw is None:
             return pending.marks.get(key)
@@ -192,7 +247,7 @@ class RecordReader:
         """The highest seq journaled for this publisher (0 if none)."""
         j = self._journal
         pending = j._pending  # before the transaction: see txlog.pending
-        with j._env.begin(db=j._publishers) as txn:
+        with _Index("publishers"), j._env.begin(db=j._publishers) as txn:
             raw = txn.get(_U64.pack(pub_hash))
         stored = int(_U64.unpack_from(raw)[0]) if raw else 0
         return max(stored, pending.pub_high.get(pub_hash, 0))
@@ -203,7 +258,7 @@ class RecordReader:
         j = self._journal
         if j._floors_db is None:
             return 0
-        with j._env.begin(db=j._floors_db) as txn:
+        with _Index("floors"), j._env.begin(db=j._floors_db) as txn:
             raw = txn.get(_U64.pack(pub_hash))
         return int(_U64.unpack_from(bytes(raw))[0]) if raw else 0
 
@@ -214,7 +269,7 @@ class RecordReader:
         publishers whose every record was removed may still count."""
         j = self._journal
         count = 0
-        with j._env.begin(db=j._bookmarks) as txn:
+        with _Index("bookmarks"), j._env.begin(db=j._bookmarks) as txn:
             cur = txn.cursor()
             found = cur.first()
             while found:
@@ -229,14 +284,14 @@ class RecordReader:
         """How many publishers the journal holds a last seq for (the logon ack's
         source), including those whose records were all removed."""
         j = self._journal
-        with j._env.begin() as txn:
+        with _Index("publishers"), j._env.begin() as txn:
             return int(txn.stat(j._publishers)["entries"])
 
     def origin_high_water(self) -> dict[str, int]:
         """Per origin instance, the highest origin txid stored here (resync)."""
         j = self._journal
         pending = j._pending  # before the transaction: see txlog.pending
-        with j._env.begin(db=j._origins) as txn:
+        with _Index("origins"), j._env.begin(db=j._origins) as txn:
             found = {k.decode(): int(_U64.unpack(v)[0]) for k, v in txn.cursor()}
         for origin, otx in list(pending.origins.items()):
             if otx > found.get(origin, 0):
@@ -248,7 +303,7 @@ class RecordReader:
         held here, or ``(0, "")`` when nothing was ever received from it."""
         j = self._journal
         pending = j._pending  # before the transaction: see txlog.pending
-        with j._env.begin(db=j._upstreams) as txn:
+        with _Index("upstreams"), j._env.begin(db=j._upstreams) as txn:
             raw = txn.get(upstream.encode())
         staged = pending.cursors.get(upstream)
         if staged is not None:
@@ -265,7 +320,7 @@ class RecordReader:
         ``ts_us``.
         """
         j = self._journal
-        with j._env.begin(db=j._times) as txn:
+        with _Index("times"), j._env.begin(db=j._times) as txn:
             cur = txn.cursor()
             start = 0
             if cur.set_range(_U64.pack(ts_us + 1)):
@@ -282,3 +337,60 @@ class RecordReader:
                 if rec.local_ts >= ts_us:
                     return rec.txid - 1
             after = batch[-1].txid
+
+
+class _Index:
+    """``with _Index(name):`` around a read of the journal's ``name`` index: LMDB's
+    report of a damaged page there leaves as :class:`UnreadableRecords` naming the
+    index (a class, not a generator: index lookups are on the publish path)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
+        if exc is not None and isinstance(exc, LMDB_READ_DAMAGE_ERRORS):
+            raise UnreadableRecords(None, None, str(exc), self._name) from None
+
+
+def _txid_of(key: bytes) -> int:
+    """The txid a records key holds.
+
+    Raises:
+        lmdb.CorruptedError: the key is not 8 bytes (a damaged page).
+    """
+    if len(key) != 8:
+        raise lmdb.CorruptedError(f"a record key of {len(key)} bytes")
+    return int(_U64.unpack(key)[0])
+
+
+def readable_from(journal: Journal, damaged: int) -> int | None:
+    """The lowest txid above ``damaged`` (which a search did not reach) from which LMDB
+    reads again: records from there on are on sound pages. None when nothing after it
+    reads. A binary search of probes, each in its own read transaction (an LMDB error
+    spoils the one it happens in)."""
+
+    def reads(txid: int) -> bool:
+        try:
+            with journal._env.begin(db=journal._records) as txn:
+                txn.cursor().set_range(_U64.pack(txid))
+        except LMDB_READ_DAMAGE_ERRORS:
+            return False
+        return True
+
+    lo, hi = damaged, max(journal._last_txid, damaged) + 1  # lo does not read
+    if not reads(hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if reads(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -79,6 +79,64 @@ class CorruptRecord(Exception):
         self.txid = txid
         self.problem = problem
 
+    @property
+    def through(self) -> int | None:
+        """The last txid the damage covers: ``txid`` for one damaged record (a range
+        for :class:`UnreadableRecords`)."""
+        return self.txid
+
+
+class UnreadableRecords(CorruptRecord):
+    """LMDB reports a damaged page where a journal read went (``lmdb.CorruptedError``,
+    ``PageNotFoundError`` and the like), so records ``txid`` to :attr:`through` cannot
+    be read at all; ``through`` is None when nothing after ``txid`` reads. Damage in one
+    of the journal's indexes (bookmarks, publishers, times ...) has ``txid`` None and
+    names the index.
+
+    A :class:`CorruptRecord`, so every reader that stops cleanly at a damaged record
+    stops as cleanly here: nothing of the unreadable range is ever served, the records
+    before it are. The message names the range, LMDB's error and the fix, in one line.
+
+    Args:
+        txid: the first txid that does not read (None for an index).
+        through: the last one (None: nothing after ``txid`` reads, or an index).
+        lmdb_error: LMDB's words for the damage.
+        index: ``records``, or the name of the damaged index.
+    """
+
+    def __init__(
+        self, txid: int | None, through: int | None, lmdb_error: str, index: str = "records"
+    ) -> None:
+        problem = f"LMDB reports a damaged page ({lmdb_error})"
+        if index != "records":
+            what = f"the journal's {index} index"
+        elif txid is None:
+            what = "records"
+        elif through is None:
+            what = f"txids from {txid} on"
+        elif through == txid:
+            what = f"txid {txid}"
+        else:
+            what = f"txids {txid} to {through}"
+        verb = " is" if index != "records" else ""
+        # not CorruptRecord.__init__: its words are for one record that fails its checks
+        Exception.__init__(
+            self,
+            f"{what}{verb} unreadable: {problem}; restore the journal from a replica or "
+            "backup (amps-py txlog verify lists every damaged record and page)",
+        )
+        self.txid = txid
+        self.problem = problem
+        self.index = index
+        self._through = through
+        #: the unreadable range in words ("txids 10 to 12", "txids from 10 on", ...)
+        self.what = what
+
+    @property
+    def through(self) -> int | None:
+        """The last unreadable txid (None: everything after :attr:`txid`, or an index)."""
+        return self._through
+
 
 class Record:
     """One journaled message. Mutable only until the writer assigns ``txid``."""

@@ -161,6 +161,21 @@ def down_lines(replication: Mapping[str, Any]) -> list[Text]:
     return lines
 
 
+def hole_lines(replication: Mapping[str, Any]) -> list[Text]:
+    """One line per destination that was not sent records this journal holds damaged
+    (replication holes): how many, and the last one with its txids and the fix."""
+    lines = []
+    for name, d in sorted(replication.get("destinations", {}).items()):
+        holes = int(d.get("holes", 0) or 0)
+        if not holes:
+            continue
+        text = f"{name}: {holes} replication hole{'s' if holes != 1 else ''}"
+        if d.get("last_hole"):
+            text += f"; last: {d['last_hole']}"
+        lines.append(Text(text, style="red"))
+    return lines
+
+
 def upstreams_line(replication: Mapping[str, Any]) -> Text | None:
     upstreams = replication.get("upstreams", {})
     if not upstreams:
@@ -180,6 +195,7 @@ def replication_view(replication: Mapping[str, Any], width: int | None = None) -
     if replication.get("destinations"):
         parts.append(destinations_table(replication, width))
         parts.extend(down_lines(replication))
+        parts.extend(hole_lines(replication))
     else:
         parts.append(Text("no replication destinations"))
     upstreams = upstreams_line(replication)
@@ -257,6 +273,7 @@ def status_screen(instance: dict[str, Any], width: int | None = None) -> Group:
     if replication.get("destinations"):
         parts.append(destinations_table(replication, width))
         parts.extend(down_lines(replication))
+        parts.extend(hole_lines(replication))
     upstreams = upstreams_line(replication)
     if upstreams is not None:
         parts.append(upstreams)

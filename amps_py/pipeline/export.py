@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txlog import CorruptRecord, Journal
+from txlog import CorruptRecord, Journal, UnreadableRecords
 
 from .decode import stored_to_batch
 from .export_layout import (
@@ -356,11 +356,18 @@ class _Run:
         self._commit_pending()
         self._wait_for_writer()
         through = self.manifest.last_txid
-        where = f"record txid {txid}" if txid is not None else f"the record after txid {through}"
-        self.stopped = f"damaged record at txid {txid}: {exc}"
+        if isinstance(exc, UnreadableRecords):  # a damaged LMDB page: a range
+            where, verb = exc.what, "are"
+            self.stopped = f"unreadable records, {exc.what}: {exc}"
+        else:
+            where = f"record txid {txid}"
+            if txid is None:
+                where = f"the record after txid {through}"
+            verb = "is"
+            self.stopped = f"damaged record at txid {txid}: {exc}"
         self.finish()
         raise ExportDamaged(
-            f"journal {self.journal.path}: {where} is damaged ({exc}); the export of "
+            f"journal {self.journal.path}: {where} {verb} damaged ({exc}); the export of "
             f"instance {self.instance!r} stopped there and holds every record through "
             f"txid {through}. Fix: `amps-py txlog verify {self.journal.path}` lists the "
             "damage; restore the journal (or copy it from a replica) and export again",

@@ -30,6 +30,16 @@ QUIET_DEFAULTS: Final = (
 )
 
 
+#: the Spark loggers that report every failed task with its Java stack trace and the
+#: Python worker's traceback (the executor, the task scheduler, the block manager that
+#: drops the task's half-cached block); see :func:`quiet_task_failures`
+TASK_FAILURE_LOGGERS: Final = (
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.storage.BlockManager",
+)
+
+
 class SparkUnavailable(RuntimeError):
     """pyspark (or Java) is missing; the message says what to install."""
 
@@ -87,6 +97,23 @@ def spark_session(
 
     register(session)
     return session
+
+
+def quiet_task_failures(session: SparkSession) -> None:
+    """Silence the loggers of :data:`TASK_FAILURE_LOGGERS` in ``session``'s JVM (the
+    driver's, and a local master's executors, which run in it).
+
+    For the ``amps-py pipeline`` commands: they report a failed job in one line
+    (a damaged journal: its path, the txids and the fix, see
+    :func:`amps_py.cli_pipeline._spark_failure`), which the tens of lines of stack
+    trace Spark logs for each failed task would otherwise bury. Other warnings and
+    errors are still logged."""
+    jvm = session.sparkContext._jvm
+    if jvm is None:  # a stopped session
+        return
+    off = jvm.org.apache.logging.log4j.Level.OFF
+    for name in TASK_FAILURE_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
 
 
 def _on_path(program: str) -> bool:

@@ -44,6 +44,9 @@ class DestinationStatistics:
     down_since: str = ""
     down_s: float = 0.0
     failed_attempts: int = 0
+    #: the last replication hole (records a damaged journal could not send): which
+    #: txids, why and the fix; "" when there was none
+    last_hole: str = ""
     # AMPS's monitoring names (AMPS-NOTES 7.7)
     client_name: str = ""
     client_type: str = "destination"

@@ -7,7 +7,8 @@ welcome (or refusal), the checks of the welcome, and where the stream resumes.
 * :func:`welcome_refusal` (pure): a welcome from the wrong Group, or from this
   instance itself, is refused;
 * :func:`resync_point`: the downstream's cursor, if this journal still holds that
-  record with that bookmark; else the oldest record kept, or the start.
+  record with that bookmark (or holds it damaged: a replication hole ended there);
+  else the oldest record kept, or the start.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.config import DestinationConfig
+from txlog import CorruptRecord
 
 from .dialing import HANDSHAKE_TIMEOUT
 from .link import LinkError, Refused, UpstreamLink, Welcome
@@ -117,9 +119,10 @@ def welcome_refusal(
 
 def resync_point(name: str, welcome: Welcome, journal: Journal | None) -> int:
     """The txid after which destination ``name`` is sent this journal: the
-    downstream's cursor if this journal still has that record with that bookmark, the
-    last removed txid if the cursor lies in removed journals, else 0 (resend
-    everything, logged as a full resync)."""
+    downstream's cursor if this journal still has that record with that bookmark (or
+    holds it damaged, which is where a replication hole ended), the last removed txid
+    if the cursor lies in removed journals, else 0 (resend everything, logged as a full
+    resync)."""
     if welcome.cursor_txid <= 0:
         return 0
     assert journal is not None, "a destination runs only on an instance with a journal"
@@ -135,7 +138,21 @@ def resync_point(name: str, welcome: Welcome, journal: Journal | None) -> int:
             extra=events.extra(events.REPLICATION_CONNECTED),
         )
         return journal.removed_through
-    rec = journal.get(welcome.cursor_txid) if welcome.cursor_txid <= journal.last_txid else None
+    try:
+        rec = journal.get(welcome.cursor_txid) if welcome.cursor_txid <= journal.last_txid else None
+    except CorruptRecord as exc:
+        # the stream passed over a damaged record there (a replication hole, logged when
+        # it was passed): its bookmark cannot be checked, and resending from the start
+        # would only meet the same damage again
+        log.warning(
+            "replication to %s: the peer holds my stream up to txid %d, which this journal "
+            "holds damaged (%s); resuming after it",
+            name,
+            welcome.cursor_txid,
+            exc,
+            extra=events.extra(events.REPLICATION_HOLE),
+        )
+        return welcome.cursor_txid
     if rec is None or rec.bookmark != welcome.cursor_bm:
         log.warning(
             "replication to %s: the peer holds my stream up to txid %d (%s), which this "

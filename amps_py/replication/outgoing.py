@@ -31,6 +31,7 @@ from amps_py import events, reasons
 from amps_py.config import DestinationConfig, LinkCredentialsError
 from amps_py.trio_util import unwrapping_groups
 from amps_py.units import utc_iso
+from txlog import CorruptRecord, UnreadableRecords
 
 from .ackmode import AckMode, Downgraded, Observed, Upgraded, seconds_behind
 from .backoff import ReconnectBackoff
@@ -94,6 +95,8 @@ class Destination:
         self.resyncs = 0
         self.resync_records = 0
         self.holes = 0
+        #: the last hole in words (which txids were not sent, why, the fix); "" if none
+        self.last_hole = ""
         self.last_error = ""
         self._ack_event = trio.Event()
         self._sending_upto = 0
@@ -485,16 +488,8 @@ class Destination:
             batch, damage = journal.read_route_views(self.sent_txid, SEND_BATCH, committed)
             selected = select(batch, [view.raw for view in batch], remote, journal.route_payload)
             if damage is not None:
-                # a damaged record cannot be sent; say so loudly, never skip quietly
-                self.holes += 1
-                log.error(
-                    "replication hole: destination %s cannot receive txid %s: %s",
-                    self.name,
-                    damage.txid,
-                    damage,
-                    extra=events.extra(events.REPLICATION_HOLE),
-                )
-                upto = damage.txid if damage.txid is not None else self.sent_txid + 1
+                # damaged records cannot be sent; say so once, never skip quietly
+                upto = self._hole(damage, committed)
                 upto_bm = batch[-1].bookmark if batch else ""
             elif batch:
                 upto = batch[-1].txid
@@ -504,6 +499,38 @@ class Destination:
                 continue
             frame = link.data(selected, upto, upto_bm, trio.current_time(), self._frame_upto)
             await self._sent(stream, frame, selected, upto, resync_end, link)
+
+    def _hole(self, damage: CorruptRecord, committed: int) -> int:
+        """Records after :attr:`sent_txid` cannot be sent: one that fails its CRC, or
+        (:class:`~txlog.UnreadableRecords`) the range a damaged LMDB page hides. Count
+        and log the hole once (``15-0006``, with the range and the fix), keep it for the
+        statistics, and return the txid the stream goes on after (the end of the hole,
+        at most ``committed``)."""
+        first = damage.txid if damage.txid is not None else self.sent_txid + 1
+        if isinstance(damage, UnreadableRecords) and damage.through is None:
+            through = committed  # nothing after it reads (as far as is committed)
+        else:
+            through = damage.through if damage.through is not None else first
+        through = max(first, min(through, committed))
+        what = f"txid {first}" if through == first else f"txids {first} to {through}"
+        journal = self.instance.journal
+        path = journal.path if journal is not None else "?"
+        self.holes += 1
+        self.last_hole = (
+            f"{what} not sent: {damage}; fix: amps-py txlog verify {path} on this "
+            "instance lists the damage"
+        )
+        log.error(
+            "replication hole: destination %s cannot receive %s, damaged in journal %s "
+            "(%s); the stream goes on after txid %d",
+            self.name,
+            what,
+            path,
+            damage,
+            through,
+            extra=events.extra(events.REPLICATION_HOLE),
+        )
+        return through
 
     async def _sent(
         self,
@@ -600,7 +627,17 @@ class Destination:
         instance = self.instance
         if self.acked_txid >= instance.committed_txid or instance.journal is None:
             return None
-        rec = instance.journal.get(self.acked_txid + 1)
+        journal = instance.journal
+        try:
+            rec = journal.get(self.acked_txid + 1)
+        except CorruptRecord as exc:
+            # damaged (a hole): the first readable record after it is as old as it gets
+            after = exc.through if exc.through is not None else self.acked_txid + 1
+            try:
+                found = journal.read(after, 1, instance.committed_txid)
+            except CorruptRecord:
+                return None
+            rec = found[0] if found else None
         if rec is None:
             return None
         return rec.local_ts / 1e6
@@ -717,6 +754,7 @@ class Destination:
             resyncs=self.resyncs,
             resync_records=self.resync_records,
             holes=self.holes,
+            last_hole=self.last_hole,
             pass_through=self.config.passthrough,
             last_error=self.last_error,
             downgrades=self.downgrades,

@@ -285,10 +285,13 @@ async def run_replay(
             await session.wait_outbox_below()
             await trio.lowlevel.checkpoint()
     except CorruptRecord as exc:
+        # a record that fails its CRC, or a damaged LMDB page (UnreadableRecords, a
+        # txid range): the records before it went out, nothing of it does
         log.error(
-            "replay for client %r subscription %r stopped: %s",
+            "replay for client %r subscription %r stopped at damage in journal %s: %s",
             session.client_name,
             sub.sub_id,
+            journal.path,
             exc,
             extra=events.extra(events.JOURNAL_CORRUPT_RECORD),
         )

@@ -14,6 +14,12 @@ Results go out as ``group_begin``, ``sow`` batches of up to ``bs`` records,
 A ``sow`` on a queue's name reads the messages in the queue (:class:`QueueSnapshot`)
 through the same query, batching and acks; ``sow_delete`` on it acknowledges
 (:func:`amps_py.server.queues.acknowledge`).
+
+A store that cannot be read (a damaged page of its LMDB file, :class:`SowStoreError`)
+fails only the command that met it: a failure ack ``sow store unreadable`` whose detail
+names the store file and the fix (event ``17-0004`` in the log), the results sent
+before it stand, a ``sow_and_subscribe`` ends; the connection and everything else go
+on.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import orjson
 import trio
 
-from amps_py import reasons
+from amps_py import events, reasons
 from amps_py.protocol import Frame, messages
 from amps_py.sow.expiry import is_expired
 from amps_py.sow.query import parse_orderby, select
-from amps_py.sow.store import SowEntry
+from amps_py.sow.store import SowEntry, SowStoreError
 
 from .commands import CommandFailed, ack_types, options
 from .delivery import parse_json
@@ -244,8 +250,57 @@ async def _send_batches(
         await session.wait_outbox_below()
 
 
-def _snapshots(query: Query) -> list[tuple[SowTopic, Any]]:
-    return [(sow, sow.store.snapshot()) for sow in query.topics]
+def _snapshots(session: Session, query: Query) -> list[tuple[SowTopic, Any]]:
+    """A snapshot of each store the query covers.
+
+    Raises:
+        CommandFailed: a store cannot be read (``sow store unreadable``).
+    """
+    taken: list[tuple[SowTopic, Any]] = []
+    try:
+        for sow in query.topics:
+            taken.append((sow, sow.store.snapshot()))
+    except SowStoreError as exc:
+        _close_all(taken)
+        raise store_unreadable(session, query.topic, exc) from None
+    return taken
+
+
+def _close_all(snapshots: Sequence[tuple[Source, Any]]) -> None:
+    """End every snapshot (closing one twice does nothing)."""
+    for _source, snapshot in snapshots:
+        snapshot.close()
+
+
+def store_unreadable(session: Session, topic: str, exc: SowStoreError) -> CommandFailed:
+    """Log that a command of ``session`` on ``topic`` met a SOW store it cannot read
+    (``17-0004``, with the store file and the fix) and return the failure its client
+    gets: ``sow store unreadable``, the same words as detail."""
+    log.error(
+        "SOW command on %r from client %r failed: %s",
+        topic,
+        session.client_name,
+        exc,
+        extra=events.extra(events.SOW_QUERY_FAILED),
+    )
+    return CommandFailed(reasons.SOW_STORE_UNREADABLE, str(exc))
+
+
+def _failed_midway(
+    session: Session, header: dict[str, Any], query_id: str, failure: CommandFailed
+) -> None:
+    """A query whose results were under way failed: its ``completed`` ack (or, when it
+    asked for none, ``processed``) carries the failure, so the client never waits for
+    the rest."""
+    ack_type = "completed" if "completed" in ack_types(header) else "processed"
+    session.ack(
+        header,
+        ack_type,
+        "failure",
+        query_id=query_id,
+        reason=failure.reason,
+        detail=failure.detail,
+    )
 
 
 class QueueSnapshot:
@@ -303,10 +358,17 @@ def on_sow(session: Session, frame: Frame) -> None:
             "the config to query it",
         )
     else:
-        snapshots = _snapshots(query)
+        snapshots = _snapshots(session, query)
 
     async def run() -> None:
-        await send_results(session, header, query, snapshots)
+        try:
+            await send_results(session, header, query, snapshots)
+        except SowStoreError as exc:
+            failure = store_unreadable(session, query.topic, exc)
+            _failed_midway(session, header, query.query_id, failure)
+            return
+        finally:
+            _close_all(snapshots)
         if "completed" in ack_types(header):
             session.ack(header, "completed", query_id=query.query_id)
 
@@ -320,7 +382,7 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
     then live (``sub`` is built, not registered)."""
     query = Query(session, header)
     instance = session.instance
-    snapshots = _snapshots(query)
+    snapshots = _snapshots(session, query)
     # paused at the snapshot: the registry skips it until the replay flips it live
     cursor = instance.committed_txid
     sub.live = False
@@ -329,7 +391,14 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
     instance.registry.add(sub)
 
     async def run() -> None:
-        await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
+        try:
+            await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
+        except SowStoreError as exc:
+            failure = store_unreadable(session, query.topic, exc)
+            session.subscription_failed(sub, header.get("cid"), failure.reason, failure.detail)
+            return
+        finally:
+            _close_all(snapshots)
         await run_replay(session, sub, cursor, None, header.get("cid"))
 
     if "processed" in sub.acks:
@@ -359,7 +428,10 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
             f"topic {topic!r} has no State of the World; sow_delete needs a SOW topic",
         )
     held = sow.store.count
-    keys = _delete_selection(session, sow, header, frame.payload)
+    try:
+        keys = _delete_selection(session, sow, header, frame.payload)
+    except SowStoreError as exc:
+        raise store_unreadable(session, topic, exc) from None
     acks = ack_types(header)
     session.messages_in += 1
     payload = orjson.dumps({"keys": keys})

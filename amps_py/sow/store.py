@@ -69,6 +69,19 @@ DEFAULT_MAP_SIZE: Final = 1 << 34
 DEFAULT_MAX_READERS: Final = 512
 
 
+def key_after(key: bytes, longest: int) -> bytes | None:
+    """The lowest LMDB key above ``key`` when keys are at most ``longest`` bytes (None:
+    there is none): ``key`` and a zero byte, or for a key of ``longest`` bytes, the key
+    without its trailing 0xff bytes and its last byte raised by one (no longer key
+    lies between them)."""
+    if len(key) < longest:
+        return key + b"\x00"
+    stem = key.rstrip(b"\xff")
+    if not stem:
+        return None
+    return stem[:-1] + bytes([stem[-1] + 1])
+
+
 class SowStoreError(Exception):
     """The SOW store cannot be opened or used.
 
@@ -153,18 +166,33 @@ class SowSnapshot:
         return self.iter_from("")
 
     def iter_from(self, key: str) -> Iterator[SowEntry]:
-        """Entries in key order, from the first key at or after ``key``."""
+        """Entries in key order, from the first key at or after ``key``.
+
+        Each entry is found by a search for the lowest key after the one before (its
+        key plus a zero byte), never by LMDB's step to the next page: a step onto a
+        damaged page can fail an LMDB assertion, which aborts the process, while a
+        search reports the damage. LMDB searches the cursor's current page first, so a
+        search costs little more than a step.
+
+        Raises:
+            SowStoreError: LMDB reports a damaged page, or an entry does not decode
+                (``damaged`` True; the message names the file and the fix), or the
+                snapshot was closed under the iterator.
+        """
         txn = self._live()
         store = self._store
         decode = store._decode
         try:
+            longest = store._live_env().max_key_size()
             cursor = txn.cursor(db=store._records)
             found = cursor.set_range(key.encode()) if key else cursor.first()
-            if not found:
-                return
-            for raw_key, value in cursor.iternext():
-                yield decode(cast(bytes, raw_key).decode(), cast(bytes, value))
-        except lmdb.Error as exc:
+            while found:
+                raw_key = cast(bytes, cursor.key())
+                text = raw_key.decode()
+                yield decode(text, cast(bytes, cursor.value()))
+                after = key_after(raw_key, longest)
+                found = after is not None and cursor.set_range(after)
+        except (lmdb.Error, UnicodeDecodeError) as exc:
             self._live()  # closed under the iterator: say so, it is not damage
             store._live_env()
             raise store._fail(
@@ -460,17 +488,22 @@ class SowStore:
         with self.snapshot() as snap:
             txn = snap._live()
             with self._errors("read"):
+                longest = self._live_env().max_key_size()
                 cursor = txn.cursor(db=self._expiry)
-                if not cursor.first():
-                    return out
-                for raw in map(bytes, cursor.iternext(values=False)):
+                found = cursor.first()
+                while found:  # searches, not steps (see SowSnapshot.iter_from)
+                    raw = bytes(cursor.key())
+                    if len(raw) < EXPIRY.size:  # a damaged page LMDB did not notice
+                        raise lmdb.CorruptedError(f"an expiry key of {len(raw)} bytes")
                     if EXPIRY.unpack_from(raw)[0] > now_us:
                         break
-                    entry = snap.get(raw[EXPIRY.size :].decode())
+                    entry = snap.get(raw[EXPIRY.size :].decode(errors="replace"))
                     if entry is not None:
                         out.append(entry)
                     if limit is not None and len(out) >= limit:
                         break
+                    after = key_after(raw, longest)
+                    found = after is not None and cursor.set_range(after)
         return out
 
     # ------------------------------------------------------------------ writing
