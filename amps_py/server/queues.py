@@ -269,7 +269,11 @@ class ServedQueue:
         # the core asks about one message for several subscriptions in a row: parse
         # its payload once for them, not once per subscription
         if message is not self._parsed_message:
-            self._parsed_message, self._parsed_doc = message, parse_json(self.payload_of(message))
+            try:
+                payload = self.payload_of(message)
+            except CorruptRecord:
+                return True  # delivered to find out: the send drops it, saying why
+            self._parsed_message, self._parsed_doc = message, parse_json(payload)
         return flt.matches(self._parsed_doc)
 
     def payload_of(self, message: QueueMessage) -> bytes:
@@ -1017,9 +1021,17 @@ def acknowledge(
         result = state.ack(marks, session.conn_id, option, now)
     elif header.get("f"):
         flt = session.instance.compile_filter(str(header["f"]))
-        result = state.ack_matching(
-            lambda m: flt.matches(parse_json(queue.payload_of(m))), session.conn_id, now
-        )
+
+        def selected(message: QueueMessage) -> bool:
+            try:
+                return bool(flt.matches(parse_json(queue.payload_of(message))))
+            except CorruptRecord as exc:  # before anything was removed: nothing changes
+                raise CommandFailed(
+                    reasons.JOURNAL_CORRUPT,
+                    f"queue {queue.name!r}: {exc}; acknowledge by bookmark instead (bm)",
+                ) from None
+
+        result = state.ack_matching(selected, session.conn_id, now)
     else:
         raise CommandFailed(
             reasons.BAD_FILTER,

@@ -36,6 +36,7 @@ from amps_py.protocol import Frame, messages
 from amps_py.sow.expiry import is_expired
 from amps_py.sow.query import parse_orderby, select
 from amps_py.sow.store import SowEntry, SowStoreError
+from txlog import CorruptRecord
 
 from .commands import CommandFailed, ack_types, options
 from .delivery import parse_json
@@ -286,6 +287,24 @@ def store_unreadable(session: Session, topic: str, exc: SowStoreError) -> Comman
     return CommandFailed(reasons.SOW_STORE_UNREADABLE, str(exc))
 
 
+def journal_unreadable(session: Session, topic: str, exc: CorruptRecord) -> CommandFailed:
+    """Log that a query of ``session`` on queue ``topic`` met a damaged journal record
+    (``05-0003``) and return the failure its client gets: ``journal corrupt``, naming
+    the txids and the fix."""
+    log.error(
+        "sow query on queue %r from client %r failed: %s",
+        topic,
+        session.client_name,
+        exc,
+        extra=events.extra(events.JOURNAL_CORRUPT_RECORD),
+    )
+    return CommandFailed(
+        reasons.JOURNAL_CORRUPT,
+        f"{exc}; the queue's other messages are unaffected (`amps-py txlog verify` on the "
+        "journal lists the damage)",
+    )
+
+
 def _failed_midway(
     session: Session, header: dict[str, Any], query_id: str, failure: CommandFailed
 ) -> None:
@@ -365,6 +384,10 @@ def on_sow(session: Session, frame: Frame) -> None:
             await send_results(session, header, query, snapshots)
         except SowStoreError as exc:
             failure = store_unreadable(session, query.topic, exc)
+            _failed_midway(session, header, query.query_id, failure)
+            return
+        except CorruptRecord as exc:  # a queue's message read from a damaged journal
+            failure = journal_unreadable(session, query.topic, exc)
             _failed_midway(session, header, query.query_id, failure)
             return
         finally:
