@@ -45,7 +45,7 @@ from amps_py import events, reasons
 from amps_py.actions import client_variables
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
-from amps_py.trio_util import unwrapping_groups
+from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
 from txlog import publisher_hash
 
 from .commands import (
@@ -195,8 +195,11 @@ class Session:
             extra=events.extra(events.CLIENT_CONNECTED),
         )
         self.instance.fire_action("connect-client", client_variables(self, connected=True))
+        broken = ""
         try:
-            async with unwrapping_groups(), trio.open_nursery() as nursery:
+            # a client that goes away abruptly (a reset) can break the read and the send
+            # loop at once: such a group is one disconnect, not a failure
+            async with unwrapping_groups(CONNECTION_ERRORS), trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._send_loop)
@@ -204,17 +207,19 @@ class Session:
                     nursery.start_soon(self._age_watch)
                 await self._read_loop()
                 self.close(reasons.CONNECTION_CLOSED)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except CONNECTION_ERRORS as exc:
             self.close_reason = self.close_reason or reasons.CONNECTION_CLOSED
+            broken = connection_error_words(exc)
         finally:
             self._release_memory()
             self.instance.session_ended(self)
             self.instance.fire_action("disconnect-client", client_variables(self, connected=False))
             log.info(
-                "client %r (connection %d) disconnected: %s",
+                "client %r (connection %d) disconnected: %s%s",
                 self.client_name,
                 self.conn_id,
                 self.close_reason or reasons.CONNECTION_CLOSED,
+                f" ({broken})" if broken else "",
                 extra=events.extra(events.CLIENT_DISCONNECTED),
             )
             # forcefully: a send blocked on a client that does not read is abandoned,
