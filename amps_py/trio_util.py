@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
@@ -89,8 +90,11 @@ async def unwrapping_groups(
         if len(leaves) == 1:
             raise leaves[0] from leaves[0].__cause__  # (its own cause kept, not the group)
         if expected and all(isinstance(leaf, expected) for leaf in leaves):
-            for kind in expected:
-                for leaf in leaves:
-                    if isinstance(leaf, kind):
-                        raise leaf from leaf.__cause__
+            chosen = next(leaf for kind in expected for leaf in leaves if isinstance(leaf, kind))
+            for leaf in leaves:
+                if leaf is not chosen:
+                    # dropped unseen: its frames (the locals of a task that ended) need
+                    # not outlive it in the group's reference cycles
+                    traceback.clear_frames(leaf.__traceback__)
+            raise chosen from chosen.__cause__
         raise
