@@ -48,7 +48,6 @@ from amps_py.errors import JournalMaintenanceError
 from amps_py.queue import QueueMessage
 from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
-from amps_py.trio_util import connection_error_words, is_connection_error
 from txlog import Journal, publisher_hash
 
 from .commands import CommandFailed
@@ -284,6 +283,8 @@ class Instance:
         try:
             await session.run()
         except Exception as exc:
+            from amps_py.trio_util import connection_error_words, is_connection_error
+
             if is_connection_error(exc):
                 # the connection broke (under several of the session's tasks at once):
                 # a disconnect, not a failure
