@@ -281,7 +281,10 @@ async def open_sow(
         await trio.to_thread.run_sync(sow.open)
         await trio.to_thread.run_sync(sow.catch_up, journal)
     except SowStoreError as exc:
-        sow.close()
+        # close the stores as they are: nothing may record them as current past what
+        # they hold (the catch-up that failed did not apply its records)
+        for topic in sow.topics.values():
+            topic.store.close()
         why = sow_store_failure(sow, exc)
         log.critical(
             "SOW store %s not opened, instance not started: %s",
