@@ -21,6 +21,12 @@ NAME_IN_USE: Final = "02-0025"
 #: (e.g. a plain-TCP client, or a client that rejects the certificate); only that
 #: connection is closed.
 TRANSPORT_TLS_HANDSHAKE_FAILED: Final = "02-0026"
+#: A listener cannot accept connections: the process has no file descriptor left
+#: (EMFILE), the system none (ENFILE), or the kernel no memory for sockets; logged at
+#: once, then at most every ACCEPT_REPORT_INTERVAL with the count of failed accepts
+TRANSPORT_ACCEPT_FAILED: Final = "02-0027"
+#: A listener accepts connections again after such failures
+TRANSPORT_ACCEPTING_AGAIN: Final = "02-0028"
 
 JOURNAL_OPENED: Final = "05-0001"
 JOURNAL_COMMIT_FAILED: Final = "05-0002"
@@ -118,6 +124,7 @@ QUEUES_REBUILT: Final = "18-0001"
 QUEUE_RECORD_UNREADABLE: Final = "18-0002"
 #: proxied transfer was enabled or disabled, or claimed messages of an unreachable owner
 QUEUE_PROXIED_CLAIM: Final = "18-0003"
+
 
 def extra(code: str) -> dict[str, str]:
     """The ``extra=`` mapping that tags a log record with an event code."""

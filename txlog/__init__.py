@@ -4,7 +4,7 @@ Usable without the server: ``amps-py txlog`` and the Spark pipeline import it di
 Imports no trio and no sockets.
 """
 
-from .errors import JournalDamaged, JournalError
+from .errors import JournalDamaged, JournalError, JournalNoSpace
 from .identity import BadBookmark, format_bookmark, parse_bookmark, publisher_hash
 from .inspection import JournalStatistics, VerifyProblem
 from .journal import DURABILITY_MODES, Journal
@@ -27,6 +27,7 @@ __all__ = [
     "Journal",
     "JournalDamaged",
     "JournalError",
+    "JournalNoSpace",
     "JournalStatistics",
     "Kind",
     "Record",

@@ -92,6 +92,7 @@ from .opening import WRITER_LOCK_FILE as WRITER_LOCK_FILE  # re-exported
 from .opening import (
     check_before_open,
     check_format_and_owner,
+    no_space,
     record_damaged,
     take_writer_lock,
     writer_lock_held,
@@ -350,6 +351,11 @@ class Journal:
                 self.set_aside_to = tuple(
                     preflight.set_aside(self.path, self.archive_directory, traces, time.time())
                 )
+        try:
+            preflight.check_lock_file_room(self.path)
+        except OSError as exc:  # LMDB would die with SIGBUS creating its lock file
+            self._release_lock()
+            raise no_space(self.path, exc, preflight.free_bytes(self.path)) from exc
         try:
             self._env = lmdb.open(
                 str(self.path),

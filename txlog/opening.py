@@ -15,6 +15,7 @@ fix, before anything in ``data.mdb`` or the segment files changes:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -23,7 +24,8 @@ from typing import Final
 import lmdb
 
 from . import preflight
-from .errors import JournalDamaged, JournalError
+from .errors import JournalDamaged, JournalError, JournalNoSpace
+from .preflight import free_bytes
 from .record import CorruptRecord
 
 JOURNAL_FORMAT: Final = "amps-py-journal-1"
@@ -81,12 +83,76 @@ def writer_lock_held(path: Path) -> bool:
     return False
 
 
+#: free bytes (beyond what the commit log holds for LMDB) below which a failed LMDB
+#: write is taken for a full disk: LMDB reports space that ran out during write-back
+#: as ``Input/output error``, so the free space decides (as for a running instance)
+FULL_DISK_MARGIN: Final = 4 * 1024 * 1024
+
+
+def is_full_disk(exc: BaseException, free: int, needed: int = 0) -> bool:
+    """Whether ``exc``, from a write to a file system with ``free`` bytes free, means
+    that file system is full: the error says so (ENOSPC, LMDB's ``DiskError``, "No
+    space left on device"), or it is an I/O error while less than ``needed`` plus
+    :data:`FULL_DISK_MARGIN` bytes are free. Pure, apart from reading ``exc``."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(exc, lmdb.DiskError) or "No space left on device" in str(exc):
+        return True
+    io_error = (isinstance(exc, OSError) and exc.errno == errno.EIO) or (
+        "Input/output error" in str(exc)
+    )
+    return io_error and 0 <= free < needed + FULL_DISK_MARGIN
+
+
+def no_space(path: Path, exc: BaseException, free: int) -> JournalNoSpace:
+    """The journal in ``path`` cannot be written because its file system is full: one
+    line with the bytes free, that nothing stored was lost, and the fix."""
+    if isinstance(exc, OSError) and exc.filename:
+        where = Path(exc.filename)
+    else:
+        where = path / preflight.DATA_FILE if isinstance(exc, lmdb.Error) else path
+    shown = f"{free} bytes free" if free >= 0 else "its free space could not be read"
+    cause = f"writing {where} failed: {_words(exc)}"
+    return JournalNoSpace(
+        f"journal {path}: no space left on device: the file system of {path} has "
+        f"{shown} ({cause}); nothing stored was lost or changed (what LMDB lacks stays "
+        "in the commit-*.log files beside data.mdb). Fix: free space on the file "
+        f"system of {path}, or move the whole directory (data.mdb with its commit-*.log "
+        "files) to a larger disk, then open it again",
+        path,
+        free,
+        cause,
+    )
+
+
+def _words(exc: BaseException) -> str:
+    """An error's own text without the errno and file name an OSError adds."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def pending_log_bytes(path: Path) -> int:
+    """Bytes of the commit log files in ``path``: about what opening it may have to
+    write into LMDB (the files are preallocated, so this is an upper bound)."""
+    total = 0
+    for entry in path.glob("commit-*.log"):
+        try:
+            total += entry.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
 def lmdb_error(path: Path, exc: lmdb.Error) -> JournalError:
-    """``exc`` from LMDB on the journal in ``path``, as a :class:`JournalError` (a
-    :class:`JournalDamaged` when the file is damaged) whose text names the file and
-    what to do, in one line."""
+    """``exc`` from LMDB on the journal in ``path``, as a :class:`JournalError` whose
+    text names the file and what to do, in one line: a :class:`JournalDamaged` when the
+    file is damaged, a :class:`JournalNoSpace` when its file system is full."""
     if isinstance(exc, LMDB_DAMAGE_ERRORS):
         return lmdb_damage(path, exc)
+    free = free_bytes(path)
+    if is_full_disk(exc, free, pending_log_bytes(path)):
+        return no_space(path, exc, free)
     return JournalError(f"journal {path}: LMDB failed on {path / preflight.DATA_FILE}: {exc}")
 
 

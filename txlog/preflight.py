@@ -27,8 +27,10 @@ Everything here only reads; nothing in the journal directory is changed, except 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -54,6 +56,12 @@ MAX_PAGE_SIZE: Final = 65536
 DATA_FILE: Final = "data.mdb"
 #: files a journal directory gets on its first open (LMDB's lock file, the writer lock)
 LOCK_FILES: Final = ("lock.mdb", "amps-py.lock")
+#: LMDB's lock file
+LMDB_LOCK_FILE: Final = "lock.mdb"
+#: free bytes LMDB needs to create its lock file (about 16 KiB for 256 readers, 32 KiB
+#: for 512; with room to spare): LMDB sizes the file with ftruncate and maps it, so on
+#: a full file system its first write to the map kills the process with SIGBUS
+LOCK_FILE_ROOM: Final = 1024 * 1024
 #: a segment file (:func:`txlog.segments.segment_file_name`), or its temporary name
 SEGMENT_FILE: Final = re.compile(r"^(?P<instance>.+)\.\d{10}\.journal(\.zst)?(\.tmp)?$")
 
@@ -76,6 +84,39 @@ class MetaPage:
     def needed_bytes(self) -> int:
         """The size the file must at least have: every page up to the last used one."""
         return (self.last_page + 1) * self.page_size
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes free for this user on the file system of ``path`` (of its nearest
+    existing parent when it does not exist yet); -1 when that cannot be read."""
+    for part in (path, *path.parents):
+        try:
+            return shutil.disk_usage(part).free
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return -1
+    return -1
+
+
+def check_lock_file_room(directory: Path) -> None:
+    """Before LMDB opens the environment in ``directory``: when it has to create its
+    lock file (``lock.mdb`` is missing), the file system must have room for it.
+
+    Raises:
+        OSError: ENOSPC, naming the lock file, when fewer than :data:`LOCK_FILE_ROOM`
+            bytes are free (LMDB would die with SIGBUS writing the file's map).
+    """
+    lock = directory / LMDB_LOCK_FILE
+    if lock.exists():
+        return
+    free = free_bytes(directory)
+    if 0 <= free < LOCK_FILE_ROOM:
+        raise OSError(
+            errno.ENOSPC,
+            "No space left on device: LMDB must create its lock file there",
+            str(lock),
+        )
 
 
 def parse_meta(raw: bytes, page_no: int) -> MetaPage:

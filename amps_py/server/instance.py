@@ -286,7 +286,20 @@ class Instance:
         self.sessions.add(session)
         try:
             await session.run()
-        except Exception:
+        except Exception as exc:
+            from amps_py.trio_util import connection_error_words, is_connection_error
+
+            if is_connection_error(exc):
+                # the connection broke (under several of the session's tasks at once):
+                # a disconnect, not a failure
+                log.info(
+                    "client %r (%s) disconnected: %s",
+                    session.client_name,
+                    peer,
+                    connection_error_words(exc),
+                    extra=events.extra(events.CLIENT_DISCONNECTED),
+                )
+                return
             # a bug in one session must not take the instance down
             log.exception(
                 "session of client %r (%s) failed",

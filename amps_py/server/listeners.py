@@ -4,11 +4,22 @@ connections, hand them on, and stop or start a client transport on request.
 Client connections go to ``serve_client(stream, transport, peer)``; connections to
 the replication transport go to the replication manager. A listener that cannot open
 stops the instance with a message naming the transport, the address and the fix.
+
+Each listener runs its own accept loop (:func:`serve_accepting`, not
+``trio.serve_listeners``, which logs a traceback for every accept that fails): when
+the process runs out of file descriptors, accepts fail with EMFILE until connections
+close; the loop keeps trying every :data:`ACCEPT_RETRY` seconds and says so in one
+line at once, then at most every :data:`ACCEPT_REPORT_INTERVAL` seconds with the count
+of failed accepts and the fix (:class:`AcceptFailures` decides when), and once more
+when it accepts again. Clients that connect meanwhile wait in the listen queue.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import resource
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
@@ -44,6 +55,140 @@ _TLS_FAILURES: Final[dict[str, str]] = {
 }
 
 ServeClient = Callable[[trio.abc.Stream, str, str], Awaitable[None]]
+
+#: accept errors that mean "no resources now, try again later": no file descriptor left
+#: in the process (EMFILE) or the system (ENFILE), no kernel memory for a socket
+ACCEPT_RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: seconds between attempts while accepts fail for lack of resources
+ACCEPT_RETRY: Final = 0.1
+#: at most one log line per listener this often while its accepts keep failing
+ACCEPT_REPORT_INTERVAL: Final = 10.0
+
+
+class AcceptFailures:
+    """When a listener whose accepts fail for lack of resources says so (pure; the time
+    is passed in): the first failure at once, then at most one line per ``interval``
+    seconds carrying the failures since the line before; and once when an accept
+    succeeds again, with the whole episode's failures and length.
+    """
+
+    def __init__(self, interval: float = ACCEPT_REPORT_INTERVAL) -> None:
+        self.interval = interval
+        #: failures not yet reported
+        self.unreported = 0
+        #: failures since the episode began (0: accepts are working)
+        self.in_episode = 0
+        self._episode_start = 0.0
+        self._last_report = 0.0
+
+    def failed(self, now: float) -> int | None:
+        """An accept failed at ``now``; returns the count to report now (the failures
+        since the last report, this one included), or None to stay quiet."""
+        if not self.in_episode:
+            self._episode_start = now
+        self.in_episode += 1
+        self.unreported += 1
+        if self.in_episode > 1 and now - self._last_report < self.interval:
+            return None
+        count, self.unreported, self._last_report = self.unreported, 0, now
+        return count
+
+    def accepted(self, now: float) -> tuple[int, float] | None:
+        """An accept succeeded at ``now``: (failures, seconds) of the episode that it
+        ends, or None when accepts were working."""
+        if not self.in_episode:
+            return None
+        ended = (self.in_episode, now - self._episode_start)
+        self.in_episode = self.unreported = 0
+        return ended
+
+
+def accept_failure(what: str, code: int, count: int, interval: float) -> str:
+    """One line: ``what`` (``transport json-tcp``) cannot accept connections because
+    of ``code`` (an errno of :data:`ACCEPT_RESOURCE_ERRNOS`), ``count`` accepts failed
+    since the last such line, and the fix."""
+    name = errno.errorcode.get(code, str(code))
+    head = (
+        f"{what} cannot accept connections: accept failed with {name} "
+        f"({os.strerror(code).lower()}); {count} failed accept(s) "
+        f"{'so far' if count == 1 else 'since the last report'} (retried every "
+        f"{ACCEPT_RETRY:g} s, reported at most every {interval:g} s; new clients wait in "
+        "the listen queue)"
+    )
+    if code == errno.EMFILE:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"{head}. This process has open as many files and sockets as its limit allows "
+            f"(RLIMIT_NOFILE soft {soft}, hard {hard}). Fix: raise the limit for amps-py: "
+            "`ulimit -n 65536` in the shell that starts it, or LimitNOFILE=65536 in its "
+            "systemd unit"
+        )
+    if code == errno.ENFILE:
+        return (
+            f"{head}. The system's limit of open files (fs.file-max) is reached. Fix: raise "
+            "it (`sysctl -w fs.file-max=...`), or stop what holds so many files"
+        )
+    return f"{head}. The kernel is short of memory for sockets. Fix: free memory on this host"
+
+
+async def serve_accepting(
+    handler: Callable[[trio.SocketStream], Awaitable[object]],
+    listeners: list[trio.SocketListener],
+    handler_nursery: trio.Nursery,
+    what: str,
+) -> None:
+    """Accept connections on every listener and run ``handler`` on each in
+    ``handler_nursery`` (the stream is closed when the handler returns), until
+    cancelled. Accepts that fail for lack of resources are retried every
+    :data:`ACCEPT_RETRY` seconds and reported as :class:`AcceptFailures` decides,
+    without a traceback; any other accept error ends the listener.
+    """
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, handler, listener, handler_nursery, what)
+
+
+async def _accept_loop(
+    handler: Callable[[trio.SocketStream], Awaitable[object]],
+    listener: trio.SocketListener,
+    handler_nursery: trio.Nursery,
+    what: str,
+) -> None:
+    failures = AcceptFailures()
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_RESOURCE_ERRNOS:
+                    raise
+                count = failures.failed(trio.current_time())
+                if count is not None:
+                    log.error(
+                        accept_failure(what, exc.errno, count, failures.interval),
+                        extra=events.extra(events.TRANSPORT_ACCEPT_FAILED),
+                    )
+                await trio.sleep(ACCEPT_RETRY)
+                continue
+            ended = failures.accepted(trio.current_time())
+            if ended is not None:
+                log.warning(
+                    "%s accepts connections again, after %d failed accept(s) over %.1f s",
+                    what,
+                    ended[0],
+                    ended[1],
+                    extra=events.extra(events.TRANSPORT_ACCEPTING_AGAIN),
+                )
+            handler_nursery.start_soon(_run_handler, handler, stream)
+
+
+async def _run_handler(
+    handler: Callable[[trio.SocketStream], Awaitable[object]], stream: trio.SocketStream
+) -> None:
+    try:
+        await handler(stream)
+    finally:
+        await trio.aclose_forcefully(stream)
 
 
 class ListenError(ConfigurationError):
@@ -206,13 +351,12 @@ class Listeners:
         )
         task_status.started()
 
+        what = f"transport {transport.name}"
         if transport.is_replication:
             replication = self.replication
             assert replication is not None
             if tls_context is None:
-                await trio.serve_listeners(
-                    replication.serve_incoming, listeners, handler_nursery=nursery
-                )
+                await serve_accepting(replication.serve_incoming, listeners, nursery, what)
                 return
 
             async def handle_upstream(stream: trio.SocketStream) -> None:
@@ -221,7 +365,7 @@ class Listeners:
                 if secured is not None:
                     await replication.serve_connection(secured, peer)
 
-            await trio.serve_listeners(handle_upstream, listeners, handler_nursery=nursery)
+            await serve_accepting(handle_upstream, listeners, nursery, what)
             return
 
         async def handle(stream: trio.SocketStream) -> None:
@@ -234,7 +378,7 @@ class Listeners:
                 client = secured
             await self._serve_client(client, transport.name, peer)
 
-        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+        await serve_accepting(handle, listeners, nursery, what)
 
 
 def cannot_listen(why: str) -> ListenError:

@@ -31,9 +31,11 @@ their acting across connections (``flow.py``).
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -45,7 +47,7 @@ from amps_py import events, reasons
 from amps_py.actions import client_variables
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
-from amps_py.trio_util import unwrapping_groups
+from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
 from txlog import publisher_hash
 
 from .commands import (
@@ -93,6 +95,35 @@ REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
 HEARTBEAT_GRACE_INTERVALS: Final = 3
 #: the failure reason of a journaled publish while journal writes are failing
 JOURNAL_UNAVAILABLE: Final = reasons.JOURNAL_UNAVAILABLE
+#: sessions that end between two full garbage collections (see Session._let_go)
+COLLECT_EVERY_ENDED: Final = 1000
+
+
+class EndedSessions:
+    """Counts ended sessions and says when a full garbage collection is due (pure).
+
+    An ended session's tasks leave exceptions in reference cycles (trio's, with their
+    frames) that refer to the session; the server's tuned collector runs a full
+    collection only after some hundred million allocations, which a quiet instance
+    whose clients come and go (health checks, short-lived replays) may take days to
+    reach. Collecting after every ``every`` ended sessions bounds what they keep.
+    """
+
+    def __init__(self, every: int = COLLECT_EVERY_ENDED) -> None:
+        self.every = every
+        self.since_collection = 0
+
+    def ended(self) -> bool:
+        """A session ended: whether to collect now."""
+        self.since_collection += 1
+        if self.since_collection < self.every:
+            return False
+        self.since_collection = 0
+        return True
+
+
+#: the instance's ended sessions (one count per process: the collection is too)
+ENDED_SESSIONS: Final = EndedSessions()
 
 
 class Session:
@@ -195,8 +226,11 @@ class Session:
             extra=events.extra(events.CLIENT_CONNECTED),
         )
         self.instance.fire_action("connect-client", client_variables(self, connected=True))
+        broken = ""
         try:
-            async with unwrapping_groups(), trio.open_nursery() as nursery:
+            # a client that goes away abruptly (a reset) can break the read and the send
+            # loop at once: such a group is one disconnect, not a failure
+            async with unwrapping_groups(CONNECTION_ERRORS), trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._cancel = nursery.cancel_scope
                 nursery.start_soon(self._send_loop)
@@ -204,23 +238,56 @@ class Session:
                     nursery.start_soon(self._age_watch)
                 await self._read_loop()
                 self.close(reasons.CONNECTION_CLOSED)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except CONNECTION_ERRORS as exc:
             self.close_reason = self.close_reason or reasons.CONNECTION_CLOSED
+            broken = connection_error_words(exc)
+            # its traceback is never shown: let go of the frames it holds (the batch
+            # that was being written, the last bytes read), see _let_go
+            traceback.clear_frames(exc.__traceback__)
         finally:
             self._release_memory()
             self.instance.session_ended(self)
             self.instance.fire_action("disconnect-client", client_variables(self, connected=False))
             log.info(
-                "client %r (connection %d) disconnected: %s",
+                "client %r (connection %d) disconnected: %s%s",
                 self.client_name,
                 self.conn_id,
                 self.close_reason or reasons.CONNECTION_CLOSED,
+                f" ({broken})" if broken else "",
                 extra=events.extra(events.CLIENT_DISCONNECTED),
             )
             # forcefully: a send blocked on a client that does not read is abandoned,
             # the socket is closed at once (the client sees EOF after what its kernel
             # already holds), and TLS does not wait for a close_notify exchange
             await trio.aclose_forcefully(self.stream)
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """The session is over: drop what it still refers to beyond its counts and
+        names (its nursery, transport compression state, entitlement answers, flush
+        waiters). An ended task leaves exceptions whose frames refer to the session in
+        reference cycles that only a full garbage collection frees (the server runs
+        one rarely, see ``cli.tune_garbage_collector``): until then such a session
+        must hold little, or memory grows with every client that ever connected; and
+        every :data:`COLLECT_EVERY_ENDED` ended sessions one runs
+        (:class:`EndedSessions`)."""
+        self._nursery = None
+        self._cancel = None
+        self._inflater = None
+        self._deflater = None
+        self._sniff_buf = bytearray()
+        self._entitled.clear()
+        self._flush_waiters.clear()
+        if ENDED_SESSIONS.ended():
+            started = time.perf_counter()
+            found = gc.collect()
+            log.debug(
+                "full garbage collection after %d ended sessions: %d objects in %.1f ms",
+                ENDED_SESSIONS.every,
+                found,
+                (time.perf_counter() - started) * 1000,
+                extra=events.extra(events.CLIENT_DISCONNECTED),
+            )
 
     def close(self, reason: str) -> None:
         """End the session (idempotent); the first reason given is the one logged."""
@@ -600,10 +667,12 @@ class Session:
                 batch = box.take(SEND_CHUNK)
             self._stamp = now
             piece = batch[0] if len(batch) == 1 else b"".join(batch)
+            del batch  # (this frame holds nothing big while it waits: see run())
             deflater = self._deflater
             await stream.send_all(piece if deflater is None else deflater.compress(piece))
             self._inflight_since = None
             size = len(piece)
+            del piece
             self.out_bytes -= size
             if not self.discarding:
                 pool.total -= size

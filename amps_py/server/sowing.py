@@ -205,6 +205,8 @@ class SowState:
             try:
                 store = SowStore(directory, config.name, transient=transient)
             except SowStoreError as exc:
+                if not exc.damaged:  # locked, a full disk: setting it aside cannot help
+                    raise
                 aside = directory.with_name(directory.name + ".damaged")
                 shutil.rmtree(aside, ignore_errors=True)
                 directory.rename(aside)

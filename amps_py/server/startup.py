@@ -15,14 +15,17 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import trio
 
 from amps_py import auth, events
 from amps_py.config import InstanceConfig, TransactionLogConfig
 from amps_py.config.model import SowTopicConfig
-from txlog import Journal, JournalError
-from txlog.preflight import describe_traces
+from amps_py.sow.store import SowStoreError
+from txlog import Journal, JournalError, JournalNoSpace
+from txlog.opening import is_full_disk
+from txlog.preflight import describe_traces, free_bytes
 
 from .sowing import SowState
 
@@ -69,13 +72,42 @@ def listen_failure(what: str, host: str, port: int, exc: OSError, setting: str) 
     return f"{where}: {cause}. Fix: check {setting}"
 
 
+#: how a full-disk refusal names the journal directory's setting in its fix
+JOURNAL_DIRECTORY_MOVE: Final = (
+    "TransactionLog/JournalDirectory (the whole directory: data.mdb with its "
+    "commit-*.log files) to a larger disk"
+)
+
+
+def full_disk_failure(what: str, directory: Path, free: int, cause: str, move: str) -> str:
+    """One line saying that ``what`` (``the journal directory``, ``the SOW store of
+    topic 'x' in``) ``directory`` cannot be written because its file system is full,
+    with the bytes free (as the running instance's failure acks say it), that nothing
+    stored was lost, and the fix: free space there, or ``move`` (the setting to change
+    and where to)."""
+    shown = f"has {free} bytes free" if free >= 0 else "is full (its free space cannot be read)"
+    return (
+        f"{what} {directory} cannot be written: no space left on device: the file "
+        f"system of {directory} {shown} ({cause}); nothing stored was lost or changed. "
+        f"Fix: free space on the file system of {directory}, or move {move}; then "
+        "start again"
+    )
+
+
 def journal_directory_failure(directory: Path, exc: OSError) -> str:
     """One line saying that the journal directory cannot be used for writing, why
     (``exc`` from creating the directory, its lock file or LMDB's files), and how to
     fix it. Names the part of the path at fault: a regular file where a directory
-    must be, a read-only file system, missing permissions."""
+    must be, a read-only file system, missing permissions, a full disk (with the
+    bytes free)."""
     failed_on = Path(exc.filename) if exc.filename else directory
     code = exc.errno
+    free = free_bytes(directory)
+    if is_full_disk(exc, free):
+        cause = f"writing {failed_on} failed: {exc.strerror or exc}"
+        return full_disk_failure(
+            "the journal directory", directory, free, cause, JOURNAL_DIRECTORY_MOVE
+        )
     blocker = _file_in_the_way(directory)
     if blocker is not None:
         why = f"{blocker} is a file, not a directory"
@@ -84,8 +116,6 @@ def journal_directory_failure(directory: Path, exc: OSError) -> str:
     elif code in (errno.EACCES, errno.EPERM):
         who = f"uid {os.getuid()}" if hasattr(os, "getuid") else "this user"
         why = f"permission denied: the user running amps-py ({who}) cannot write {failed_on}"
-    elif code == errno.ENOSPC:
-        why = f"no space left on the device (writing {failed_on})"
     else:
         why = f"{exc.strerror or exc} ({failed_on})"
     return (
@@ -138,6 +168,21 @@ def open_journal(tl: TransactionLogConfig, name: str, *, allow_empty: bool) -> J
             archive_directory=tl.archive_directory,
             allow_empty=allow_empty,
         )
+    except JournalNoSpace as exc:
+        why = full_disk_failure(
+            "the journal directory",
+            tl.journal_directory,
+            exc.free,
+            exc.cause,
+            JOURNAL_DIRECTORY_MOVE,
+        )
+        log.critical(
+            "journal %s not opened, instance not started: %s",
+            tl.journal_directory,
+            why,
+            extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+        )
+        raise ConfigurationError(why) from exc
     except JournalError as exc:
         log.critical(
             "journal %s not opened, instance not started: %s",
@@ -224,8 +269,49 @@ async def open_sow(
     topics: tuple[SowTopicConfig, ...], journal: Journal, tl: TransactionLogConfig
 ) -> SowState:
     """Open the SOW topics' stores and apply what of the journal they lack (a missing
-    store is rebuilt from the journal), before anything new commits."""
+    store is rebuilt from the journal), before anything new commits.
+
+    Raises:
+        ConfigurationError: a store cannot be opened or brought up to date (logged as
+            well): one line naming its directory; on a full disk, with the bytes free
+            and the fix.
+    """
     sow = SowState(topics, tl.journal_directory)
-    await trio.to_thread.run_sync(sow.open)
-    await trio.to_thread.run_sync(sow.catch_up, journal)
+    try:
+        await trio.to_thread.run_sync(sow.open)
+        await trio.to_thread.run_sync(sow.catch_up, journal)
+    except SowStoreError as exc:
+        # close the stores as they are: nothing may record them as current past what
+        # they hold (the catch-up that failed did not apply its records)
+        for topic in sow.topics.values():
+            topic.store.close()
+        why = sow_store_failure(sow, exc)
+        log.critical(
+            "SOW store %s not opened, instance not started: %s",
+            exc.directory,
+            why,
+            extra=events.extra(events.INSTANCE_FAILED),
+        )
+        raise ConfigurationError(why) from exc
     return sow
+
+
+def sow_store_failure(sow: SowState, exc: SowStoreError) -> str:
+    """The line for a SOW store that could not be opened or caught up at start: on a
+    full disk, which store, the bytes free and the fix (free space, or move the store:
+    its FileName, or the JournalDirectory it is under); otherwise the store's own
+    words."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    free = free_bytes(exc.directory)
+    if not is_full_disk(cause, free):
+        return str(exc)
+    config = next((c for c in sow.configs if sow.store_directory(c) == exc.directory), None)
+    topic = f"topic {config.name!r}" if config is not None else "a SOW topic"
+    if config is not None and config.file_name is not None:
+        move = (
+            f"the store (SOW/Topic/FileName of {topic}) to a larger disk: a store that is "
+            "missing is rebuilt from the journal"
+        )
+    else:
+        move = JOURNAL_DIRECTORY_MOVE + " (the SOW stores are under it)"
+    return full_disk_failure(f"the SOW store of {topic} in", exc.directory, free, str(exc), move)

@@ -46,7 +46,7 @@ from typing import Final, NamedTuple, cast
 
 import lmdb
 
-from txlog.preflight import DATA_FILE, DataFileDamage, check_data_file
+from txlog.preflight import DATA_FILE, DataFileDamage, check_data_file, check_lock_file_room
 
 from .entry import SowEntry
 from .layout import (
@@ -334,6 +334,14 @@ class SowStore:
                     damaged=True,
                 ) from exc
         try:
+            check_lock_file_room(self.directory)
+        except OSError as exc:  # LMDB would die with SIGBUS creating its lock file
+            raise self._fail(
+                f"cannot open the SOW store of topic {self.topic!r} in {self.directory}: "
+                f"{exc.strerror} ({exc.filename})",
+                damaged=False,
+            ) from exc
+        try:
             self._env = lmdb.open(
                 str(self.directory),
                 map_size=map_size,
@@ -352,7 +360,7 @@ class SowStore:
         except lmdb.Error as exc:
             raise self._fail(
                 f"SOW store file {data} of topic {self.topic!r} cannot be opened: LMDB says {exc}",
-                damaged=True,
+                damaged=not isinstance(exc, lmdb.DiskError),  # a full disk is not damage
             ) from exc
 
     def _check_format(self) -> _State:
