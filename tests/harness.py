@@ -290,6 +290,36 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
+def publish_persisted(port: int, client: str, messages: list[tuple[str, bytes]]) -> None:
+    """Publish ``messages`` ((topic, payload), seqs 1..N) as ``client`` over a plain
+    socket, asking for persisted acks, and return once the last is persisted.
+
+    Raises:
+        AssertionError: the server closed the connection first, or a persisted ack
+            is a failure.
+    """
+    from amps_py.protocol import FrameDecoder, encode_frame
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        sock.sendall(encode_frame({"c": "logon", "cid": "logon", "client_name": client}))
+        for seq, (topic, payload) in enumerate(messages, 1):
+            header = {"c": "publish", "t": topic, "s": seq, "a": "persisted"}
+            sock.sendall(encode_frame(header, payload))
+        decoder = FrameDecoder()
+        persisted = 0
+        while persisted < len(messages):
+            data = sock.recv(65536)
+            assert data, f"the server closed {client}'s connection before the persisted acks"
+            decoder.receive_data(data)
+            for frame in decoder.frames():
+                if frame.header.get("a") == "persisted":
+                    assert frame.header.get("status") == "success", frame.header
+                    persisted = max(persisted, int(frame.header.get("s", 0)))
+    finally:
+        sock.close()
+
+
 def assert_journal_sound(journal_dir: Path) -> None:
     """``amps-py txlog verify`` (a real subprocess) finds no damaged record."""
     verify = subprocess.run(

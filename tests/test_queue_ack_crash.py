@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness import ServerProcess, start_instance, wait_until_sync
+from harness import ServerProcess, publish_persisted, start_instance, wait_until_sync
 
 from amps_py.protocol import FrameDecoder, encode_frame
 
@@ -129,24 +129,6 @@ class Ledger:
             return len(self.confirmed_marks), len(self.seen)
 
 
-def publish_all(port: int) -> None:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(encode_frame({"c": "logon", "cid": "l", "client_name": "producer"}))
-    for i in range(1, MESSAGES + 1):
-        body = b'{"job": %d}' % i
-        sock.sendall(encode_frame({"c": "publish", "t": QUEUE, "s": i, "a": "persisted"}, body))
-    decoder = FrameDecoder()
-    persisted = 0
-    while persisted < MESSAGES:
-        data = sock.recv(65536)
-        assert data, "the server closed the producer's connection"
-        decoder.receive_data(data)
-        for frame in decoder.frames():
-            if frame.header.get("a") == "persisted":
-                persisted = max(persisted, int(frame.header.get("s", 0)))
-    sock.close()
-
-
 def test_no_message_whose_ack_was_confirmed_is_delivered_again_across_kill_9(
     tmp_path: Path,
 ) -> None:
@@ -158,7 +140,8 @@ def test_no_message_whose_ack_was_confirmed_is_delivered_again_across_kill_9(
     ledger = Ledger()
     consumers: list[Consumer] = []
     try:
-        publish_all(server.port)
+        jobs = [(QUEUE, b'{"job": %d}' % i) for i in range(1, MESSAGES + 1)]
+        publish_persisted(server.port, "producer", jobs)
         consumers = [Consumer(f"worker-{i}", server, ledger) for i in range(2)]
         for consumer in consumers:
             consumer.start()

@@ -33,6 +33,17 @@ def lookup(bookmark: str) -> int | None:
     return int(bookmark.split("|")[1])
 
 
+def written(directory: Path, txids: range) -> None:
+    """A checkpoint of queue ``work`` (definition ``d``) in ``directory`` holding a
+    message per txid, closed."""
+    cp = QueueCheckpoint(directory, "work", "d")
+    changes = Changes()
+    for txid in txids:
+        changes.admit(row_of(message(txid)))
+    cp.write(txids[-1] + 1, changes, no_lookup)
+    cp.close()
+
+
 def loaded(cp: QueueCheckpoint) -> list[tuple[int, str, str, int]]:
     return [(m.txid, m.bookmark, m.owner, m.priority) for m in cp.messages()]
 
@@ -110,12 +121,7 @@ def test_a_checkpoint_of_another_queue_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_chunk_damaged_on_disk_fails_its_crc_when_loaded(tmp_path: Path) -> None:
-    cp = QueueCheckpoint(tmp_path / "q", "work", "d")
-    changes = Changes()
-    for txid in range(1, 50):
-        changes.admit(row_of(message(txid)))
-    cp.write(60, changes, no_lookup)
-    cp.close()
+    written(tmp_path / "q", range(1, 50))
     # one byte of the chunk's rows changes (bit rot LMDB itself cannot see)
     env = lmdb.open(str(tmp_path / "q"), max_dbs=2)
     chunks = env.open_db(b"chunks")
@@ -132,12 +138,7 @@ def test_a_chunk_damaged_on_disk_fails_its_crc_when_loaded(tmp_path: Path) -> No
 
 
 def test_a_truncated_checkpoint_file_is_damage(tmp_path: Path) -> None:
-    cp = QueueCheckpoint(tmp_path / "q", "work", "d")
-    changes = Changes()
-    for txid in range(1, 3000):
-        changes.admit(row_of(message(txid)))
-    cp.write(3000, changes, no_lookup)
-    cp.close()
+    written(tmp_path / "q", range(1, 3000))
     data = tmp_path / "q" / "data.mdb"
     with open(data, "r+b") as f:
         f.truncate(data.stat().st_size // 3)

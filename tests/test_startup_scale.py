@@ -15,16 +15,13 @@ empty SOW topic (which once held every start's catch-up at txid 0).
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import lmdb
-from harness import REPO, ServerProcess, wait_until_sync, write_config
-
-from amps_py.protocol import FrameDecoder, encode_frame
+from harness import REPO, ServerProcess, publish_persisted, wait_until_sync, write_config
 
 sys.path.insert(0, str(REPO / "tools" / "bench"))
 from synthetic_journal import build_journal, padded
@@ -67,23 +64,12 @@ def rss_anon_kb(server: ServerProcess) -> int:
 def publish(port: int, count: int) -> None:
     """``count`` publishes across the SOW topic, the queue and a plain topic, each
     persisted before this returns."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(encode_frame({"c": "logon", "cid": "l", "client_name": "tail-feed"}))
-    for i in range(count):
-        topic = ("orders", "work", "trades")[i % 3]
-        body = padded({"id": i % 50, "tail": i})
-        sock.sendall(encode_frame({"c": "publish", "t": topic, "s": i + 1, "a": "persisted"}, body))
-    decoder = FrameDecoder()
-    persisted = 0
-    while persisted < count:
-        data = sock.recv(65536)
-        assert data, "the server closed the connection before the persisted acks"
-        decoder.receive_data(data)
-        for frame in decoder.frames():
-            if frame.header.get("a") == "persisted":
-                assert frame.header.get("status") == "success", frame.header
-                persisted = max(persisted, int(frame.header.get("s", 0)))
-    sock.close()
+    topics = ("orders", "work", "trades")
+    publish_persisted(
+        port,
+        "tail-feed",
+        [(topics[i % 3], padded({"id": i % 50, "tail": i})) for i in range(count)],
+    )
 
 
 def queue_depth(tree: dict[str, Any]) -> int:
@@ -206,21 +192,7 @@ def test_a_clean_stop_checkpoints_every_queue_through_the_last_commit(tmp_path: 
             else "the first checkpoint is not written yet",
             timeout=30,
         )
-        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-        sock.sendall(encode_frame({"c": "logon", "cid": "l", "client_name": "plain-feed"}))
-        for i in range(1, 201):
-            header = {"c": "publish", "t": "trades", "s": i, "a": "persisted"}
-            sock.sendall(encode_frame(header, b'{"px": 1}'))
-        decoder = FrameDecoder()
-        persisted = 0
-        while persisted < 200:
-            data = sock.recv(65536)
-            assert data, "the server closed the connection before the persisted acks"
-            decoder.receive_data(data)
-            for frame in decoder.frames():
-                if frame.header.get("a") == "persisted":
-                    persisted = max(persisted, int(frame.header.get("s", 0)))
-        sock.close()
+        publish_persisted(server.port, "plain-feed", [("trades", b'{"px": 1}')] * 200)
         server.stop()
         server.start(timeout=60)
         tree = instance_tree(server)
