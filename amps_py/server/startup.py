@@ -150,6 +150,15 @@ def os_error_in(exc: BaseException) -> OSError | None:
     return None
 
 
+def _refused(tl: TransactionLogConfig, why: str) -> None:
+    log.critical(
+        "journal %s not opened, instance not started: %s",
+        tl.journal_directory,
+        why,
+        extra=events.extra(events.JOURNAL_OPEN_REFUSED),
+    )
+
+
 def open_journal(tl: TransactionLogConfig, name: str, *, allow_empty: bool) -> Journal:
     """Open instance ``name``'s journal (blocking: run it in a worker thread). A
     refusal (damaged files, an empty journal where one was, a journal held by another
@@ -176,29 +185,14 @@ def open_journal(tl: TransactionLogConfig, name: str, *, allow_empty: bool) -> J
             exc.cause,
             JOURNAL_DIRECTORY_MOVE,
         )
-        log.critical(
-            "journal %s not opened, instance not started: %s",
-            tl.journal_directory,
-            why,
-            extra=events.extra(events.JOURNAL_OPEN_REFUSED),
-        )
+        _refused(tl, why)
         raise ConfigurationError(why) from exc
     except JournalError as exc:
-        log.critical(
-            "journal %s not opened, instance not started: %s",
-            tl.journal_directory,
-            exc,
-            extra=events.extra(events.JOURNAL_OPEN_REFUSED),
-        )
+        _refused(tl, str(exc))
         raise
     except OSError as exc:  # the directory, its lock file or LMDB's files
         why = journal_directory_failure(tl.journal_directory, exc)
-        log.critical(
-            "journal %s not opened, instance not started: %s",
-            tl.journal_directory,
-            why,
-            extra=events.extra(events.JOURNAL_OPEN_REFUSED),
-        )
+        _refused(tl, why)
         raise ConfigurationError(why) from exc
     if journal.started_empty_over:
         aside = ", ".join(str(p) for p in journal.set_aside_to)
