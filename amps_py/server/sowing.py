@@ -339,13 +339,15 @@ class SowState:
         for rec in records:
             if rec.topic in self.topics:
                 by_topic.setdefault(rec.topic, []).append(rec)
-        if records:
-            self.applied_txid = max(self.applied_txid, records[-1].txid)
         removed: list[Removed] = []
         for name, recs in by_topic.items():
             gone = self._apply_topic(self.topics[name], recs)
             if gone:
                 removed.append(Removed(name, gone, "deleted"))
+        if records:
+            # only once every store took its records: a stamp (stamp(), close()) after
+            # a failed write must not mark that store current past what it lacks
+            self.applied_txid = max(self.applied_txid, records[-1].txid)
         return removed
 
     def _apply_topic(self, sow: SowTopic, records: list[Record]) -> list[SowEntry]:
