@@ -32,7 +32,7 @@ minutes 5-10 is compared with the mean of the last 5 minutes (for runs shorter t
 
     python tools/bench/bench_soak.py                 # one hour
     python tools/bench/bench_soak.py --minutes 12
-    python tools/bench/bench_soak.py --minutes 3 --tracemalloc DIR   # heap snapshots
+    python tools/bench/bench_soak.py --minutes 3 --heap-stats     # heap figures per minute
 
 With ``--heap-stats`` the server also writes its heap figures every minute (see
 ``_HEAP_STATS_SERVER``) to ``heap.jsonl`` in the work directory, and this program
