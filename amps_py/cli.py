@@ -24,7 +24,7 @@ tcp://user:password@host:port/amps/json. Long work shows progress on stderr when
 a terminal, and nothing extra when piped.
 
 Each command group lives in its own module, registered on :func:`main` here:
-``cli_config``, ``cli_txlog``, ``cli_users``, ``cli_admin``, ``cli_pipeline``
+``cli_config``, ``cli_txlog``, ``cli_users``, ``cli_names``, ``cli_admin``, ``cli_pipeline``
 (``cli_client`` holds what publish, subscribe and sow need; ``cli_common`` what all
 share).
 """
@@ -50,6 +50,7 @@ from amps_py import __version__
 from amps_py.cli_admin import admin
 from amps_py.cli_common import fail
 from amps_py.cli_config import config
+from amps_py.cli_names import names
 from amps_py.cli_pipeline import pipeline
 from amps_py.cli_txlog import txlog
 from amps_py.cli_users import users
@@ -958,7 +959,7 @@ def sow(
     click.echo(sow_summary(topic, count, stats), err=True)
 
 
-for group in (admin, config, pipeline, txlog, users):
+for group in (admin, config, names, pipeline, txlog, users):
     main.add_command(group)
 
 

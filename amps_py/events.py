@@ -17,6 +17,11 @@ INSTANCE_FAILED: Final = "00-0005"
 TRANSPORT_LISTENING: Final = "02-0001"
 TRANSPORT_STOPPED: Final = "02-0002"
 NAME_IN_USE: Final = "02-0025"
+#: The owner of a client name could not be recorded (the client-name store's disk is
+#: full or read-only): the logon goes on, the name stays with its earlier owner or none
+NAME_OWNER_UNRECORDED: Final = "02-0040"
+#: An administrator handed a client name to a user, or released it (amps-py names)
+NAME_HANDED_OVER: Final = "02-0041"
 #: A connection to a tcps / amps-replication-secure transport failed its TLS handshake
 #: (e.g. a plain-TCP client, or a client that rejects the certificate); only that
 #: connection is closed.
