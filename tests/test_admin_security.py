@@ -28,6 +28,7 @@ import trio
 from clirun import DefaultServe
 from harness import ServerProcess, reserve_port, security_xml, start_instance, wait_until
 
+from amps_py.cli_client import Credentials, fetch_instance
 from amps_py.client import open_client
 
 ADMIN_XML = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"
@@ -264,6 +265,13 @@ async def test_https_admin_verified_by_the_cli_and_plain_http_refused(tmp_path: 
             status = admin_cli("--url", url, "--ca-file", ca, "--json", "status")
             assert status.returncode == 0, status.stderr
             assert json.loads(status.stdout)["name"] == "tlsadmin"
+
+        # the publish command's persisted-ack explanation reads it with its --ca-file
+        url = f"https://localhost:{port}"
+        document = fetch_instance(url, Credentials("", ""), ca)
+        assert isinstance(document, dict) and document["name"] == "tlsadmin", document
+        refused = fetch_instance(url, Credentials("", ""), None)
+        assert isinstance(refused, str) and "does not verify" in refused
 
         # not verified: the system's CAs do not know the example certificate
         untrusted = admin_cli("--url", f"https://127.0.0.1:{port}", "status")
