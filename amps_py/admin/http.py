@@ -1,6 +1,9 @@
-"""The admin HTTP API on ``Admin/InetAddr``, served by hypercorn on trio.
+"""The admin API on ``Admin/InetAddr``, served by hypercorn on trio: HTTP, or HTTPS
+when ``Admin`` has a Certificate and PrivateKey (the same settings and checks as a tcps
+Transport; plain HTTP to that port fails its TLS handshake and only that connection is
+closed).
 
-Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
+Reads (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
 
 - ``/amps`` — everything below.
 - ``/amps/instance[/...]`` — name, version, uptime, ``clients`` (one entry per
@@ -15,23 +18,40 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
   e.g. ``/amps/instance/replication/destinations/B.json``.
 - ``/amps/host[/...]`` — host name, CPUs, load, memory, and ``disks``: space on the
   file systems of the journal and the archive directory.
-- ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade``
-  (POST or GET) — change a destination's acknowledgment mode.
-- ``/amps/administrator/clients/<client>/disconnect`` (POST or GET) — close that
-  client's connection; ``<client>`` is a key of ``/amps/instance/clients`` (the client
-  name, or ``connection-<id>``, which always works).
+- ``/amps/administrator/actions`` — the ``amps-action-on-admin`` actions.
+- ``/metrics`` — Prometheus text format.
+
+Administrator actions (POST only, with the ``X-AMPS-Admin: 1`` header; see below):
+
+- ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade`` —
+  change a destination's acknowledgment mode.
+- ``/amps/administrator/clients/<client>/disconnect`` — close that client's connection;
+  ``<client>`` is a key of ``/amps/instance/clients`` (the client name, or
+  ``connection-<id>``, which always works).
+- ``/amps/administrator/transports/<transport>/disable`` and ``.../enable``.
+- ``/amps/administrator/queues/<queue>/enable_proxied_transfer`` and
+  ``.../disable_proxied_transfer``.
 - ``/amps/administrator/transaction_log/journals/<id>/compress``, ``.../archive``,
   ``.../remove`` — that journal segment and every older one (see
   :mod:`amps_py.server.maintenance`; remove waits until nothing needs them).
-- ``/amps/administrator/actions`` lists the ``amps-action-on-admin`` actions;
-  ``/amps/administrator/actions/<Path>?name=value`` runs those with that Path, the
-  query parameters as their variables, and answers with each run's outcome.
-- ``/metrics`` — Prometheus text format.
+- ``/amps/administrator/actions/<Path>?name=value`` runs the on-admin actions with that
+  Path, the query parameters as their variables, and answers with each run's outcome.
+
+Before anything else each request passes :mod:`amps_py.admin.guard`: its Host must be
+an IP address, ``localhost``, a host name of this machine or the host of
+``Admin/InetAddr`` (421 otherwise: DNS rebinding); an administrator action by any
+method but POST gets 405 with ``Allow: POST`` and changes nothing; a POST action with
+an ``Origin`` of another site, or without the ``X-AMPS-Admin`` header, gets 403. An
+OPTIONS request (a browser's CORS preflight) gets 204 with ``Allow`` and no
+``Access-Control-Allow-*`` header, so a cross-origin script is never let through.
 
 An unknown path gets 404 with a message naming the known children. When the instance
 has a non-default Authentication module, requests need HTTP Basic credentials that it
 accepts (401 otherwise) and the Entitlement module's ``admin`` right (403 otherwise);
-administrator actions always need the ``admin`` right.
+administrator actions always need the ``admin`` right. Every 401, 403 and 421 is
+logged in one line with the user named (never the password or the Authorization
+header), the peer address, the method and the path (``07-0050`` for 401, ``07-0051``
+for a missing admin right, ``07-0052`` for a guard refusal).
 """
 
 from __future__ import annotations
