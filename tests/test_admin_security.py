@@ -136,6 +136,10 @@ async def test_get_on_an_administrator_action_is_refused_and_changes_nothing(
     # the listings stay readable with GET
     status, _, listing = request(port, "GET", "/amps/administrator/actions.json")
     assert status == 200 and listing == {"actions": []}
+    # an https:// URL for this plain-HTTP admin API: one line saying so
+    tls = admin_cli("--url", f"https://127.0.0.1:{port}", "status")
+    assert tls.returncode == 2 and len(tls.stderr.strip().splitlines()) == 1, tls.stderr
+    assert "if it serves plain HTTP" in tls.stderr, tls.stderr
 
 
 async def test_cross_origin_and_headerless_posts_are_refused_and_logged(
@@ -281,6 +285,7 @@ async def test_https_admin_verified_by_the_cli_and_plain_http_refused(tmp_path: 
         # plain HTTP to the HTTPS port: the connection fails, the instance serves on
         plain = admin_cli("--url", f"http://127.0.0.1:{port}", "status")
         assert plain.returncode == 2 and len(plain.stderr.strip().splitlines()) == 1, plain
+        assert "if it is served over HTTPS" in plain.stderr, plain.stderr
         with pytest.raises((http.client.HTTPException, OSError)):
             request(port, "GET", "/amps/instance.json")
         raw = socket.create_connection(("127.0.0.1", port), timeout=10)

@@ -9,6 +9,7 @@ and how to fix it, and exits with status 2 (connection) or 1 (refused by the ser
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import ssl
 import time
@@ -81,36 +82,41 @@ def fetch(
         if exc.code == 401:
             message += f"; {_credentials_hint(user, password)}"
         raise AdminError(message, 1) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, ssl.SSLCertVerificationError):
-            raise AdminError(
-                f"the admin interface at {url} presented a certificate that does not "
-                f"verify ({reason.verify_message}); pass --ca-file with the PEM file of the "
-                "CA that issued it (or the certificate itself if it is self-signed)",
-                2,
-            ) from None
-        if isinstance(reason, ssl.SSLError) or _plain_http_to_tls(reason):
-            raise AdminError(
-                f"TLS with the admin interface at {url} failed ({reason}); is it served "
-                "over HTTPS (Admin Certificate/PrivateKey)? use https:// only then, else "
-                "http://",
-                2,
-            ) from None
-        raise AdminError(
-            f"cannot reach the admin interface at {url} ({reason}); is the instance running "
-            "with an Admin/InetAddr? pass --url http://HOST:PORT (https://HOST:PORT when "
-            "it serves HTTPS)",
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise _unreachable(url, getattr(exc, "reason", exc)) from None
+
+
+def _unreachable(url: str, reason: object) -> AdminError:
+    """The error for an admin interface that did not answer with HTTP: a certificate
+    that does not verify, TLS to a plain port or plain HTTP to a TLS port, or nothing
+    listening."""
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return AdminError(
+            f"the admin interface at {url} presented a certificate that does not verify "
+            f"({reason.verify_message}); pass --ca-file with the PEM file of the CA that "
+            "issued it (or the certificate itself if it is self-signed)",
             2,
-        ) from None
-
-
-def _plain_http_to_tls(reason: object) -> bool:
-    """Whether ``reason`` looks like plain HTTP sent to an HTTPS port (the server
-    closes the connection without an answer)."""
-    return isinstance(reason, ConnectionResetError) or "RemoteDisconnected" in type(
-        reason
-    ).__name__
+        )
+    if isinstance(reason, ssl.SSLError):
+        return AdminError(
+            f"TLS with the admin interface at {url} failed ({reason}); if it serves plain "
+            "HTTP (no Admin Certificate), use an http:// URL",
+            2,
+        )
+    if isinstance(reason, ConnectionResetError | http.client.HTTPException):
+        # RemoteDisconnected is both: the server closed the connection without an answer
+        return AdminError(
+            f"the admin interface at {url} closed the connection without an HTTP answer "
+            f"({type(reason).__name__}: {reason}); if it is served over HTTPS (Admin "
+            "Certificate), use an https:// URL with --ca-file",
+            2,
+        )
+    return AdminError(
+        f"cannot reach the admin interface at {url} ({reason}); is the instance running "
+        "with an Admin/InetAddr? pass --url http://HOST:PORT (https://HOST:PORT when it "
+        "serves HTTPS)",
+        2,
+    )
 
 
 def _tls_context(ca_file: str | None) -> ssl.SSLContext:
