@@ -151,3 +151,15 @@ def test_check_request_order_and_messages() -> None:
 def test_allowed_methods() -> None:
     assert guard.allowed_methods("/amps/administrator/transports/t/disable") == "POST, OPTIONS"
     assert "GET" in guard.allowed_methods("/amps/instance")
+
+
+def test_the_start_up_line_says_how_exposed_the_admin_api_is() -> None:
+    from amps_py.admin.http import listening_line
+
+    default = listening_line("127.0.0.1", 8085, tls=False, open_access=True)
+    assert default.startswith("admin interface listening on http://127.0.0.1:8085 (")
+    assert "loopback only, no authentication" in default and "To secure it" in default
+    exposed = listening_line("0.0.0.0", 8085, tls=False, open_access=True)
+    assert "beyond this machine WITHOUT authentication" in exposed
+    secured = listening_line("::1", 9308, tls=True, open_access=False)
+    assert secured == "admin interface listening on https://[::1]:9308"
