@@ -426,7 +426,7 @@ def _file_size(file_: Any) -> int | None:
     default=None,
     help="The instance's admin API, asked which replication destinations it waits for "
     "when the persisted ack does not come (default: $AMPS_PY_ADMIN_URL, else port 8085 "
-    "on the URI's host).",
+    "on the URI's host); an https:// one is verified with --ca-file.",
 )
 def publish(
     uri: str,
@@ -513,7 +513,9 @@ def publish(
                     await client.wait_persisted(last, timeout=timeout)
                 except TimeoutError as exc:
                     url = admin_url_for(uri, admin_url, os.environ)
-                    document = await trio.to_thread.run_sync(fetch_instance, url, credentials)
+                    document = await trio.to_thread.run_sync(
+                        fetch_instance, url, credentials, ca_file
+                    )
                     raise _Failed(
                         explain_persisted_wait(str(exc), url, document, client_name)
                     ) from None
@@ -549,7 +551,7 @@ def _publish_ha(
 
     async def explain_timeout(message: str, current: str) -> None:
         url = admin_url_for(current, admin_url, os.environ)
-        document = await trio.to_thread.run_sync(fetch_instance, url, credentials)
+        document = await trio.to_thread.run_sync(fetch_instance, url, credentials, ca_file)
         raise _Failed(explain_persisted_wait(message, url, document, client_name))
 
     async def run() -> cli_ha.Published:

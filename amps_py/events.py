@@ -64,6 +64,12 @@ CLIENT_AUTH_FAILED: Final = "07-0050"
 #: A command was refused by the entitlement module (reason ``not entitled``); the
 #: connection stays open.
 CLIENT_NOT_ENTITLED: Final = "07-0051"
+#: An admin API request was refused before it did anything: an unknown Host header
+#: (421), a cross-site Origin or a missing X-AMPS-Admin header on an administrator
+#: action (403); logged with the peer address, the path and the user it named
+#: (never the password). A 401 is logged as CLIENT_AUTH_FAILED, a missing admin
+#: right as CLIENT_NOT_ENTITLED.
+ADMIN_REQUEST_REFUSED: Final = "07-0052"
 #: A connection did not log on within its transport's LogonTimeout; it is closed.
 CLIENT_LOGON_TIMEOUT: Final = "07-0070"
 #: A client did not finish a frame within its transport's IncompleteMessageTimeout;

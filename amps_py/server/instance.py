@@ -438,7 +438,9 @@ class Instance:
                     p = self.publishing
                     nursery.start_soon(run_sow_expiry, p.sow, p.out_of_focus, self.fire_action)
                 if config.admin is not None:
-                    await self.listeners.start_admin(nursery, self, *config.admin)
+                    await self.listeners.start_admin(
+                        nursery, self, *config.admin, config.admin_tls
+                    )
                 self.startup = {
                     "seconds": round(time.time() - self.started_at, 3),
                     "journal_records_read": self.sow.records_read
