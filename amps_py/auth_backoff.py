@@ -11,6 +11,10 @@ trio glue that asks them around each password check.
 * once a key has been backed off, each further failure (an attempt let through after
   the back-off ended, and refused again) starts a back-off twice as long as the one
   before, up to :data:`MAX_BACKOFF`;
+* checks in flight count as failures to come: no more run at once for one user or
+  address than would start its back-off (the rest wait for them, see
+  :meth:`FailureTracker.may_start`), so many connections opened at once cost no more
+  checks than the same attempts one after another;
 * while the user's or the address's back-off runs, every attempt is refused *without
   checking the password* (a flood costs no CPU), the right password included: a
   guesser must not learn which guess was right by being let on;
@@ -195,6 +199,8 @@ class FailureTracker:
         self.forget_after = forget_after
         self._users = _Keyed(max_entries)
         self._addresses = _Keyed(max_entries)
+        #: checks running now, per (kind, key): as many as connections wait for them
+        self._in_flight: dict[tuple[str, str], int] = {}
 
     def __len__(self) -> int:
         """Records held (users and addresses)."""
@@ -213,6 +219,42 @@ class FailureTracker:
             ):
                 found = BackedOff(kind, key, record.until, record.until - now)
         return found
+
+    def may_start(self, user: str, address: str, now: float) -> bool:
+        """Whether a check for ``user`` from ``address`` may start now, or must wait for
+        one in flight to end: checks in flight count as failures to come, so at most
+        as many run at once as failures would start a back-off (one, after a back-off
+        ended). Many connections opened at once get no more checks than one after
+        another would (the rest wait, then are refused once a back-off starts)."""
+        for kind, keyed, key in self._keys(user, address):
+            flying = self._in_flight.get((kind, key), 0)
+            if not flying:
+                continue
+            record = keyed.get(key, now, self.forget_after)
+            if record is None:
+                room = self.threshold
+            elif record.backoffs:
+                room = 1
+            else:
+                fresh = now - record.window_start <= self.window
+                room = self.threshold - (record.failures if fresh else 0)
+            if flying >= room:
+                return False
+        return True
+
+    def started(self, user: str, address: str) -> None:
+        """A check for ``user`` from ``address`` started (see :meth:`may_start`)."""
+        for kind, _, key in self._keys(user, address):
+            self._in_flight[kind, key] = self._in_flight.get((kind, key), 0) + 1
+
+    def finished(self, user: str, address: str) -> None:
+        """That check ended (after :meth:`failed` or :meth:`succeeded` was told)."""
+        for kind, _, key in self._keys(user, address):
+            left = self._in_flight.get((kind, key), 0) - 1
+            if left > 0:
+                self._in_flight[kind, key] = left
+            else:
+                self._in_flight.pop((kind, key), None)
 
     def failed(self, user: str, address: str, now: float) -> list[BackoffStarted]:
         """A checked attempt failed: count it; the back-offs it started (if any)."""

@@ -108,6 +108,8 @@ class AuthGate:
         self._key = secrets.token_bytes(32)
         self._clock = clock
         self._window_opened = trio.Event()
+        #: set (and replaced) whenever a check ends: attempts waiting to start look again
+        self._check_ended = trio.Event()
         #: password checks run on a worker thread (each one scrypt)
         self.checks_run = 0
         #: attempts refused without a check (backed off, or no user name)
@@ -137,26 +139,54 @@ class AuthGate:
         address = address_of(peer)
         now = self._clock()
         digest = self._digest(authenticator, user, password)
-        if self.recent_wrong.seen(digest, now):
-            # the same wrong credentials again: the answer is known, nothing counts
-            self.refused_unchecked += 1
-            self._failed(user, peer, address, where, event, f"{WRONG_CREDENTIALS} (again)", now)
-            return GateVerdict(False, AuthResult(False), WRONG_CREDENTIALS)
-        backed_off = self.tracker.check(user, address, now)
-        if backed_off is not None:
-            self.refused_unchecked += 1
-            refusal = backed_off.words()
-            self._failed(user, peer, address, where, event, refusal, now)
-            return GateVerdict(False, None, refusal, backed_off)
+        while True:
+            if self.recent_wrong.seen(digest, now):
+                # the same wrong credentials again: the answer is known, nothing counts
+                self.refused_unchecked += 1
+                again = f"{WRONG_CREDENTIALS} (again)"
+                self._failed(user, peer, address, where, event, again, now)
+                return GateVerdict(False, AuthResult(False), WRONG_CREDENTIALS)
+            backed_off = self.tracker.check(user, address, now)
+            if backed_off is not None:
+                self.refused_unchecked += 1
+                refusal = backed_off.words()
+                self._failed(user, peer, address, where, event, refusal, now)
+                return GateVerdict(False, None, refusal, backed_off)
+            if self.tracker.may_start(user, address, now):
+                break
+            # as many checks of this user or address run as failures would back it
+            # off: wait for one to end, then look again
+            await self._check_ended.wait()
+            now = self._clock()
         if not user and isinstance(authenticator, PasswordFileAuthenticator):
             # no password-file user has an empty name: nothing to check
             self.refused_unchecked += 1
             result = AuthResult(False)
-        else:
-            self.checks_run += 1
+            return self._checked(result, authenticator, user, digest, peer, address, where, event)
+        self.checks_run += 1
+        self.tracker.started(user, address)
+        try:
             result = await trio.to_thread.run_sync(
                 authenticator.authenticate, user, password, limiter=self.limiter
             )
+            return self._checked(result, authenticator, user, digest, peer, address, where, event)
+        finally:
+            self.tracker.finished(user, address)
+            self._check_ended.set()
+            self._check_ended = trio.Event()
+
+    def _checked(
+        self,
+        result: AuthResult,
+        authenticator: Authenticator,
+        user: str,
+        digest: bytes,
+        peer: str,
+        address: str,
+        where: str,
+        event: str,
+    ) -> GateVerdict:
+        """Count, remember and log the authenticator's answer."""
         now = self._clock()
         if result.ok:
             self.tracker.succeeded(user, address)

@@ -169,3 +169,39 @@ def test_shown_user_cuts_and_says_so() -> None:
     assert shown_user("") == "(none given)"
     shown = shown_user("é" * 1000)
     assert shown.endswith("(cut, 1000 characters)") and shown.count("é") == 64
+
+
+def test_checks_in_flight_count_as_failures_to_come() -> None:
+    tracker = FailureTracker()
+    for _ in range(THRESHOLD):
+        assert tracker.may_start("u", "a", 0.0)
+        tracker.started("u", "a")
+    # as many in flight as failures would back it off: the next one waits
+    assert not tracker.may_start("u", "a", 0.0)
+    assert not tracker.may_start("other", "a", 0.0)  # the address is full
+    assert not tracker.may_start("u", "b", 0.0)  # and so is the user
+    assert tracker.may_start("other", "b", 0.0)
+    for _ in range(THRESHOLD):
+        tracker.failed("u", "a", 0.1)
+        tracker.finished("u", "a")
+    # they all failed: the waiting one is refused without a check
+    assert tracker.check("u", "a", 0.2) is not None
+    # after a back-off ended, one check at a time
+    assert tracker.check("u", "a", 5.0) is None
+    assert tracker.may_start("u", "a", 5.0)
+    tracker.started("u", "a")
+    assert not tracker.may_start("u", "a", 5.0)
+    tracker.succeeded("u", "a")
+    tracker.finished("u", "a")
+    assert tracker.may_start("u", "a", 5.0)
+
+
+def test_a_failure_in_flight_leaves_room_for_the_rest_of_the_window() -> None:
+    tracker = FailureTracker()
+    fail_times(tracker, THRESHOLD - 2, "u", "a", 0.0)
+    tracker.started("u", "a")
+    assert tracker.may_start("u", "a", 1.0)
+    tracker.started("u", "a")
+    assert not tracker.may_start("u", "a", 1.0)
+    # once the window has passed, earlier failures leave the full room
+    assert tracker.may_start("u", "a", 100.0)

@@ -150,6 +150,25 @@ async def test_wrong_passwords_back_off_the_address_and_the_user(
     assert any("user 'alice'" in line for line in started), started
 
 
+async def test_logons_opened_at_once_get_no_more_checks_than_one_after_another(
+    server: ServerProcess, rng: random.Random
+) -> None:
+    """Checks in flight count as failures to come: 30 wrong logons sent at once from
+    one address get at most THRESHOLD checks, the rest wait and are refused unchecked."""
+    answers: list[str] = []
+
+    async def one(password: str) -> None:
+        answers.append(refusal(await logon(server, "alice", password, "127.0.0.10")))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(30):
+            nursery.start_soon(one, wrong_password(rng))
+    checked = [a for a in answers if a == f"auth failure: {WRONG}"]
+    unchecked = [a for a in answers if TOO_MANY in a]
+    assert 1 <= len(checked) <= THRESHOLD, answers
+    assert len(checked) + len(unchecked) == 30, answers
+
+
 async def test_the_same_wrong_password_again_is_not_counted(server: ServerProcess) -> None:
     """A peer retrying its one wrong password (a misconfiguration) locks nobody out:
     a repeat is answered at once and not counted."""
@@ -157,6 +176,17 @@ async def test_the_same_wrong_password_again_is_not_counted(server: ServerProces
         answer = refusal(await logon(server, "alice", "the-same-wrong-password"))
         assert answer == f"auth failure: {WRONG}", answer
     assert refusal(await logon(server, "alice", PASSWORDS["alice"])) == ""
+
+    def logged() -> str | None:
+        lines = lines_with(server, events.CLIENT_AUTH_FAILED)
+        again = [line for line in lines if f"{WRONG} (again)" in line]
+        # the first was checked; the next ones (up to 5 lines per address in 10 s) not
+        if len(lines) < THRESHOLD or len(again) != THRESHOLD - 1:
+            return f"{len(lines)} failure lines, {len(again)} of them for a repeat"
+        return None
+
+    await wait_until(logged, 10)
+    assert not lines_with(server, events.AUTH_BACKOFF_STARTED)
 
 
 async def test_failure_lines_name_user_peer_and_transport_never_the_password(
@@ -199,6 +229,32 @@ async def test_a_flood_is_summed_into_one_line_per_address(
     (summary,) = lines_with(server, events.AUTH_FAILURES_SUMMARY)
     assert len(own) < flood
     assert f"{flood - len(own)} more failed logons from 127.0.0.5 in the last 10 s" in summary
+
+
+async def test_commands_behind_a_logon_are_handled_after_its_answer(
+    server: ServerProcess,
+) -> None:
+    """The logon awaits its check off the event loop; what the client sent behind it in
+    the same packet is handled after the logon's answer, in order."""
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port, local_address="127.0.0.11")
+    logon_frame = {"c": "logon", "client_name": "pipelined", "user_id": "bob"}
+    logon_frame.update(pw=PASSWORDS["bob"], a="processed", cid="1")
+    packet = (
+        encode_frame(logon_frame)
+        + encode_frame({"c": "publish", "t": "orders", "a": "processed", "cid": "2"}, b"{}")
+        + encode_frame({"c": "heartbeat", "a": "processed", "cid": "3"})
+    )
+    decoder = FrameDecoder(1024 * 1024)
+    seen: list[tuple[str, str]] = []
+    async with stream:
+        await stream.send_all(packet)
+        with trio.fail_after(20):
+            while len(seen) < 3:
+                data = await stream.receive_some(65536)
+                assert data, f"closed after {seen}"
+                decoder.receive_data(data)
+                seen += [(f.header["cid"], f.header["status"]) for f in decoder.frames()]
+    assert seen == [("1", "success"), ("2", "success"), ("3", "success")]
 
 
 # ------------------------------------------------------------------ replication hellos
