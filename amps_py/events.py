@@ -58,8 +58,11 @@ CLIENT_PROTOCOL_ERROR: Final = "07-0010"
 CLIENT_COMMAND_FAILED: Final = "07-0011"
 CLIENT_DISCONNECTED: Final = "07-0013"
 CLIENT_HEARTBEAT_MISSED: Final = "07-0042"
-#: A logon was refused by the authentication module (wrong password, unknown user);
-#: logged with the user name, never the password. The connection is closed.
+#: A logon was refused by the authentication module (wrong password, unknown user), or
+#: without a check while its user or address is backed off after failed logons; logged
+#: with the user name (cut to 64 characters) and the peer, never the password (past a
+#: few per 10 s from one address, summed into one AUTH_FAILURES_SUMMARY line). The
+#: connection is closed.
 CLIENT_AUTH_FAILED: Final = "07-0050"
 #: A command was refused by the entitlement module (reason ``not entitled``); the
 #: connection stays open.
@@ -135,6 +138,23 @@ QUEUES_REBUILT: Final = "18-0001"
 QUEUE_RECORD_UNREADABLE: Final = "18-0002"
 #: proxied transfer was enabled or disabled, or claimed messages of an unreachable owner
 QUEUE_PROXIED_CLAIM: Final = "18-0003"
+
+
+#: Authentication (all entry points: client transports, replication, the admin API).
+#: A request to the admin API was refused: its HTTP Basic credentials failed the
+#: Authentication module, or its user or address is backed off (status 401); logged
+#: with the user name (cut to 64 characters) and the peer, never the password.
+ADMIN_AUTH_FAILED: Final = "20-0001"
+#: An upstream's replication hello failed authentication (wrong or no credentials, or
+#: backed off); logged like ADMIN_AUTH_FAILED. The hello is refused.
+REPLICATION_AUTH_FAILED: Final = "20-0002"
+#: A user name or a peer address reached the failed-logon threshold: attempts are
+#: refused without checking the password for a growing time (see "Security" in
+#: docs/GUARANTEES.md); logged once per user or address, when its first back-off starts.
+AUTH_BACKOFF_STARTED: Final = "20-0003"
+#: Failed logons from one address beyond the first few per 10 s, counted into one line
+#: ("N more failed logons from ADDR in the last 10 s") instead of a line each.
+AUTH_FAILURES_SUMMARY: Final = "20-0004"
 
 
 def extra(code: str) -> dict[str, str]:

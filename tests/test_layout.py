@@ -246,6 +246,8 @@ PURE_REPLICATION_MODULES = (
     "amps_py/sow/merge.py",
     "amps_py/sow/query.py",
     "amps_py/sow/store.py",
+    # the back-off after failed logons (the trio glue is amps_py/auth_gate.py)
+    "amps_py/auth_backoff.py",
     # leaves every package may import
     "amps_py/events.py",
     "amps_py/reasons.py",

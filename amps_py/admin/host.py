@@ -14,6 +14,7 @@ from txlog import Journal
 
 if TYPE_CHECKING:
     from amps_py.auth import Authenticator, Entitler
+    from amps_py.auth_gate import AuthGate
     from amps_py.config import InstanceConfig, QueueConfig
     from amps_py.replication import ReplicationManager
     from amps_py.statistics import InstanceStatistics
@@ -153,6 +154,8 @@ class AdminHost(Protocol):
     def queues(self) -> QueuesView | None: ...
     @property
     def authenticator(self) -> Authenticator: ...
+    @property
+    def auth_gate(self) -> AuthGate: ...
     @property
     def entitler(self) -> Entitler: ...
     @property

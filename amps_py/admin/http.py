@@ -453,7 +453,7 @@ class AdminApp:
     async def handle(self, scope: Scope) -> tuple[int, str, bytes]:
         path = unquote(scope["path"]).rstrip("/") or "/"
         is_admin_action = guard.is_administrator_path(path)
-        self._authorise(scope, is_admin_action)
+        await self._authorise(scope, is_admin_action)
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4; charset=utf-8", render_metrics(self.instance)
         fmt = "json"
@@ -488,19 +488,28 @@ class AdminApp:
             return 200, "application/xml", to_xml(name, value)
         return 200, "application/json", orjson.dumps(value, option=orjson.OPT_INDENT_2)
 
-    def _authorise(self, scope: Scope, admin_action: bool) -> None:
+    async def _authorise(self, scope: Scope, admin_action: bool) -> None:
         instance = self.instance
         authenticator, entitler = instance.authenticator, instance.entitler
         open_access = authenticator.module == "amps-default-authentication-module"
         user, password = _basic_credentials(scope)
         if open_access and not admin_action:
             return
-        if not open_access and not authenticator.authenticate(user, password).ok:
-            raise HttpError(
-                401,
-                "the admin interface needs credentials this instance's Authentication "
-                "module accepts (HTTP Basic: user and password)",
+        if not open_access:
+            # checked off the event loop, backed off after failures, logged (auth_gate)
+            client = scope.get("client")
+            peer = f"{client[0]}:{client[1]}" if client else "?"
+            verdict = await instance.auth_gate.check(
+                authenticator, user, password, peer, "admin API", events.ADMIN_AUTH_FAILED
             )
+            if not verdict.ok:
+                why = (
+                    verdict.refusal
+                    if verdict.backed_off is not None
+                    else "the admin interface needs credentials this instance's Authentication "
+                    "module accepts (HTTP Basic: user and password)"
+                )
+                raise HttpError(401, why)
         if not entitler.is_admin(user):  # logged by _log_refusal
             raise HttpError(
                 403,

@@ -15,6 +15,7 @@ from txlog import Journal, Record
 
 if TYPE_CHECKING:
     from amps_py.auth import Authenticator, Entitler
+    from amps_py.auth_gate import AuthGate
     from amps_py.config import InstanceConfig
 
     from .manager import ReplicationManager
@@ -85,6 +86,11 @@ class ReplicationHost(Protocol):
     @property
     def replication_authenticator(self) -> Authenticator:
         """Checks upstream instances' credentials."""
+        ...
+
+    @property
+    def auth_gate(self) -> AuthGate:
+        """Where passwords are checked (off the event loop, backed off, logged)."""
         ...
 
     @property

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from amps_py import events, reasons
+from amps_py.auth_backoff import MAX_USER_CHARS, shown_user
 from amps_py.config import DEFAULT_SEQUENCE_GAP_THRESHOLD
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
@@ -178,14 +179,17 @@ class UpstreamConnection:
                 refusal = (reasons.JOURNAL_UNAVAILABLE, writer.failure)
             if refusal is not None or hello is None:
                 reason, detail = refusal or (reasons.REFUSED, "")
-                log.error(
-                    "refused replication from %s (%s): %s — %s",
-                    hello.name if hello is not None else "an unidentified peer",
-                    self.peer,
-                    reason,
-                    detail,
-                    extra=events.extra(events.REPLICATION_REFUSED),
-                )
+                # (an auth failure was logged by the auth gate: at most a few lines per
+                # address and 10 s, however many hellos fail)
+                if reason != reasons.AUTH_FAILURE:
+                    log.error(
+                        "refused replication from %s (%s): %s — %s",
+                        hello.name if hello is not None else "an unidentified peer",
+                        self.peer,
+                        reason,
+                        detail,
+                        extra=events.extra(events.REPLICATION_REFUSED),
+                    )
                 with trio.move_on_after(1):
                     await self.stream.send_all(link.refuse(reason, detail, now()))
                 return
@@ -259,7 +263,7 @@ class UpstreamConnection:
             if exc.reason not in _HELLO_REFUSALS:
                 raise
             return None, (exc.reason, exc.detail)
-        return hello, self._check_hello(hello)
+        return hello, await self._check_hello(hello)
 
     async def _await_hello(self, link: DownstreamLink) -> Hello:
         with trio.move_on_after(HELLO_TIMEOUT):
@@ -276,9 +280,9 @@ class UpstreamConnection:
                         raise LinkError(event.reason, event.detail)
         raise LinkError(reasons.NO_HELLO, f"nothing valid received within {HELLO_TIMEOUT:g} s")
 
-    def _check_hello(self, hello: Hello) -> tuple[str, str] | None:
+    async def _check_hello(self, hello: Hello) -> tuple[str, str] | None:
         """Why ``hello`` (well-formed, of this protocol version) is refused, if it is."""
-        refusal = self._check_credentials(hello)
+        refusal = await self._check_credentials(hello)
         if refusal is not None:
             return refusal
         if hello.name == self.instance.name:
@@ -312,13 +316,25 @@ class UpstreamConnection:
             return (reasons.VALIDATION_FAILED, describe(failures))
         return None
 
-    def _check_credentials(self, hello: Hello) -> tuple[str, str] | None:
-        """Authenticate the upstream and check its ``replication_logon`` entitlement."""
+    async def _check_credentials(self, hello: Hello) -> tuple[str, str] | None:
+        """Authenticate the upstream (through the instance's auth gate: off the event
+        loop, backed off after failures, the failure logged there) and check its
+        ``replication_logon`` entitlement."""
         instance = self.instance
         user = hello.user_id
-        shown = repr(user) if user else "(no credentials sent)"
+        shown = shown_user(user) if user else "(no credentials sent)"
         authenticator = instance.replication_authenticator
-        if not authenticator.authenticate(user, hello.pw).ok:
+        verdict = await instance.auth_gate.check(
+            authenticator,
+            user,
+            hello.pw,
+            self.peer,
+            f"replication hello of upstream {hello.name[:MAX_USER_CHARS]}",
+            events.REPLICATION_AUTH_FAILED,
+        )
+        if verdict.backed_off is not None:
+            return (reasons.AUTH_FAILURE, verdict.refusal)
+        if not verdict.ok:
             return (
                 reasons.AUTH_FAILURE,
                 f"upstream {hello.name} failed to authenticate as user {shown} with this "

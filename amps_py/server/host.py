@@ -16,6 +16,7 @@ from txlog import Journal
 
 if TYPE_CHECKING:
     from amps_py.auth import Authenticator, Entitler
+    from amps_py.auth_gate import AuthGate
     from amps_py.config import TransportConfig
     from amps_py.replication import ReplicationManager
 
@@ -70,6 +71,8 @@ class SessionHost(ReplayHost, Protocol):
     def limits(self) -> InstanceLimits: ...
     @property
     def authenticator(self) -> Authenticator: ...
+    @property
+    def auth_gate(self) -> AuthGate: ...
     @property
     def entitler(self) -> Entitler: ...
     @property

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from amps_py import events, reasons
+from amps_py.auth_gate import AuthGate
 from amps_py.config import (
     DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
     DEFAULT_LOGON_TIMEOUT,
@@ -139,6 +140,8 @@ class Instance:
         self.authenticator = access.authenticator
         self.entitler = access.entitler
         self.replication_authenticator = access.replication_authenticator
+        #: every password check (clients, replication hellos, the admin API)
+        self.auth_gate = AuthGate()
         self._transports = {t.name: t for t in config.transports}
         #: MessageMemoryLimit and IncompleteMessageMemoryLimit pools, the instance's and
         #: the transports' own (sessions update them)
@@ -420,6 +423,7 @@ class Instance:
                         "replication needs a TransactionLog: only journaled messages "
                         "replicate; add a TransactionLog with the replicated topics"
                     )
+                nursery.start_soon(self.auth_gate.run)
                 self.listeners.replication = self.replication
                 await self.listeners.start(nursery)
                 if self.replication is not None:

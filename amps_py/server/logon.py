@@ -8,8 +8,9 @@ answers, with no I/O:
   refusal (a name the journal cannot store; no name on an instance with a
   transaction log, where names identify publishers);
 * :func:`check_authenticated`, :func:`check_owner` and :func:`check_claimed`: a
-  refusal for wrong credentials, a client name that belongs to another user
-  (:mod:`amps_py.server.name_owners`) or a name in use, with its log line;
+  refusal for wrong credentials (logged by the auth gate), a client name that
+  belongs to another user (:mod:`amps_py.server.name_owners`) or a name in use (with
+  its log line);
 * :func:`logon_ack_fields`: the success ack: the client name, the authenticator's
   reason, and the last seq this instance holds for the name as ``s`` and ``bm``.
 
@@ -117,23 +118,22 @@ def read_logon(header: Mapping[str, Any], *, journaled: bool) -> LogonRequest:
     )
 
 
-def check_authenticated(request: LogonRequest, verdict: AuthResult, peer: str, module: str) -> None:
-    """Refuse the logon unless the authenticator (``module``) accepted it.
+def check_authenticated(request: LogonRequest, ok: bool, refusal: str) -> None:
+    """Refuse the logon unless its credentials were accepted (``ok``).
+
+    ``refusal`` is the gate's answer (:class:`amps_py.auth_gate.GateVerdict`): wrong
+    credentials (the client is not told which of user or password was wrong), or a
+    back-off saying when to retry. The gate has logged the failure already.
 
     Raises:
-        LogonRefused: ``auth failure`` (the client is not told which of user or
-            password was wrong).
+        LogonRefused: ``auth failure``.
     """
-    if verdict.ok:
+    if ok:
         return
     raise LogonRefused(
         reasons.AUTH_FAILURE,
-        "unknown user or wrong password",
+        refusal or "unknown user or wrong password",
         disconnect=reasons.AUTH,
-        event=events.CLIENT_AUTH_FAILED,
-        message="logon of client %r as user %r from %s refused by %s: unknown user or "
-        "wrong password",
-        log_args=(request.name, request.user, peer, module),
     )
 
 

@@ -1,8 +1,10 @@
 """One client connection: read frames, run commands, write acks and messages.
 
-Reading and command handling happen in one task; every handler is synchronous (no
-``await``), so commands from one client are processed strictly in order and a
-publish is queued for the journal before the next frame is looked at. Writing
+Reading and command handling happen in one task; every handler but the logon is
+synchronous (no ``await``), so commands from one client are processed strictly in
+order and a publish is queued for the journal before the next frame is looked at. The
+logon awaits its password check (on a worker thread, :mod:`amps_py.auth_gate`) before
+the read loop looks at the next frame, so order holds there too. Writing
 happens in a second task that drains an outbox, so many small messages leave in one
 ``send_all``. Bookmark replays run as their own tasks and pace themselves on the
 outbox size.
@@ -36,7 +38,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -45,6 +47,7 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.actions import client_variables
+from amps_py.auth_backoff import shown_user
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
 from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
@@ -72,11 +75,13 @@ from .limits import (
     CLOSE_FLUSH_TIMEOUT,
     SLOW_CLIENT_FLUSH_TIMEOUT,
     Closing,
+    ReadDeadline,
     read_deadline,
     spill_failed_closing,
 )
 from .logon import (
     LogonRefused,
+    LogonRequest,
     check_authenticated,
     check_claimed,
     check_owner,
@@ -89,6 +94,9 @@ from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
 from .subscriptions import BadTopic, EntitledTopics, Subscription, TopicPattern, compile_topic
 
 if TYPE_CHECKING:
+    from amps_py.auth import AuthResult
+    from amps_py.auth_gate import GateVerdict
+
     from .host import SessionHost
 
 log = logging.getLogger("amps_py.server.session")
@@ -337,13 +345,19 @@ class Session:
             try:
                 if self._inflater is None:
                     decoder.receive_data(data, now)
-                    for frame in decoder.frames():
-                        self._dispatch(frame, handlers)
+                    if self.logged_on:
+                        for frame in decoder.frames():
+                            self._dispatch(frame, handlers)
+                    else:
+                        await self._dispatch_until_logged_on(decoder.frames(), handlers)
                 else:
                     for piece in self._inflater.feed(data):
                         decoder.receive_data(piece, now)
-                        for frame in decoder.frames():
-                            self._dispatch(frame, handlers)
+                        if self.logged_on:
+                            for frame in decoder.frames():
+                                self._dispatch(frame, handlers)
+                        else:
+                            await self._dispatch_until_logged_on(decoder.frames(), handlers)
                 self._count_incomplete()
             except (ProtocolError, CompressionError) as exc:
                 log.warning(
@@ -549,6 +563,23 @@ class Session:
             "sow_delete": partial(on_sow_delete, self),
         }
 
+    async def _dispatch_until_logged_on(
+        self, frames: Iterator[Frame], handlers: dict[str, Callable[[Frame], None]]
+    ) -> None:
+        """Handle ``frames`` in order on a connection that has not logged on yet: a
+        logon is awaited (its password is checked off the event loop, see
+        :mod:`amps_py.auth_gate`) before the next frame is looked at, so what a client
+        sends behind its logon is handled after the logon's answer, as ever. Other
+        connections are served meanwhile; this one's bytes wait in its socket."""
+        for frame in frames:
+            if not self.logged_on and frame.header.get("c") == "logon":
+                try:
+                    await self._logon(frame)
+                except CommandFailed as exc:
+                    self._command_failed("logon", frame.header, exc)
+            else:
+                self._dispatch(frame, handlers)
+
     def _dispatch(self, frame: Frame, handlers: dict[str, Callable[[Frame], None]]) -> None:
         header = frame.header
         command = header["c"]
@@ -559,23 +590,27 @@ class Session:
                     reasons.UNKNOWN_COMMAND,
                     f"unknown command {command!r}; see the AMPS command reference",
                 )
-            if not self.logged_on and command != "logon":
+            if not self.logged_on:
                 self._refuse_before_logon(header)
                 return
             handler(frame)
         except CommandFailed as exc:
-            self.instance.counters.count_failed_command()
-            denied = exc.reason == reasons.NOT_ENTITLED
-            log.info(
-                "command %s from client %r failed: %s",
-                command,
-                self.client_name,
-                exc.detail,
-                extra=events.extra(
-                    events.CLIENT_NOT_ENTITLED if denied else events.CLIENT_COMMAND_FAILED
-                ),
-            )
-            self._fail(header, exc)
+            self._command_failed(command, header, exc)
+
+    def _command_failed(self, command: str, header: dict[str, Any], exc: CommandFailed) -> None:
+        """Count, log and answer a refused command (the connection stays open)."""
+        self.instance.counters.count_failed_command()
+        denied = exc.reason == reasons.NOT_ENTITLED
+        log.info(
+            "command %s from client %r failed: %s",
+            command,
+            self.client_name,
+            exc.detail,
+            extra=events.extra(
+                events.CLIENT_NOT_ENTITLED if denied else events.CLIENT_COMMAND_FAILED
+            ),
+        )
+        self._fail(header, exc)
 
     def _refuse_before_logon(self, header: dict[str, Any]) -> None:
         self._fail(
@@ -774,17 +809,42 @@ class Session:
 
     # ---------------------------------------------------------------- commands
     def _on_logon(self, frame: Frame) -> None:
+        """A logon on a connection that has logged on (the first one is awaited by
+        :meth:`_logon`)."""
+        raise CommandFailed(reasons.INVALID_LOGON, "this connection is already logged on")
+
+    async def _logon(self, frame: Frame) -> None:
+        """The connection's logon: check the credentials (through the instance's
+        :class:`amps_py.auth_gate.AuthGate`: off the event loop, backed off after
+        failures, logged), claim the client name, answer.
+
+        Raises:
+            Disconnect: the logon was refused (a failure ack is queued), or its check
+                did not end by the transport's LogonTimeout.
+            CommandFailed: the logon's ack types are invalid (the connection stays).
+        """
         header = frame.header
         acks = ack_types(header)
-        if self.logged_on:
-            raise CommandFailed(reasons.INVALID_LOGON, "this connection is already logged on")
         instance = self.instance
         authenticator = instance.authenticator
         try:
             request = read_logon(header, journaled=instance.journal is not None)
             # the password is used for this check only: never stored, logged or echoed
-            verdict = authenticator.authenticate(request.user, request.password)
-            check_authenticated(request, verdict, self.peer, authenticator.module)
+            verdict: GateVerdict | None = None
+            with trio.move_on_at(self._logon_deadline):
+                verdict = await instance.auth_gate.check(
+                    authenticator,
+                    request.user,
+                    request.password,
+                    self.peer,
+                    f"client {shown_user(request.name)} on transport {self.transport}",
+                    events.CLIENT_AUTH_FAILED,
+                )
+            if verdict is None:
+                # the check (waiting for a free check thread) outlasted LogonTimeout
+                late = ReadDeadline(self._logon_deadline, "logon")
+                raise Disconnect(deadline_passed(self, late, instance.limits))
+            check_authenticated(request, verdict.ok, verdict.refusal)
             check_owner(request, instance.name_owner_refusal(request.name, request.user), self.peer)
             check_claimed(
                 request, instance.claim_client_name(self, request.name, request.user), self.peer
@@ -794,6 +854,18 @@ class Session:
                 log.warning(exc.message, *exc.log_args, extra=events.extra(exc.event))
             self._fail(header, exc)
             raise Disconnect(exc.disconnect) from None
+        assert verdict.result is not None  # accepted: the authenticator answered
+        self._logged_on(header, acks, request, verdict.result)
+
+    def _logged_on(
+        self,
+        header: dict[str, Any],
+        acks: frozenset[str],
+        request: LogonRequest,
+        verdict: AuthResult,
+    ) -> None:
+        """The logon was accepted: take the name, answer with the success ack."""
+        instance = self.instance
         name = self.client_name = request.name
         self.user_id = request.user
         self.client_version = request.version
