@@ -48,10 +48,12 @@ OPTIONS request (a browser's CORS preflight) gets 204 with ``Allow`` and no
 An unknown path gets 404 with a message naming the known children. When the instance
 has a non-default Authentication module, requests need HTTP Basic credentials that it
 accepts (401 otherwise) and the Entitlement module's ``admin`` right (403 otherwise);
-administrator actions always need the ``admin`` right. Every 401, 403 and 421 is
-logged in one line with the user named (never the password or the Authorization
-header), the peer address, the method and the path (``07-0050`` for 401, ``07-0051``
-for a missing admin right, ``07-0052`` for a guard refusal).
+administrator actions always need the ``admin`` right. Every 403 and 421 is logged
+in one line with the user named (never the password or the Authorization header), the
+peer address, the method and the path (``07-0051`` for a missing admin right,
+``07-0052`` for a guard refusal); a 401 is logged by the auth gate
+(:mod:`amps_py.auth_gate`: ``20-0001``, the user and the peer, a summary line per
+address under a flood).
 """
 
 from __future__ import annotations
@@ -438,9 +440,9 @@ class AdminApp:
             except HttpError as exc:
                 status, content_type = exc.status, "application/json"
                 body = orjson.dumps({"error": exc.message, "status": exc.status})
-                if status == 401:
-                    _log_refusal(scope, 401, "credentials refused", events.CLIENT_AUTH_FAILED)
-                elif status == 403:  # no admin right
+                # a 401 is logged by the auth gate (one line each, a summary under a
+                # flood), not here
+                if status == 403:  # no admin right
                     _log_refusal(scope, 403, exc.message, events.CLIENT_NOT_ENTITLED)
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
         headers.extend((name.encode(), value.encode()) for name, value in extra)
@@ -499,8 +501,9 @@ class AdminApp:
             # checked off the event loop, backed off after failures, logged (auth_gate)
             client = scope.get("client")
             peer = f"{client[0]}:{client[1]}" if client else "?"
+            where = f"admin API, {scope['method']} {scope['path'][:200]}"
             verdict = await instance.auth_gate.check(
-                authenticator, user, password, peer, "admin API", events.ADMIN_AUTH_FAILED
+                authenticator, user, password, peer, where, events.ADMIN_AUTH_FAILED
             )
             if not verdict.ok:
                 why = (
