@@ -13,6 +13,10 @@ INSTANCE_READY: Final = "00-0002"
 INSTANCE_STOPPING: Final = "00-0003"
 INSTANCE_STOPPED: Final = "00-0004"
 INSTANCE_FAILED: Final = "00-0005"
+#: The config loads and runs but leaves the instance open: a replication port without
+#: authentication beyond loopback, a password or key file others may read, a rules file
+#: others may change (``amps_py.config.security_warnings``); logged once at start
+CONFIG_SECURITY_WARNING: Final = "00-0020"
 
 TRANSPORT_LISTENING: Final = "02-0001"
 TRANSPORT_STOPPED: Final = "02-0002"

@@ -583,29 +583,49 @@ async def test_secure_example_runs(tmp_path: Path, running: list[ServerProcess])
 # ---------------------------------------------------------------------- config check
 
 
+#: the example files holding secrets: git checks them out readable by everyone (it
+#: stores no 0600), so each example's README says to `chmod 600` them after copying
+SECRET_EXAMPLE_FILES = ("users.pw", "server-key.pem", "replication-users.pw", "replication.secret")
+
+
 @pytest.mark.parametrize(
     "path",
     sorted(EXAMPLES.rglob("*.xml")),
     ids=lambda p: str(p.relative_to(EXAMPLES)),
 )
-def test_example_passes_config_check(path: Path) -> None:
+def test_example_passes_config_check(path: Path, tmp_path: Path) -> None:
     """tests/test_config_replication.py loads every example with load_config; this runs
-    the command a user runs, ``amps-py config check``, on each."""
-    res = subprocess.run(
-        [sys.executable, "-m", "amps_py", "config", "check", str(path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert res.returncode == 0 and ": OK" in res.stdout, (
-        f"amps-py config check {path} exited {res.returncode}\n{res.stdout}{res.stderr}"
-    )
+    the command a user runs, ``amps-py config check``, on each: as checked out, it warns
+    only that the secret files are readable by others (with the chmod); copied and
+    chmod-ed as its README says, it is clean."""
+
+    def check(target: Path) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            [sys.executable, "-m", "amps_py", "config", "check", str(target)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert res.returncode == 0 and ": OK" in res.stdout, (
+            f"amps-py config check {target} exited {res.returncode}\n{res.stdout}{res.stderr}"
+        )
+        return res
+
+    res = check(path)
     config = load_config(path, environ={})
     admin = config.admin
     shown = f"; admin {admin[0]}:{admin[1]}" if admin else "; admin none"
     assert res.stdout.rstrip().endswith(shown), res.stdout
+    for line in res.stderr.splitlines():
+        assert "Fix: chmod 600 " in line, f"config check warns about an example: {line}"
+    copy = tmp_path / path.parent.name
+    shutil.copytree(path.parent, copy)
+    for name in SECRET_EXAMPLE_FILES:
+        if (copy / name).exists():
+            (copy / name).chmod(0o600)
+    res = check(copy / path.name)
     assert res.stderr == "", f"config check warns about an example: {res.stderr}"
     if config.replication_transport is not None:  # replicating examples authenticate
         assert config.replication_authentication.module == "amps-password-file"

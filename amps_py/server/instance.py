@@ -44,6 +44,7 @@ from amps_py.config import (
     InstanceConfig,
     TransactionLogConfig,
     TransportConfig,
+    security_warnings,
 )
 from amps_py.errors import JournalMaintenanceError
 from amps_py.queue import QueueMessage
@@ -360,6 +361,8 @@ class Instance:
             config.source,
             extra=events.extra(events.INSTANCE_STARTING),
         )
+        for warning in security_warnings(config):
+            log.warning(warning, extra=events.extra(events.CONFIG_SECURITY_WARNING))
         tl = config.transaction_log
         try:
             async with trio.open_nursery() as nursery:
