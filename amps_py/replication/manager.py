@@ -18,6 +18,7 @@ from amps_py import events
 from .incoming import UpstreamConnection
 from .mux import SharedConnection
 from .outgoing import Destination
+from .prehello import PreHelloMemory
 
 if TYPE_CHECKING:
     from .host import ReplicationHost
@@ -30,6 +31,8 @@ class ReplicationManager:
         self.instance = instance
         self.destinations = [Destination(instance, d) for d in instance.config.replication]
         self.upstreams: dict[str, UpstreamConnection] = {}
+        #: bytes buffered by connections to the replication port before their handshake
+        self.prehello = PreHelloMemory()
 
     @property
     def has_sync(self) -> bool:
@@ -75,7 +78,7 @@ class ReplicationManager:
 
     async def serve_connection(self, stream: trio.abc.Stream, peer: str) -> None:
         """Serve one connection an upstream opened (plain or TLS, handshake done)."""
-        shared = SharedConnection(stream, peer)
+        shared = SharedConnection(stream, peer, self.prehello)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(shared.run)

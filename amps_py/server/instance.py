@@ -543,7 +543,13 @@ class Instance:
             listeners={n: p for n, (_, p) in self.listeners.bound.items()},
             replication=self.replication.statistics() if self.replication else None,
             durable_txid=self.durable_txid,
-            limits=self.limits.statistics(),
+            limits={
+                **self.limits.statistics(),
+                "connections": self.listeners.connection_statistics(),
+                "replication_handshakes": (
+                    self.replication.prehello.statistics() if self.replication else None
+                ),
+            },
             sow=self.publishing.sow.statistics(),
             queues=self.queues.statistics() if self.queues is not None else {},
             startup=dict(self.startup),
