@@ -84,7 +84,7 @@ class ConnectionCap:
             f"{since} ({self.refused} in all; reported at most every {self.interval:g} s). "
             f"Fix: raise <MaxConnections> of Transport {self.transport} (default "
             f"{default}) if this many are expected; else find what opens them "
-            "(the admin API's /amps/instance/clients lists client connections by address)"
+            "(`amps-py admin clients` lists the connected clients and their addresses)"
         )
 
     def statistics(self) -> dict[str, Any]:
