@@ -298,21 +298,28 @@ async def test_300_half_sent_frames_before_the_hello_are_bounded_and_released(
         assert server.stop() == 0, server.tail()
 
 
-def test_prehello_memory_sheds_the_biggest_and_trims_after_release() -> None:
+def test_prehello_memory_sheds_the_biggest_and_returns_memory_when_due() -> None:
     trims: list[int] = []
     pool = PreHelloMemory(limit=100, trim=lambda: trims.append(1))
     assert pool.hold("a", 60) == [] and pool.hold("b", 30) == []
     assert pool.hold("c", 50) == [("a", 60)]  # 140 > 100: the biggest goes
     assert (pool.total, pool.connections, pool.closed_over_limit) == (80, 2, 1)
     pool.hold("b", 0)  # its hello arrived whole
-    pool.release("b", 0.0)
-    pool.release("c", 0.1)
-    assert pool.total == 0 and pool.connections == 0
-    assert trims == []  # 110 bytes freed: below TRIM_AFTER
-    big = PreHelloMemory(limit=10 * 1024 * 1024, trim=lambda: trims.append(1))
+    pool.release("b", ended=False)
+    pool.release("c", ended=True)
+    assert pool.total == 0 and pool.connections == 0 and pool.ended == 1
+    assert not pool.tick() and trims == []  # 110 bytes freed, one ended: not due
     for i in range(40):
+        pool.hold(i, 60)
+        pool.release(i, ended=True)
+    assert not pool.tick()
+    for i in range(60):
+        pool.release(i, ended=True)  # 100 ended since: due
+    assert pool.tick() and trims == [1]
+    assert not pool.tick()  # nothing new since
+    big = PreHelloMemory(limit=10 * 1024 * 1024, trim=lambda: trims.append(2))
+    for i in range(20):
         big.hold(i, 60 * 1024)
-    for i in range(40):
-        big.release(i, 5.0)  # all within one TRIM_INTERVAL
-    assert len(trims) == 2, trims  # once past 1 MiB freed, once when the last went
-    assert big.statistics()["memory_returned"] == 2
+        big.release(i, ended=False)  # handshakes completed: 1.2 MiB freed
+    assert big.tick() and trims == [1, 2]
+    assert big.statistics()["memory_returned"] == 1

@@ -161,7 +161,7 @@ class SharedConnection:
         """Accept frames up to :data:`~.link.MAX_REPLICATION_FRAME` from now on."""
         self._decoder.max_frame_size = MAX_REPLICATION_FRAME
         if self._prehello is not None:
-            self._prehello.release(self, trio.current_time())
+            self._prehello.release(self, ended=False)
 
     def _over_memory(self, held: int) -> None:
         """Close this connection: before its handshake it held ``held`` bytes, the most,
@@ -196,7 +196,7 @@ class SharedConnection:
         finally:
             decoder.discard("the connection closed")  # free its buffer now
             if prehello is not None:
-                prehello.release(self, trio.current_time())
+                prehello.release(self, ended=self.handshaking)
             self.up._end()
             self.down._end()
             self.ended.set()

@@ -9,21 +9,24 @@ strangers cannot make the instance hold more than that. With the transport's
 MaxConnections and the hello deadline (:data:`~.incoming.HELLO_TIMEOUT`) this bounds
 what the port can be made to hold, and for how long.
 
-When such connections close, their buffers are freed and, once at least
-:data:`TRIM_AFTER` bytes were freed (at most once per :data:`TRIM_INTERVAL`, and when
-the last of them has gone), the C allocator is asked to return free memory to the
-system (:func:`return_free_memory`):
-the buffers of hundreds of connections, freed among the allocations that live on,
-otherwise stay in the process as free but unreturned heap.
+When such connections close, their buffers are freed. What an ended connection's
+task leaves in reference cycles (its exceptions, their frames and the buffers those
+refer to) is freed only by a full garbage collection, which the server runs rarely
+(``cli.tune_garbage_collector``); and the buffers of hundreds of connections, freed
+among allocations that live on, stay in the process as free but unreturned heap. So
+once at least :data:`TRIM_AFTER` bytes were freed, or :data:`COLLECT_AFTER_ENDED`
+connections ended before their handshake completed, the next :meth:`PreHelloMemory.tick`
+(every :data:`TRIM_INTERVAL`) collects garbage and asks the C allocator to return free
+memory to the system (:func:`return_free_memory`).
 
-Pure bookkeeping, no trio: the time is passed in.
+Bookkeeping, no trio: the replication manager calls :meth:`PreHelloMemory.tick`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
+import gc
 from collections.abc import Callable, Hashable
 from typing import Any, Final
 
@@ -33,7 +36,9 @@ MAX_HANDSHAKE_MEMORY: Final = 4 * 1024 * 1024
 HANDSHAKE_READ: Final = 16 * 1024
 #: free memory is handed back once this many pre-hello bytes were released
 TRIM_AFTER: Final = 1024 * 1024
-#: ... and at most this often (seconds)
+#: ... or once this many connections ended before completing their handshake
+COLLECT_AFTER_ENDED: Final = 100
+#: how often :meth:`PreHelloMemory.tick` runs (seconds): at most one collection per tick
 TRIM_INTERVAL: Final = 1.0
 
 
@@ -53,8 +58,10 @@ _TRIM = _malloc_trim()
 
 
 def return_free_memory() -> bool:
-    """Ask the C allocator to give free heap pages back to the system (glibc's
+    """Collect garbage (a full collection: ended tasks leave reference cycles), then ask
+    the C allocator to give free heap pages back to the system (glibc's
     ``malloc_trim(0)``); False where the C library has no such call."""
+    gc.collect()
     if _TRIM is None:
         return False
     _TRIM(0)
@@ -67,7 +74,8 @@ class PreHelloMemory:
     Each connection reports what its decoder holds (:meth:`hold`) and leaves when its
     handshake completes or it closes (:meth:`release`). When the total is over the
     limit, :meth:`hold` names the connections to close: the biggest first, until the
-    rest fit.
+    rest fit. :meth:`tick`, called every :data:`TRIM_INTERVAL`, hands freed memory back
+    to the system when enough was freed or enough connections ended (module doc).
 
     Args:
         limit: bytes all connections together may hold.
@@ -82,11 +90,13 @@ class PreHelloMemory:
         self.peak = 0
         #: connections closed because the total was over the limit
         self.closed_over_limit = 0
+        #: connections that ended before completing their handshake
+        self.ended = 0
         #: times freed memory was handed back to the system
         self.trims = 0
         self._held: dict[Hashable, int] = {}
         self._freed = 0
-        self._trimmed_at = -math.inf
+        self._ended_since = 0
         self._trim = trim
 
     @property
@@ -114,20 +124,26 @@ class PreHelloMemory:
                 self.closed_over_limit += 1
         return gone
 
-    def release(self, holder: Hashable, now: float) -> None:
-        """``holder`` completed its handshake or closed, freeing its buffer; hands
-        freed memory back to the system when enough was freed since the last time
-        (see the module doc)."""
+    def release(self, holder: Hashable, *, ended: bool) -> None:
+        """``holder`` completed its handshake (``ended`` False) or closed before it
+        did (``ended`` True): its buffer is freed."""
         held = self._held.pop(holder, 0)
         self.total -= held
         self._freed += held
-        if self._freed >= TRIM_AFTER and (
-            now - self._trimmed_at >= TRIM_INTERVAL or not self._held
-        ):
-            self._freed = 0
-            self._trimmed_at = now
-            self.trims += 1
-            self._trim()
+        if ended:
+            self.ended += 1
+            self._ended_since += 1
+
+    def tick(self) -> bool:
+        """Hand freed memory back to the system if at least :data:`TRIM_AFTER` bytes
+        were freed or :data:`COLLECT_AFTER_ENDED` connections ended since the last
+        time; whether it did."""
+        if self._freed < TRIM_AFTER and self._ended_since < COLLECT_AFTER_ENDED:
+            return False
+        self._freed = self._ended_since = 0
+        self.trims += 1
+        self._trim()
+        return True
 
     def statistics(self) -> dict[str, Any]:
         """What the admin API and the statistics file show
@@ -141,5 +157,6 @@ class PreHelloMemory:
             "peak_bytes": self.peak,
             "frame_limit_bytes": MAX_HANDSHAKE_FRAME,
             "closed_over_limit": self.closed_over_limit,
+            "ended_before_handshake": self.ended,
             "memory_returned": self.trims,
         }
