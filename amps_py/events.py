@@ -33,7 +33,7 @@ TRANSPORT_ACCEPT_FAILED: Final = "02-0027"
 TRANSPORT_ACCEPTING_AGAIN: Final = "02-0028"
 #: A connection was closed as soon as it was accepted: its transport had its
 #: MaxConnections open; at most one line per transport every 10 s, with the count
-TRANSPORT_CONNECTION_LIMIT: Final = "02-0040"
+TRANSPORT_CONNECTION_LIMIT: Final = "02-0030"
 
 JOURNAL_OPENED: Final = "05-0001"
 JOURNAL_COMMIT_FAILED: Final = "05-0002"

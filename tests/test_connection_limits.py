@@ -110,7 +110,7 @@ async def test_max_connections_refuses_one_more_and_admits_again_after_a_close(
         await wait_until(refused_counted, 10)
         cap = limits(server)["connections"]["json-tcp"]
         assert cap == {"open": 3, "limit": 3, "peak": 3, "refused": 6}, cap
-        lines = [ln for ln in server.log_file.read_text().splitlines() if "02-0040" in ln]
+        lines = [ln for ln in server.log_file.read_text().splitlines() if "02-0030" in ln]
         assert len(lines) == 1, lines  # rate-limited: one line per 10 s
         assert "transport json-tcp closed a connection from 127.0.0.1:" in lines[0], lines[0]
         assert "3 connections are open, its MaxConnections of 3" in lines[0], lines[0]
@@ -151,7 +151,7 @@ async def test_the_replication_transport_is_capped_too(tmp_path: Path) -> None:
             assert await closed_by_server(third)
         finally:
             await trio.aclose_forcefully(third)
-        line = next(ln for ln in server.log_file.read_text().splitlines() if "02-0040" in ln)
+        line = next(ln for ln in server.log_file.read_text().splitlines() if "02-0030" in ln)
         assert "transport amps-replication closed a connection" in line, line
         for stream in held:
             await stream.aclose()
