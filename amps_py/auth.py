@@ -36,10 +36,12 @@ every user that is not listed (a user with no entry and no ``"*"`` may do nothin
       "*":     {"read": "public\\\\..*"}
     }
 
-``read`` (subscribe, sow) and ``write`` (publish, delta_publish, sow_delete) are
-Python regular expressions matched against the *whole* topic; a subscription with a
-regex topic is checked with its pattern text, so ``.*`` needs a ``read`` rule that
-matches the string ``.*``. A missing ``read``/``write`` allows nothing.
+``read`` (subscribe, sow, replay) and ``write`` (publish, delta_publish, sow_delete)
+are Python regular expressions matched against the *whole* topic. Reads are decided
+per concrete topic: a subscription, SOW query or replay with a regex topic (``.*``,
+``public\\..*|orders``) is accepted when the user may read some topic, and delivers
+only the topics whose names the ``read`` rule matches; its pattern text is never
+checked against the rule. A missing ``read``/``write`` allows nothing.
 ``replication_logon`` and ``admin`` (booleans, default false) are recorded for the
 replication and admin interfaces.
 """
@@ -574,6 +576,15 @@ class Entitler(Protocol):
 
     def can_write(self, user: str, topic: str) -> bool: ...
 
+    def reads_everything(self, user: str) -> bool:
+        """True only when ``can_read`` is true for every topic (topic expressions then
+        need no per-topic check)."""
+        ...
+
+    def reads_nothing(self, user: str) -> bool:
+        """True when ``can_read`` is false for every topic."""
+        ...
+
     def can_replicate(self, user: str) -> bool: ...
 
     def is_admin(self, user: str) -> bool: ...
@@ -590,6 +601,12 @@ class AllowAllEntitler:
 
     def can_write(self, user: str, topic: str) -> bool:
         return True
+
+    def reads_everything(self, user: str) -> bool:
+        return True
+
+    def reads_nothing(self, user: str) -> bool:
+        return False
 
     def can_replicate(self, user: str) -> bool:
         return True
@@ -612,6 +629,12 @@ class RuleEntitler:
     def can_write(self, user: str, topic: str) -> bool:
         pattern = self.rules.rights(user).write
         return pattern is not None and pattern.fullmatch(topic) is not None
+
+    def reads_everything(self, user: str) -> bool:
+        return False  # whatever the rule's text, each topic is checked against it
+
+    def reads_nothing(self, user: str) -> bool:
+        return self.rules.rights(user).read is None
 
     def can_replicate(self, user: str) -> bool:
         return self.rules.rights(user).replication_logon

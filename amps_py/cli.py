@@ -24,7 +24,7 @@ tcp://user:password@host:port/amps/json. Long work shows progress on stderr when
 a terminal, and nothing extra when piped.
 
 Each command group lives in its own module, registered on :func:`main` here:
-``cli_config``, ``cli_txlog``, ``cli_users``, ``cli_admin``, ``cli_pipeline``
+``cli_config``, ``cli_txlog``, ``cli_users``, ``cli_names``, ``cli_admin``, ``cli_pipeline``
 (``cli_client`` holds what publish, subscribe and sow need; ``cli_common`` what all
 share).
 """
@@ -50,6 +50,7 @@ from amps_py import __version__
 from amps_py.cli_admin import admin
 from amps_py.cli_common import fail
 from amps_py.cli_config import config
+from amps_py.cli_names import names
 from amps_py.cli_pipeline import pipeline
 from amps_py.cli_txlog import txlog
 from amps_py.cli_users import users
@@ -427,7 +428,7 @@ def _file_size(file_: Any) -> int | None:
     default=None,
     help="The instance's admin API, asked which replication destinations it waits for "
     "when the persisted ack does not come (default: $AMPS_PY_ADMIN_URL, else port 8085 "
-    "on the URI's host).",
+    "on the URI's host); an https:// one is verified with --ca-file.",
 )
 def publish(
     uri: str,
@@ -514,7 +515,9 @@ def publish(
                     await client.wait_persisted(last, timeout=timeout)
                 except TimeoutError as exc:
                     url = admin_url_for(uri, admin_url, os.environ)
-                    document = await trio.to_thread.run_sync(fetch_instance, url, credentials)
+                    document = await trio.to_thread.run_sync(
+                        fetch_instance, url, credentials, ca_file
+                    )
                     raise _Failed(
                         explain_persisted_wait(str(exc), url, document, client_name)
                     ) from None
@@ -550,7 +553,7 @@ def _publish_ha(
 
     async def explain_timeout(message: str, current: str) -> None:
         url = admin_url_for(current, admin_url, os.environ)
-        document = await trio.to_thread.run_sync(fetch_instance, url, credentials)
+        document = await trio.to_thread.run_sync(fetch_instance, url, credentials, ca_file)
         raise _Failed(explain_persisted_wait(message, url, document, client_name))
 
     async def run() -> cli_ha.Published:
@@ -960,7 +963,7 @@ def sow(
     click.echo(sow_summary(topic, count, stats), err=True)
 
 
-for group in (admin, config, pipeline, txlog, users):
+for group in (admin, config, names, pipeline, txlog, users):
     main.add_command(group)
 
 

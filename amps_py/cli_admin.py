@@ -1,6 +1,8 @@
 """``amps-py admin ...``: inspect and steer a running instance through its HTTP admin
 interface. Thin: each subcommand asks the admin API (``amps_py.admin.console``) and
-prints its answer as a table, or as JSON with ``--json``."""
+prints its answer as a table, or as JSON with ``--json``. Administrator actions are sent
+as POST with the ``X-AMPS-Admin: 1`` header the server requires; an ``https://`` URL is
+verified (``--ca-file``)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,17 @@ __all__ = ["admin"]
 @click.option(
     "--url",
     default=None,
-    help="the instance's admin interface (default: http://127.0.0.1:8085, the embedded "
-    "default's Admin/InetAddr; or $AMPS_PY_ADMIN_URL)",
+    help="the instance's admin interface, http://HOST:PORT or https://HOST:PORT when "
+    "Admin has a Certificate (default: http://127.0.0.1:8085, the embedded default's "
+    "Admin/InetAddr; or $AMPS_PY_ADMIN_URL)",
+)
+@click.option(
+    "--ca-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="For an https:// --url: PEM file of the CA that issued the admin interface's "
+    "certificate (the certificate itself if self-signed; or $AMPS_PY_ADMIN_CA_FILE); "
+    "default: the system's CAs. A certificate that does not verify is refused.",
 )
 @click.option("--user", default=None, help="HTTP Basic user, when the instance authenticates")
 @click.option(
@@ -37,7 +48,12 @@ __all__ = ["admin"]
 )
 @click.pass_context
 def admin(
-    ctx: click.Context, url: str | None, user: str | None, password_env: str, as_json: bool
+    ctx: click.Context,
+    url: str | None,
+    ca_file: str | None,
+    user: str | None,
+    password_env: str,
+    as_json: bool,
 ) -> None:
     """Inspect and steer a running instance through its HTTP admin interface.
 
@@ -50,6 +66,7 @@ def admin(
 
     ctx.obj = {
         "url": url or os.environ.get("AMPS_PY_ADMIN_URL") or DEFAULT_URL,
+        "ca_file": ca_file or os.environ.get("AMPS_PY_ADMIN_CA_FILE") or None,
         "user": user,
         "password": os.environ.get(password_env, ""),
         "json": as_json,
@@ -61,7 +78,14 @@ def _admin_fetch(ctx: click.Context, path: str, method: str = "GET") -> Any:
 
     o = ctx.obj
     try:
-        return fetch(o["url"], path, method=method, user=o["user"], password=o["password"])
+        return fetch(
+            o["url"],
+            path,
+            method=method,
+            user=o["user"],
+            password=o["password"],
+            ca_file=o["ca_file"],
+        )
     except AdminError as exc:
         fail(str(exc), exc.exit_code)
 
@@ -310,7 +334,11 @@ def admin_watch(ctx: click.Context, interval: float, count: int | None) -> None:
                 shown += 1
                 try:
                     document = fetch(
-                        o["url"], "/amps/instance.json", user=o["user"], password=o["password"]
+                        o["url"],
+                        "/amps/instance.json",
+                        user=o["user"],
+                        password=o["password"],
+                        ca_file=o["ca_file"],
                     )
                 except AdminError as exc:
                     failure = exc
@@ -331,6 +359,7 @@ def admin_watch(ctx: click.Context, interval: float, count: int | None) -> None:
             count=count,
             user=o["user"],
             password=o["password"],
+            ca_file=o["ca_file"],
         )
         if failure is not None:
             raise failure

@@ -142,9 +142,13 @@ def admin_url_for(uri: str, admin_url: str | None, environ: Mapping[str, str]) -
     return f"http://{host}:{DEFAULT_ADMIN_PORT}"
 
 
-def fetch_instance(url: str, credentials: Credentials) -> dict[str, Any] | str:
+def fetch_instance(
+    url: str, credentials: Credentials, ca_file: str | None = None
+) -> dict[str, Any] | str:
     """``/amps/instance.json`` from the admin API at ``url`` (HTTP Basic with
-    ``credentials`` when they name a user), or why it could not be read."""
+    ``credentials`` when they name a user; an ``https://`` URL verified against
+    ``ca_file``, the one the client's tcps connection trusts), or why it could not be
+    read."""
     from amps_py.admin.console import AdminError, fetch
 
     try:
@@ -153,6 +157,7 @@ def fetch_instance(url: str, credentials: Credentials) -> dict[str, Any] | str:
             "/amps/instance.json",
             user=credentials.user or None,
             password=credentials.password,
+            ca_file=ca_file,
         )
     except AdminError as exc:
         if ": HTTP 401" in str(exc):

@@ -21,6 +21,11 @@ CONFIG_SECURITY_WARNING: Final = "00-0020"
 TRANSPORT_LISTENING: Final = "02-0001"
 TRANSPORT_STOPPED: Final = "02-0002"
 NAME_IN_USE: Final = "02-0025"
+#: The owner of a client name could not be recorded (the client-name store's disk is
+#: full or read-only): the logon goes on, the name stays with its earlier owner or none
+NAME_OWNER_UNRECORDED: Final = "02-0040"
+#: An administrator handed a client name to a user, or released it (amps-py names)
+NAME_HANDED_OVER: Final = "02-0041"
 #: A connection to a tcps / amps-replication-secure transport failed its TLS handshake
 #: (e.g. a plain-TCP client, or a client that rejects the certificate); only that
 #: connection is closed.
@@ -66,6 +71,12 @@ CLIENT_AUTH_FAILED: Final = "07-0050"
 #: A command was refused by the entitlement module (reason ``not entitled``); the
 #: connection stays open.
 CLIENT_NOT_ENTITLED: Final = "07-0051"
+#: An admin API request was refused before it did anything: an unknown Host header
+#: (421), a cross-site Origin or a missing X-AMPS-Admin header on an administrator
+#: action (403); logged with the peer address, the path and the user it named
+#: (never the password). A 401 is logged as CLIENT_AUTH_FAILED, a missing admin
+#: right as CLIENT_NOT_ENTITLED.
+ADMIN_REQUEST_REFUSED: Final = "07-0052"
 #: A connection did not log on within its transport's LogonTimeout; it is closed.
 CLIENT_LOGON_TIMEOUT: Final = "07-0070"
 #: A client did not finish a frame within its transport's IncompleteMessageTimeout;

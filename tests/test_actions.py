@@ -662,6 +662,16 @@ def http_get(url: str) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read())
 
 
+def http_post(url: str) -> tuple[int, Any]:
+    """Run an admin action: POST with the header the admin API requires of changes."""
+    request = urllib.request.Request(url, method="POST", headers={"X-AMPS-Admin": "1"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 async def test_admin_actions_run_with_query_parameters(tmp_path: Path) -> None:
     server = start_instance(tmp_path, "adminact", extra=ADMIN_ACTIONS)
     try:
@@ -678,11 +688,11 @@ async def test_admin_actions_run_with_query_parameters(tmp_path: Path) -> None:
                 "action": 1,
             }
         ]
-        status, body = http_get(f"{base}/say-hello.json")
+        status, body = http_post(f"{base}/say-hello.json")
         assert status == 400 and "needs the parameter(s) who" in body["error"]
-        status, body = http_get(f"{base}/say-goodbye.json")
+        status, body = http_post(f"{base}/say-goodbye.json")
         assert status == 404 and "paths: say-hello" in body["error"]
-        status, body = http_get(f"{base}/say-hello.json?who=operators")
+        status, body = http_post(f"{base}/say-hello.json?who=operators")
         assert status == 200
         assert body["runs"] == [{"action": 1, "name": "hello", "outcome": "done"}]
         async with (
@@ -753,17 +763,17 @@ async def test_transport_actions_close_and_open_the_client_port(tmp_path: Path) 
             ready = json.loads(server.ready_file.read_text())
             base = f"http://127.0.0.1:{ready['transports']['admin']}/amps/administrator/actions"
             async with open_client(server.uri, "early") as early:
-                status, body = await trio.to_thread.run_sync(http_get, f"{base}/close.json")
+                status, body = await trio.to_thread.run_sync(http_post, f"{base}/close.json")
                 assert status == 200 and body["runs"][0]["outcome"] == "done", body
                 with pytest.raises(ConnectionLost):
                     await early.publish_persisted("orders", b"{}", timeout=10)
             with pytest.raises(OSError):
                 await trio.open_tcp_stream("127.0.0.1", server.port)
-            status, body = await trio.to_thread.run_sync(http_get, f"{base}/open.json")
+            status, body = await trio.to_thread.run_sync(http_post, f"{base}/open.json")
             assert status == 200 and body["runs"][0]["outcome"] == "done", body
             async with open_client(server.uri, "late") as late:
                 await late.publish_persisted("orders", b"{}", timeout=10)
-            status, body = await trio.to_thread.run_sync(http_get, f"{base}/typo.json")
+            status, body = await trio.to_thread.run_sync(http_post, f"{base}/typo.json")
             assert status == 200
             outcome = body["runs"][0]["outcome"]
             assert outcome == (

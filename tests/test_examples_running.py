@@ -561,23 +561,38 @@ async def test_secure_example_runs(tmp_path: Path, running: list[ServerProcess])
     with pytest.raises(ConnectionLost, match="tcps://"):
         async with open_client(f"tcp://localhost:{port}/amps/json", "plain", timeout=5):
             pass
-    admin = load_config(tmp_path / "secure.xml", environ={}).admin
-    assert admin is not None
-    url = f"http://127.0.0.1:{admin[1]}"
-    status = [sys.executable, "-m", "amps_py", "admin", "--url", url, "--json", "status"]
-    anonymous = subprocess.run(status, capture_output=True, text=True, timeout=60, check=False)
+    config = load_config(tmp_path / "secure.xml", environ={})
+    admin = config.admin
+    assert admin is not None and config.admin_tls is not None  # HTTPS, as the README says
+    url = f"https://localhost:{admin[1]}"
+    status = [sys.executable, "-m", "amps_py", "admin", "--url", url, "--ca-file", str(ca)]
+    anonymous = subprocess.run(
+        [*status, "--json", "status"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert anonymous.returncode != 0 and "401" in anonymous.stderr, anonymous.stderr
     env = {**os.environ, "AMPS_PY_ADMIN_PASSWORD": "example-only-ops-pw"}
-    ops = subprocess.run(
-        [*status[:6], "--user", "ops", *status[6:]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+
+    def as_ops(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*status, "--user", "ops", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+
+    ops = as_ops("--json", "status")
     assert ops.returncode == 0, ops.stderr
     assert json.loads(ops.stdout)["name"] == "amps-secure"
+    unknown = as_ops("disconnect", "alice-1")  # an action: POST with its header, over TLS
+    assert unknown.returncode == 1 and "HTTP 404: no client 'alice-1'" in unknown.stderr
+    plain = subprocess.run(
+        [sys.executable, "-m", "amps_py", "admin", "--url", f"http://127.0.0.1:{admin[1]}",
+         "status"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert plain.returncode == 2 and "HTTPS" in plain.stderr, plain.stderr
 
 
 # ---------------------------------------------------------------------- config check

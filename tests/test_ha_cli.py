@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -184,6 +185,10 @@ def stored(proc: trio.Process, segment: Path, size: int) -> Callable[[], str | N
     return check
 
 
+#: the line a publish run ends with when it published the whole file
+_COMPLETED = re.compile(r"^published \d+ message\(s\) to ", re.MULTILINE)
+
+
 async def test_a_publisher_killed_mid_stream_and_rerun_delivers_each_line_once_in_order(
     server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -243,9 +248,16 @@ async def test_a_publisher_killed_mid_stream_and_rerun_delivers_each_line_once_i
                         proc.kill()
                         await proc.wait()
                 runs.append((err_file.read_text(), proc.returncode))
+                if target is not None and _COMPLETED.search(runs[-1][0]):
+                    # on a loaded machine the kill can land after the publisher had
+                    # published everything and said so (it was exiting): that run
+                    # completed, and a rerun would publish the file again
+                    break
             for number, (err, code) in enumerate(runs, 1):
                 print(f"run {number}: exit {code}\n{err}")
-            assert [code for _, code in runs] == [-9] * KILLS + [0]
+            assert len(runs) >= 2, "the publisher finished before the first kill"
+            assert [code for _, code in runs[:-1]] == [-9] * (len(runs) - 1)
+            assert runs[-1][1] == 0 or _COMPLETED.search(runs[-1][0]), runs[-1]
             # the reruns resumed the file after what the store held
             assert all("amps-py: resuming" in err for err, _ in runs[1:]), runs
 

@@ -9,7 +9,9 @@ and how to fix it, and exits with status 2 (connection) or 1 (refused by the ser
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +26,7 @@ from rich.text import Text
 
 from amps_py.config import DEFAULT_ADMIN_ADDRESS
 
+from .guard import ADMIN_HEADER
 from .tables import Column, fit_table
 
 DEFAULT_URL = f"http://{DEFAULT_ADMIN_ADDRESS[0]}:{DEFAULT_ADMIN_ADDRESS[1]}"
@@ -44,16 +47,31 @@ ACTION_TIMEOUT: Final = 900.0
 
 
 def fetch(
-    url: str, path: str, *, method: str = "GET", user: str | None = None, password: str = ""
+    url: str,
+    path: str,
+    *,
+    method: str = "GET",
+    user: str | None = None,
+    password: str = "",
+    ca_file: str | None = None,
 ) -> Any:
-    """The JSON document at ``url + path``."""
+    """The JSON document at ``url + path``.
+
+    A POST (an administrator action) carries the ``X-AMPS-Admin: 1`` header the server
+    requires of state changes. An ``https://`` URL is verified against ``ca_file`` (a
+    PEM file of CA certificates, or the server's self-signed certificate), else the
+    system's CAs; a certificate that does not verify is refused.
+    """
     timeout = ACTION_TIMEOUT if method == "POST" else READ_TIMEOUT
     request = urllib.request.Request(url.rstrip("/") + path, method=method)
+    if method == "POST":
+        request.add_header(ADMIN_HEADER, "1")
     if user is not None:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
+    context = _tls_context(ca_file) if url.lower().startswith("https:") else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -64,11 +82,58 @@ def fetch(
         if exc.code == 401:
             message += f"; {_credentials_hint(user, password)}"
         raise AdminError(message, 1) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise _unreachable(url, getattr(exc, "reason", exc)) from None
+
+
+def _unreachable(url: str, reason: object) -> AdminError:
+    """The error for an admin interface that did not answer with HTTP: a certificate
+    that does not verify, TLS to a plain port or plain HTTP to a TLS port, or nothing
+    listening."""
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return AdminError(
+            f"the admin interface at {url} presented a certificate that does not verify "
+            f"({reason.verify_message}); pass --ca-file with the PEM file of the CA that "
+            "issued it (or the certificate itself if it is self-signed)",
+            2,
+        )
+    if isinstance(reason, ssl.SSLError):
+        return AdminError(
+            f"TLS with the admin interface at {url} failed ({reason}); if it serves plain "
+            "HTTP (no Admin Certificate), use an http:// URL",
+            2,
+        )
+    if isinstance(reason, ConnectionResetError | http.client.HTTPException):
+        # RemoteDisconnected is both: the server closed the connection without an answer
+        return AdminError(
+            f"the admin interface at {url} closed the connection without an HTTP answer "
+            f"({type(reason).__name__}: {reason}); if it is served over HTTPS (Admin "
+            "Certificate), use an https:// URL with --ca-file",
+            2,
+        )
+    return AdminError(
+        f"cannot reach the admin interface at {url} ({reason}); is the instance running "
+        "with an Admin/InetAddr? pass --url http://HOST:PORT (https://HOST:PORT when it "
+        "serves HTTPS)",
+        2,
+    )
+
+
+def _tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """A client TLS context that verifies the server's certificate and host name
+    against ``ca_file`` (PEM), or the system's CAs."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except FileNotFoundError:
         raise AdminError(
-            f"cannot reach the admin interface at {url} ({reason}); is the instance running "
-            "with an Admin/InetAddr? pass --url http://HOST:PORT",
+            f"CA file {ca_file!r} does not exist; give the PEM file of the CA that issued "
+            "the admin interface's certificate (or that certificate if it is self-signed)",
+            2,
+        ) from None
+    except (ssl.SSLError, OSError) as exc:
+        raise AdminError(
+            f"CA file {ca_file!r} holds no PEM certificate ({exc}); give a PEM file "
+            "starting with -----BEGIN CERTIFICATE-----",
             2,
         ) from None
 
@@ -397,6 +462,7 @@ def watch(
     count: int | None,
     user: str | None = None,
     password: str = "",
+    ca_file: str | None = None,
 ) -> AdminError | None:
     """Redraw the ``status`` screen every ``interval`` seconds (``count`` screens, or
     until Ctrl-C, which returns normally).
@@ -409,7 +475,11 @@ def watch(
             is shown on the screen, and the next refresh tries again.
     """
     path = "/amps/instance.json"
-    last_good = status_screen(fetch(url, path, user=user, password=password), console.width)
+
+    def read() -> Any:
+        return fetch(url, path, user=user, password=password, ca_file=ca_file)
+
+    last_good = status_screen(read(), console.width)
     failure: AdminError | None = None
     shown = 1
     try:
@@ -418,9 +488,7 @@ def watch(
                 time.sleep(interval)  # the refresh period the operator asked for
                 screen: RenderableType
                 try:
-                    screen = last_good = status_screen(
-                        fetch(url, path, user=user, password=password), console.width
-                    )
+                    screen = last_good = status_screen(read(), console.width)
                     failure = None
                 except AdminError as exc:
                     failure = exc

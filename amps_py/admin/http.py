@@ -1,6 +1,9 @@
-"""The admin HTTP API on ``Admin/InetAddr``, served by hypercorn on trio.
+"""The admin API on ``Admin/InetAddr``, served by hypercorn on trio: HTTP, or HTTPS
+when ``Admin`` has a Certificate and PrivateKey (the same settings and checks as a tcps
+Transport; plain HTTP to that port fails its TLS handshake and only that connection is
+closed).
 
-Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
+Reads (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
 
 - ``/amps`` — everything below.
 - ``/amps/instance[/...]`` — name, version, uptime, ``clients`` (one entry per
@@ -15,23 +18,40 @@ Paths (GET; ``.json`` or ``.xml`` picks the format, JSON without an extension):
   e.g. ``/amps/instance/replication/destinations/B.json``.
 - ``/amps/host[/...]`` — host name, CPUs, load, memory, and ``disks``: space on the
   file systems of the journal and the archive directory.
-- ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade``
-  (POST or GET) — change a destination's acknowledgment mode.
-- ``/amps/administrator/clients/<client>/disconnect`` (POST or GET) — close that
-  client's connection; ``<client>`` is a key of ``/amps/instance/clients`` (the client
-  name, or ``connection-<id>``, which always works).
+- ``/amps/administrator/actions`` — the ``amps-action-on-admin`` actions.
+- ``/metrics`` — Prometheus text format.
+
+Administrator actions (POST only, with the ``X-AMPS-Admin: 1`` header; see below):
+
+- ``/amps/administrator/replication/<destination>/downgrade`` and ``.../upgrade`` —
+  change a destination's acknowledgment mode.
+- ``/amps/administrator/clients/<client>/disconnect`` — close that client's connection;
+  ``<client>`` is a key of ``/amps/instance/clients`` (the client name, or
+  ``connection-<id>``, which always works).
+- ``/amps/administrator/transports/<transport>/disable`` and ``.../enable``.
+- ``/amps/administrator/queues/<queue>/enable_proxied_transfer`` and
+  ``.../disable_proxied_transfer``.
 - ``/amps/administrator/transaction_log/journals/<id>/compress``, ``.../archive``,
   ``.../remove`` — that journal segment and every older one (see
   :mod:`amps_py.server.maintenance`; remove waits until nothing needs them).
-- ``/amps/administrator/actions`` lists the ``amps-action-on-admin`` actions;
-  ``/amps/administrator/actions/<Path>?name=value`` runs those with that Path, the
-  query parameters as their variables, and answers with each run's outcome.
-- ``/metrics`` — Prometheus text format.
+- ``/amps/administrator/actions/<Path>?name=value`` runs the on-admin actions with that
+  Path, the query parameters as their variables, and answers with each run's outcome.
+
+Before anything else each request passes :mod:`amps_py.admin.guard`: its Host must be
+an IP address, ``localhost``, a host name of this machine or the host of
+``Admin/InetAddr`` (421 otherwise: DNS rebinding); an administrator action by any
+method but POST gets 405 with ``Allow: POST`` and changes nothing; a POST action with
+an ``Origin`` of another site, or without the ``X-AMPS-Admin`` header, gets 403. An
+OPTIONS request (a browser's CORS preflight) gets 204 with ``Allow`` and no
+``Access-Control-Allow-*`` header, so a cross-origin script is never let through.
 
 An unknown path gets 404 with a message naming the known children. When the instance
 has a non-default Authentication module, requests need HTTP Basic credentials that it
 accepts (401 otherwise) and the Entitlement module's ``admin`` right (403 otherwise);
-administrator actions always need the ``admin`` right.
+administrator actions always need the ``admin`` right. Every 401, 403 and 421 is
+logged in one line with the user named (never the password or the Authorization
+header), the peer address, the method and the path (``07-0050`` for 401, ``07-0051``
+for a missing admin right, ``07-0052`` for a guard refusal).
 """
 
 from __future__ import annotations
@@ -42,6 +62,7 @@ import logging
 import os
 import shutil
 import socket
+import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,8 +75,10 @@ import trio
 from lxml import etree
 
 from amps_py import __version__, events
+from amps_py.config.security import _loopback_only
 from amps_py.units import utc_iso, utc_timestamp
 
+from . import guard
 from .metrics import render_metrics
 
 if TYPE_CHECKING:
@@ -369,10 +392,17 @@ def _valid_tag(name: str) -> bool:
 
 
 class AdminApp:
-    """The ASGI application; one per instance."""
+    """The ASGI application; one per instance.
 
-    def __init__(self, instance: AdminHost) -> None:
+    Every request first passes :func:`amps_py.admin.guard.check_request` (Host,
+    POST-only administrator actions, Origin, the ``X-AMPS-Admin`` header), then the
+    credentials check. ``host_names``: the names besides IP addresses and localhost
+    that the Host header may give (:func:`amps_py.admin.guard.allowed_host_names`).
+    """
+
+    def __init__(self, instance: AdminHost, host_names: frozenset[str] = frozenset()) -> None:
         self.instance = instance
+        self.host_names = host_names
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -385,12 +415,35 @@ class AdminApp:
                     return
         if scope["type"] != "http":
             return
-        try:
-            status, content_type, body = await self.handle(scope)
-        except HttpError as exc:
-            status, content_type = exc.status, "application/json"
-            body = orjson.dumps({"error": exc.message, "status": exc.status})
+        extra: tuple[tuple[str, str], ...] = ()
+        refusal = guard.check_request(
+            scope["method"],
+            unquote(scope["path"]),
+            scope.get("scheme", "http"),
+            _headers(scope),
+            self.host_names,
+        )
+        if refusal is not None:
+            status, content_type, extra = refusal.status, "application/json", refusal.headers
+            body = orjson.dumps({"error": refusal.message, "status": status})
+            if status in (403, 421):
+                _log_refusal(scope, status, refusal.reason, events.ADMIN_REQUEST_REFUSED)
+        elif scope["method"] == "OPTIONS":
+            # no Access-Control-Allow-* header: a browser's CORS preflight fails
+            status, content_type, body = 204, "text/plain", b""
+            extra = (("allow", guard.allowed_methods(unquote(scope["path"]))),)
+        else:
+            try:
+                status, content_type, body = await self.handle(scope)
+            except HttpError as exc:
+                status, content_type = exc.status, "application/json"
+                body = orjson.dumps({"error": exc.message, "status": exc.status})
+                if status == 401:
+                    _log_refusal(scope, 401, "credentials refused", events.CLIENT_AUTH_FAILED)
+                elif status == 403:  # no admin right
+                    _log_refusal(scope, 403, exc.message, events.CLIENT_NOT_ENTITLED)
         headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
+        headers.extend((name.encode(), value.encode()) for name, value in extra)
         if status == 401:
             headers.append((b"www-authenticate", b'Basic realm="amps-py admin"'))
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -399,8 +452,7 @@ class AdminApp:
     # ---------------------------------------------------------------- routing
     async def handle(self, scope: Scope) -> tuple[int, str, bytes]:
         path = unquote(scope["path"]).rstrip("/") or "/"
-        method = scope["method"]
-        is_admin_action = path.startswith("/amps/administrator")
+        is_admin_action = guard.is_administrator_path(path)
         self._authorise(scope, is_admin_action)
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4; charset=utf-8", render_metrics(self.instance)
@@ -411,9 +463,7 @@ class AdminApp:
         parts = [p for p in path.split("/") if p]
         if not parts or parts[0] != "amps":
             raise HttpError(404, f"no such path {scope['path']!r}; start at /amps or /metrics")
-        if is_admin_action:
-            if method not in ("GET", "POST"):
-                raise HttpError(405, "use POST (or GET) for administrator actions")
+        if is_admin_action:  # the guard let only POST through to an action
             result = await self._administrator(
                 parts[2:], _basic_credentials(scope)[0], _query(scope)
             )
@@ -451,13 +501,7 @@ class AdminApp:
                 "the admin interface needs credentials this instance's Authentication "
                 "module accepts (HTTP Basic: user and password)",
             )
-        if not entitler.is_admin(user):
-            log.warning(
-                "admin request %s by user %r refused: not entitled",
-                scope["path"],
-                user,
-                extra=events.extra(events.CLIENT_NOT_ENTITLED),
-            )
+        if not entitler.is_admin(user):  # logged by _log_refusal
             raise HttpError(
                 403,
                 f'user {user!r} has no admin right; grant it "admin": true in the '
@@ -630,6 +674,32 @@ class AdminApp:
         }
 
 
+def _headers(scope: Scope) -> dict[str, str]:
+    """The request headers by lower-case name (the last value of a repeated one)."""
+    return {
+        bytes(key).decode("latin-1").lower(): bytes(value).decode("latin-1")
+        for key, value in scope.get("headers", ())
+    }
+
+
+def _log_refusal(scope: Scope, status: int, reason: str, event: str) -> None:
+    """One line for a refused request (401, 403, 421): the user it named (never the
+    password or the Authorization header), the peer address, the method and path."""
+    user = _basic_credentials(scope)[0]
+    client = scope.get("client")
+    peer = f"{client[0]}:{client[1]}" if client else "unknown peer"
+    log.warning(
+        "admin request %s %s from %s%s refused (HTTP %d): %s",
+        scope["method"],
+        scope["path"],
+        peer,
+        f" as user {user!r}" if user else " without credentials",
+        status,
+        reason,
+        extra=events.extra(event),
+    )
+
+
 def _query(scope: Scope) -> dict[str, str]:
     """The request's query parameters (the last value of a repeated name)."""
     from urllib.parse import parse_qsl
@@ -649,31 +719,86 @@ def _basic_credentials(scope: Scope) -> tuple[str, str]:
     return "", ""
 
 
+def machine_host_names() -> frozenset[str]:
+    """The names this machine knows itself by (its host name and fully qualified name);
+    may ask DNS, so call it off the event loop."""
+    names = {socket.gethostname(), socket.getfqdn()}
+    return frozenset(n for n in names if n)
+
+
+def listening_line(host: str, port: int, *, tls: bool, open_access: bool) -> str:
+    """The start-up log line of the admin interface: where, HTTP or HTTPS, and when it
+    is the unauthenticated loopback default, that it is and how to secure it."""
+    scheme = "https" if tls else "http"
+    shown = f"[{host}]" if ":" in host else host
+    line = f"admin interface listening on {scheme}://{shown}:{port}"
+    if not open_access:
+        return line
+    if _loopback_only(host):
+        return (
+            f"{line} (loopback only, no authentication: any program on this machine may "
+            "read and steer the instance; administrator actions need POST and the "
+            f"{guard.ADMIN_HEADER} header. To secure it, configure an Authentication "
+            "module and the admin right, and Admin Certificate/PrivateKey for HTTPS; see "
+            "config/examples/secure)"
+        )
+    return (
+        f"{line} (reachable beyond this machine WITHOUT authentication: configure an "
+        "Authentication module and the admin right, or listen on 127.0.0.1)"
+    )
+
+
 async def serve_admin(
     instance: AdminHost,
     host: str,
     port: int,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the admin API until cancelled; ``task_status`` gets the bound port."""
+    """Serve the admin API until cancelled; ``task_status`` gets the bound port.
+
+    With ``ssl_context`` (from the Admin element's Certificate and PrivateKey) it is
+    HTTPS only: a plain HTTP request fails its TLS handshake, and only that connection
+    is closed.
+
+    Raises:
+        OSError: the port cannot be bound (hypercorn raises it in an exception group).
+    """
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
-    config = Config()
+    class _AdminConfig(Config):
+        """hypercorn's settings, with our TLS context (same rules as tcps transports)."""
+
+        def create_ssl_context(self) -> ssl.SSLContext | None:
+            if ssl_context is not None:
+                ssl_context.set_alpn_protocols(self.alpn_protocols)
+            return ssl_context
+
+    config = _AdminConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("amps_py.admin.http")
     config.graceful_timeout = 1.0
+    if ssl_context is not None:
+        # hypercorn serves the bind over TLS when these are set; it uses the context
+        # create_ssl_context returns, not the files
+        config.certfile, config.keyfile = "admin-certificate", "admin-key"
+        config.ssl_handshake_timeout = 10.0
+    names = await trio.to_thread.run_sync(machine_host_names)
+    app = AdminApp(instance, guard.allowed_host_names(host, names))
+    open_access = instance.authenticator.module == "amps-default-authentication-module"
 
     class _Started:
         def started(self, binds: list[str] | None = None) -> None:
             bound = int((binds or [config.bind[0]])[0].rpartition(":")[2])
-            log.info(
-                "admin interface listening on %s:%d",
-                host,
-                bound,
+            exposed = open_access and not _loopback_only(host)
+            log.log(
+                logging.WARNING if exposed else logging.INFO,
+                "%s",
+                listening_line(host, bound, tls=ssl_context is not None, open_access=open_access),
                 extra=events.extra(events.TRANSPORT_LISTENING),
             )
             task_status.started(bound)
 
-    await serve(AdminApp(instance), config, task_status=_Started())  # type: ignore[arg-type]
+    await serve(app, config, task_status=_Started())  # type: ignore[arg-type]

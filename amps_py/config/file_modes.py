@@ -7,8 +7,9 @@ the machine:
 * **secret files** (group or others may read or write them, ``mode & 0o077``): the
   ``PasswordFile`` of every ``amps-password-file`` Authentication (the instance's and
   the replication transport's: users and password hashes, which an attacker can
-  guess against offline), the ``PrivateKey`` of every TLS transport, and the
-  ``PasswordFile`` of every Destination's Authenticator (a password in clear). Fix:
+  guess against offline), the ``PrivateKey`` of every TLS transport and of the admin
+  interface, and the ``PasswordFile`` of every Destination's Authenticator (a password
+  in clear). Fix:
   ``chmod 600 FILE``;
 * **rules files** (group or others may write them, ``mode & 0o022``): the
   Entitlement ``RulesFile`` is not secret, but whoever may change it grants rights.
@@ -66,6 +67,8 @@ def named_files(config: InstanceConfig) -> list[NamedFile]:
                     True,
                 )
             )
+    if config.admin_tls is not None:
+        found.append(NamedFile("PrivateKey of Admin", config.admin_tls.private_key, True))
     for destination in config.replication:
         authenticator = destination.authenticator
         if authenticator is not None and authenticator.password_file is not None:

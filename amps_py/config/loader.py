@@ -28,6 +28,7 @@ from amps_py.config.replication import _build_replication, _Self
 from amps_py.config.schema import _ROOT, _check_schema, _schema
 from amps_py.config.sow import _build_sow
 from amps_py.config.structure import _check_structure
+from amps_py.config.tls import _admin_tls
 from amps_py.config.transaction_log import _build_transaction_log
 from amps_py.config.transports import (
     _build_admin,
@@ -79,6 +80,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         authentication=authentication,
         entitlement=entitlement,
         admin=_build_admin(root, transports, problems),
+        admin_tls=_admin_tls(_first(root, "Admin"), problems),
         actions=_build_actions(root, problems),
         message_memory_limit=memory_limit,
         client_max_capacity=capacity,

@@ -313,6 +313,26 @@ class TransportConfig:
 
 
 @dataclass(frozen=True)
+class ServerTls:
+    """The TLS settings of a listener that is not a Transport (the admin interface):
+    the same Certificate, PrivateKey and Ciphers a tcps Transport takes, checked by the
+    loader the same way."""
+
+    certificate: Path
+    private_key: Path
+    ciphers: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A new server-side TLS context (see :func:`server_ssl_context`).
+
+        Raises:
+            OSError, ssl.SSLError: the files cannot be loaded (changed since the
+                configuration was loaded).
+        """
+        return server_ssl_context(self.certificate, self.private_key, self.ciphers)
+
+
+@dataclass(frozen=True)
 class JournalTopic:
     """A ``TransactionLog/Topic``: which topics of which message type are journaled.
 
@@ -670,6 +690,9 @@ class InstanceConfig:
     entitlement: EntitlementConfig = field(default_factory=EntitlementConfig)
     #: ``Admin/InetAddr`` as (host, port); ``None``: no admin interface
     admin: tuple[str, int] | None = None
+    #: ``Admin``'s Certificate, PrivateKey and Ciphers: the admin API is served over
+    #: HTTPS; ``None``: plain HTTP
+    admin_tls: ServerTls | None = None
     #: ``Actions/Action``, in file order
     actions: tuple[ActionConfig, ...] = ()
     #: ``MessageMemoryLimit`` in bytes; ``None``: :func:`default_message_memory_limit`

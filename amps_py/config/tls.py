@@ -1,6 +1,6 @@
-"""TLS settings: Certificate, PrivateKey and Ciphers of secure transports, and the CA
-file and ServerName of secure replication destinations, loaded with OpenSSL when the
-configuration is."""
+"""TLS settings: Certificate, PrivateKey and Ciphers of secure transports and of the
+admin interface (``Admin``), and the CA file and ServerName of secure replication
+destinations, loaded with OpenSSL when the configuration is."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from amps_py.config.model import (
     REPLICATION_SECURE_TRANSPORT_TYPE,
     REPLICATION_TRANSPORT_TYPE,
     SECURE_TRANSPORT_TYPES,
+    ServerTls,
     _PassphraseRequired,
     server_ssl_context,
 )
@@ -164,6 +165,16 @@ def _transport_tls(
         return None if given else (None, None, None)
 
     ok = _check_tls_files_given(els, type_el, kind, problems)
+    return _load_server_tls(els, ok, problems)
+
+
+def _load_server_tls(
+    els: Mapping[str, etree._Element | None], ok: bool, problems: _Problems
+) -> tuple[Path, Path, str | None] | None:
+    """(certificate, private key, ciphers) from the Certificate, PrivateKey and Ciphers
+    elements ``els`` of a TLS listener (a Transport, or Admin); None (and problems)
+    when a file is missing, unreadable, not PEM, or the pair does not load together.
+    ``ok``: whether the caller found the elements complete."""
     cert_el, key_el, ciphers_el = els["Certificate"], els["PrivateKey"], els["Ciphers"]
     ciphers = _check_ciphers(ciphers_el, problems)
     ok &= ciphers_el is None or ciphers is not None
@@ -182,6 +193,41 @@ def _transport_tls(
     if not _check_key_pair(cert_el, key_el, cert[0], key[0], problems):
         return None
     return cert[0], key[0], ciphers
+
+
+def _admin_tls(section: etree._Element | None, problems: _Problems) -> ServerTls | None:
+    """The TLS settings of ``Admin`` (Certificate, PrivateKey, Ciphers, as on a tcps
+    Transport), or None when it has none (plain HTTP) or they are wrong (problems)."""
+    if section is None:
+        return None
+    els = {name: _first(section, name) for name in _TLS_FILE_ELEMENTS}
+    if all(el is None for el in els.values()):
+        return None
+    if els["Certificate"] is None and els["PrivateKey"] is None:  # only Ciphers
+        ciphers_el = els["Ciphers"]
+        problems.add(
+            ciphers_el,
+            "<Admin> has <Ciphers> but no <Certificate> and <PrivateKey>: Ciphers only "
+            "applies to HTTPS",
+            "add <Certificate> and <PrivateKey> inside <Admin> to serve the admin API over "
+            "HTTPS, or remove <Ciphers>",
+        )
+        return None
+    ok = True
+    for name, other in (("Certificate", "PrivateKey"), ("PrivateKey", "Certificate")):
+        if els[name] is None:
+            problems.add(
+                els[other],
+                f"<Admin> has a <{other}> but no <{name}>: serving the admin API over "
+                "HTTPS needs both",
+                f"add <{name}>/path/to/{_EXAMPLE_FILE[name]}</{name}> inside <Admin>, or "
+                f"remove <{other}> to serve plain HTTP",
+            )
+            ok = False
+    loaded = _load_server_tls(els, ok, problems)
+    if loaded is None:
+        return None
+    return ServerTls(certificate=loaded[0], private_key=loaded[1], ciphers=loaded[2])
 
 
 def _check_tls_files_given(

@@ -59,6 +59,7 @@ from .disconnects import Disconnect, RecentDisconnects
 from .limits import InstanceLimits, PoolSettings
 from .listeners import Listeners
 from .maintenance import JournalMaintenance, MaintenanceResult
+from .name_owners import NameOwners, NameOwnersError
 from .names import ClientNames
 from .publishing import PublishPath
 from .queue_checkpoint import CheckpointError
@@ -97,6 +98,8 @@ class Instance:
         #: the recent disconnects and their counts by reason (admin, metrics)
         self.disconnects = RecentDisconnects()
         self._names = ClientNames()
+        #: who owns each client name that holds publisher state (with a journal)
+        self.name_owners: NameOwners | None = None
         self._conn_ids = itertools.count(1)
         self._journaled: dict[str, bool] = {}
         self._filters: dict[str, Any] = {}
@@ -212,7 +215,37 @@ class Instance:
             # the new session inherits what an earlier one still waits for: the
             # ledger lives on the publish path, not on the connection
             self.publishing.sessions[publisher_hash(name)] = session
+            self._record_name_owner(name, user)
         return refusal
+
+    def name_owner_refusal(self, name: str, user: str) -> str:
+        """Why ``user`` may not log on with client name ``name`` (it holds publisher
+        state and belongs to another user: :mod:`amps_py.server.name_owners`), or ""
+        when it may."""
+        owners = self.name_owners
+        if not name or owners is None:
+            return ""
+        owner = owners.owner(name)
+        if owner is None or owner == user:
+            return ""
+        last = self.held_seq(publisher_hash(name))
+        if last == 0:
+            return ""  # no publisher state: whoever logs on next takes the name
+        return (
+            f"client name {name!r} belongs to user {owner!r}, who holds its publisher state "
+            f"(last seq {last}); log on with a client name of your own, or have an "
+            "administrator of this instance hand it over (amps-py names give)"
+        )
+
+    def _record_name_owner(self, name: str, user: str) -> None:
+        """``user`` logged on with ``name``: make it the owner (synced) unless it is."""
+        owners = self.name_owners
+        if owners is None or owners.owner(name) == user:
+            return
+        try:
+            owners.set_owner(name, user)
+        except NameOwnersError as exc:
+            log.error("%s", exc, extra=events.extra(events.NAME_OWNER_UNRECORDED))
 
     def session_ended(self, session: Session) -> None:
         self.sessions.discard(session)
@@ -373,6 +406,9 @@ class Instance:
                         self.publishing.sow, self.publishing.sow_topics = sow, sow.topics
                     if config.queues:
                         self.publishing.queues = await self._open_queues(journal)
+                    self.name_owners = await trio.to_thread.run_sync(
+                        self._open_name_owners, journal, tl.journal_directory
+                    )
                     writer = self.publishing.open(
                         journal, keep_recent=bool(self.config.replication)
                     )
@@ -405,7 +441,9 @@ class Instance:
                     p = self.publishing
                     nursery.start_soon(run_sow_expiry, p.sow, p.out_of_focus, self.fire_action)
                 if config.admin is not None:
-                    await self.listeners.start_admin(nursery, self, *config.admin)
+                    await self.listeners.start_admin(
+                        nursery, self, *config.admin, config.admin_tls
+                    )
                 self.startup = {
                     "seconds": round(time.time() - self.started_at, 3),
                     "journal_records_read": self.sow.records_read
@@ -423,6 +461,8 @@ class Instance:
                 task_status.started(dict(self.listeners.bound))
         finally:
             try:
+                if self.name_owners is not None:
+                    self.name_owners.close()
                 if self.queues is not None:
                     self.queues.close()  # the last checkpoints, before the journal closes
                 self.publishing.sow.close()
@@ -435,6 +475,20 @@ class Instance:
     def queues(self) -> QueueBook | None:
         """The message queues (None when none is configured)."""
         return self.publishing.queues
+
+    @staticmethod
+    def _open_name_owners(journal: Journal, directory: Path) -> NameOwners:
+        """The client-name owners, without the names that hold no publisher state."""
+        try:
+            owners = NameOwners.of_journal(directory)
+        except NameOwnersError as exc:
+            raise ConfigurationError(str(exc)) from None
+        forgotten = owners.forget_stateless(
+            lambda name: journal.publisher_last_seq(publisher_hash(name)) > 0
+        )
+        if forgotten:
+            log.info("%d client name(s) without publisher state left the owner list", forgotten)
+        return owners
 
     async def _open_queues(self, journal: Journal) -> QueueBook:
         """Build the queues from the journal (before anything new commits)."""

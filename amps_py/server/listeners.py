@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from amps_py import events
-from amps_py.config import TransportConfig
+from amps_py.config import ServerTls, TransportConfig
 
 from .connection_cap import ConnectionCap
 from .startup import ConfigurationError, listen_failure, os_error_in
@@ -280,14 +280,30 @@ class Listeners:
         return "enabled"
 
     async def start_admin(
-        self, nursery: trio.Nursery, instance: AdminHost, host: str, port: int
+        self,
+        nursery: trio.Nursery,
+        instance: AdminHost,
+        host: str,
+        port: int,
+        tls: ServerTls | None = None,
     ) -> None:
-        """Serve the admin interface (HTTP) on ``host:port``; it shows as ``admin`` in
-        :attr:`bound`. A port that cannot be bound stops the instance, saying why."""
+        """Serve the admin interface on ``host:port`` (HTTPS with ``tls``, the Admin
+        element's Certificate and PrivateKey; else HTTP); it shows as ``admin`` in
+        :attr:`bound`. A port that cannot be bound, or TLS files that no longer load,
+        stop the instance, saying why."""
         from amps_py.admin.http import serve_admin
 
         try:
-            bound = await nursery.start(serve_admin, instance, host, port)
+            context = tls.ssl_context() if tls is not None else None
+        except (OSError, ValueError) as exc:
+            assert tls is not None
+            raise cannot_listen(
+                f"the admin interface: cannot load Admin Certificate {tls.certificate} with "
+                f"PrivateKey {tls.private_key}: {exc}; `amps-py config check` names the "
+                "file at fault"
+            ) from exc
+        try:
+            bound = await nursery.start(serve_admin, instance, host, port, context)
         except (OSError, BaseExceptionGroup) as exc:
             bind_error = os_error_in(exc)  # hypercorn raises it in a group
             if bind_error is None:

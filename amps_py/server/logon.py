@@ -7,8 +7,9 @@ answers, with no I/O:
 * :func:`read_logon`: the client name, user and version the logon carries, or a
   refusal (a name the journal cannot store; no name on an instance with a
   transaction log, where names identify publishers);
-* :func:`check_authenticated` and :func:`check_claimed`: a refusal for wrong
-  credentials or a name in use, with its log line;
+* :func:`check_authenticated`, :func:`check_owner` and :func:`check_claimed`: a
+  refusal for wrong credentials, a client name that belongs to another user
+  (:mod:`amps_py.server.name_owners`) or a name in use, with its log line;
 * :func:`logon_ack_fields`: the success ack: the client name, the authenticator's
   reason, and the last seq this instance holds for the name as ``s`` and ``bm``.
 
@@ -37,6 +38,7 @@ __all__ = [
     "LogonRequest",
     "check_authenticated",
     "check_claimed",
+    "check_owner",
     "logon_ack_fields",
     "read_logon",
 ]
@@ -132,6 +134,25 @@ def check_authenticated(request: LogonRequest, verdict: AuthResult, peer: str, m
         message="logon of client %r as user %r from %s refused by %s: unknown user or "
         "wrong password",
         log_args=(request.name, request.user, peer, module),
+    )
+
+
+def check_owner(request: LogonRequest, refusal: str, peer: str) -> None:
+    """Refuse the logon when its client name belongs to another user (``refusal``,
+    the instance's words naming the owner and the hand-over; "" when it may).
+
+    Raises:
+        LogonRefused: ``not entitled``.
+    """
+    if not refusal:
+        return
+    raise LogonRefused(
+        reasons.NOT_ENTITLED,
+        refusal,
+        disconnect=reasons.NOT_ENTITLED,
+        event=events.CLIENT_LOGON_FAILED,
+        message="logon of client %r as user %r from %s refused: %s",
+        log_args=(request.name, request.user, peer, refusal),
     )
 
 

@@ -75,11 +75,18 @@ from .limits import (
     read_deadline,
     spill_failed_closing,
 )
-from .logon import LogonRefused, check_authenticated, check_claimed, logon_ack_fields, read_logon
+from .logon import (
+    LogonRefused,
+    check_authenticated,
+    check_claimed,
+    check_owner,
+    logon_ack_fields,
+    read_logon,
+)
 from .outbox import SpillError, SpillingOutbox
 from .sow_commands import on_sow, on_sow_delete
 from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
-from .subscriptions import Subscription
+from .subscriptions import BadTopic, EntitledTopics, Subscription, TopicPattern, compile_topic
 
 if TYPE_CHECKING:
     from .host import SessionHost
@@ -778,6 +785,7 @@ class Session:
             # the password is used for this check only: never stored, logged or echoed
             verdict = authenticator.authenticate(request.user, request.password)
             check_authenticated(request, verdict, self.peer, authenticator.module)
+            check_owner(request, instance.name_owner_refusal(request.name, request.user), self.peer)
             check_claimed(
                 request, instance.claim_client_name(self, request.name, request.user), self.peer
             )
@@ -811,13 +819,9 @@ class Session:
         if "processed" in acks or not acks:
             self.ack(header, "processed", **logon_ack_fields(request, verdict, self.pub_hash, last))
 
-    def require_entitled(self, topic: str, *, write: bool) -> None:
-        """Raise ``not entitled`` unless this session's user may read/write ``topic``.
-
-        A regex subscription is checked with its pattern text. Refusals are counted
-        (``denied_commands``, and ``denied_writes`` for writes); the connection stays
-        open.
-        """
+    def is_entitled(self, topic: str, *, write: bool) -> bool:
+        """Whether this session's user may read/write the concrete topic ``topic``
+        (cached per topic for the session; nothing counted)."""
         key = (write, topic)
         allowed = self._entitled.get(key)
         if allowed is None:
@@ -829,7 +833,50 @@ class Session:
             if len(self._entitled) >= 4096:
                 self._entitled.clear()
             self._entitled[key] = allowed
-        if allowed:
+        return allowed
+
+    def may_read(self, topic: str) -> bool:
+        """:meth:`is_entitled` for reading: what :class:`EntitledTopics` asks per topic."""
+        return self.is_entitled(topic, write=False)
+
+    def topics_to_read(self, topic: str, non_regex: bool) -> TopicPattern | None:
+        """What a subscription, SOW query or replay on ``topic`` may run over: None
+        for an exact topic (which this user may read), else the topic regex, limited
+        to the topics this user may read unless the user reads everything. A regex is
+        never judged by its text: entitlement is decided per concrete topic
+        (docs/GUARANTEES.md, "Security").
+
+        Raises:
+            CommandFailed: ``not entitled`` for an exact topic the user may not read,
+                or a regex when the user may read no topic at all; ``bad regex
+                topic`` for a regex that does not compile.
+        """
+        try:
+            regex = compile_topic(topic, non_regex)
+        except BadTopic as exc:
+            raise CommandFailed(exc.reason, str(exc)) from None
+        if regex is None:
+            self.require_entitled(topic, write=False)
+            return None
+        entitler = self.instance.entitler
+        if entitler.reads_everything(self.user_id):
+            return regex
+        if entitler.reads_nothing(self.user_id):
+            self.instance.counters.count_denied(write=False)
+            raise CommandFailed(
+                reasons.NOT_ENTITLED,
+                f"user {self.user_id!r} may read no topic (asked for topic expression "
+                f"{topic!r}); the {entitler.module} rules decide",
+            )
+        return EntitledTopics(regex, self.may_read)
+
+    def require_entitled(self, topic: str, *, write: bool) -> None:
+        """Raise ``not entitled`` unless this session's user may read/write the
+        concrete topic ``topic`` (reads over a topic expression go through
+        :meth:`topics_to_read` instead). Refusals are counted (``denied_commands``,
+        and ``denied_writes`` for writes); the connection stays open.
+        """
+        if self.is_entitled(topic, write=write):
             return
         self.instance.counters.count_denied(write=write)
         raise CommandFailed(

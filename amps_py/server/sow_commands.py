@@ -43,7 +43,7 @@ from .delivery import parse_json
 from .queues import acknowledge
 from .replay import run_replay
 from .sowing import SOW_DELETE, SowTopic
-from .subscriptions import BadTopic, compile_topic
+from .subscriptions import EntitledTopics
 
 if TYPE_CHECKING:
     from .queues import ServedQueue
@@ -91,13 +91,13 @@ class Query:
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
             raise CommandFailed(reasons.NO_TOPIC, "a SOW query needs a topic (t)")
-        session.require_entitled(topic, write=False)
         self.topic = topic
         opts = options(header)
-        try:
-            pattern = compile_topic(topic, "non_regex_topic" in opts)
-        except BadTopic as exc:
-            raise CommandFailed(exc.reason, str(exc)) from None
+        # entitlement per concrete topic: a regex covers only the SOW topics this
+        # user may read
+        pattern = session.topics_to_read(topic, "non_regex_topic" in opts)
+        #: a topic expression limited to the topics this user may read
+        self.restricted = isinstance(pattern, EntitledTopics)
         sow = session.instance.sow
         self.topics: list[SowTopic] = sow.matching(pattern, topic) if sow else []
         ftext = header.get("f")
@@ -370,6 +370,13 @@ def on_sow(session: Session, frame: Frame) -> None:
     snapshots: Sequence[tuple[Source, Any]]
     if queue is not None:
         snapshots = [(queue, QueueSnapshot(queue))]
+    elif not query.topics and query.restricted:
+        # the same answer as if the SOW topics this user may not read did not exist
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            f"topic expression {query.topic!r} matches no SOW topic user "
+            f"{session.user_id!r} may read",
+        )
     elif not query.topics:
         raise CommandFailed(
             reasons.INVALID_TOPIC,

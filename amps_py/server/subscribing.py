@@ -24,7 +24,7 @@ from .commands import CommandFailed, ack_types, options, unsubscribe_ids
 from .queues import subscribe_to_queue
 from .replay import persisted_acks, plan_subscription, run_replay
 from .sow_commands import start_sow_and_subscribe
-from .subscriptions import BadTopic, Subscription, compile_topic
+from .subscriptions import Subscription
 
 if TYPE_CHECKING:
     from .session import Session
@@ -42,8 +42,9 @@ log = logging.getLogger("amps_py.server.session")
 
 def build_subscription(session: Session, header: dict[str, Any]) -> Subscription:
     """The subscription a ``subscribe`` header asks for, checked in this order: a
-    topic, read entitlement, ack types, a ``sub_id`` not in use (unless ``replace``),
-    a topic regex that compiles, a filter that compiles. Not registered yet.
+    topic, a topic regex that compiles and read entitlement (per concrete topic for a
+    regex: :meth:`Session.topics_to_read`), ack types, a ``sub_id`` not in use (unless
+    ``replace``), a filter that compiles. Not registered yet.
 
     Raises:
         CommandFailed: the first check that fails.
@@ -51,8 +52,8 @@ def build_subscription(session: Session, header: dict[str, Any]) -> Subscription
     topic = header.get("t")
     if not topic or not isinstance(topic, str):
         raise CommandFailed(reasons.NO_TOPIC, "subscribe needs a topic (t)")
-    session.require_entitled(topic, write=False)
     opts = options(header)
+    regex = session.topics_to_read(topic, "non_regex_topic" in opts)
     acks = ack_types(header)
     sub_id = str(
         header.get("sub_id") or header.get("cid") or f"sub-{session.instance.next_connection_id()}"
@@ -63,10 +64,6 @@ def build_subscription(session: Session, header: dict[str, Any]) -> Subscription
             f"this connection already has subscription {sub_id!r}; use another sub_id "
             "or the replace option",
         )
-    try:
-        regex = compile_topic(topic, "non_regex_topic" in opts)
-    except BadTopic as exc:
-        raise CommandFailed(exc.reason, str(exc)) from None
     flt = None
     ftext = header.get("f")
     if ftext:
@@ -104,15 +101,13 @@ def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
     group, then the subscription."""
     header = frame.header
     topic = header.get("t")
-    if topic and isinstance(topic, str):
-        session.require_entitled(topic, write=False)
-        if _is_sow_query(session, topic, header):
-            sub = build_subscription(session, header)
-            old = session.subscriptions.get(sub.sub_id)
-            if old is not None:
-                session.end_subscription(old)
-            start_sow_and_subscribe(session, header, sub)
-            return
+    if topic and isinstance(topic, str) and _is_sow_query(session, topic, header):
+        sub = build_subscription(session, header)
+        old = session.subscriptions.get(sub.sub_id)
+        if old is not None:
+            session.end_subscription(old)
+        start_sow_and_subscribe(session, header, sub)
+        return
     query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
     session.send(messages.group_begin(query_id))
     session.send(messages.group_end(query_id))
@@ -120,14 +115,16 @@ def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
 
 
 def _is_sow_query(session: Session, topic: str, header: dict[str, Any]) -> bool:
-    """Does ``topic`` name (or, as a regex, match) a SOW topic?"""
+    """Does ``topic`` name (or, as a regex, match) a SOW topic this user may read?
+
+    Raises:
+        CommandFailed: the user may not read ``topic`` (exact) or any topic (regex),
+            or the regex does not compile.
+    """
+    pattern = session.topics_to_read(topic, "non_regex_topic" in options(header))
     sow = session.instance.sow
     if not sow:
         return False
-    try:
-        pattern = compile_topic(topic, "non_regex_topic" in options(header))
-    except BadTopic:
-        return False  # build_subscription refuses it, saying why
     return bool(sow.matching(pattern, topic))
 
 

@@ -8,7 +8,8 @@ with a per-topic cache that is rebuilt when subscriptions change.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from amps_py import reasons
 from amps_py.protocol.messages import sub_id_part
@@ -47,6 +48,37 @@ def compile_topic(topic: str, non_regex: bool = False) -> re.Pattern[str] | None
         ) from None
 
 
+class EntitledTopics:
+    """A topic regex that matches only the topics its user may read.
+
+    What a regex subscription, a SOW query or a replay with a topic expression runs
+    when the user's entitlement is not "everything": ``search`` answers a match only
+    for a concrete topic that both the regex and ``may_read`` accept, so entitlement is
+    decided per topic, never by the pattern's text (docs/GUARANTEES.md, "Security").
+    ``may_read`` is the session's cached check.
+    """
+
+    __slots__ = ("_may_read", "_regex", "pattern")
+
+    def __init__(self, regex: re.Pattern[str], may_read: Callable[[str], bool]) -> None:
+        self._regex = regex
+        self._may_read = may_read
+        self.pattern = regex.pattern
+
+    def search(self, topic: str) -> re.Match[str] | None:
+        found = self._regex.search(topic)
+        if found is None or not self._may_read(topic):
+            return None
+        return found
+
+    def __repr__(self) -> str:
+        return f"EntitledTopics({self.pattern!r})"
+
+
+#: what a subscription or query runs over topic names: None for an exact topic
+TopicPattern: TypeAlias = "re.Pattern[str] | EntitledTopics"
+
+
 class Subscription:
     """One subscription of one session.
 
@@ -80,7 +112,7 @@ class Subscription:
         session: Session,
         sub_id: str,
         topic: str,
-        regex: re.Pattern[str] | None,
+        regex: TopicPattern | None,
         filter: Filter | None,
         options: frozenset[str],
         acks: frozenset[str],

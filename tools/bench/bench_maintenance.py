@@ -31,7 +31,9 @@ from common import emit, env_info, running_instance
 
 
 def admin(base: str, path: str, method: str = "GET") -> Any:
-    request = urllib.request.Request(f"{base}{path}", method=method)
+    # administrator actions (POST) carry the header the admin API requires of changes
+    headers = {"X-AMPS-Admin": "1"} if method == "POST" else {}
+    request = urllib.request.Request(f"{base}{path}", method=method, headers=headers)
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
