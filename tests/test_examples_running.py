@@ -555,9 +555,19 @@ async def test_secure_example_runs(tmp_path: Path, running: list[ServerProcess])
             await bob.command({"c": "p", "t": TOPIC, "a": "processed", "s": 1}, b"{}")
         assert denied.value.reason == "not entitled"
     with pytest.raises(CommandError) as refused:
-        async with open_client(uri("bob", "wrong"), "bob-2", ca_file=ca):
+        async with open_client(uri("bob", "not-bobs-password"), "bob-2", ca_file=ca):
             pass
     assert refused.value.reason == "auth failure"
+
+    # its <Logging> writes to the console: the refused logon is recorded, the password not
+    def auth_failure_logged() -> str | None:
+        text = server.output.read_text(errors="replace")
+        return None if "07-0050" in text else "no 07-0050 on the console yet"
+
+    await wait_until(auth_failure_logged, 10)
+    console = server.output.read_text(errors="replace")
+    (line,) = [ln for ln in console.splitlines() if "07-0050" in ln]
+    assert "'bob'" in line and "not-bobs-password" not in console, line
     with pytest.raises(ConnectionLost, match="tcps://"):
         async with open_client(f"tcp://localhost:{port}/amps/json", "plain", timeout=5):
             pass
