@@ -54,6 +54,7 @@ from amps_py.cli_names import names
 from amps_py.cli_pipeline import pipeline
 from amps_py.cli_txlog import txlog
 from amps_py.cli_users import users
+from amps_py.redact import redact_uris
 
 if TYPE_CHECKING:
     from amps_py.cli_client import Credentials
@@ -317,9 +318,10 @@ def _uri_list(uri: str, user: str | None, password_env: str) -> tuple[list[str],
     for u, other in zip(uris[1:], found[1:], strict=True):
         if (other.user, other.password) != (found[0].user, found[0].password):
             fail(
-                f"{uris[0]} and {u} log on with different credentials; the client logs on "
-                "to every server of the list with the same ones: give the user with --user "
-                "(the password in the environment variable) and none in the URIs"
+                f"{redact_uris(uris[0])} and {redact_uris(u)} log on with different "
+                "credentials; the client logs on to every server of the list with the same "
+                "ones: give the user with --user (the password in the environment variable) "
+                "and none in the URIs"
             )
     return uris, found[0]
 

@@ -24,7 +24,8 @@ def config_check(path: str) -> None:
     """Validate FILE against the schema and the semantic rules, without starting.
 
     Settings that work but leave the instance open (a replication transport without
-    authentication reachable beyond this machine) are printed as warnings on stderr;
+    authentication reachable beyond this machine, a password or key file that other
+    users may read, a rules file they may change) are printed as warnings on stderr;
     they do not change the exit status.
     """
     from amps_py.config import ConfigError, load_config, security_warnings

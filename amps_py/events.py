@@ -13,6 +13,10 @@ INSTANCE_READY: Final = "00-0002"
 INSTANCE_STOPPING: Final = "00-0003"
 INSTANCE_STOPPED: Final = "00-0004"
 INSTANCE_FAILED: Final = "00-0005"
+#: The config loads and runs but leaves the instance open: a replication port without
+#: authentication beyond loopback, a password or key file others may read, a rules file
+#: others may change (``amps_py.config.security_warnings``); logged once at start
+CONFIG_SECURITY_WARNING: Final = "00-0020"
 
 TRANSPORT_LISTENING: Final = "02-0001"
 TRANSPORT_STOPPED: Final = "02-0002"
@@ -32,6 +36,9 @@ TRANSPORT_TLS_HANDSHAKE_FAILED: Final = "02-0026"
 TRANSPORT_ACCEPT_FAILED: Final = "02-0027"
 #: A listener accepts connections again after such failures
 TRANSPORT_ACCEPTING_AGAIN: Final = "02-0028"
+#: A connection was closed as soon as it was accepted: its transport had its
+#: MaxConnections open; at most one line per transport every 10 s, with the count
+TRANSPORT_CONNECTION_LIMIT: Final = "02-0030"
 
 JOURNAL_OPENED: Final = "05-0001"
 JOURNAL_COMMIT_FAILED: Final = "05-0002"

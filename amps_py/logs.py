@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from amps_py.config import LogTarget
+from amps_py.redact import MAX_FIELD_CHARS, MAX_LINE_CHARS, cut, redact_uris, shown
 
 __all__ = [
     "DEFAULT_CODE",
@@ -121,16 +122,63 @@ def level_name(number: int) -> str:
 # ---------------------------------------------------------------------------- formatting
 
 
+#: the longest string argument of a log call shown whole, in characters
+MAX_ARG_CHARS: Final = 2 * 1024
+#: the longest traceback shown whole; a longer one keeps its first and last halves
+MAX_TRACEBACK_CHARS: Final = 16 * 1024
+
+
+def _capped_arg(value: object) -> object:
+    if isinstance(value, str) and len(value) > MAX_ARG_CHARS:
+        return cut(value, MAX_ARG_CHARS)
+    if isinstance(value, bytes | bytearray) and len(value) > MAX_ARG_CHARS:
+        return f"{bytes(value[:MAX_ARG_CHARS])!r}... [cut {len(value) - MAX_ARG_CHARS} bytes]"
+    return value
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message with every string argument cut to :data:`MAX_ARG_CHARS`
+    (a 1 MiB user name is shown as its first 2 KiB and how much was cut)."""
+    args = record.args
+    if not args:
+        return record.getMessage()
+    if isinstance(args, Mapping):
+        capped: object = {key: _capped_arg(value) for key, value in args.items()}
+    else:
+        capped = tuple(_capped_arg(value) for value in args)
+    try:
+        return str(record.msg) % capped
+    except (TypeError, ValueError):  # let logging report the bad call as it always has
+        return record.getMessage()
+
+
+def _middle_cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... [cut {len(text) - 2 * half} chars] ...\n{text[-half:]}"
+
+
 class AmpsFormatter(logging.Formatter):
-    """Formats records as AMPS log lines (see the module docstring)."""
+    """Formats records as AMPS log lines (see the module docstring).
+
+    What a line may show (see :mod:`amps_py.redact`): every string argument of the log
+    call is cut to :data:`MAX_ARG_CHARS` characters and the message to
+    :data:`~amps_py.redact.MAX_LINE_CHARS`, each cut saying how much went
+    (``... [cut N chars]``); the password of any ``scheme://user:password@`` is masked;
+    a traceback longer than :data:`MAX_TRACEBACK_CHARS` keeps its start and its end.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created).astimezone()
-        text = record.getMessage()
+        text = cut(redact_uris(_message(record)), MAX_LINE_CHARS)
         if record.exc_info:
-            text = f"{text}\n{self.formatException(record.exc_info)}"
+            trace = redact_uris(self.formatException(record.exc_info))
+            text = f"{text}\n{_middle_cut(trace, MAX_TRACEBACK_CHARS)}"
         if record.stack_info:
-            text = f"{text}\n{self.formatStack(record.stack_info)}"
+            text = (
+                f"{text}\n{_middle_cut(self.formatStack(record.stack_info), MAX_TRACEBACK_CHARS)}"
+            )
         code = getattr(record, "code", DEFAULT_CODE)
         return (
             f"{stamp.isoformat(timespec='microseconds')} [{record.threadName}] "
@@ -407,8 +455,9 @@ def _remove_installed(logger: logging.Logger) -> None:
 # ------------------------------------------------------------------------------- events
 
 
-def _field_text(value: object) -> str:
-    text = value if isinstance(value, str) else str(value)
+def _field_text(key: str, value: object) -> str:
+    shown_value = shown(key, value, MAX_FIELD_CHARS)
+    text = shown_value if isinstance(shown_value, str) else cut(str(shown_value))
     if text and not re.search(r"[\s=\"'\\]", text):
         return text
     return json.dumps(text, ensure_ascii=False)
@@ -424,7 +473,11 @@ def log_event(
     """Log one event with an AMPS level and event code.
 
     ``fields`` are appended as ``key=value`` (values with spaces or quotes are quoted
-    as JSON strings) and also attached to the record as ``record.fields``.
+    as JSON strings) and also attached to the record as ``record.fields``. A field
+    whose name is a secret's (``pw``, ``password``, ``token``...: see
+    :func:`amps_py.redact.is_secret`) is shown as ``[redacted]``, in the line and in
+    ``record.fields``; other values are cut to
+    :data:`~amps_py.redact.MAX_FIELD_CHARS` characters.
 
     Example::
 
@@ -442,8 +495,9 @@ def log_event(
         return
     text = message
     if fields:
-        text += " " + " ".join(f"{key}={_field_text(value)}" for key, value in fields.items())
-    logger.log(number, "%s", text, extra={"code": code, "fields": fields}, stacklevel=2)
+        text += " " + " ".join(f"{key}={_field_text(key, value)}" for key, value in fields.items())
+    safe = {key: shown(key, value) for key, value in fields.items()}
+    logger.log(number, "%s", text, extra={"code": code, "fields": safe}, stacklevel=2)
 
 
 def rotate_logs() -> int:

@@ -115,6 +115,9 @@ REFUSED: Final = "refused"
 CLOSED: Final = "closed"
 #: the upstream sent no valid hello in time
 NO_HELLO: Final = "no hello"
+#: connections that have not completed their replication handshake together buffer
+#: more than the instance allows; the one holding the most is closed
+HANDSHAKE_MEMORY_LIMIT: Final = "handshake memory limit"
 #: the downstream's validation of the replicated topics failed
 VALIDATION_FAILED: Final = "validation failed"
 #: the destination's Authenticator could not give credentials

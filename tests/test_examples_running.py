@@ -555,9 +555,19 @@ async def test_secure_example_runs(tmp_path: Path, running: list[ServerProcess])
             await bob.command({"c": "p", "t": TOPIC, "a": "processed", "s": 1}, b"{}")
         assert denied.value.reason == "not entitled"
     with pytest.raises(CommandError) as refused:
-        async with open_client(uri("bob", "wrong"), "bob-2", ca_file=ca):
+        async with open_client(uri("bob", "not-bobs-password"), "bob-2", ca_file=ca):
             pass
     assert refused.value.reason == "auth failure"
+
+    # its <Logging> writes to the console: the refused logon is recorded, the password not
+    def auth_failure_logged() -> str | None:
+        text = server.output.read_text(errors="replace")
+        return None if "07-0050" in text else "no 07-0050 on the console yet"
+
+    await wait_until(auth_failure_logged, 10)
+    console = server.output.read_text(errors="replace")
+    (line,) = [ln for ln in console.splitlines() if "07-0050" in ln]
+    assert "'bob'" in line and "not-bobs-password" not in console, line
     with pytest.raises(ConnectionLost, match="tcps://"):
         async with open_client(f"tcp://localhost:{port}/amps/json", "plain", timeout=5):
             pass
@@ -598,29 +608,49 @@ async def test_secure_example_runs(tmp_path: Path, running: list[ServerProcess])
 # ---------------------------------------------------------------------- config check
 
 
+#: the example files holding secrets: git checks them out readable by everyone (it
+#: stores no 0600), so each example's README says to `chmod 600` them after copying
+SECRET_EXAMPLE_FILES = ("users.pw", "server-key.pem", "replication-users.pw", "replication.secret")
+
+
 @pytest.mark.parametrize(
     "path",
     sorted(EXAMPLES.rglob("*.xml")),
     ids=lambda p: str(p.relative_to(EXAMPLES)),
 )
-def test_example_passes_config_check(path: Path) -> None:
+def test_example_passes_config_check(path: Path, tmp_path: Path) -> None:
     """tests/test_config_replication.py loads every example with load_config; this runs
-    the command a user runs, ``amps-py config check``, on each."""
-    res = subprocess.run(
-        [sys.executable, "-m", "amps_py", "config", "check", str(path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert res.returncode == 0 and ": OK" in res.stdout, (
-        f"amps-py config check {path} exited {res.returncode}\n{res.stdout}{res.stderr}"
-    )
+    the command a user runs, ``amps-py config check``, on each: as checked out, it warns
+    only that the secret files are readable by others (with the chmod); copied and
+    chmod-ed as its README says, it is clean."""
+
+    def check(target: Path) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            [sys.executable, "-m", "amps_py", "config", "check", str(target)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert res.returncode == 0 and ": OK" in res.stdout, (
+            f"amps-py config check {target} exited {res.returncode}\n{res.stdout}{res.stderr}"
+        )
+        return res
+
+    res = check(path)
     config = load_config(path, environ={})
     admin = config.admin
     shown = f"; admin {admin[0]}:{admin[1]}" if admin else "; admin none"
     assert res.stdout.rstrip().endswith(shown), res.stdout
+    for line in res.stderr.splitlines():
+        assert "Fix: chmod 600 " in line, f"config check warns about an example: {line}"
+    copy = tmp_path / path.parent.name
+    shutil.copytree(path.parent, copy)
+    for name in SECRET_EXAMPLE_FILES:
+        if (copy / name).exists():
+            (copy / name).chmod(0o600)
+    res = check(copy / path.name)
     assert res.stderr == "", f"config check warns about an example: {res.stderr}"
     if config.replication_transport is not None:  # replicating examples authenticate
         assert config.replication_authentication.module == "amps-password-file"

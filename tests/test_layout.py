@@ -254,6 +254,7 @@ PURE_REPLICATION_MODULES = (
     "amps_py/errors.py",
     "amps_py/statistics.py",
     "amps_py/units.py",
+    "amps_py/redact.py",
 )
 
 

@@ -34,7 +34,7 @@ PROTOCOL_VERSION = 2
 #: the largest frame after the handshake (link.MAX_REPLICATION_FRAME)
 FRAME_LIMIT = 256 * 1024 * 1024
 #: the largest frame before it (link.MAX_HANDSHAKE_FRAME)
-HANDSHAKE_FRAME = 256 * 1024
+HANDSHAKE_FRAME = 64 * 1024
 
 
 def join_records(records: list[bytes]) -> bytes:

@@ -62,6 +62,7 @@ import trio
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
 from amps_py.protocol import SowRecord as SowRecord
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
+from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
 
 from . import queue as _queue
@@ -680,7 +681,7 @@ async def open_client(
     target = parse_uri(uri)
     if not target.secure and (ca_file is not None or server_hostname is not None):
         raise BadURI(
-            f"{uri!r}: ca_file and server_hostname apply to TLS connections only; "
+            f"{redact_uris(uri)!r}: ca_file and server_hostname apply to TLS connections only; "
             f"use a tcps:// URI, e.g. tcps://{target.host}:{target.port}/amps/json"
         )
     try:

@@ -65,6 +65,7 @@ from typing import Any, Final
 import trio
 
 from amps_py.protocol import encode_frame
+from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
 
 from .bookmark_store import MemoryBookmarkStore
@@ -299,7 +300,7 @@ class HAClient:
             now = trio.current_time()
             if now >= deadline:
                 exc = ServerSilent(
-                    f"{uri} sent nothing for {now - client.received_at:.2f} s "
+                    f"{redact_uris(uri)} sent nothing for {now - client.received_at:.2f} s "
                     f"(heartbeat every {interval:g} s); failing over"
                 )
                 client._shutdown(exc)  # no goodbyes (unsubscribes) to a silent server

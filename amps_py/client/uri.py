@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from amps_py.redact import redact_uris
+
 
 class BadURI(ValueError):
     """A URI the client cannot use; the message shows the expected form."""
@@ -43,23 +45,27 @@ def parse_uri(text: str) -> ServerURI:
     """
     parts = urlsplit(text)
     if parts.scheme not in ("tcp", "tcps"):
-        raise BadURI(f"{text!r}: scheme must be tcp:// or tcps://, e.g. {EXAMPLE}")
+        raise BadURI(f"{redact_uris(text)!r}: scheme must be tcp:// or tcps://, e.g. {EXAMPLE}")
     try:
         port = parts.port
     except ValueError:
-        raise BadURI(f"{text!r}: the port is not a number between 0 and 65535") from None
+        raise BadURI(
+            f"{redact_uris(text)!r}: the port is not a number between 0 and 65535"
+        ) from None
     if not parts.hostname or port is None:
-        raise BadURI(f"{text!r}: needs host and port, e.g. {EXAMPLE}")
+        raise BadURI(f"{redact_uris(text)!r}: needs host and port, e.g. {EXAMPLE}")
     path = [p for p in parts.path.split("/") if p]
     protocol = path[0] if path else "amps"
     message_type = path[1] if len(path) > 1 else "json"
     if protocol not in ("amps", "json"):
-        raise BadURI(f"{text!r}: protocol {protocol!r} is not supported; use /amps/json")
+        raise BadURI(
+            f"{redact_uris(text)!r}: protocol {protocol!r} is not supported; use /amps/json"
+        )
     compression = parse_qs(parts.query).get("compression", [""])[-1]
     if compression not in ("", "zlib"):
         raise BadURI(
-            f"{text!r}: compression={compression} is not supported; use compression=zlib "
-            "or leave it out"
+            f"{redact_uris(text)!r}: compression={compression} is not supported; use "
+            "compression=zlib or leave it out"
         )
     return ServerURI(
         scheme=parts.scheme,

@@ -80,6 +80,13 @@ MAX_NAME_LENGTH: Final = 64
 #: instance holds for that publisher is logged (15-0011) and counted; see
 #: ``Transport/SequenceGapThreshold`` in config/amps.xsd.
 DEFAULT_SEQUENCE_GAP_THRESHOLD: Final = 100_000
+#: Connections a client transport keeps open at most (``Transport/MaxConnections``,
+#: an amps-py element): far above what one instance serves well, and still below the
+#: file descriptors a process is usually allowed.
+DEFAULT_MAX_CLIENT_CONNECTIONS: Final = 10_000
+#: The same for the replication transport: one connection per upstream instance (two
+#: briefly while a link reconnects) is what a fabric needs.
+DEFAULT_MAX_REPLICATION_CONNECTIONS: Final = 100
 
 #: The transport Type of the one listener that accepts replication from upstream instances.
 REPLICATION_TRANSPORT_TYPE: Final = "amps-replication"
@@ -237,6 +244,9 @@ class TransportConfig:
         message_disk_path: this transport's MessageDiskPath, or ``None``: the instance's.
         client_message_age_limit: this transport's ClientMessageAgeLimit in seconds, or
             ``None``: the instance's.
+        max_connections: ``MaxConnections``: connections open at once on this
+            transport, or ``None`` for the default (:attr:`connection_limit`); one more
+            is closed as soon as it is accepted.
     """
 
     name: str
@@ -261,6 +271,18 @@ class TransportConfig:
     client_message_age_limit: float | None = None
     #: send persisted acks to every client that publishes with ``s``, asked or not
     always_persisted_acks: bool = False
+    max_connections: int | None = None
+
+    @property
+    def connection_limit(self) -> int:
+        """The connections this transport keeps open at most: its MaxConnections, else
+        :data:`DEFAULT_MAX_CLIENT_CONNECTIONS` (client transports) or
+        :data:`DEFAULT_MAX_REPLICATION_CONNECTIONS` (the replication transport)."""
+        if self.max_connections is not None:
+            return self.max_connections
+        if self.is_replication:
+            return DEFAULT_MAX_REPLICATION_CONNECTIONS
+        return DEFAULT_MAX_CLIENT_CONNECTIONS
 
     @property
     def secure(self) -> bool:

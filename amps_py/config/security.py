@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from amps_py import auth
+from amps_py.config.file_modes import file_mode_warnings
 from amps_py.config.model import InstanceConfig
 
 
@@ -17,9 +18,11 @@ def _loopback_only(host: str) -> bool:
 
 
 def security_warnings(config: InstanceConfig) -> list[str]:
-    """What loads and runs, but leaves the instance open to anyone on the network, in
-    sentences naming the setting and the fix (``amps-py config check`` prints them; they
-    never stop an instance)."""
+    """What loads and runs, but leaves the instance open to anyone on the network or
+    its secrets to other users of the machine (:func:`file_mode_warnings`), in
+    sentences naming the setting or file and the fix (``amps-py config check`` prints
+    them and the instance logs them when it starts, as ``00-0020``; they never stop an
+    instance)."""
     warnings: list[str] = []
     transport = config.replication_transport
     if (
@@ -42,4 +45,5 @@ def security_warnings(config: InstanceConfig) -> list[str]:
             "with `amps-py users add FILE USER`) and an Authenticator with that user to "
             "each upstream's Destination/Transport; or listen on 127.0.0.1 only"
         )
+    warnings.extend(file_mode_warnings(config))
     return warnings

@@ -81,6 +81,7 @@ def _build_transport(
     tls = _transport_tls(transport, type_el, kind, problems)
     incoming = _incoming_replication(transport, kind, problems)
     limits = _client_limits(transport, kind, problems)
+    max_connections = _max_connections(transport, problems)
     # the schema allows only true/false
     always_acks = _text(_first(transport, "AlwaysSendPersistedAcks"), problems) == "true"
 
@@ -95,6 +96,7 @@ def _build_transport(
         or tls is None
         or incoming is None
         or limits is None
+        or max_connections == 0
     ):
         return None
     return TransportConfig(
@@ -113,7 +115,38 @@ def _build_transport(
         sequence_gap_threshold=incoming[1],
         **limits,
         always_persisted_acks=always_acks,
+        max_connections=max_connections,
     )
+
+
+def _max_connections(transport: etree._Element, problems: _Problems) -> int | None:
+    """``MaxConnections``: a count of at least 1; None when absent (the default), 0
+    (and a problem) when wrong."""
+    el = _first(transport, "MaxConnections")
+    if el is None:
+        return None
+    text = _text(el, problems)
+    if text is None:
+        return 0
+    try:
+        count = parse_count(text)
+    except UnitError as exc:
+        problems.add(
+            el,
+            f"{exc.text!r} is not a valid count for MaxConnections",
+            f"{exc.accepted}; e.g. 10k (the default for client transports, 100 for "
+            "the replication transport)",
+        )
+        return 0
+    if count < 1:
+        problems.add(
+            el,
+            f"MaxConnections {text} would refuse every connection",
+            "give at least 1 (10k is the default for client transports, 100 for the "
+            "replication transport), or disable the transport with InitialState",
+        )
+        return 0
+    return count
 
 
 def _transport_name(

@@ -20,6 +20,7 @@ from typing import Any, Final
 import orjson
 
 from amps_py import reasons
+from amps_py.redact import MASK, is_secret
 
 from .link_errors import RemoteProtocolError
 
@@ -121,8 +122,10 @@ def decode_payload(payload: bytes, what: str) -> dict[str, Any]:
     return body
 
 
-def _shown(value: object) -> str:
-    """A JSON value as a log can show it: its JSON type and a short excerpt."""
+def _shown(value: object, key: str = "") -> str:
+    """A JSON value as a log can show it: its JSON type and a short excerpt; for a
+    secret field (``pw``: :func:`amps_py.redact.is_secret` of the last part of ``key``)
+    its JSON type and :data:`~amps_py.redact.MASK`, never its value or its length."""
     kinds = {
         bool: "a boolean",
         int: "a number",
@@ -133,6 +136,8 @@ def _shown(value: object) -> str:
         type(None): "null",
     }
     kind = kinds.get(type(value), type(value).__name__)
+    if is_secret(key.rsplit(".", 1)[-1]):
+        return f"{kind} {MASK}" if value is not None else kind
     text = json.dumps(value, default=repr) if value is not None else ""
     if len(text) > 60:
         text = text[:57] + "..."
@@ -152,7 +157,7 @@ class _Fields:
     def bad(self, key: str, expected: str, value: object) -> RemoteProtocolError:
         return RemoteProtocolError(
             self.reason,
-            f"repl_{self.what} field {key!r}: expected {expected}, got {_shown(value)}; "
+            f"repl_{self.what} field {key!r}: expected {expected}, got {_shown(value, key)}; "
             "the peer is not an amps-py instance of this version, or is forged",
         )
 

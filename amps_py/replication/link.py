@@ -81,10 +81,10 @@ from .link_errors import RemoteProtocolError as RemoteProtocolError
 MAX_REPLICATION_FRAME: Final = 256 * 1024 * 1024
 #: the largest frame accepted before the handshake completes (hello, welcome, refusal,
 #: heartbeat). A hello is about 120 bytes plus ~90 bytes per replicated Topic entry
-#: (more with a Filter): 1,000 Topic entries with 150-byte Filters fit in 256 KiB.
+#: (more with a Filter): 250 Topic entries with 150-byte Filters fit in 64 KiB.
 #: Anything larger before the hello is not a peer: it is refused as soon as its length
 #: prefix arrives, before any of it is buffered.
-MAX_HANDSHAKE_FRAME: Final = 256 * 1024
+MAX_HANDSHAKE_FRAME: Final = 64 * 1024
 #: the longest refusal detail sent to the peer (the refusing side logs all of it)
 MAX_REFUSAL_DETAIL: Final = 8 * 1024
 #: the largest zstd window a compressed stream may ask for; the upstream compresses at

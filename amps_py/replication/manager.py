@@ -18,6 +18,7 @@ from amps_py import events
 from .incoming import UpstreamConnection
 from .mux import SharedConnection
 from .outgoing import Destination
+from .prehello import TRIM_INTERVAL, PreHelloMemory
 
 if TYPE_CHECKING:
     from .host import ReplicationHost
@@ -30,6 +31,8 @@ class ReplicationManager:
         self.instance = instance
         self.destinations = [Destination(instance, d) for d in instance.config.replication]
         self.upstreams: dict[str, UpstreamConnection] = {}
+        #: bytes buffered by connections to the replication port before their handshake
+        self.prehello = PreHelloMemory()
 
     @property
     def has_sync(self) -> bool:
@@ -44,10 +47,19 @@ class ReplicationManager:
         return low
 
     async def run(self) -> None:
-        """Run every outgoing destination until cancelled."""
+        """Run every outgoing destination, and the return of memory left by
+        connections before their handshake, until cancelled."""
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._return_memory)
             for d in self.destinations:
                 nursery.start_soon(self._supervise, d)
+
+    async def _return_memory(self) -> None:
+        """Every second: hand back what connections that never completed their
+        handshake left, when enough did (:meth:`PreHelloMemory.tick`)."""
+        while True:
+            await trio.sleep(TRIM_INTERVAL)
+            self.prehello.tick()
 
     async def _supervise(self, destination: Destination) -> None:
         """Run one destination; an unexpected failure is logged and the destination
@@ -75,7 +87,7 @@ class ReplicationManager:
 
     async def serve_connection(self, stream: trio.abc.Stream, peer: str) -> None:
         """Serve one connection an upstream opened (plain or TLS, handshake done)."""
-        shared = SharedConnection(stream, peer)
+        shared = SharedConnection(stream, peer, self.prehello)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(shared.run)

@@ -18,6 +18,10 @@ the stream sent back over it is a passenger that ends with it.
 Frames are limited to :data:`~.link.MAX_HANDSHAKE_FRAME` bytes until one of the links
 on the connection has completed its handshake (:meth:`RoleStream.handshake_done`: a
 hello accepted, or a welcome received), then to :data:`~.link.MAX_REPLICATION_FRAME`.
+Until then the socket is read :data:`~.prehello.HANDSHAKE_READ` bytes at a time, and a
+connection the peer opened counts what it buffers against the instance's
+:class:`~.prehello.PreHelloMemory` (which may close it, or another, when all such
+connections together hold too much); its buffer is freed when it closes.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Final, Literal
 
 import trio
 
+from amps_py import reasons
 from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError
 
 from .link import (
@@ -36,6 +41,10 @@ from .link import (
     frame_too_large,
     not_a_peer,
 )
+from .prehello import HANDSHAKE_READ, PreHelloMemory
+
+#: bytes read from the socket at a time once the handshake is done
+_READ: Final = 256 * 1024
 
 Role = Literal["up", "down", "both"]
 
@@ -121,9 +130,18 @@ class SharedConnection:
 
     Run :meth:`run` in a task for as long as the connection is wanted; when it ends
     (the peer closed, or the task is cancelled) both roles see the end of their stream.
+
+    Args:
+        stream: the connection.
+        peer: ``host:port`` of the other end, for messages.
+        prehello: for a connection the peer opened: the instance's account of bytes
+            buffered before the handshake (see the module doc); None for one this
+            instance opened.
     """
 
-    def __init__(self, stream: trio.abc.Stream, peer: str) -> None:
+    def __init__(
+        self, stream: trio.abc.Stream, peer: str, prehello: PreHelloMemory | None = None
+    ) -> None:
         self.stream = stream
         self.peer = peer
         self.up = RoleStream(self, "up")
@@ -131,10 +149,37 @@ class SharedConnection:
         self._send_lock = trio.Lock()
         self.ended = trio.Event()
         self._decoder = FrameDecoder(MAX_HANDSHAKE_FRAME)
+        self._prehello = prehello
+        self._scope = trio.CancelScope()
+
+    @property
+    def handshaking(self) -> bool:
+        """Whether no link on this connection has completed its handshake yet."""
+        return self._decoder.max_frame_size < MAX_REPLICATION_FRAME
 
     def handshake_done(self) -> None:
         """Accept frames up to :data:`~.link.MAX_REPLICATION_FRAME` from now on."""
         self._decoder.max_frame_size = MAX_REPLICATION_FRAME
+        if self._prehello is not None:
+            self._prehello.release(self, ended=False)
+
+    def _over_memory(self, held: int) -> None:
+        """Close this connection: before its handshake it held ``held`` bytes, the most,
+        while such connections together held more than the instance allows."""
+        prehello = self._prehello
+        assert prehello is not None
+        self._decoder.discard(reasons.HANDSHAKE_MEMORY_LIMIT)
+        error = LinkError(
+            reasons.HANDSHAKE_MEMORY_LIMIT,
+            f"this connection buffered {held} bytes without completing the replication "
+            "handshake, the most of all connections doing so, which together held more "
+            f"than the {prehello.limit} bytes allowed before the handshake; a peer sends "
+            "its small hello at once: is something other than an amps-py instance "
+            "connecting to the replication port?",
+        )
+        self.down._deliver(error)
+        self.up._deliver(error)
+        self._scope.cancel()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         async with self._send_lock:
@@ -144,9 +189,23 @@ class SharedConnection:
         """Read the socket and hand the frames to their roles, until the peer closes,
         sends something that is not a replication frame, or the task is cancelled."""
         decoder = self._decoder
+        prehello = self._prehello
+        try:
+            with self._scope:
+                await self._read(decoder, prehello)
+        finally:
+            decoder.discard("the connection closed")  # free its buffer now
+            if prehello is not None:
+                prehello.release(self, ended=self.handshaking)
+            self.up._end()
+            self.down._end()
+            self.ended.set()
+
+    async def _read(self, decoder: FrameDecoder, prehello: PreHelloMemory | None) -> None:
         try:
             while True:
-                data = await self.stream.receive_some(256 * 1024)
+                handshaking = self.handshaking
+                data = await self.stream.receive_some(HANDSHAKE_READ if handshaking else _READ)
                 if not data:
                     return
                 decoder.receive_data(data)
@@ -162,6 +221,10 @@ class SharedConnection:
                     self.up._deliver(up, len(data) if not down else 0)
                 if down:
                     self.down._deliver(down, len(data))
+                if prehello is not None and handshaking and self.handshaking:
+                    for victim, held in prehello.hold(self, decoder.buffered):
+                        assert isinstance(victim, SharedConnection)
+                        victim._over_memory(held)
         except ProtocolError as exc:
             if isinstance(exc, FrameTooLarge):
                 handshaking = decoder.max_frame_size < MAX_REPLICATION_FRAME
@@ -172,7 +235,3 @@ class SharedConnection:
             self.up._deliver(error)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
-        finally:
-            self.up._end()
-            self.down._end()
-            self.ended.set()

@@ -45,6 +45,7 @@ from amps_py.config import (
     InstanceConfig,
     TransactionLogConfig,
     TransportConfig,
+    security_warnings,
 )
 from amps_py.errors import JournalMaintenanceError
 from amps_py.queue import QueueMessage
@@ -396,6 +397,8 @@ class Instance:
             config.source,
             extra=events.extra(events.INSTANCE_STARTING),
         )
+        for warning in security_warnings(config):
+            log.warning(warning, extra=events.extra(events.CONFIG_SECURITY_WARNING))
         tl = config.transaction_log
         try:
             async with trio.open_nursery() as nursery:
@@ -598,7 +601,13 @@ class Instance:
             listeners={n: p for n, (_, p) in self.listeners.bound.items()},
             replication=self.replication.statistics() if self.replication else None,
             durable_txid=self.durable_txid,
-            limits=self.limits.statistics(),
+            limits={
+                **self.limits.statistics(),
+                "connections": self.listeners.connection_statistics(),
+                "replication_handshakes": (
+                    self.replication.prehello.statistics() if self.replication else None
+                ),
+            },
             sow=self.publishing.sow.statistics(),
             queues=self.queues.statistics() if self.queues is not None else {},
             startup=dict(self.startup),

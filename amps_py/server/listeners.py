@@ -29,6 +29,7 @@ import trio
 from amps_py import events
 from amps_py.config import ServerTls, TransportConfig
 
+from .connection_cap import ConnectionCap
 from .startup import ConfigurationError, listen_failure, os_error_in
 
 if TYPE_CHECKING:
@@ -136,16 +137,19 @@ async def serve_accepting(
     listeners: list[trio.SocketListener],
     handler_nursery: trio.Nursery,
     what: str,
+    cap: ConnectionCap | None = None,
 ) -> None:
     """Accept connections on every listener and run ``handler`` on each in
     ``handler_nursery`` (the stream is closed when the handler returns), until
     cancelled. Accepts that fail for lack of resources are retried every
     :data:`ACCEPT_RETRY` seconds and reported as :class:`AcceptFailures` decides,
-    without a traceback; any other accept error ends the listener.
+    without a traceback; any other accept error ends the listener. With a ``cap``, a
+    connection accepted while the transport has its MaxConnections open is closed at
+    once (reported as the cap decides), and each handled one counts until it closes.
     """
     async with trio.open_nursery() as nursery:
         for listener in listeners:
-            nursery.start_soon(_accept_loop, handler, listener, handler_nursery, what)
+            nursery.start_soon(_accept_loop, handler, listener, handler_nursery, what, cap)
 
 
 async def _accept_loop(
@@ -153,6 +157,7 @@ async def _accept_loop(
     listener: trio.SocketListener,
     handler_nursery: trio.Nursery,
     what: str,
+    cap: ConnectionCap | None = None,
 ) -> None:
     failures = AcceptFailures()
     async with listener:
@@ -179,16 +184,28 @@ async def _accept_loop(
                     ended[1],
                     extra=events.extra(events.TRANSPORT_ACCEPTING_AGAIN),
                 )
-            handler_nursery.start_soon(_run_handler, handler, stream)
+            if cap is not None and not cap.admit():
+                line = cap.report(trio.current_time(), peer_of(stream))
+                if line is not None:
+                    log.warning(line, extra=events.extra(events.TRANSPORT_CONNECTION_LIMIT))
+                await trio.aclose_forcefully(stream)
+                continue
+            handler_nursery.start_soon(_run_handler, handler, stream, cap)
 
 
 async def _run_handler(
-    handler: Callable[[trio.SocketStream], Awaitable[object]], stream: trio.SocketStream
+    handler: Callable[[trio.SocketStream], Awaitable[object]],
+    stream: trio.SocketStream,
+    cap: ConnectionCap | None = None,
 ) -> None:
     try:
         await handler(stream)
     finally:
-        await trio.aclose_forcefully(stream)
+        try:
+            await trio.aclose_forcefully(stream)
+        finally:
+            if cap is not None:
+                cap.release()
 
 
 class ListenError(ConfigurationError):
@@ -220,6 +237,8 @@ class Listeners:
         self.replication: ReplicationManager | None = None
         #: name -> the bound (host, port) of every open listener (the admin's too)
         self.bound: dict[str, tuple[str, int]] = {}
+        #: name -> the open connections of each transport against its MaxConnections
+        self.caps: dict[str, ConnectionCap] = {t.name: ConnectionCap(t) for t in transports}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -300,6 +319,11 @@ class Listeners:
             ) from exc
         self.bound["admin"] = (host, bound)
 
+    def connection_statistics(self) -> dict[str, dict[str, int]]:
+        """Per transport: connections open, its MaxConnections, the most open at once,
+        and how many were closed at once for the limit (``limits.connections``)."""
+        return {name: cap.statistics() for name, cap in self.caps.items()}
+
     def _client_transport(self, name: str) -> TransportConfig:
         for transport in self._transports:
             if transport.name == name and not transport.is_replication:
@@ -368,11 +392,12 @@ class Listeners:
         task_status.started()
 
         what = f"transport {transport.name}"
+        cap = self.caps[transport.name]
         if transport.is_replication:
             replication = self.replication
             assert replication is not None
             if tls_context is None:
-                await serve_accepting(replication.serve_incoming, listeners, nursery, what)
+                await serve_accepting(replication.serve_incoming, listeners, nursery, what, cap)
                 return
 
             async def handle_upstream(stream: trio.SocketStream) -> None:
@@ -381,7 +406,7 @@ class Listeners:
                 if secured is not None:
                     await replication.serve_connection(secured, peer)
 
-            await serve_accepting(handle_upstream, listeners, nursery, what)
+            await serve_accepting(handle_upstream, listeners, nursery, what, cap)
             return
 
         async def handle(stream: trio.SocketStream) -> None:
@@ -394,7 +419,7 @@ class Listeners:
                 client = secured
             await self._serve_client(client, transport.name, peer)
 
-        await serve_accepting(handle, listeners, nursery, what)
+        await serve_accepting(handle, listeners, nursery, what, cap)
 
 
 def cannot_listen(why: str) -> ListenError:
