@@ -40,7 +40,8 @@ def config_check(path: str) -> None:
         click.echo(f"{path}: warning: {warning}", err=True)
     transports = ", ".join(f"{t.name}={t.host}:{t.port}" for t in cfg.transports)
     journal = cfg.transaction_log.journal_directory if cfg.transaction_log else "none"
-    admin = f"{cfg.admin[0]}:{cfg.admin[1]}" if cfg.admin else "none"
+    scheme = "https" if cfg.admin_tls is not None else "http"
+    admin = f"{scheme}://{cfg.admin[0]}:{cfg.admin[1]}" if cfg.admin else "none"
     click.echo(
         f"{path}: OK — instance {cfg.name} (group {cfg.group}); "
         f"transports {transports}; journal {journal}; admin {admin}"

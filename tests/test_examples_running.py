@@ -641,7 +641,8 @@ def test_example_passes_config_check(path: Path, tmp_path: Path) -> None:
     res = check(path)
     config = load_config(path, environ={})
     admin = config.admin
-    shown = f"; admin {admin[0]}:{admin[1]}" if admin else "; admin none"
+    scheme = "https" if config.admin_tls is not None else "http"
+    shown = f"; admin {scheme}://{admin[0]}:{admin[1]}" if admin else "; admin none"
     assert res.stdout.rstrip().endswith(shown), res.stdout
     for line in res.stderr.splitlines():
         assert "Fix: chmod 600 " in line, f"config check warns about an example: {line}"
