@@ -143,3 +143,33 @@ async def test_start_up_logs_the_warning(tmp_path: Path) -> None:
         assert json.loads(server.ready_file.read_text())["name"] == "A"
     finally:
         assert server.stop() == 0, server.tail()
+
+
+def test_an_unauthenticated_admin_api_beyond_this_machine_is_warned_about(
+    tmp_path: Path,
+) -> None:
+    def config_with(admin: str, auth_xml: str = "") -> Path:
+        path = tmp_path / "admin.xml"
+        path.write_text(
+            "<AMPSConfig><Name>a</Name><Transports><Transport><Name>t</Name><Type>tcp</Type>"
+            "<InetAddr>127.0.0.1:0</InetAddr><Protocol>amps</Protocol>"
+            "<MessageType>json</MessageType></Transport></Transports>"
+            f"{auth_xml}<Admin><InetAddr>{admin}</InetAddr></Admin></AMPSConfig>"
+        )
+        return path
+
+    warnings = security_warnings(load_config(config_with("0.0.0.0:8085")))
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "the admin API listens on 0.0.0.0:8085 (beyond this machine) without authentication"
+    ), warnings
+    assert "set Admin/InetAddr to 127.0.0.1:PORT" in warnings[0]
+    assert security_warnings(load_config(config_with("127.0.0.1:8085"))) == []
+    users = tmp_path / "users.pw"
+    users.write_text("")
+    users.chmod(0o600)
+    secured = config_with(
+        "0.0.0.0:8085",
+        "<Authentication><Module>amps-password-file</Module><Options>"
+        f"<PasswordFile>{users}</PasswordFile></Options></Authentication>",
+    )
+    assert security_warnings(load_config(secured)) == []

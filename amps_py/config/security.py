@@ -45,5 +45,18 @@ def security_warnings(config: InstanceConfig) -> list[str]:
             "with `amps-py users add FILE USER`) and an Authenticator with that user to "
             "each upstream's Destination/Transport; or listen on 127.0.0.1 only"
         )
+    admin = config.admin
+    if (
+        admin is not None
+        and config.authentication.module == auth.DEFAULT_AUTHENTICATION_MODULE
+        and not _loopback_only(admin[0])
+    ):
+        warnings.append(
+            f"the admin API listens on {admin[0]}:{admin[1]} (beyond this machine) without "
+            "authentication: anyone who reaches it may read the instance and disconnect "
+            "clients, disable transports or remove journals. Fix: configure an "
+            "<Authentication> module (the admin API then asks for its credentials and the "
+            'entitlement rules\' "admin": true), or set Admin/InetAddr to 127.0.0.1:PORT'
+        )
     warnings.extend(file_mode_warnings(config))
     return warnings
