@@ -354,3 +354,32 @@ async def test_admin_401s_are_counted_the_same_way(
     lines = lines_with(server, events.ADMIN_AUTH_FAILED)
     assert all("user 'alice' from 127.0.0.8:" in ln and "admin API" in ln for ln in lines)
     assert PASSWORDS["alice"] not in log_text(server)
+
+
+async def test_the_metrics_count_failures_checks_and_unchecked_refusals(
+    server: ServerProcess, rng: random.Random
+) -> None:
+    for _ in range(THRESHOLD):
+        assert WRONG in refusal(await logon(server, "bob", wrong_password(rng), "127.0.0.20"))
+    # backed off: refused without a check
+    assert TOO_MANY in refusal(await logon(server, "bob", wrong_password(rng), "127.0.0.20"))
+    port = ports(server)["admin"]
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=20, source_address=("127.0.0.22", 0)
+    )
+    token = base64.b64encode(f"alice:{PASSWORDS['alice']}".encode()).decode()
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Basic {token}"})
+        response = conn.getresponse()
+        text = response.read().decode()
+    finally:
+        conn.close()
+    assert response.status == 200, text
+    values = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("amps_auth_")
+    }
+    assert values["amps_auth_checks_total"] == THRESHOLD + 1, values  # and alice's own
+    assert values["amps_auth_failures_total"] == THRESHOLD + 1, values
+    assert values["amps_auth_refused_unchecked_total"] >= 1, values

@@ -82,6 +82,21 @@ class InstanceCollector(Collector):
         yield counter(
             "amps_denied_commands", "Commands refused (entitlement)", stats.denied_commands
         )
+        gate = instance.auth_gate
+        yield counter(
+            "amps_auth_failures",
+            "Failed logons (clients, replication, admin API), checked or refused unchecked",
+            gate.failures,
+        )
+        yield counter(
+            "amps_auth_checks", "Password checks run (each one scrypt, on a worker thread)",
+            gate.checks_run,
+        )
+        yield counter(
+            "amps_auth_refused_unchecked",
+            "Logons refused without a password check (backed off after failures, or no user)",
+            gate.refused_unchecked,
+        )
         if stats.writer:
             w = stats.writer
             yield counter(
