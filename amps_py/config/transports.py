@@ -64,16 +64,7 @@ def _build_transport(
     type_el = _first(transport, "Type")
     kind = _transport_type(transport, type_el, seen, problems)
     address = _transport_address(transport, name, seen, problems)
-    protocol_el = _first(transport, "Protocol")
-    protocol = _text(protocol_el, problems) if protocol_el is not None else "amps"
-    if protocol == "json":  # AMPS accepts json as another name for the amps protocol
-        protocol = "amps"
-    message_type_el = _first(transport, "MessageType")
-    message_type = _text(message_type_el, problems)
-    message_type_ok = message_type_el is None or message_type is not None
-    if kind in REPLICATION_TRANSPORT_TYPES and protocol is not None:
-        # Replication has its own framing and carries every message type.
-        protocol, message_type = REPLICATION_TRANSPORT_TYPE, None
+    protocol, message_type, message_type_ok = _protocol_and_type(transport, kind, problems)
     size_el = _first(transport, "MaxMessageSize")
     size = _bytes_value(size_el, problems) if size_el is not None else DEFAULT_MAX_MESSAGE_SIZE
     state_el = _first(transport, "InitialState")
@@ -117,6 +108,24 @@ def _build_transport(
         always_persisted_acks=always_acks,
         max_connections=max_connections,
     )
+
+
+def _protocol_and_type(
+    transport: etree._Element, kind: str | None, problems: _Problems
+) -> tuple[str | None, str | None, bool]:
+    """``Protocol`` (``json`` is another name for ``amps``), ``MessageType``, and
+    whether the MessageType given (if any) was readable; a replication transport has
+    its own framing and carries every message type."""
+    protocol_el = _first(transport, "Protocol")
+    protocol = _text(protocol_el, problems) if protocol_el is not None else "amps"
+    if protocol == "json":  # AMPS accepts json as another name for the amps protocol
+        protocol = "amps"
+    message_type_el = _first(transport, "MessageType")
+    message_type = _text(message_type_el, problems)
+    message_type_ok = message_type_el is None or message_type is not None
+    if kind in REPLICATION_TRANSPORT_TYPES and protocol is not None:
+        protocol, message_type = REPLICATION_TRANSPORT_TYPE, None
+    return protocol, message_type, message_type_ok
 
 
 def _max_connections(transport: etree._Element, problems: _Problems) -> int | None:
