@@ -112,7 +112,11 @@ def add_logged_records(journal_dir: Path, name: str, scratch: Path) -> None:
     finally:
         journal.close()
     for entry in journal_dir.iterdir():
-        if entry.name != "sow":
+        if entry.name == "sow":
+            continue
+        if entry.is_dir():  # e.g. client-names: copied to `crashed` with the rest
+            shutil.rmtree(entry)
+        else:
             entry.unlink()
     for entry in crashed.iterdir():
         shutil.move(entry, journal_dir / entry.name)

@@ -57,6 +57,24 @@ async def replay(server: ServerProcess) -> list[tuple[str, dict[str, str]]]:
         return out
 
 
+async def wait_released(server: ServerProcess, name: str, user: str) -> None:
+    """Poll until ``user`` can log on with ``name`` (no live connection holds it)."""
+
+    async def attempt() -> str | None:
+        try:
+            async with open_client(server.uri, name, user_id=user):
+                return None
+        except CommandError as exc:
+            if exc.reason != "name in use":
+                raise
+            return f"{name!r} is still held by another connection: {exc}"
+
+    with trio.fail_after(30):
+        while (problem := await attempt()) is not None:
+            print(problem)
+            await trio.sleep(0.05)
+
+
 async def refused_logon(server: ServerProcess, name: str, user: str) -> CommandError:
     with pytest.raises(CommandError) as info:
         async with open_client(server.uri, name, user_id=user):
@@ -102,6 +120,8 @@ async def test_a_name_without_publisher_state_goes_to_whoever_logs_on(
             alice.subscribe("feed"),
         ):
             pass
+        # (alice's connection may still hold the name for a moment after she left)
+        await wait_released(server, "dashboard", "bob")
         async with open_client(server.uri, "dashboard", user_id="bob") as bob:
             await publish_n(bob, 1, "bob")
         assert (await refused_logon(server, "dashboard", "alice")).reason == "not entitled"

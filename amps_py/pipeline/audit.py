@@ -138,7 +138,7 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
         if (path / "data.mdb").is_file():
             found.append(path)
             continue
-        below = sorted(d.parent for d in path.rglob("data.mdb"))
+        below = _journal_directories(path)
         if not below:
             raise AuditError(
                 f"--journals {path}: holds no journal (no data.mdb in it or below it); "
@@ -169,6 +169,18 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
         owners[instance] = path
         sources.append(JournalSource(path, instance))
     return sources
+
+
+def _journal_directories(path: Path) -> list[Path]:
+    """The directories below ``path`` that hold a journal: those holding ``data.mdb``,
+    except the stores a journal directory keeps inside it (its SOW stores, queue
+    checkpoints and client-name owners, each an LMDB environment of its own)."""
+    holding = sorted(d.parent for d in path.rglob("data.mdb"))
+    journals: list[Path] = []
+    for directory in holding:
+        if not any(directory.is_relative_to(j) for j in journals):
+            journals.append(directory)
+    return journals
 
 
 def load_source(spark: SparkSession, source: JournalSource) -> DataFrame:
