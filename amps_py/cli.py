@@ -426,9 +426,10 @@ def _file_size(file_: Any) -> int | None:
 @click.option(
     "--admin-url",
     default=None,
-    help="The instance's admin API, asked which replication destinations it waits for "
-    "when the persisted ack does not come (default: $AMPS_PY_ADMIN_URL, else port 8085 "
-    "on the URI's host); an https:// one is verified with --ca-file.",
+    help="The instance's admin API (its Admin/InetAddr), asked which replication "
+    "destinations it waits for when the persisted ack does not come (default: "
+    "$AMPS_PY_ADMIN_URL, else port 8085 on the URI's host when that is this instance's); "
+    "an https:// one is verified with --ca-file.",
 )
 def publish(
     uri: str,
@@ -514,12 +515,12 @@ def publish(
                 try:
                     await client.wait_persisted(last, timeout=timeout)
                 except TimeoutError as exc:
-                    url = admin_url_for(uri, admin_url, os.environ)
+                    url, named = admin_url_for(uri, admin_url, os.environ)
                     document = await trio.to_thread.run_sync(
                         fetch_instance, url, credentials, ca_file
                     )
                     raise _Failed(
-                        explain_persisted_wait(str(exc), url, document, client_name)
+                        explain_persisted_wait(str(exc), url, document, client_name, named)
                     ) from None
             return n, last
 
@@ -552,9 +553,9 @@ def _publish_ha(
     fields: dict[str, Any] = {"ca_file": ca_file, **credentials.logon_fields()}
 
     async def explain_timeout(message: str, current: str) -> None:
-        url = admin_url_for(current, admin_url, os.environ)
+        url, named = admin_url_for(current, admin_url, os.environ)
         document = await trio.to_thread.run_sync(fetch_instance, url, credentials, ca_file)
-        raise _Failed(explain_persisted_wait(message, url, document, client_name))
+        raise _Failed(explain_persisted_wait(message, url, document, client_name, named))
 
     async def run() -> cli_ha.Published:
         return await cli_ha.publish(

@@ -130,16 +130,21 @@ def sow_summary(topic: str, count: int, stats: Mapping[str, int]) -> str:
 
 
 # ------------------------------------------------------------------ persisted-ack waits
-def admin_url_for(uri: str, admin_url: str | None, environ: Mapping[str, str]) -> str:
-    """Where to find the admin API of the instance at ``uri``: ``admin_url``, else
-    ``$AMPS_PY_ADMIN_URL``, else port 8085 (the embedded default's) on the URI's host."""
+def admin_url_for(
+    uri: str, admin_url: str | None, environ: Mapping[str, str]
+) -> tuple[str, bool]:
+    """Where to look for the admin API of the instance at ``uri``, and whether the user
+    named it: ``admin_url``, else ``$AMPS_PY_ADMIN_URL`` (named), else a guess: port
+    8085 (the embedded default's) on the URI's host, which only an instance started
+    with the default Admin port has (:func:`explain_persisted_wait` ignores a guess
+    that turns out to be another instance's)."""
     if admin_url:
-        return admin_url
+        return admin_url, True
     if environ.get("AMPS_PY_ADMIN_URL"):
-        return environ["AMPS_PY_ADMIN_URL"]
+        return environ["AMPS_PY_ADMIN_URL"], True
     host = parse_uri(uri).host
     host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{DEFAULT_ADMIN_PORT}"
+    return f"http://{host}:{DEFAULT_ADMIN_PORT}", False
 
 
 def fetch_instance(
@@ -204,17 +209,28 @@ def explain_persisted_wait(
     url: str,
     instance: Mapping[str, Any] | str,
     client_name: str,
+    named: bool = True,
 ) -> str:
     """The message for a persisted-ack wait that timed out: that the instance has not
     confirmed persistence and, from its admin document (or why there is none), which
-    sync destinations it waits for and what to do."""
+    sync destinations it waits for and what to do. ``named``: the user gave ``url``
+    (--admin-url or $AMPS_PY_ADMIN_URL); a guessed one that is unreachable or another
+    instance's is not mentioned, the message asks for the right one instead."""
     head = f"{timeout_text}: the instance has not confirmed that the messages are stored"
+    mine = not isinstance(instance, str) and client_name in (instance.get("clients") or {})
+    if not named and not mine:
+        return (
+            f"{head}. If it replicates with SyncType sync, a destination that is down or "
+            "behind holds the acks back: pass --admin-url http://HOST:PORT (the "
+            "instance's Admin/InetAddr) to have amps-py name it, or look with `amps-py "
+            "admin --url http://HOST:PORT status`"
+        )
     if isinstance(instance, str):
         return (
             f"{head}. Its admin API could not say why ({instance}); pass --admin-url "
             "http://HOST:PORT to name the replication destinations it waits for"
         )
-    if client_name not in (instance.get("clients") or {}):
+    if not mine:
         return (
             f"{head}. The admin API at {url} belongs to another instance "
             f"({instance.get('name')!r}, where this client is not connected); pass "

@@ -259,6 +259,17 @@ def test_persisted_ack_timeout_names_the_sync_destination_it_waits_for(
             )  # fmt: skip
             assert wrong.returncode == 1
             assert f"The admin API at {other.admin_url} belongs to another instance" in wrong.stderr
+            # no admin URL given: the default port's answer (another instance, or
+            # nothing) is not passed off as this one's; it says what to pass
+            guessed = run(
+                "publish", server.uri, "orders", "{}", "--timeout", "1", cwd=tmp_path,
+                env={"AMPS_PY_ADMIN_URL": ""},
+            )  # fmt: skip
+            assert guessed.returncode == 1
+            assert "another instance" not in guessed.stderr, guessed.stderr
+            assert "pass --admin-url http://HOST:PORT (the instance's Admin/InetAddr)" in (
+                guessed.stderr
+            )
             # the advice works: once B is downgraded, persisted acks stop waiting for it
             assert run("admin", "--url", base, "downgrade", "B", cwd=tmp_path).returncode == 0
             res = run("publish", server.uri, "orders", '{"id": 2}', "--timeout", "20", cwd=tmp_path)
@@ -296,6 +307,13 @@ def test_waiting_destinations_are_the_sync_ones_down_or_behind() -> None:
     ]
     text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
     assert "downgrade gone`" in text
+    # a guessed URL (none given) is used only when it is this client's instance
+    guessed = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub", False)
+    assert guessed == text
+    other = {**document, "name": "amps-standalone", "clients": {}}
+    guessed = explain_persisted_wait("no persisted ack", "http://h:1", other, "pub", False)
+    assert "amps-standalone" not in guessed and "http://h:1" not in guessed, guessed
+    assert "pass --admin-url http://HOST:PORT" in guessed
     document["replication"] = {"destinations": {"caught-up": dest("sync", True, 40)}}
     text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
     assert "no sync replication destination that is down or behind" in text
