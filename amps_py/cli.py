@@ -488,7 +488,7 @@ def publish(
     credentials = _credentials(uri, user, password_env)
     client_name = _client_name(name, "publish")
 
-    async def run() -> tuple[int, int]:
+    async def run() -> tuple[int, int, bool]:
         async with open_client(
             uri, client_name, timeout=timeout, ca_file=ca_file, **credentials.logon_fields()
         ) as client:
@@ -522,11 +522,22 @@ def publish(
                     raise _Failed(
                         explain_persisted_wait(str(exc), url, document, client_name, named)
                     ) from None
-            return n, last
+            return n, last, last > 0 and client.not_journaled_seq == last
 
     with _client_errors(credentials, client_name, password_env, topic):
-        n, last = trio.run(run)
-    click.echo(f"published {n} message(s) to {topic}; persisted through seq {last}", err=True)
+        n, last, not_journaled = trio.run(run)
+    click.echo(published_line(n, topic, last, not_journaled), err=True)
+
+
+def published_line(n: int, topic: str, last: int, not_journaled: bool) -> str:
+    """What ``publish`` prints on success: persisted through the last seq, or (the
+    instance said so in its persisted ack) received but not stored."""
+    if not_journaled:
+        return (
+            f"published {n} message(s) to {topic}; received through seq {last} (topic "
+            f"{topic!r} is not journaled on this instance: not stored, not replayable)"
+        )
+    return f"published {n} message(s) to {topic}; persisted through seq {last}"
 
 
 def _publish_ha(
@@ -573,10 +584,7 @@ def _publish_ha(
 
     with _client_errors(credentials, client_name, password_env, topic):
         done = trio.run(run)
-    click.echo(
-        f"published {done.sent} message(s) to {topic}; persisted through seq {done.last}",
-        err=True,
-    )
+    click.echo(published_line(done.sent, topic, done.last, done.not_journaled), err=True)
 
 
 @main.command(epilog=_URI_HELP)

@@ -270,6 +270,8 @@ class Published:
     sent: int = 0
     last: int = 0
     skipped: int = 0
+    #: the instance acknowledged the last publish as not journaled (not stored)
+    not_journaled: bool = False
 
 
 async def publish(
@@ -374,6 +376,7 @@ async def publish(
                     )
                     await explain_timeout(str(exc) + kept, ha.uri or uris[0])
                     raise
+                done.not_journaled = done.last > 0 and ha.not_journaled_seq == done.last
             if run is not None and store_dir is not None:
                 finish_run(store_dir)
     return done

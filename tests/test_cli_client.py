@@ -317,3 +317,27 @@ def test_waiting_destinations_are_the_sync_ones_down_or_behind() -> None:
     document["replication"] = {"destinations": {"caught-up": dest("sync", True, 40)}}
     text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
     assert "no sync replication destination that is down or behind" in text
+
+
+def test_publish_to_a_topic_that_is_not_journaled_says_it_is_not_stored(
+    tmp_path: Path,
+) -> None:
+    """An instance that journals only ``orders`` acknowledges a publish to ``prices``
+    (as AMPS does) with ``reason: not journaled``; the CLI says received, not stored,
+    and still says persisted for ``orders``, also through the HA client."""
+    server = start_instance(tmp_path, "A", topics=(("orders", "json"),))
+    try:
+        pair = f"{server.uri},{server.uri}"
+        for uri in (server.uri, pair):
+            res = run("publish", uri, "prices", '{"px": 1}', cwd=tmp_path)
+            print(res.stderr)
+            assert res.returncode == 0, res.stderr
+            assert res.stderr.strip() == (
+                "published 1 message(s) to prices; received through seq 1 (topic 'prices' "
+                "is not journaled on this instance: not stored, not replayable)"
+            )
+            res = run("publish", uri, "orders", '{"id": 1}', cwd=tmp_path)
+            assert res.returncode == 0, res.stderr
+            assert res.stderr.strip().endswith("to orders; persisted through seq 1"), res.stderr
+    finally:
+        server.stop()

@@ -89,6 +89,19 @@ CASES: list[tuple[str, bytes, dict[str, Any], bytes]] = [
         b"",
     ),
     (
+        "persisted ack of a publish that was not journaled",
+        messages.persisted_ack(7, 99, messages.NOT_JOURNALED),
+        {
+            "c": "ack",
+            "a": "persisted",
+            "status": "success",
+            "s": 7,
+            "bm": "99|7|",
+            "reason": "not journaled",
+        },
+        b"",
+    ),
+    (
         "publish failed",
         messages.publish_failed(5, "journal write failed", "no space"),
         {

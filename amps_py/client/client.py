@@ -62,6 +62,7 @@ import trio
 from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
 from amps_py.protocol import SowRecord as SowRecord
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
+from amps_py.protocol.messages import NOT_JOURNALED
 from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
 
@@ -102,6 +103,9 @@ class Client:
         self.persisted_seq = 0
         #: publishes the server reported as not stored: seq -> the failure ack
         self.failed_publishes: dict[int, dict[str, Any]] = {}
+        #: the newest seq whose persisted ack said ``reason: not journaled``: a publish
+        #: to a topic the instance does not journal (acknowledged, not stored)
+        self.not_journaled_seq = 0
         self.logon_ack: dict[str, Any] = {}
         self.closed: BaseException | None = None
         #: a failure ack the server sent about the connection itself (no cid, sub_id
@@ -292,6 +296,8 @@ class Client:
                 self.failed_publishes[seq] = header
             elif seq > self.persisted_seq:
                 self.persisted_seq = seq
+                if header.get("reason") == NOT_JOURNALED:
+                    self.not_journaled_seq = seq
             else:
                 return
             event = self._persisted_changed

@@ -144,6 +144,8 @@ class HAClient:
         connections: successful logons so far.
         failed_publishes: publishes the server reported as not stored: seq -> the
             failure ack (a later persisted ack still discards them from the store).
+        not_journaled_seq: the newest seq whose persisted ack said the topic is not
+            journaled on that instance (acknowledged, not stored); 0 if none.
     """
 
     def __init__(
@@ -183,6 +185,7 @@ class HAClient:
         self.uri = ""
         self.connections = 0
         self.failed_publishes: dict[int, dict[str, Any]] = {}
+        self.not_journaled_seq = 0
         self._live: _Live | None = None
         self._connected = trio.Event()
         self._subs: dict[str, HASubscription] = {}
@@ -386,6 +389,8 @@ class HAClient:
                 self.failed_publishes.update(client.failed_publishes)
                 client.failed_publishes.clear()
                 self._discard_done()
+            if client.not_journaled_seq > self.not_journaled_seq:
+                self.not_journaled_seq = client.not_journaled_seq
             if client.persisted_seq > store.discarded_through:
                 async with self._store_lock:
                     seq = client.persisted_seq

@@ -107,12 +107,21 @@ def ack(ack_type: str, status: str = "success", cid: Any = None, **fields: Any) 
     return encode_frame(header)
 
 
-def persisted_ack(seq: int, pub_hash: int) -> bytes:
+#: the ``reason`` of a persisted ack whose ``s`` is a publish to a topic this
+#: instance does not journal (acknowledged, as AMPS does, but not stored)
+NOT_JOURNALED = "not journaled"
+
+
+def persisted_ack(seq: int, pub_hash: int, reason: str = "") -> bytes:
     """The conflated ``persisted`` ack for a publisher: everything up to ``seq`` is
-    durable (no ``cid``: it answers many publishes)."""
-    return encode_frame(
-        {"c": "ack", "a": "persisted", "status": "success", "s": seq, "bm": f"{pub_hash}|{seq}|"}
-    )
+    durable (no ``cid``: it answers many publishes). ``reason``
+    (:data:`NOT_JOURNALED`) says that the publish ``seq`` was not stored; clients that
+    do not know the field ignore it."""
+    header = {"c": "ack", "a": "persisted", "status": "success", "s": seq}
+    header["bm"] = f"{pub_hash}|{seq}|"
+    if reason:
+        header["reason"] = reason
+    return encode_frame(header)
 
 
 def publish_failed(seq: int, reason: str, detail: str) -> bytes:

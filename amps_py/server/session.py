@@ -783,14 +783,17 @@ class Session:
         """How many of this publisher's seqs wait to be durable."""
         return len(self.ledger.pending) if self.ledger is not None else 0
 
-    def persisted_progress(self) -> None:
-        """Send a conflated persisted ack if the safe sequence moved forward."""
+    def persisted_progress(self, not_journaled: int = 0) -> None:
+        """Send a conflated persisted ack if the safe sequence moved forward; when it
+        is ``not_journaled`` (a publish to a topic this instance does not journal), the
+        ack says so in its ``reason``."""
         ledger = self.ledger
         if ledger is None:
             return
         safe = ledger.advance()
         if safe is not None and self.wants_persisted:
-            self.send(messages.persisted_ack(safe, self.pub_hash))
+            reason = messages.NOT_JOURNALED if safe == not_journaled else ""
+            self.send(messages.persisted_ack(safe, self.pub_hash, reason))
         if not ledger.pending and self._flush_waiters:
             for cid, types in self._flush_waiters:
                 self.ack({"cid": cid}, "persisted")
@@ -989,7 +992,8 @@ class Session:
         if "completed" in acks:
             self.ack(header, "completed", s=seq)
         if outcome == "done":
-            self.persisted_progress()
+            journaled = self.instance.journals_topic(topic)
+            self.persisted_progress(0 if journaled else seq)
 
     def publish_seq(self, header: dict[str, Any], acks: frozenset[str]) -> int:
         """The seq of a publish or sow_delete: its ``s``, or the next one above every
