@@ -473,6 +473,14 @@ def publish(
     from amps_py.client import open_client
 
     if data is None and file_ is None:
+        if topic.lstrip().startswith(("{", "[", '"')):
+            from amps_py.redact import redact_uris
+
+            fail(
+                f"{topic!r} looks like a message, not a topic: the topic is missing. "
+                "Give both: amps-py publish URI TOPIC DATA, e.g. amps-py publish "
+                f"{redact_uris(uri)} orders '{topic}'"
+            )
         fail("give DATA or --file FILE")
     if store is not None and not name:
         fail(

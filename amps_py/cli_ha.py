@@ -224,12 +224,31 @@ def _is_regular(file_: Any) -> bool:
         return False
 
 
+class _RetryNotice(logging.Filter):
+    """Writes ``notice`` on stderr once, before the first warning it lets through (a
+    server the HA client cannot use): how long the command keeps retrying and how to
+    stop it."""
+
+    def __init__(self, notice: str) -> None:
+        super().__init__()
+        self.notice = notice
+        self.given = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.given and record.levelno >= logging.WARNING:
+            self.given = True
+            _echo_err(self.notice)
+        return True
+
+
 @contextlib.contextmanager
-def _client_log_on_stderr() -> Iterator[None]:
+def _client_log_on_stderr(notice: str = "") -> Iterator[None]:
     """The HA client's warnings (a server it cannot use, and why) as ``amps-py:``
-    lines on stderr while the command runs."""
+    lines on stderr while the command runs; ``notice`` once before the first."""
     logger = logging.getLogger("amps_py.client")
     handler = logging.StreamHandler(sys.stderr)
+    if notice:
+        handler.addFilter(_RetryNotice(notice))
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("amps-py: %(message)s"))
     logger.addHandler(handler)
@@ -306,7 +325,11 @@ async def publish(
         claim_store(store_dir, name)
         store = FilePublishStore(store_dir / "publish")
     done = Published()
-    with _closing(store), _client_log_on_stderr():
+    notice = (
+        "amps-py: retrying the URIs in turn until one accepts a logon (for up to "
+        f"{timeout:g} s, --timeout); Ctrl-C stops it"
+    )
+    with _closing(store), _client_log_on_stderr(notice):
         async with (
             unwrapping_groups(),
             open_ha_client(
@@ -425,7 +448,12 @@ async def subscribe(
             )
         store = FileBookmarkStore(store_dir / "bookmarks")
     n = 0
-    with _closing(store), _client_log_on_stderr():
+    notice = (
+        "amps-py: retrying the URIs in turn until one accepts a logon (at first for up "
+        f"to {SUBSCRIBE_CONNECT_TIMEOUT:g} s, after a lost connection for as long as it "
+        "takes); Ctrl-C stops it"
+    )
+    with _closing(store), _client_log_on_stderr(notice):
         if store is not None and sub_id is not None and not resume:
             kept = store.resume_bookmark(sub_id)
             if kept:

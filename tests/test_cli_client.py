@@ -341,3 +341,58 @@ def test_publish_to_a_topic_that_is_not_journaled_says_it_is_not_stored(
             assert res.stderr.strip().endswith("to orders; persisted through seq 1"), res.stderr
     finally:
         server.stop()
+
+
+def test_publish_to_the_admin_port_says_it_is_an_http_port(tmp_path: Path) -> None:
+    """The admin API answers a logon frame with an HTTP response; its first bytes
+    ("HTTP") read as a frame length of 1213486160. The CLI says what the port is."""
+    server = start_instance(tmp_path, "A", extra=ADMIN_XML)
+    try:
+        port = admin_url(server).rsplit(":", 1)[1]
+        res = run("publish", f"tcp://127.0.0.1:{port}/amps/json", "orders", "{}", cwd=tmp_path)
+        print(res.stderr)
+        assert res.returncode == 1 and "Traceback" not in res.stderr
+        assert "1213486160" not in res.stderr, res.stderr
+        assert "this is an HTTP port (the admin API?); use the instance's client transport" in (
+            res.stderr
+        )
+    finally:
+        server.stop()
+
+
+def test_connection_refused_says_what_to_check(tmp_path: Path) -> None:
+    with reserve_port() as held:  # bound, not listening: connections are refused
+        port = held.getsockname()[1]
+        res = run("publish", f"tcp://127.0.0.1:{port}/amps/json", "orders", "{}", cwd=tmp_path)
+    print(res.stderr)
+    assert res.returncode == 1
+    assert res.stderr.strip() == (
+        f"amps-py: cannot connect to 127.0.0.1:{port}: connection refused: nothing listens "
+        f"on port {port}. Is the instance running, and does a client Transport of its config "
+        "name that port in InetAddr? (`amps-py serve` listens on 127.0.0.1:9007 by default)"
+    )
+
+
+def test_uri_list_with_nothing_up_says_once_how_long_it_retries(tmp_path: Path) -> None:
+    with reserve_port() as one, reserve_port() as two:
+        pair = ",".join(f"tcp://127.0.0.1:{s.getsockname()[1]}/amps/json" for s in (one, two))
+        res = run("publish", pair, "orders", "{}", "--timeout", "2", cwd=tmp_path)
+    print(res.stderr)
+    lines = res.stderr.splitlines()
+    assert res.returncode == 1
+    notice = (
+        "amps-py: retrying the URIs in turn until one accepts a logon (for up to 2 s, "
+        "--timeout); Ctrl-C stops it"
+    )
+    assert lines[0] == notice and lines.count(notice) == 1, lines
+    assert "cannot use" in lines[1] and "accepted a logon within 2 s" in lines[-1]
+
+
+def test_publish_without_a_topic_says_the_topic_is_missing(tmp_path: Path) -> None:
+    res = run("publish", "tcp://127.0.0.1:9/amps/json", '{"id":1}', cwd=tmp_path)
+    assert res.returncode == 1
+    assert res.stderr.strip() == (
+        """amps-py: '{"id":1}' looks like a message, not a topic: the topic is missing. Give """
+        "both: amps-py publish URI TOPIC DATA, e.g. amps-py publish "
+        """tcp://127.0.0.1:9/amps/json orders '{"id":1}'"""
+    )

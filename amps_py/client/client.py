@@ -59,7 +59,7 @@ from typing import Any
 
 import trio
 
-from amps_py.protocol import Frame, FrameDecoder, ProtocolError, encode_frame
+from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError, encode_frame
 from amps_py.protocol import SowRecord as SowRecord
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
 from amps_py.protocol.messages import NOT_JOURNALED
@@ -83,6 +83,32 @@ from .uri import BadURI, ServerURI, parse_uri
 
 #: Oldest TLS version a ``tcps://`` connection accepts (TLS 1.0/1.1 are deprecated).
 MIN_TLS_VERSION = ssl.TLSVersion.TLSv1_2
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether the connect failed because nothing listens there (trio's "all attempts
+    failed" holds the attempts' errors in its cause)."""
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    attempts = getattr(exc.__cause__, "exceptions", ())
+    return bool(attempts) and all(isinstance(a, ConnectionRefusedError) for a in attempts)
+
+
+#: the length prefix an HTTP response's first bytes (``HTTP/``) make
+_HTTP_LENGTH = int.from_bytes(b"HTTP", "big")
+
+
+def _http_answer(exc: FrameTooLarge) -> ProtocolError | None:
+    """What to say when a "frame length" is the start of an HTTP response: the URI
+    names an HTTP port (the admin API, most likely), not a client transport."""
+    if exc.size != _HTTP_LENGTH:
+        return None
+    return ProtocolError(
+        "the server answered in HTTP, not the AMPS protocol: this is an HTTP port (the "
+        "admin API?); use the instance's client transport port (its Transport InetAddr; "
+        "`amps-py serve` listens on 127.0.0.1:9007 by default)",
+        reason="not an AMPS port",
+    )
 
 
 class Client:
@@ -189,6 +215,8 @@ class Client:
                 decoder.receive_data(data)
                 for frame in decoder.frames():
                     self._dispatch(frame)
+        except FrameTooLarge as exc:
+            self._shutdown(_http_answer(exc) or exc)
         except (
             ConnectionLost,
             ProtocolError,
@@ -694,9 +722,14 @@ async def open_client(
         with trio.fail_after(timeout):
             stream = await trio.open_tcp_stream(target.host, target.port)
     except OSError as exc:
-        raise OSError(
-            f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}"
-        ) from exc
+        why = f"{exc.strerror or exc}"
+        if _refused(exc):
+            why = (
+                f"connection refused: nothing listens on port {target.port}. Is the "
+                "instance running, and does a client Transport of its config name that "
+                "port in InetAddr? (`amps-py serve` listens on 127.0.0.1:9007 by default)"
+            )
+        raise OSError(f"cannot connect to {target.host}:{target.port}: {why}") from exc
     except trio.TooSlowError:
         raise OSError(
             f"cannot connect to {target.host}:{target.port}: no answer within {timeout:g} s"
