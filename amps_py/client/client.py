@@ -96,6 +96,8 @@ def _refused(exc: BaseException) -> bool:
 
 #: the length prefix an HTTP response's first bytes (``HTTP/``) make
 _HTTP_LENGTH = int.from_bytes(b"HTTP", "big")
+#: the ``reason`` of the ProtocolError for an HTTP answer
+NOT_AN_AMPS_PORT = "not an AMPS port"
 
 
 def _http_answer(exc: FrameTooLarge) -> ProtocolError | None:
@@ -107,7 +109,7 @@ def _http_answer(exc: FrameTooLarge) -> ProtocolError | None:
         "the server answered in HTTP, not the AMPS protocol: this is an HTTP port (the "
         "admin API?); use the instance's client transport port (its Transport InetAddr; "
         "`amps-py serve` listens on 127.0.0.1:9007 by default)",
-        reason="not an AMPS port",
+        reason=NOT_AN_AMPS_PORT,
     )
 
 
@@ -340,6 +342,9 @@ class Client:
         try:
             (ack,) = await self.command(header, timeout=timeout)
         except ConnectionLost as exc:
+            closed = self.closed
+            if isinstance(closed, ProtocolError) and closed.reason == NOT_AN_AMPS_PORT:
+                raise  # it says what the port is; a TLS hint would mislead
             raise ConnectionLost(
                 f"{exc}; the server closed the connection without answering the logon: "
                 "if its transport is tcps, connect with a tcps:// URI (and its CA file)"
