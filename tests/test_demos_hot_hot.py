@@ -80,6 +80,7 @@ def test_hot_hot_readme_trying_it(tmp_path: Path, running: list[ServerProcess]) 
     assert [[shlex.split(line)[1] for line in b] for b in blocks] == [
         ["subscribe"],
         ["publish"],
+        ["publish"],
         ["admin", "publish", "publish"],
         ["admin", "subscribe"],
     ], blocks
@@ -119,8 +120,22 @@ def test_hot_hot_readme_trying_it(tmp_path: Path, running: list[ServerProcess]) 
             subscriber.kill()
             subscriber.communicate()
 
+    # amps-b down: a publish waits for it, and the failure says what to do
+    (waiting,) = blocks[2]
+    done = cli(localise(waiting, ports))
+    print(f"$ {waiting}\n{done.stderr}")
+    a_admin = f"http://127.0.0.1:{ports[9108]}"
+    assert done.returncode == 1, done.stderr
+    assert "no persisted ack for seq 1 within 5 s" in done.stderr
+    waits = (
+        "amps-a waits for its sync replication destination(s) amps-b (not connected to "
+        f"127.0.0.1:{ports[9204]}"
+    )
+    assert waits in done.stderr
+    assert f"stop waiting with `amps-py admin --url {a_admin} downgrade amps-b`" in done.stderr
+
     # the downgrade, then the publishes return at once
-    downgrade, *publishes = blocks[2]
+    downgrade, *publishes = blocks[3]
     done = cli(localise(downgrade, ports))
     print(f"$ {downgrade}\n{done.stdout}{done.stderr}")
     assert done.returncode == 0 and done.stdout.strip() == "amps-b: downgraded to async", done
@@ -133,9 +148,9 @@ def test_hot_hot_readme_trying_it(tmp_path: Path, running: list[ServerProcess]) 
         assert "published 1 message(s) to orders; persisted through seq 1" in done.stderr
         assert took < 15, f"the publish took {took:.1f} s with amps-b downgraded"
 
-    # amps-b again: the upgrade, and amps-b holds all three
+    # amps-b again: the upgrade, and amps-b holds all four
     b.start()
-    upgrade, replay = blocks[3]
+    upgrade, replay = blocks[4]
     done = cli(localise(upgrade, ports))
     print(f"$ {upgrade}\n{done.stdout}{done.stderr}")
     assert done.returncode == 0, done.stderr
@@ -144,7 +159,9 @@ def test_hot_hot_readme_trying_it(tmp_path: Path, running: list[ServerProcess]) 
     done = cli(localise(replay, ports))
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [line["data"] for line in lines] == [{"id": 1}, {"id": 2}, {"id": 3}], done.stdout
+    # 2 too: its publish timed out waiting for amps-b, but amps-a had stored it
+    want = [{"id": n} for n in (1, 2, 3, 4)]
+    assert [line["data"] for line in lines] == want, done.stdout
 
 
 def failover_example() -> str:
