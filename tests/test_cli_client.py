@@ -341,6 +341,17 @@ def test_publish_to_a_topic_that_is_not_journaled_says_it_is_not_stored(
             assert res.stderr.strip().endswith("to orders; persisted through seq 1"), res.stderr
     finally:
         server.stop()
+    # an instance without a TransactionLog stores nothing: it says so at once (it used
+    # to send no persisted ack at all, and the publish timed out)
+    bare = start_instance(tmp_path / "bare", "B", journal=False)
+    try:
+        started = time.monotonic()
+        res = run("publish", bare.uri, "orders", '{"id": 1}', "--timeout", "20", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert "received through seq 1 (topic 'orders' is not journaled" in res.stderr
+        assert time.monotonic() - started < 15
+    finally:
+        bare.stop()
 
 
 def test_publish_to_the_admin_port_says_it_is_an_http_port(tmp_path: Path) -> None:

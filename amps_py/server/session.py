@@ -993,7 +993,13 @@ class Session:
             self.ack(header, "completed", s=seq)
         if outcome == "done":
             journaled = self.instance.journals_topic(topic)
-            self.persisted_progress(0 if journaled else seq)
+            if ledger is not None:
+                self.persisted_progress(0 if journaled else seq)
+            elif self.wants_persisted and not journaled:
+                # no ledger (no transaction log, or no client name): nothing is stored,
+                # and a publisher that asked for persisted acks is told so, not left
+                # waiting
+                self.send(messages.persisted_ack(seq, self.pub_hash, messages.NOT_JOURNALED))
 
     def publish_seq(self, header: dict[str, Any], acks: frozenset[str]) -> int:
         """The seq of a publish or sow_delete: its ``s``, or the next one above every
