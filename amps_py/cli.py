@@ -447,9 +447,11 @@ def publish(
     """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted.
 
     On success prints `published N message(s) to TOPIC; persisted through seq S` on
-    stderr, exit status 0. Otherwise one line says what failed, exit status 1; when the
-    persisted ack does not come within --timeout, it names the sync replication
-    destinations the instance waits for (from its admin API).
+    stderr, exit status 0 (`received through seq S (topic ... is not journaled ...)`
+    when the instance does not journal TOPIC: nothing was stored). Otherwise one line
+    says what failed, exit status 1; when the persisted ack does not come within
+    --timeout, it names the sync replication destinations the instance waits for (from
+    its admin API: --admin-url).
 
     URI may be a comma-separated list of equivalent URIs: the publisher fails over
     across it (and reconnects), republishing what was not yet acknowledged, in order,
