@@ -8,7 +8,7 @@ are the counts that belong to no other part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -23,6 +23,9 @@ class Counters:
         failed_commands: commands answered with a failure ack.
         denied_commands: commands refused for entitlement (a subset of failed).
         denied_writes: of those, publishes (AMPS's ``denied_writes``).
+        unparsed: per topic, messages whose payload a content filter needed and that
+            did not parse as JSON (every filtered subscription skipped them); counted
+            once per message on live delivery.
     """
 
     published: int = 0
@@ -32,6 +35,7 @@ class Counters:
     failed_commands: int = 0
     denied_commands: int = 0
     denied_writes: int = 0
+    unparsed: dict[str, int] = field(default_factory=dict)
 
     def count_published(self) -> None:
         self.published += 1
@@ -52,3 +56,6 @@ class Counters:
         self.denied_commands += 1
         if write:
             self.denied_writes += 1
+
+    def count_unparsed(self, topic: str) -> None:
+        self.unparsed[topic] = self.unparsed.get(topic, 0) + 1

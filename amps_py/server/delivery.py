@@ -88,7 +88,7 @@ class Delivery:
         record twice across the replay/live seam; ``local_ts`` (µs) is the journal
         time, or 0 (then "now" is used for the ``timestamp`` option).
         """
-        chosen = _matching(subs, payload, txid)
+        chosen = _matching(subs, payload, txid, topic, self._counters)
         if not chosen:
             return
         head = self.topic_head(topic)
@@ -155,9 +155,12 @@ class Delivery:
         self._counters.count_delivered(n)
 
 
-def _matching(subs: Sequence[Subscription], payload: bytes, txid: int) -> list[Subscription]:
+def _matching(
+    subs: Sequence[Subscription], payload: bytes, txid: int, topic: str, counters: Counters
+) -> list[Subscription]:
     """The subscriptions that take this message: not delivered to yet (``txid``), and
-    their content filter matches (the payload is parsed once, only if needed)."""
+    their content filter matches (the payload is parsed once, only if needed; when it
+    is not JSON, that is counted for ``topic`` once and every filter sees None)."""
     doc: Any = _UNPARSED
     chosen: list[Subscription] = []
     for sub in subs:
@@ -165,7 +168,11 @@ def _matching(subs: Sequence[Subscription], payload: bytes, txid: int) -> list[S
             continue
         if sub.filter is not None:
             if doc is _UNPARSED:
-                doc = parse_json(payload)
+                try:
+                    doc = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    doc = None
+                    counters.count_unparsed(topic)
             if not sub.filter.matches(doc):
                 continue
         if txid:
