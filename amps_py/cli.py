@@ -4,6 +4,7 @@ amps-py serve [CONFIG | --config FILE] run an instance (embedded default without
                                        --allow-empty-journal: see docs/GUARANTEES.md)
 amps-py config check FILE              validate a config without starting
 amps-py config show-default            print the embedded default config
+amps-py config examples [NAME]         list the shipped example configs, or write one out
 amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routing
 amps-py txlog info|dump|verify PATH    inspect a journal directory
 amps-py txlog compress|archive|remove PATH ID   maintain a stopped instance's journals
@@ -153,10 +154,14 @@ def serve(
             "port in its Transport's (or Admin's) InetAddr",
             2,
         )
+    from amps_py.cli_config import missing_example_hint
     from amps_py.config import ConfigError, default_config, load_config
     from amps_py.logs import configure_logging
     from amps_py.server import serve_instance
 
+    hint = missing_example_hint(config_path) if config_path else None
+    if hint is not None:
+        fail(hint, 2)
     try:
         if config_path:
             config = load_config(config_path)
