@@ -6,14 +6,13 @@ a directory that has no ``config/`` (what a user of ``pip install .`` has)."""
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from clirun import cli_env
+from clirun import cli_env, installed_layout
 from harness import REPO
 
 #: a Description only the packaged copy has: proves the list is read from the package
@@ -23,14 +22,8 @@ MARKER = "packaged copy of the standalone example"
 @pytest.fixture
 def installed(tmp_path: Path) -> Path:
     """A site directory holding amps_py and txlog as a wheel installs them."""
-    site = tmp_path / "site"
-    ignore = shutil.ignore_patterns("__pycache__", "_data")
-    for package in ("amps_py", "txlog"):
-        shutil.copytree(REPO / package, site / package, ignore=ignore)
-    data = site / "amps_py" / "_data"
-    shutil.copytree(REPO / "config" / "examples", data / "examples")
-    shutil.copy(REPO / "config" / "amps.xsd", data / "amps.xsd")
-    standalone = data / "examples" / "standalone.xml"
+    site = installed_layout(tmp_path / "site", REPO)
+    standalone = site / "amps_py" / "_data" / "examples" / "standalone.xml"
     text = standalone.read_text()
     start = text.index("<Description>") + len("<Description>")
     end = text.index("</Description>")
