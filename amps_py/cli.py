@@ -145,6 +145,9 @@ def serve(
     With no config: the embedded default (`amps-py config show-default` prints it), a
     standalone instance journaling every topic under ./amps-data, clients on
     127.0.0.1:9007 (tcp://127.0.0.1:9007/amps/json), the admin API on 127.0.0.1:8085.
+
+    Example configs ship with amps-py: `amps-py config examples` lists them and
+    `amps-py config examples NAME --to DIR` writes one out to serve.
     """
     config_path = _one_config(config_file, config_path)
     if config_path and (port is not None or admin_port is not None):
