@@ -95,7 +95,7 @@ def _require_extra(*modules: str) -> None:
         except ImportError:
             missing.append(module)
     if missing:
-        java = " (and Java 17 or newer)" if "pyspark" in modules else ""
+        java = "; the Spark jobs also need Java 17 or newer" if "pyspark" in modules else ""
         _fail(
             f"this command needs the spark extra, and {' and '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not installed: "

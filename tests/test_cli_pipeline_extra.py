@@ -62,10 +62,10 @@ def test_in_a_source_checkout_the_line_says_pip_install_e(command: str, tmp_path
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr
     needs = "pyarrow is" if command == "export" else "pyspark and pyarrow are"
-    java = "" if command == "export" else " (and Java 17 or newer)"
+    java = "" if command == "export" else "; the Spark jobs also need Java 17 or newer"
     assert res.stderr == (
         f"amps-py: this command needs the spark extra, and {needs} not installed: "
-        f"pip install -e '.[spark]' (in {REPO}){java}\n"
+        f"cd {REPO} && pip install -e '.[spark]'{java}\n"
     )
     # from the checkout's own directory, `.` is the checkout
     here = run_blocked("pyarrow", COMMANDS[command], REPO, REPO)
@@ -78,7 +78,7 @@ def test_installed_package_says_the_distribution_name(command: str, tmp_path: Pa
     site = installed_layout(tmp_path / "site", REPO)
     res = run_blocked("pyarrow", COMMANDS[command], tmp_path, site)
     assert res.returncode == 2, res.stderr
-    java = "" if command == "export" else " (and Java 17 or newer)"
+    java = "" if command == "export" else "; the Spark jobs also need Java 17 or newer"
     assert res.stderr == (
         "amps-py: this command needs the spark extra, and pyarrow is not installed: "
         f"pip install 'amps-py[spark]'{java}\n"

@@ -44,8 +44,8 @@ def register(spark: SparkSession) -> None:
 def install_command() -> str:
     """How to install the spark extra for this amps-py: from its source checkout
     (pyproject.toml of the amps-py project beside the package) ``pip install -e
-    '.[spark]'`` there, else the published distribution's ``pip install
-    'amps-py[spark]'``."""
+    '.[spark]'`` there (``cd CHECKOUT && `` first when elsewhere), else the published
+    distribution's ``pip install 'amps-py[spark]'``."""
     root = Path(__file__).resolve().parents[2]
     pyproject = root / "pyproject.toml"
     try:
@@ -55,4 +55,4 @@ def install_command() -> str:
     if not checkout:
         return "pip install 'amps-py[spark]'"
     here = Path.cwd().resolve() == root
-    return "pip install -e '.[spark]'" + ("" if here else f" (in {root})")
+    return ("" if here else f"cd {root} && ") + "pip install -e '.[spark]'"
