@@ -141,3 +141,22 @@ def test_subscribe_prints_no_rate_line_when_stderr_is_piped(
     assert sub.returncode == 0, err
     assert json.loads(out) == {"topic": "slow", "data": {"n": 1}}
     assert "msg/s" not in err
+
+
+def test_a_replay_counts_what_was_published_before_once(
+    serve: DefaultServe, tmp_path: Path
+) -> None:
+    """Published with no subscriber (nothing parsed it), then met by filtered replays:
+    counted once, however many replays read it."""
+    res = run("publish", serve.uri, "late", "hello world", "--raw", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    res = run("publish", serve.uri, "late", '{"id": 1}', cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "late" not in instance(serve)["statistics"]["unparsed_payloads"]
+    for _ in range(2):
+        replay = run("subscribe", serve.uri, "late", "--bookmark", "0", "--filter", "/id = 1",
+                     "--count", "1", cwd=tmp_path)  # fmt: skip
+        assert replay.returncode == 0, replay.stderr
+        row = json.loads(replay.stdout)
+        assert row["data"] == {"id": 1} and row["bookmark"]  # a replayed message has one
+    assert instance(serve)["statistics"]["unparsed_payloads"] == {"late": 1}

@@ -118,6 +118,14 @@ class Delivery:
                 _send(session, frame_head(header + tail, size), payload)
         self._counters.count_delivered(len(chosen))
 
+    def _replay_doc(self, topic: str, txid: int, payload: bytes) -> Any:
+        """A replayed payload as JSON for a filter (None, counted, when it is not)."""
+        try:
+            return orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            self._counters.count_unparsed(topic, txid)
+            return None
+
     def replay(self, sub: Subscription, views: list[DeliveryView]) -> None:
         """Send replayed records (already read from the journal) that ``sub`` wants,
         in one buffer; remember the last one as its resume point."""
@@ -136,7 +144,7 @@ class Delivery:
             if view.kind >= _SOW_DELETE:
                 continue  # a SOW delete or queue ack is not a message (oof: live only)
             payload = view.payload
-            if flt is not None and not flt.matches(parse_json(payload)):
+            if flt is not None and not flt.matches(self._replay_doc(topic, view.txid, payload)):
                 continue
             last = view
             header = self.topic_head(topic) + suffix + bookmark_part_of(view.pub_hash, view.seq)
@@ -172,7 +180,7 @@ def _matching(
                     doc = orjson.loads(payload)
                 except orjson.JSONDecodeError:
                     doc = None
-                    counters.count_unparsed(topic)
+                    counters.count_unparsed(topic, txid)
             if not sub.filter.matches(doc):
                 continue
         if txid:
