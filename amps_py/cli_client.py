@@ -144,6 +144,8 @@ def json_problem(payload: bytes) -> str | None:
     """Why ``payload`` is not a JSON object, the kind of message a json transport's
     content filters read (None: it is one). One phrase, e.g. ``not JSON: single quotes
     — JSON needs double quotes``."""
+    if not payload.strip():
+        return "empty (a JSON message is an object: '{}' at least)"
     try:
         doc = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
@@ -154,6 +156,9 @@ def json_problem(payload: bytes) -> str | None:
                 pass
             else:
                 return "not JSON: single quotes — JSON needs double quotes"
+        first = payload.lstrip()[:1]
+        if first and first not in b'{["-0123456789tfn':
+            return """not JSON: plain text (a JSON message is an object: '{"text": "..."}')"""
         if exc.lineno == 1:
             return f"not JSON: {exc.msg} (at column {exc.colno})"
         return f"not JSON: {exc.msg} (at line {exc.lineno} column {exc.colno})"

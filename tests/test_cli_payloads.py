@@ -58,7 +58,8 @@ def start_subscriber(serve: DefaultServe, *args: str) -> subprocess.Popen[str]:
 
 
 REFUSED = [
-    ("hello world", "DATA is not JSON: unexpected character"),
+    ("hello world", "DATA is not JSON: plain text (a JSON message is an object: "),
+    ("", "DATA is empty (a JSON message is an object: '{}' at least)"),
     ("\"{'id': 1}\"", "DATA is a JSON string, not an object: the whole payload is in double"),
     ("{'id': 1}", "DATA is not JSON: single quotes — JSON needs double quotes"),
     ("[1, 2]", "DATA is a JSON array, not an object"),
