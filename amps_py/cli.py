@@ -4,12 +4,13 @@ amps-py serve [CONFIG | --config FILE] run an instance (embedded default without
                                        --allow-empty-journal: see docs/GUARANTEES.md)
 amps-py config check FILE              validate a config without starting
 amps-py config show-default            print the embedded default config
+amps-py config examples [NAME]         list the shipped example configs, or write one out
 amps-py config fabric DIR_OR_FILES...  check a whole replication fabric's routing
 amps-py txlog info|dump|verify PATH    inspect a journal directory
 amps-py txlog compress|archive|remove PATH ID   maintain a stopped instance's journals
 amps-py publish URI TOPIC [DATA]       publish and wait for the persisted ack
 amps-py subscribe URI TOPIC            print messages as JSON lines
-amps-py sow TOPIC [--uri URI]          print a SOW topic's records, one per line
+amps-py sow [URI] TOPIC                print a SOW topic's records, one per line
 amps-py users add|remove|list FILE ...  maintain an amps-password-file password file
 amps-py pipeline stats JOURNAL...      topic and publisher statistics (Spark)
 amps-py pipeline export JOURNAL OUT    journal records to Parquet, incrementally
@@ -42,7 +43,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 import trio
 import trio.lowlevel
 
@@ -145,6 +145,9 @@ def serve(
     With no config: the embedded default (`amps-py config show-default` prints it), a
     standalone instance journaling every topic under ./amps-data, clients on
     127.0.0.1:9007 (tcp://127.0.0.1:9007/amps/json), the admin API on 127.0.0.1:8085.
+
+    Example configs ship with amps-py: `amps-py config examples` lists them and
+    `amps-py config examples NAME --to DIR` writes one out to serve.
     """
     config_path = _one_config(config_file, config_path)
     if config_path and (port is not None or admin_port is not None):
@@ -154,10 +157,14 @@ def serve(
             "port in its Transport's (or Admin's) InetAddr",
             2,
         )
+    from amps_py.cli_config import missing_example_hint
     from amps_py.config import ConfigError, default_config, load_config
     from amps_py.logs import configure_logging
     from amps_py.server import serve_instance
 
+    hint = missing_example_hint(config_path) if config_path else None
+    if hint is not None:
+        fail(hint, 2)
     try:
         if config_path:
             config = load_config(config_path)
@@ -347,13 +354,26 @@ def _client_errors(
         fail(str(exc))
 
 
-async def _lines(file_: Any) -> Any:
+async def _lines(file_: Any, check_json: bool = False) -> Any:
     """The non-blank lines of ``file_`` (binary) without their line ends, with the
     bytes read so far: ``(line, bytes_read)``. A regular file is read directly; a pipe
-    or terminal in a worker thread, so waiting for input does not stall the client."""
+    or terminal in a worker thread, so waiting for input does not stall the client.
+
+    With ``check_json``, a line that is not a JSON object raises :class:`_Failed`
+    (saying which line, and how many were yielded before it) instead of being yielded.
+    """
     regular = _file_size(file_) is not None
     read = 0
+    number = yielded = 0
     pending = b""
+
+    def checked(line: bytes) -> bytes:
+        nonlocal yielded
+        if check_json:
+            _check_line(file_, number, line, yielded)
+        yielded += 1
+        return line
+
     while True:
         if regular:
             chunk = file_.read(1 << 16)
@@ -367,12 +387,64 @@ async def _lines(file_: Any) -> Any:
         pending += chunk
         *complete, pending = pending.split(b"\n")
         for line in complete:
+            number += 1
             line = line.rstrip(b"\r")
             if line.strip():
-                yield line, read - len(pending)
+                yield checked(line), read - len(pending)
         await trio.lowlevel.checkpoint()
     if pending.strip():
-        yield pending.rstrip(b"\r"), read
+        number += 1
+        yield checked(pending.rstrip(b"\r")), read
+
+
+def _check_line(file_: Any, number: int, line: bytes, sent: int) -> None:
+    """Raise :class:`_Failed` when line ``number`` of ``file_`` is not a JSON object."""
+    from amps_py.cli_client import json_problem, json_refusal
+
+    problem = json_problem(line)
+    if problem is not None:
+        raise _Failed(json_refusal(problem, f"{_file_label(file_)} line {number}", sent))
+
+
+def _file_label(file_: Any) -> str:
+    name = str(getattr(file_, "name", "") or "-")
+    return "standard input" if name in ("-", "<stdin>") else name
+
+
+def _json_transport(uri: str) -> bool:
+    """Whether the transport of ``uri`` (any of a list) carries json messages (its path
+    /amps/json says so); False for a URI that does not parse (reported later)."""
+    from amps_py.cli_ha import split_uris
+    from amps_py.client import BadURI, parse_uri
+
+    try:
+        return any(parse_uri(u).message_type == "json" for u in split_uris(uri))
+    except BadURI:
+        return False
+
+
+def _check_payloads(data: str | None, file_: Any) -> bool:
+    """Refuse DATA, or a regular --file with a line, that is not a JSON object (exit
+    status 1, nothing sent). Returns whether the lines must still be checked as they
+    are read (a pipe, which cannot be read ahead)."""
+    from amps_py.cli_client import json_problem, json_refusal
+
+    if data is not None:
+        problem = json_problem(data.encode())
+        if problem is not None:
+            fail(json_refusal(problem, "DATA"))
+        return False
+    if _file_size(file_) is None:
+        return True
+    start = file_.tell()
+    for number, raw_line in enumerate(file_, start=1):
+        line = raw_line.rstrip(b"\n").rstrip(b"\r")
+        if line.strip():
+            problem = json_problem(line)
+            if problem is not None:
+                fail(json_refusal(problem, f"{_file_label(file_)} line {number}"))
+    file_.seek(start)
+    return False
 
 
 def _file_size(file_: Any) -> int | None:
@@ -424,6 +496,13 @@ def _file_size(file_: Any) -> int | None:
 @_user_option
 @_password_env_option
 @click.option(
+    "--raw",
+    is_flag=True,
+    help="Send DATA or the lines as they are. Without it, on a json transport "
+    "(/amps/json), a payload that is not a JSON object is refused: content filters "
+    "would skip it.",
+)
+@click.option(
     "--admin-url",
     default=None,
     help="The instance's admin API (its Admin/InetAddr), asked which replication "
@@ -442,9 +521,15 @@ def publish(
     ca_file: str | None,
     user: str | None,
     password_env: str,
+    raw: bool,
     admin_url: str | None,
 ) -> None:
     """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted.
+
+    On a json transport (URI path /amps/json) each payload must be a JSON object:
+    otherwise nothing is sent and a line says what is wrong (and which line of FILE);
+    --raw sends it anyway. From a pipe (--file -) the lines are checked as they come:
+    the ones before a bad line are published.
 
     On success prints `published N message(s) to TOPIC; persisted through seq S` on
     stderr, exit status 0 (`received through seq S (topic ... is not journaled ...)`
@@ -490,9 +575,22 @@ def publish(
             "by its client name, so a rerun that resumes from the store must use the same "
             "one (e.g. --name orders-feed)"
         )
+    check_lines = not raw and _json_transport(uri) and _check_payloads(data, file_)
+    lines = partial(_lines, check_json=check_lines)
     if store is not None or "," in uri:
         _publish_ha(
-            uri, topic, data, file_, name, store, timeout, ca_file, user, password_env, admin_url
+            uri,
+            topic,
+            data,
+            file_,
+            lines,
+            name,
+            store,
+            timeout,
+            ca_file,
+            user,
+            password_env,
+            admin_url,
         )
         return
     credentials = _credentials(uri, user, password_env)
@@ -515,7 +613,7 @@ def publish(
                     last = await client.publish(topic, data.encode())
                     n = 1
                 else:
-                    async for line, done in _lines(file_):
+                    async for line, done in lines(file_):
                         last = await client.publish(topic, line)
                         n += 1
                         if n % 512 == 0:
@@ -555,6 +653,7 @@ def _publish_ha(
     topic: str,
     data: str | None,
     file_: Any,
+    lines: Any,
     name: str | None,
     store: str | None,
     timeout: float,
@@ -584,7 +683,7 @@ def _publish_ha(
             topic,
             data,
             file_,
-            _lines,
+            lines,
             name=client_name,
             store_dir=Path(store) if store is not None else None,
             timeout=timeout,
@@ -682,8 +781,10 @@ def subscribe(
 
     Stops after --count messages, after --timeout seconds without a message, or at
     Ctrl-C. Exit status 0, or 1 with a line on stderr when the subscription was refused
-    or ended (connection lost), or when --timeout came before --count messages. A
-    progress line (messages, rate) goes to stderr every few seconds on long runs.
+    or ended (connection lost), or when --timeout came before --count messages. When
+    stderr is a terminal, a progress line (messages, rate) goes there every few
+    seconds on long runs. A message's bookmark is printed when it has one (replayed
+    messages, or with --options bookmark).
 
     On a queue (TOPIC is a queue's name), --ack acknowledges each message after it is
     printed (written and flushed), so it leaves the queue; at exit every acknowledgement
@@ -736,10 +837,13 @@ def subscribe(
             password_env,
         )
         return
+    from amps_py.cli_client import stderr_is_terminal
+    from amps_py.cli_ha import message_line
     from amps_py.client import AMPSError, open_client
     from amps_py.trio_util import unwrapping_groups
 
     out = sys.stdout
+    rate_lines = stderr_is_terminal()
     credentials = _credentials(uri, user, password_env)
     client_name = _client_name(name, "subscribe")
 
@@ -817,22 +921,14 @@ def subscribe(
                         ) from None
                     break
                 n += 1
-                if raw:
-                    out.write(msg.data.decode(errors="replace") + "\n")
-                else:
-                    try:
-                        data: Any = orjson.loads(msg.data)
-                    except orjson.JSONDecodeError:
-                        data = msg.data.decode(errors="replace")
-                    env = {"topic": msg.topic, "bookmark": msg.bookmark, "data": data}
-                    out.write(orjson.dumps(env).decode() + "\n")
+                out.write(message_line(msg, raw))
                 if ack:
                     out.flush()  # printed before it leaves the queue
                     await msg.ack()
                     acked += 1
                 announce_replay_end()
                 now = time.monotonic()
-                if now - last_report >= 5:
+                if rate_lines and now - last_report >= 5:
                     out.flush()
                     click.echo(f"[{n} messages, {n / (now - started):,.0f} msg/s]", err=True)
                     last_report = now
@@ -896,7 +992,8 @@ def _subscribe_ha(
 
 
 @main.command(epilog=_URI_HELP)
-@click.argument("topic")
+@click.argument("first", metavar="[URI] TOPIC")
+@click.argument("second", required=False, metavar=" ")
 @click.option("--filter", "filter_", default=None, help='Content filter, e.g. "/qty > 10".')
 @click.option("--top-n", type=click.IntRange(min=0), default=None, help="At most N records.")
 @click.option(
@@ -912,7 +1009,8 @@ def _subscribe_ha(
 @click.option(
     "--uri",
     default=None,
-    help="The instance to ask; default: the embedded default's tcp://127.0.0.1:9007/amps/json.",
+    help="The instance to ask (the same as giving URI); default: the embedded default's "
+    "tcp://127.0.0.1:9007/amps/json.",
 )
 @click.option(
     "--json",
@@ -932,7 +1030,8 @@ def _subscribe_ha(
 @_user_option
 @_password_env_option
 def sow(
-    topic: str,
+    first: str,
+    second: str | None,
     filter_: str | None,
     top_n: int | None,
     orderby: str | None,
@@ -945,7 +1044,10 @@ def sow(
     user: str | None,
     password_env: str,
 ) -> None:
-    """Print the records of the SOW topic TOPIC (State of the World), one per line.
+    """Print the records of the SOW topic TOPIC (State of the World), one per line:
+    `amps-py sow tcp://HOST:PORT/amps/json TOPIC` (as publish and subscribe take the
+    URI), or `amps-py sow TOPIC --uri URI`, or `amps-py sow TOPIC` for the embedded
+    default's instance.
 
     Each line is a record's payload, or with --json a JSON object {key, bookmark,
     data}. A last line on stderr counts them. Exit status 0, or 1 with a line on
@@ -955,6 +1057,11 @@ def sow(
     from amps_py.cli_client import DEFAULT_URI, sow_record_line, sow_summary
     from amps_py.client import open_client
 
+    topic = first if second is None else second
+    if second is not None:
+        if uri is not None and uri != first:
+            fail(f"two URIs given: {first} and --uri {uri}; give one", 2)
+        uri = first
     target = uri or DEFAULT_URI
     credentials = _credentials(target, user, password_env)
     client_name = _client_name(name, "sow")

@@ -96,8 +96,21 @@ def _json_after_subcommand(ctx: click.Context, _param: click.Parameter, value: b
         ctx.ensure_object(dict)["json"] = True
 
 
+def _setting_after_subcommand(key: str) -> Any:
+    """The callback of an option given after the subcommand (``admin status --url U``):
+    it sets what the group's option of the same name sets."""
+
+    def store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.ensure_object(dict)[key] = value
+
+    return store
+
+
 def _accept_json_after_subcommands(group: click.Group) -> None:
-    """Give every subcommand of ``group`` a ``--json`` flag that sets the group's."""
+    """Give every subcommand of ``group`` the group's ``--json``, ``--url``,
+    ``--ca-file`` and ``--user`` (``admin status --url U`` as ``admin --url U status``;
+    given in both places, the one after the subcommand wins)."""
     for command in group.commands.values():
         command.params.append(
             click.Option(
@@ -108,6 +121,21 @@ def _accept_json_after_subcommands(group: click.Group) -> None:
                 help="print the JSON the server returned (same as `admin --json ...`)",
             )
         )
+        for flag, key, metavar in (
+            ("--url", "url", "URL"),
+            ("--ca-file", "ca_file", "FILE"),
+            ("--user", "user", "NAME"),
+        ):
+            command.params.append(
+                click.Option(
+                    [flag],
+                    default=None,
+                    metavar=metavar,
+                    expose_value=False,
+                    callback=_setting_after_subcommand(key),
+                    help=f"same as `admin {flag} {metavar} ...` (see `amps-py admin --help`)",
+                )
+            )
 
 
 def _admin_print(ctx: click.Context, document: Any, show: Any) -> None:

@@ -129,6 +129,65 @@ def sow_summary(topic: str, count: int, stats: Mapping[str, int]) -> str:
     return line
 
 
+# ------------------------------------------------------------------ payload checks
+_JSON_KINDS: Final = {
+    str: "a JSON string",
+    int: "a JSON number",
+    float: "a JSON number",
+    bool: "a JSON true/false",
+    list: "a JSON array",
+    type(None): "JSON null",
+}
+
+
+def json_problem(payload: bytes) -> str | None:
+    """Why ``payload`` is not a JSON object, the kind of message a json transport's
+    content filters read (None: it is one). One phrase, e.g. ``not JSON: single quotes
+    — JSON needs double quotes``."""
+    if not payload.strip():
+        return "empty (a JSON message is an object: '{}' at least)"
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        if b"'" in payload:
+            try:
+                orjson.loads(payload.replace(b"'", b'"'))
+            except orjson.JSONDecodeError:
+                pass
+            else:
+                return "not JSON: single quotes — JSON needs double quotes"
+        first = payload.lstrip()[:1]
+        if first and first not in b'{["-0123456789tfn':
+            return """not JSON: plain text (a JSON message is an object: '{"text": "..."}')"""
+        if exc.lineno == 1:
+            return f"not JSON: {exc.msg} (at column {exc.colno})"
+        return f"not JSON: {exc.msg} (at line {exc.lineno} column {exc.colno})"
+    if isinstance(doc, dict):
+        return None
+    kind = _JSON_KINDS.get(type(doc), "a JSON value")
+    if isinstance(doc, str):
+        return (
+            f"{kind}, not an object: the whole payload is in double quotes (did the shell "
+            """keep them? write '{"id": 1}' in single quotes)"""
+        )
+    return f"{kind}, not an object: content filters find no fields in it"
+
+
+def json_refusal(problem: str, where: str, sent: int = 0) -> str:
+    """The line ``amps-py publish`` fails with for a payload that is not a JSON object
+    (``where``: "DATA" or "FILE line N"; ``sent``: lines published before it, from a
+    pipe, which cannot be checked ahead)."""
+    done = (
+        f"The {sent} line(s) before it were published; nothing after it."
+        if sent
+        else "Nothing was sent."
+    )
+    return (
+        f"{where} is {problem}. The transport's message type is json: content filters "
+        f"would skip it. {done} Fix it, or pass --raw to send it as it is"
+    )
+
+
 # ------------------------------------------------------------------ persisted-ack waits
 def admin_url_for(
     uri: str, admin_url: str | None, environ: Mapping[str, str]

@@ -1,10 +1,11 @@
-"""``amps-py config ...``: check one config, print the embedded default, check a whole
-replication fabric. Thin: each subcommand calls ``amps_py.config`` or
-``amps_py.replication.fabric``."""
+"""``amps-py config ...``: check one config, print the embedded default, list or write
+out the shipped examples, check a whole replication fabric. Thin: each subcommand calls
+``amps_py.config``, ``amps_py.examples`` or ``amps_py.replication.fabric``."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -15,7 +16,31 @@ __all__ = ["config"]
 
 @click.group()
 def config() -> None:
-    """Check configuration files."""
+    """Check configuration files; print the embedded default; write out the shipped
+    examples (`amps-py config examples`)."""
+
+
+def missing_example_hint(path: str) -> str | None:
+    """For a config ``path`` that does not exist but names a shipped example (the docs'
+    ``config/examples/...``, outside a source checkout), the line that says how to get
+    it; else None."""
+    if Path(path).exists():
+        return None
+    from amps_py.examples import example_named_by
+
+    example = example_named_by(path)
+    if example is None:
+        return None
+    given = Path(path)
+    to = given.parent.parent if given.parent.name == example.name else given.parent
+    directory = example.files[0].startswith(f"{example.name}/")
+    written = f"{to / example.name}/" if directory else str(to / example.files[0])
+    return (
+        f"cannot read config {path}: no such file. It names the shipped example "
+        f"{example.name!r}, which an installed amps-py keeps inside the package: write it "
+        f"out with `amps-py config examples {example.name} --to {to}` (it writes "
+        f"{written}; then this command works as given)"
+    )
 
 
 @config.command("check")
@@ -30,6 +55,9 @@ def config_check(path: str) -> None:
     """
     from amps_py.config import ConfigError, load_config, security_warnings
 
+    hint = missing_example_hint(path)
+    if hint is not None:
+        fail(hint, 2)
     try:
         cfg = load_config(path)
     except ConfigError as exc:
@@ -54,6 +82,57 @@ def config_show_default() -> None:
     from amps_py.config import default_config_xml
 
     click.echo(default_config_xml())
+
+
+@config.command("examples")
+@click.argument("name", required=False)
+@click.option(
+    "--to",
+    "to",
+    type=click.Path(file_okay=False),
+    default=".",
+    show_default=True,
+    metavar="DIR",
+    help="Write the example NAME here (a directory example into DIR/NAME/).",
+)
+def config_examples(name: str | None, to: str) -> None:
+    """List the shipped example configs, or write example NAME out and print how to
+    serve it.
+
+    The examples come with amps-py (a source checkout has them in config/examples; an
+    installed package inside it, where they are not meant to be edited). `amps-py
+    config examples standalone` writes ./standalone.xml; `amps-py config examples
+    secure --to /etc/amps` writes /etc/amps/secure/ with its certificate, password
+    and entitlement files (the password, key and secret files readable by their owner
+    only). Existing files are never overwritten. Paths inside a config are relative to
+    the directory you serve it from (journals under ./amps-data).
+    """
+    from amps_py.examples import ExampleError, examples, write_example
+
+    if name is None:
+        known = examples()
+        width = max(len(e.name) for e in known)
+        for example in known:
+            click.echo(f"{example.name:<{width}}  {example.description}")
+        click.echo(
+            "\nWrite one out with `amps-py config examples NAME [--to DIR]`.", err=True
+        )
+        return
+    try:
+        written = write_example(name, Path(to))
+    except ExampleError as exc:
+        fail(str(exc), 2)
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
+    from amps_py.examples import find_example
+
+    configs = [Path(to) / c for c in find_example(name).configs]
+    readme = [p for p in written if p.name == "README.md"]
+    click.echo(f"Serve it with{' (one per instance)' if len(configs) > 1 else ''}:")
+    for config_file in configs:
+        click.echo(f"  amps-py serve {config_file}")
+    if readme:
+        click.echo(f"How to use it: {readme[0]}")
 
 
 @config.command("fabric")

@@ -432,6 +432,7 @@ async def subscribe(
         TimeoutError: no server accepted a logon in time, or --count messages did
             not come within --timeout.
     """
+    from amps_py.cli_client import stderr_is_terminal
     from amps_py.client import FileBookmarkStore, open_ha_client
     from amps_py.trio_util import unwrapping_groups
 
@@ -477,6 +478,7 @@ async def subscribe(
                 topic, filter=filter_, bookmark=start, options=options, sub_id=sub_id
             ) as sub:
                 started = last_report = time.monotonic()
+                rate_lines = stderr_is_terminal()  # nothing extra when piped
                 while not count or n < count:
                     try:
                         msg = await sub.get(timeout) if timeout else await sub.__anext__()
@@ -502,7 +504,7 @@ async def subscribe(
                         out.flush()  # printed before it counts as processed
                         msg.processed()
                     now = time.monotonic()
-                    if now - last_report >= 5:
+                    if rate_lines and now - last_report >= 5:
                         out.flush()
                         _echo_err(f"[{n} messages, {n / (now - started):,.0f} msg/s]")
                         last_report = now
@@ -512,16 +514,19 @@ async def subscribe(
 
 def message_line(msg: Any, raw: bool) -> str:
     """One printed message: its payload (``raw``), or the JSON envelope ``{topic,
-    bookmark, data}`` with ``"possible_duplicate": true`` added when the HA client
-    flags it (it may have been printed before: redelivered after a reconnect or a
-    restart)."""
+    bookmark, data}`` (``bookmark`` only when the message has one) with
+    ``"possible_duplicate": true`` added when the HA client flags it (it may have
+    been printed before: redelivered after a reconnect or a restart)."""
     if raw:
         return str(msg.data.decode(errors="replace")) + "\n"
     try:
         data: Any = orjson.loads(msg.data)
     except orjson.JSONDecodeError:
         data = msg.data.decode(errors="replace")
-    env: dict[str, Any] = {"topic": msg.topic, "bookmark": msg.bookmark, "data": data}
+    env: dict[str, Any] = {"topic": msg.topic}
+    if msg.bookmark:  # a live subscription's messages carry none
+        env["bookmark"] = msg.bookmark
+    env["data"] = data
     if getattr(msg, "possible_duplicate", False):
         env["possible_duplicate"] = True
     return orjson.dumps(env).decode() + "\n"

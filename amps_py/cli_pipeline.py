@@ -23,8 +23,9 @@ __all__ = ["pipeline"]
 def pipeline() -> None:
     """Analyse journals with Spark: the amps_txlog data source, topic statistics.
 
-    The jobs run on local Spark by default (local[*]: nothing to install beyond
-    `pip install -e '.[spark]'` and Java 17 or newer); --master spark://HOST:PORT runs
+    The jobs run on local Spark by default (local[*]: nothing to install beyond the
+    spark extra, `pip install 'amps-py[spark]'` or in a source checkout `pip install -e
+    '.[spark]'`, and Java 17 or newer); --master spark://HOST:PORT runs
     them on a Spark cluster, --conf KEY=VALUE (repeatable) sets any Spark setting.
     Journals are read read-only, also while their instance runs.
 
@@ -81,6 +82,28 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _require_extra(*modules: str) -> None:
+    """Exit with one line (status 2) unless ``modules`` (of the spark extra) import."""
+    import importlib
+
+    from amps_py.pipeline import install_command
+
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        java = "; the Spark jobs also need Java 17 or newer" if "pyspark" in modules else ""
+        _fail(
+            f"this command needs the spark extra, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: "
+            f"{install_command()}{java}",
+            2,
+        )
+
+
 #: the last line of a Python traceback Spark passes on, for our own errors
 _OUR_ERROR = re.compile(
     r"^\s*(?:[\w.]+\.)?(JournalDamaged|JournalError|CorruptRecord|BadOption|StatsError): (.+)$",
@@ -103,18 +126,9 @@ def _spark_failure(exc: BaseException) -> tuple[str, int]:
 
 def _session(app: str, master: str | None, conf: tuple[str, ...]) -> Any:
     pairs = _conf_pairs(conf)
-    try:
-        from amps_py.pipeline.spark import (
-            SparkUnavailable,
-            quiet_task_failures,
-            spark_session,
-        )
-    except ImportError as exc:
-        _fail(
-            f"the Spark pipeline needs the spark extra ({exc}): pip install -e '.[spark]' "
-            "(and Java 17 or newer)",
-            2,
-        )
+    _require_extra("pyspark", "pyarrow")
+    from amps_py.pipeline.spark import SparkUnavailable, quiet_task_failures, spark_session
+
     try:
         session = spark_session(app, master, pairs)
     except SparkUnavailable as exc:
@@ -170,6 +184,7 @@ def stats_command(
     the instance stored it. Exit status: 0 done, 2 a journal or option cannot be
     used, 3 a journal holds a damaged record (named), 1 Spark failed otherwise.
     """
+    _require_extra("pyspark", "pyarrow")
     from amps_py.pipeline.stats import StatsError, StatsRequest
 
     try:
@@ -246,16 +261,9 @@ def pipeline_export(
     from amps_py.cli_client import progress
     from amps_py.cli_txlog import journal_tool
 
-    try:
-        from amps_py.pipeline.export import (
-            ExportDamaged,
-            ExportError,
-            export_journal,
-            verify_export,
-        )
-        from amps_py.pipeline.export_layout import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS
-    except ImportError as exc:
-        _fail(f"the export needs pyarrow ({exc}): pip install -e '.[spark]'", 2)
+    _require_extra("pyarrow")
+    from amps_py.pipeline.export import ExportDamaged, ExportError, export_journal, verify_export
+    from amps_py.pipeline.export_layout import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS
 
     try:
         with journal_tool(journal), progress(f"exporting {journal}", None) as bar:
@@ -357,23 +365,17 @@ def audit_command(
     problems, 1 problems found, 2 the audit could not run.
     """
     pairs = _conf_pairs(conf)
-    try:
-        from amps_py.pipeline.audit import (
-            AuditError,
-            prepare_audit,
-            run_audit,
-            session_conf,
-            write_report,
-        )
-        from amps_py.pipeline.audit_report import render_text
-        from amps_py.pipeline.spark import SparkUnavailable, quiet_task_failures, spark_session
-    except ImportError as exc:
-        click.echo(
-            f"amps-py: the Spark pipeline needs the spark extra ({exc}): "
-            "pip install -e '.[spark]' (and Java 17 or newer)",
-            err=True,
-        )
-        sys.exit(2)
+    _require_extra("pyspark", "pyarrow")
+    from amps_py.pipeline.audit import (
+        AuditError,
+        prepare_audit,
+        run_audit,
+        session_conf,
+        write_report,
+    )
+    from amps_py.pipeline.audit_report import render_text
+    from amps_py.pipeline.spark import SparkUnavailable, quiet_task_failures, spark_session
+
     if bucket is not None and bucket <= 0:
         raise click.BadParameter(f"must be positive, not {bucket}", param_hint="--bucket")
     try:

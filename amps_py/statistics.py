@@ -49,3 +49,6 @@ class InstanceStatistics:
     #: the last start: ``seconds`` to ready, ``journal_records_read`` (past the SOW
     #: stores' and the queues' checkpoints), ``queue_messages_loaded`` (from checkpoints)
     startup: dict[str, Any] = field(default_factory=dict)
+    #: per topic: messages a content filter needed that did not parse as JSON (every
+    #: filtered subscription skipped them); topics without any are absent
+    unparsed_payloads: dict[str, int] = field(default_factory=dict)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,3 +164,16 @@ class DefaultServe:
                 self.proc.wait()
                 raise AssertionError(f"amps-py serve ignored SIGTERM:\n{self.log()}") from None
         return self.proc.returncode
+
+
+def installed_layout(site: Path, repo: Path) -> Path:
+    """``site`` holding amps_py and txlog as a wheel installs them (``pip install .``):
+    the packages alone, the schema and the examples under ``amps_py/_data`` (see
+    pyproject.toml's force-include), no pyproject.toml beside them. Returns ``site``."""
+    ignore = shutil.ignore_patterns("__pycache__", "_data")
+    for package in ("amps_py", "txlog"):
+        shutil.copytree(repo / package, site / package, ignore=ignore)
+    data = site / "amps_py" / "_data"
+    shutil.copytree(repo / "config" / "examples", data / "examples")
+    shutil.copy(repo / "config" / "amps.xsd", data / "amps.xsd")
+    return site

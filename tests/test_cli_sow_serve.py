@@ -113,3 +113,20 @@ def test_sow_of_a_topic_without_sow_fails_with_exit_status_1(
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr.startswith("amps-py: sow failed: bad filter")
     assert "column 7" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_sow_takes_the_uri_positionally_as_publish_does(
+    served: ServerProcess, tmp_path: Path
+) -> None:
+    """`amps-py sow URI TOPIC` (the order publish and subscribe use) prints what
+    `amps-py sow TOPIC --uri URI` prints; two different URIs are refused."""
+    positional = run("sow", served.uri, "orders", "--filter", "/qty >= 50", cwd=tmp_path)
+    option = run("sow", "orders", "--uri", served.uri, "--filter", "/qty >= 50", cwd=tmp_path)
+    assert positional.returncode == 0, positional.stderr
+    assert positional.stdout == option.stdout
+    assert len(positional.stdout.splitlines()) == len(
+        [d for d in expected_records().values() if int(d["qty"]) >= 50]  # type: ignore[call-overload]
+    )
+    both = run("sow", served.uri, "orders", "--uri", "tcp://127.0.0.1:1/amps/json", cwd=tmp_path)
+    assert both.returncode == 2
+    assert "two URIs given" in both.stderr

@@ -123,7 +123,7 @@ def test_store_mistakes_are_refused_with_what_to_do(server: ServerProcess, tmp_p
              "--name", "feeder", cwd=tmp_path)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert not (store / "publish-file.json").exists()  # the run is finished
-    renamed = run("publish", server.uri, "mistakes", "x", "--store", str(store), "--name", "other",
+    renamed = run("publish", server.uri, "mistakes", "{}", "--store", str(store), "--name", "other",
                   cwd=tmp_path)  # fmt: skip
     assert renamed.returncode == 1
     assert "belongs to client name 'feeder', not 'other'" in renamed.stderr

@@ -332,6 +332,12 @@ def status_screen(instance: dict[str, Any], width: int | None = None) -> Group:
     queues = instance.get("queues") or {}
     if queues:
         line(queues_line(queues))
+    unparsed = instance["statistics"].get("unparsed_payloads") or {}
+    if unparsed:
+        line(
+            "not JSON (skipped by every content filter): "
+            + ", ".join(f"{topic} {n}" for topic, n in sorted(unparsed.items()))
+        )
     transports = ", ".join(f"{n}:{t['port']}" for n, t in instance.get("transports", {}).items())
     line(f"transports {transports}")
     replication = instance.get("replication", {})

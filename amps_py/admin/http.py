@@ -130,6 +130,7 @@ def instance_tree(instance: AdminHost) -> dict[str, Any]:
             "denied_commands": stats.denied_commands,
             "denied_writes": stats.denied_writes,
             "durable_txid": stats.durable_txid,
+            "unparsed_payloads": stats.unparsed_payloads,
         },
         "transaction_log": journal,
         "replication": {

@@ -151,6 +151,16 @@ class InstanceCollector(Collector):
         yield from self._replication(stats.name, stats.replication)
         yield from self._clients(stats.name)
         yield from self._sow(stats.name, stats.sow)
+        if stats.unparsed_payloads:
+            unparsed = CounterMetricFamily(
+                "amps_unparsed_payloads",
+                "Messages a content filter needed that are not JSON (every filtered "
+                "subscription skipped them)",
+                labels=["instance", "topic"],
+            )
+            for topic, n in sorted(stats.unparsed_payloads.items()):
+                unparsed.add_metric([stats.name, topic], n)
+            yield unparsed
         yield from self._queues(stats.name)
         if stats.limits:
             yield from self._limits(stats.limits, gauge, counter)

@@ -1,11 +1,11 @@
 """The data pipeline over journals: a PySpark data source, Parquet export, the fabric
 audit and topic statistics.
 
-Nothing here is imported by the server: pyspark and pyarrow are optional extras
-(``pip install -e '.[spark]'``). :mod:`.schema` turns journal records into Arrow
-columns (pyarrow only, no Spark); :mod:`.spark` builds the Spark session with quiet,
-offline-safe defaults. Export runs without Java; the Spark jobs read its Parquet or
-the ``amps_txlog`` data source (:mod:`.datasource`; it plans txid ranges with
+Nothing here is imported by the server: pyspark and pyarrow are the optional ``spark``
+extra (:func:`install_command` says how to install it). :mod:`.schema` turns journal
+records into Arrow columns (pyarrow only, no Spark); :mod:`.spark` builds the Spark
+session with quiet, offline-safe defaults. Export runs without Java; the Spark jobs
+read its Parquet or the ``amps_txlog`` data source (:mod:`.datasource`; it plans txid ranges with
 :mod:`.readplan` and builds Arrow batches with :mod:`.decode`). :mod:`.stats` is the
 topic statistics job.
 
@@ -18,12 +18,13 @@ In your own PySpark code::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register"]
+__all__ = ["install_command", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -38,3 +39,20 @@ def register(spark: SparkSession) -> None:
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(TxlogDataSource)
+
+
+def install_command() -> str:
+    """How to install the spark extra for this amps-py: from its source checkout
+    (pyproject.toml of the amps-py project beside the package) ``pip install -e
+    '.[spark]'`` there (``cd CHECKOUT && `` first when elsewhere), else the published
+    distribution's ``pip install 'amps-py[spark]'``."""
+    root = Path(__file__).resolve().parents[2]
+    pyproject = root / "pyproject.toml"
+    try:
+        checkout = 'name = "amps-py"' in pyproject.read_text(encoding="utf-8")
+    except OSError:
+        checkout = False
+    if not checkout:
+        return "pip install 'amps-py[spark]'"
+    here = Path.cwd().resolve() == root
+    return ("" if here else f"cd {root} && ") + "pip install -e '.[spark]'"

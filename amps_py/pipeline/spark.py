@@ -60,9 +60,11 @@ def spark_session(
     try:
         from pyspark.sql import SparkSession
     except ImportError:
+        from . import install_command
+
         raise SparkUnavailable(
-            "the Spark pipeline needs pyspark: pip install -e '.[spark]' (Java 17 or "
-            "newer must be installed too)"
+            f"the Spark pipeline needs pyspark: {install_command()} (Java 17 or newer must "
+            "be installed too)"
         ) from None
     if not os.environ.get("JAVA_HOME") and not _on_path("java"):
         raise SparkUnavailable(

@@ -8,7 +8,7 @@ are the counts that belong to no other part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -23,6 +23,9 @@ class Counters:
         failed_commands: commands answered with a failure ack.
         denied_commands: commands refused for entitlement (a subset of failed).
         denied_writes: of those, publishes (AMPS's ``denied_writes``).
+        unparsed: per topic, messages whose payload a content filter needed and that
+            did not parse as JSON (every filtered subscription skipped them); each
+            counted at most once (see :meth:`count_unparsed`).
     """
 
     published: int = 0
@@ -32,6 +35,9 @@ class Counters:
     failed_commands: int = 0
     denied_commands: int = 0
     denied_writes: int = 0
+    unparsed: dict[str, int] = field(default_factory=dict)
+    #: per topic, the newest txid counted in ``unparsed``
+    _unparsed_upto: dict[str, int] = field(default_factory=dict, repr=False)
 
     def count_published(self) -> None:
         self.published += 1
@@ -52,3 +58,17 @@ class Counters:
         self.denied_commands += 1
         if write:
             self.denied_writes += 1
+
+    def count_unparsed(self, topic: str, txid: int) -> None:
+        """Count a message of ``topic`` that a filter needed and that is not JSON.
+
+        Live delivery parses a message once for all subscriptions, a replay once per
+        replaying subscription: a journaled message (``txid`` > 0) is counted only when
+        newer than the last one counted on its topic, so replays of what was counted
+        (live, or by an earlier replay) add nothing. (A message first met by a replay
+        after a newer one was counted is not counted: at most once, never twice.)"""
+        if txid:
+            if txid <= self._unparsed_upto.get(topic, 0):
+                return
+            self._unparsed_upto[topic] = txid
+        self.unparsed[topic] = self.unparsed.get(topic, 0) + 1

@@ -88,7 +88,7 @@ class Delivery:
         record twice across the replay/live seam; ``local_ts`` (µs) is the journal
         time, or 0 (then "now" is used for the ``timestamp`` option).
         """
-        chosen = _matching(subs, payload, txid)
+        chosen = _matching(subs, payload, txid, topic, self._counters)
         if not chosen:
             return
         head = self.topic_head(topic)
@@ -118,6 +118,14 @@ class Delivery:
                 _send(session, frame_head(header + tail, size), payload)
         self._counters.count_delivered(len(chosen))
 
+    def _replay_doc(self, topic: str, txid: int, payload: bytes) -> Any:
+        """A replayed payload as JSON for a filter (None, counted, when it is not)."""
+        try:
+            return orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            self._counters.count_unparsed(topic, txid)
+            return None
+
     def replay(self, sub: Subscription, views: list[DeliveryView]) -> None:
         """Send replayed records (already read from the journal) that ``sub`` wants,
         in one buffer; remember the last one as its resume point."""
@@ -136,7 +144,7 @@ class Delivery:
             if view.kind >= _SOW_DELETE:
                 continue  # a SOW delete or queue ack is not a message (oof: live only)
             payload = view.payload
-            if flt is not None and not flt.matches(parse_json(payload)):
+            if flt is not None and not flt.matches(self._replay_doc(topic, view.txid, payload)):
                 continue
             last = view
             header = self.topic_head(topic) + suffix + bookmark_part_of(view.pub_hash, view.seq)
@@ -155,9 +163,12 @@ class Delivery:
         self._counters.count_delivered(n)
 
 
-def _matching(subs: Sequence[Subscription], payload: bytes, txid: int) -> list[Subscription]:
+def _matching(
+    subs: Sequence[Subscription], payload: bytes, txid: int, topic: str, counters: Counters
+) -> list[Subscription]:
     """The subscriptions that take this message: not delivered to yet (``txid``), and
-    their content filter matches (the payload is parsed once, only if needed)."""
+    their content filter matches (the payload is parsed once, only if needed; when it
+    is not JSON, that is counted for ``topic`` once and every filter sees None)."""
     doc: Any = _UNPARSED
     chosen: list[Subscription] = []
     for sub in subs:
@@ -165,7 +176,11 @@ def _matching(subs: Sequence[Subscription], payload: bytes, txid: int) -> list[S
             continue
         if sub.filter is not None:
             if doc is _UNPARSED:
-                doc = parse_json(payload)
+                try:
+                    doc = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    doc = None
+                    counters.count_unparsed(topic, txid)
             if not sub.filter.matches(doc):
                 continue
         if txid:

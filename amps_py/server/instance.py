@@ -611,6 +611,7 @@ class Instance:
             sow=self.publishing.sow.statistics(),
             queues=self.queues.statistics() if self.queues is not None else {},
             startup=dict(self.startup),
+            unparsed_payloads=dict(self.counters.unparsed),
         )
 
 
