@@ -29,7 +29,7 @@ from xml.sax.saxutils import escape
 import pytest
 import trio
 from admin_screens import table
-from harness import REPO, ServerProcess, reserve_port, wait_until
+from harness import REPO, ServerProcess, reserve_port, wait_until, wait_until_sync
 
 from amps_py.client import CommandError, ConnectionLost, open_client
 from amps_py.config import load_config
@@ -522,6 +522,45 @@ async def test_geo_ha_example_runs(tmp_path: Path, running: list[ServerProcess])
     await wait_records(servers, 3 * n + m)
     stored = await replay_all(servers)
     check_report(classify(published, stored), "geo-ha: ny-1 restarted and caught up", servers)
+
+
+# ---------------------------------------------------------------------- a quiet start
+
+#: a log line at warning level or above (the console format: time [thread] level: ...)
+_LOUD = re.compile(r"^\S+ \[[^\]]*\] (warning|error|critical): ")
+
+
+def all_connected(servers: Mapping[str, ServerProcess]) -> str | None:
+    """None once every destination of every instance is connected, else which is not."""
+    for server in servers.values():
+        repl = server.statistics().get("replication") or {}
+        for d in repl.get("destinations", []):
+            if not d["is_connected"]:
+                return f"{server.name}'s destination {d['name']} is not connected"
+    return None
+
+
+@pytest.mark.parametrize("example", ["hot-hot", "geo-ha"])
+def test_a_normal_start_logs_no_warning(
+    example: str, tmp_path: Path, running: list[ServerProcess]
+) -> None:
+    """Every instance of the example started at once, the secrets made 0600 as the
+    example's README says: once all of them replicate to each other, no instance has
+    logged a warning (peers dialing each other before every one listens, and the two
+    connections a mutually replicating pair opens, are what a start does)."""
+    servers = copy_example(sorted((EXAMPLES / example).glob("*.xml")), tmp_path / example)
+    for secret in ("replication-users.pw", "replication.secret"):
+        (tmp_path / example / secret).chmod(0o600)
+    running.extend(servers.values())
+    start_all(servers, timeout=120)
+    wait_until_sync(lambda: all_connected(servers), 120)
+    loud = [
+        f"{server.name}: {line}"
+        for server in servers.values()
+        for line in server.output.read_text().splitlines()
+        if _LOUD.match(line)
+    ]
+    assert not loud, "\n".join(loud)
 
 
 # ---------------------------------------------------------------------- secure
