@@ -29,7 +29,7 @@ import lmdb
 import pytest
 import trio
 from harness import write_config
-from page_damage import damage_leaf
+from page_damage import damage_leaf, damage_root
 
 from amps_py.client import open_client
 from txlog import Journal, Record, publisher_hash
@@ -373,6 +373,27 @@ def test_damaged_lmdb_page_is_listed_by_verify_not_a_crash(workdir: Path) -> Non
     first, last = int(found[0][0]), int(found[0][1])
     assert first <= middle <= last, verify.stdout
     assert last < newest_txid(journal), "verify goes on after the damaged page"
+
+
+@pytest.mark.parametrize("database", [None, b"records"], ids=["main", "records"])
+def test_a_damaged_root_page_gets_a_fix_from_verify_that_is_not_verify(
+    workdir: Path, database: bytes | None
+) -> None:
+    """Random bytes (seed printed) over the root of the main database (LMDB cannot
+    open a sub-database) or of the records (LMDB flags the read failed: MDB_BAD_TXN):
+    every tool says the file is damaged in one line; the others send the user to
+    verify, and verify to the repair."""
+    journal = journal_of(workdir)
+    damage_root(journal / "data.mdb", database, SEED)
+
+    verify = amps_py("txlog", "verify", journal)
+    print(verify.stderr)
+    line = assert_one_line(verify, str(journal), "the file is damaged. Fix: restore", status=3)
+    assert "txlog verify" not in line, line
+    assert "--allow-empty-journal" in line, line
+    for tool in ("info", "dump"):
+        line = assert_one_line(amps_py("txlog", tool, journal), "the file is damaged", status=3)
+        assert f"Fix: amps-py txlog verify {journal} lists the damage" in line, line
 
 
 def test_damaged_newest_lmdb_page_is_one_line_from_serve_and_every_tool(
