@@ -330,7 +330,7 @@ async def test_control_port_of_a_subprocess_proxy(echo: EchoServer, tmp_path: Pa
                 raise AssertionError(f"the proxy exited with {proc.returncode}")
             return None if ready.exists() else "the proxy has not written its ready file"
 
-        await wait_until(started, 20)
+        await wait_until(started, 60)
         info = json.loads(ready.read_text())
         assert info["seed"] == 5
         listen_port = int(info["listen"].rpartition(":")[2])
@@ -368,5 +368,5 @@ async def test_control_port_of_a_subprocess_proxy(echo: EchoServer, tmp_path: Pa
         assert stats["bytes_to_target"] == len(b"through the subprocesshealed")
     finally:
         proc.terminate()
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             await proc.wait()
