@@ -95,6 +95,9 @@ def explain_refusal(
             f"{password_env} (e.g. `read -rs {password_env} && export {password_env}`), "
             "or use tcp://NAME:PASSWORD@HOST:PORT/amps/json"
         )
+    if exc.reason == "not entitled" and exc.detail:
+        # the instance's detail names the user, the topic and the rules that decide
+        return f"{exc}; log on as a user who may, with --user NAME"
     if exc.reason == "not entitled":
         who = credentials.user or client_name
         right = {"p": "publish to", "publish": "publish to", "sow_delete": "acknowledge on"}.get(

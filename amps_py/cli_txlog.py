@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import orjson
@@ -30,26 +31,37 @@ def txlog() -> None:
 
 
 @contextlib.contextmanager
-def journal_tool(path: str) -> Iterator[None]:
+def journal_tool(path: str, verifying: bool = False, readonly: bool = True) -> Iterator[None]:
     """Turn every error a txlog tool meets into one line and a non-zero exit (3 when
-    the journal is damaged, else 2): LMDB's own errors included, never a traceback."""
+    the journal is damaged, else 2): LMDB's own errors included, never a traceback.
+    ``verifying``: the tool is ``verify``, so the fix for damage is the repair itself
+    (the usual one starts with running ``verify``). ``readonly``: the tool only reads
+    the journal."""
     import lmdb
 
     from txlog import CorruptRecord, JournalDamaged, JournalError
     from txlog.journal import lmdb_error
+    from txlog.preflight import repair_advice
     from txlog.segments import SegmentFileError
+
+    def damaged(found: str, otherwise: str) -> NoReturn:
+        if verifying and found:
+            fail(f"{found}. Fix: {repair_advice(Path(path))}", 3)
+        fail(otherwise, 3)
 
     try:
         yield
     except lmdb.Error as exc:
-        error = lmdb_error(Path(path), exc)
-        fail(str(error), 3 if isinstance(error, JournalDamaged) else 2)
+        error = lmdb_error(Path(path), exc, readonly)
+        if isinstance(error, JournalDamaged):
+            damaged(error.found, str(error))
+        fail(str(error), 2)
     except JournalDamaged as exc:
-        fail(str(exc), 3)
+        damaged(exc.found, str(exc))
     except JournalError as exc:
         fail(str(exc), 2)
     except CorruptRecord as exc:
-        fail(f"journal {path}: {exc}", 3)
+        damaged(f"journal {path}: {exc.found}", f"journal {path}: {exc}")
     except SegmentFileError as exc:
         fail(str(exc), 3)
     except OSError as exc:
@@ -144,7 +156,10 @@ def _maintain_offline(path: str, action: str, journal_id: int, archive_dir: str 
     from txlog import Journal
     from txlog.offline import maintain_offline
 
-    with journal_tool(path), Journal(path, archive_directory=archive_dir) as journal:
+    with (
+        journal_tool(path, readonly=False),
+        Journal(path, archive_directory=archive_dir) as journal,
+    ):
         steps = {
             "compress": "compressing",
             "archive": "archiving",
@@ -200,7 +215,7 @@ def txlog_verify(path: str) -> None:
     from amps_py.cli_client import progress
     from txlog import Journal
 
-    with journal_tool(path), Journal(path, readonly=True) as journal:
+    with journal_tool(path, verifying=True), Journal(path, readonly=True) as journal:
         stats = journal.statistics()
         with progress(f"verifying {path}", stats.records) as bar:
             problems = journal.verify(lambda done: bar.update(completed=done))

@@ -395,7 +395,7 @@ class Cluster:
         return self.write_config(name).read_text()
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, name: str, timeout: float = 30) -> ServerProcess:
+    def start(self, name: str, timeout: float = 120) -> ServerProcess:
         """Write the config and start ``name``; returns once it reports ready.
 
         The first start listens on port 0 (or on a port reserved for it) and records
@@ -414,7 +414,7 @@ class Cluster:
         self.write_config(name)
         return server
 
-    def start_together(self, names: Iterable[str], timeout: float = 30) -> None:
+    def start_together(self, names: Iterable[str], timeout: float = 120) -> None:
         """Start ``names`` side by side (one thread each). Their configs are written
         one after the other first, so that every port one of them names for another is
         settled (reserved) before any of them starts."""
@@ -432,12 +432,12 @@ class Cluster:
         """SIGKILL (no shutdown code runs)."""
         self._member(name).server.kill()
 
-    def restart(self, name: str, timeout: float = 30) -> ServerProcess:
+    def restart(self, name: str, timeout: float = 120) -> ServerProcess:
         """Stop (if running) and start again with a freshly written config."""
         self.stop(name)
         return self.start(name, timeout)
 
-    def start_all(self, timeout: float = 30) -> None:
+    def start_all(self, timeout: float = 120) -> None:
         """Start every instance that is not running, in the order they were added."""
         for name, member in self._members.items():
             if not member.server.alive:

@@ -3,6 +3,8 @@ test's own trio run (see inprocess.py)."""
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -66,3 +68,27 @@ def virtual_clock() -> trio.testing.MockClock:
     """Run the test on a fake clock that skips idle waits (heartbeats, timeouts) but
     not a journal commit in progress; see inprocess.py."""
     return new_virtual_clock()
+
+
+@pytest.fixture(autouse=True)
+def _free_what_the_test_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Free what the test left behind while it is still the test being run, so a socket
+    or file it left open is reported (a ``ResourceWarning``: an error under this
+    suite's warning filter) in this test's teardown, never in a neighbour that happens
+    to run when the garbage goes.
+
+    Autouse, so set up first and torn down last: the test's other fixtures are torn
+    down by then, and pytest collects the teardown's warnings after it. A failed test's
+    frames (and whatever they hold) are kept in ``sys.last_traceback`` for post-mortem
+    debugging, which pytest drops only when the next test starts: they are dropped here
+    instead (``--pdb`` has already run), and a full collection frees them. After a
+    passing test only the young generations are collected (a full collection after
+    each of the suite's tests would add minutes to a run)."""
+    yield
+    failed = hasattr(sys, "last_value")
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    if isinstance(request.node, pytest.Function):
+        request.node.funcargs.clear()  # torn down: their values may go now
+    gc.collect(2 if failed else 1)

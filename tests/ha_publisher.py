@@ -134,7 +134,7 @@ class HAPublisher:
         await stream.send_all(encode_frame(header, self.payload(seq)))
 
     async def _first_ack(self, stream: trio.SocketStream, decoder: FrameDecoder) -> dict:  # type: ignore[type-arg]
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while True:
                 data = await stream.receive_some(65536)
                 if not data:

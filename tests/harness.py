@@ -196,7 +196,7 @@ class ServerProcess:
     def log_file(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
-    def start(self, timeout: float = 30) -> ServerProcess:
+    def start(self, timeout: float = 120) -> ServerProcess:
         # a previous run's files must not pass for this process's (it rewrites both
         # before it reports ready)
         self.ready_file.unlink(missing_ok=True)
@@ -281,7 +281,7 @@ class ServerProcess:
                 ) from None
         return self.proc.returncode
 
-    def restart(self, timeout: float = 30) -> ServerProcess:
+    def restart(self, timeout: float = 120) -> ServerProcess:
         self.stop()
         return self.start(timeout)
 

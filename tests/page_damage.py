@@ -138,3 +138,27 @@ def clear_page_type(data_file: Path, database: bytes, key: bytes) -> Damage:
         f.seek(pgno * psize + 10)
         f.write(b"\0\0")
     return Damage(pgno, psize, -1)
+
+
+def damage_root(data_file: Path, database: bytes | None, seed: int) -> Damage:
+    """Overwrite the root page of sub-database ``database`` (None: the main database,
+    whose leaf names every sub-database) in ``data_file`` with random bytes from
+    ``random.Random(seed)`` (printed): every read of it, or of any sub-database for the
+    main one, goes through that page."""
+    data = data_file.read_bytes()
+    psize, main_root = _meta(data)
+    assert main_root != _NO_ROOT, f"{data_file} has no databases"
+    pgno = main_root
+    if database is not None:
+        main_leaf = _leaf_of(data, psize, main_root, database)
+        page = _page(data, main_leaf, psize)
+        roots = {name: _DB.unpack_from(page, at)[7] for _lo, _hi, _f, name, at in _nodes(page)}
+        assert roots.get(database, _NO_ROOT) != _NO_ROOT, f"no sub-database {database!r}"
+        pgno = roots[database]
+    noise = random.Random(seed).randbytes(psize)
+    what = f"sub-database {database!r}" if database is not None else "the main database"
+    print(f"damage: {psize} random bytes (seed {seed}) over page {pgno}, the root of {what}")
+    with open(data_file, "r+b") as f:
+        f.seek(pgno * psize)
+        f.write(noise)
+    return Damage(pgno, psize, seed)

@@ -106,7 +106,7 @@ async def run_broken_session(tmp_path: Path, stream: BreakingStream) -> list[str
             nursery.start_soon(served.instance._serve_client, stream, "json-tcp", "192.0.2.9:4000")
             await wait_until(
                 lambda: None if stream.send_blocked else "the server has not sent the flush ack",
-                10,
+                60,
             )
             stream.broken.set()
         return list(served.logs.lines)

@@ -158,7 +158,7 @@ async def test_minimum_sync_destinations_keeps_a_lagging_destination_sync(
             held = cluster.log("A").count("MinimumSyncDestinations is 1")
             return None if held >= 2 else f"{held} runs have held B sync so far"
 
-        await wait_until(held_back_twice, 20)
+        await wait_until(held_back_twice, 60)
         assert destination(base)["replication_type"] == "sync"
         assert int(str(destination(base)["downgrades"])) == 0
         link.delay(0)
@@ -404,7 +404,7 @@ async def test_a_condition_broken_by_a_substituted_value_fails_the_run() -> None
                 if runner.stats[0].runs == 3 and len(instance.published) == 1
                 else f"{runner.stats[0]}"
             ),
-            10,
+            60,
         )
         nursery.cancel_scope.cancel()
     [stats] = runner.statistics()
@@ -561,7 +561,7 @@ async def test_client_connect_and_disconnect_fire_actions(tmp_path: Path) -> Non
                     pass
                 # its disconnect fails the If, so nothing is published for it
                 await wait_until(
-                    lambda: None if disconnects() == (1, 1) else f"{disconnects()}", 10
+                    lambda: None if disconnects() == (1, 1) else f"{disconnects()}", 60
                 )
                 async with open_client(server.uri, "important-7"):
                     pass
@@ -576,7 +576,7 @@ async def test_client_connect_and_disconnect_fire_actions(tmp_path: Path) -> Non
             "connection": important["connection"],
             "user": "important-7",
         }
-        await wait_until(lambda: None if disconnects() == (3, 2) else f"{disconnects()}", 10)
+        await wait_until(lambda: None if disconnects() == (3, 2) else f"{disconnects()}", 60)
         connects = actions_of(base)[0]
         assert (connects["runs"], connects["skipped"], connects["failures"]) == (3, 0, 0)
         # logons come after the connection, with the name the client logged on with

@@ -91,7 +91,7 @@ async def logon(
     header.update(pw=password, a="processed", cid="1")
     async with stream:
         await stream.send_all(encode_frame(header))
-        with trio.fail_after(20):
+        with trio.fail_after(60):
             while data := await stream.receive_some(65536):
                 decoder.receive_data(data)
                 for frame in decoder.frames():
@@ -185,7 +185,7 @@ async def test_the_same_wrong_password_again_is_not_counted(server: ServerProces
             return f"{len(lines)} failure lines, {len(again)} of them for a repeat"
         return None
 
-    await wait_until(logged, 10)
+    await wait_until(logged, 60)
     assert not lines_with(server, events.AUTH_BACKOFF_STARTED)
 
 
@@ -203,7 +203,7 @@ async def test_failure_lines_name_user_peer_and_transport_never_the_password(
             return f"{len(lines)} failure lines, want 2"
         return None
 
-    await wait_until(logged, 10)
+    await wait_until(logged, 60)
     first, second = lines_with(server, events.CLIENT_AUTH_FAILED)[:2]
     assert "user 'alice' from 127.0.0.4:" in first and "on transport json-tcp" in first, first
     assert WRONG in first
@@ -248,7 +248,7 @@ async def test_commands_behind_a_logon_are_handled_after_its_answer(
     seen: list[tuple[str, str]] = []
     async with stream:
         await stream.send_all(packet)
-        with trio.fail_after(20):
+        with trio.fail_after(60):
             while len(seen) < 3:
                 data = await stream.receive_some(65536)
                 assert data, f"closed after {seen}"
@@ -277,7 +277,7 @@ async def hello(
             credentials=credentials,
         )
         await stream.send_all(data)
-        with trio.fail_after(20):
+        with trio.fail_after(60):
             while data := await stream.receive_some(65536):
                 for event in link.receive_data(data, 0.0):
                     if isinstance(event, Refused):
@@ -310,7 +310,7 @@ async def test_replication_hellos_are_logged_and_backed_off(
             return "no back-off line for 127.0.0.7"
         return None
 
-    await wait_until(logged, 10)
+    await wait_until(logged, 60)
     first = lines_with(server, events.REPLICATION_AUTH_FAILED)[0]
     assert "replication hello of upstream Z" in first, first
     assert PASSWORDS["repl"] not in log_text(server)
@@ -350,7 +350,7 @@ async def test_admin_401s_are_counted_the_same_way(
             return f"{len(lines)} admin failure lines, want {THRESHOLD}"
         return None
 
-    await wait_until(logged, 10)
+    await wait_until(logged, 60)
     lines = lines_with(server, events.ADMIN_AUTH_FAILED)
     assert all("user 'alice' from 127.0.0.8:" in ln and "admin API" in ln for ln in lines)
     assert PASSWORDS["alice"] not in log_text(server)

@@ -120,7 +120,7 @@ async def test_records_coming_back_to_their_origin_cost_no_frame_per_commit(
         committed = cluster.server("B").statistics()["journal"]["last_txid"]
         return None if d["acked_txid"] == committed else f"B->A acked {d['acked_txid']}"
 
-    await wait_until(b_acked_all, 10)
+    await wait_until(b_acked_all, 60)
     after = cluster.server("B").destination("A")
     sent = after["bytes_out"] - before["bytes_out"]
     # a position-only frame is ~100 bytes: 40 commits would have sent ~4 KB

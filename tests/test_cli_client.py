@@ -97,9 +97,11 @@ def test_not_entitled_names_the_user_and_topic(secured: ServerProcess, tmp_path:
         "publish", secured.uri, "orders", "{}", "--user", "bob", "--timeout", "10",
         cwd=tmp_path, env=env,
     )  # fmt: skip
+    print(res.stderr)
     assert res.returncode == 1
     assert "not entitled" in res.stderr
-    assert "user 'bob' may not publish to 'orders'" in res.stderr, res.stderr
+    assert "user 'bob' may not publish to topic 'orders'" in res.stderr, res.stderr
+    assert res.stderr.count("bob") == 1 and res.stderr.count("rules decide") == 1, res.stderr
 
 
 def test_admin_http_401_says_how_to_pass_credentials(

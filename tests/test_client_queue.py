@@ -295,7 +295,7 @@ async def test_an_ack_the_user_may_not_send_is_refused_as_not_entitled(tmp_path:
                 await bob.flush_acks()
         assert refused.value.reason == "not entitled", refused.value.ack
         line = explain_refusal(refused.value, Credentials("bob", "x"), "bob", "PW", QUEUE)
-        assert f"user 'bob' may not acknowledge on {QUEUE!r}" in line, line
+        assert f"user 'bob' may not acknowledge on topic {QUEUE!r}" in line, line
         assert stats(served)["acked"] == 0 and stats(served)["depth"] == 1
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -28,6 +29,7 @@ import lmdb
 import pytest
 import trio
 from harness import write_config
+from page_damage import damage_leaf, damage_root
 
 from amps_py.client import open_client
 from txlog import Journal, Record, publisher_hash
@@ -38,6 +40,8 @@ MESSAGES = 400
 #: exit statuses of a process killed by a signal (what the damage used to cause)
 KILLED = {-signal.SIGBUS: "SIGBUS", -signal.SIGABRT: "SIGABRT", -signal.SIGSEGV: "SIGSEGV"}
 P_LEAF = 0x02
+#: the seed of the random bytes written over a page (printed by damage_leaf)
+SEED = 26_06
 
 
 @dataclass
@@ -351,18 +355,45 @@ def test_damaged_newest_record_refuses_start_naming_the_txid(workdir: Path) -> N
 
 
 def test_damaged_lmdb_page_is_listed_by_verify_not_a_crash(workdir: Path) -> None:
+    """Random bytes (seed printed) over the live leaf that holds a middle record: which
+    page that is depends on how the server batched its commits, and LMDB's words for
+    the damage on what the bytes say, so only what holds for any damaged leaf is
+    checked: one range of txids, holding the record, with records after it."""
     journal = journal_of(workdir)
     middle = newest_txid(journal) // 2
-    break_leaf_pages(journal, middle)
+    damage_leaf(journal / "data.mdb", b"records", struct.pack(">Q", middle), SEED)
 
     verify = amps_py("txlog", "verify", journal)
-    assert_one_line(verify, "damaged record", "Fix:", status=3)
-    reported = [line for line in verify.stdout.splitlines() if "damaged page" in line]
-    assert len(reported) == 1, verify.stdout
-    hidden = reported[0].split("txids ")[1].split(" unreadable")[0]
-    first, last = (int(t) for t in hidden.split(" to "))
-    assert first <= middle <= last, reported[0]
+    line = assert_one_line(verify, "damaged record", "Fix:", status=3)
+    assert "txlog verify" not in line.split("Fix:")[1], f"the fix is not verify itself: {line}"
+    found = re.findall(
+        r"txids (\d+) to (\d+) unreadable: LMDB reports a damaged page", verify.stdout
+    )
+    assert len(found) == 1, verify.stdout
+    first, last = int(found[0][0]), int(found[0][1])
+    assert first <= middle <= last, verify.stdout
     assert last < newest_txid(journal), "verify goes on after the damaged page"
+
+
+@pytest.mark.parametrize("database", [None, b"records"], ids=["main", "records"])
+def test_a_damaged_root_page_gets_a_fix_from_verify_that_is_not_verify(
+    workdir: Path, database: bytes | None
+) -> None:
+    """Random bytes (seed printed) over the root of the main database (LMDB cannot
+    open a sub-database) or of the records (LMDB flags the read failed: MDB_BAD_TXN):
+    every tool says the file is damaged in one line; the others send the user to
+    verify, and verify to the repair."""
+    journal = journal_of(workdir)
+    damage_root(journal / "data.mdb", database, SEED)
+
+    verify = amps_py("txlog", "verify", journal)
+    print(verify.stderr)
+    line = assert_one_line(verify, str(journal), "the file is damaged. Fix: restore", status=3)
+    assert "txlog verify" not in line, line
+    assert "--allow-empty-journal" in line, line
+    for tool in ("info", "dump"):
+        line = assert_one_line(amps_py("txlog", tool, journal), "the file is damaged", status=3)
+        assert f"Fix: amps-py txlog verify {journal} lists the damage" in line, line
 
 
 def test_damaged_newest_lmdb_page_is_one_line_from_serve_and_every_tool(

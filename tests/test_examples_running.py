@@ -29,7 +29,7 @@ from xml.sax.saxutils import escape
 import pytest
 import trio
 from admin_screens import table
-from harness import REPO, ServerProcess, reserve_port, wait_until
+from harness import REPO, ServerProcess, reserve_port, wait_until, wait_until_sync
 
 from amps_py.client import CommandError, ConnectionLost, open_client
 from amps_py.config import load_config
@@ -130,7 +130,7 @@ def copy_example(files: Sequence[Path], workdir: Path) -> dict[str, ServerProces
     return servers
 
 
-def start_all(servers: Mapping[str, ServerProcess], timeout: float = 30) -> None:
+def start_all(servers: Mapping[str, ServerProcess], timeout: float = 120) -> None:
     """Start every instance at once (each one waits for its own ready file)."""
     with ThreadPoolExecutor(len(servers)) as pool:
         for future in [pool.submit(s.start, timeout) for s in servers.values()]:
@@ -162,7 +162,7 @@ def records(server: ServerProcess) -> int:
 
 
 async def wait_records(
-    servers: Mapping[str, ServerProcess], want: int, timeout: float = 20
+    servers: Mapping[str, ServerProcess], want: int, timeout: float = 60
 ) -> None:
     def check() -> str | None:
         have = {name: records(s) for name, s in servers.items()}
@@ -244,7 +244,7 @@ async def test_hot_hot_example_runs(tmp_path: Path, running: list[ServerProcess]
         wrong = {p: i for p, i in ids.items() if i != "replication"}
         return f"destinations log on as {wrong}, want 'replication'" if wrong else None
 
-    await wait_until(authenticated, 10)
+    await wait_until(authenticated, 60)
 
     # replay right after the acks, without waiting for anything: sync means stored
     stored = await replay_all(servers)
@@ -266,7 +266,7 @@ async def test_hot_hot_example_runs(tmp_path: Path, running: list[ServerProcess]
         open_client(b.uri, "mover") as cb,
         cb.subscribe(TOPIC, bookmark=last_bookmark) as sub,
     ):
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             await sub.completed.wait()
         while True:
             with trio.move_on_after(0.3) as quiet:
@@ -406,8 +406,8 @@ async def test_hot_hot_example_status_screen(tmp_path: Path, running: list[Serve
     published: dict[str, list[Pub]] = {}
     await publish_checked(a.uri, "pub-a", range(1, 6), published)
     await publish_checked(b.uri, "pub-b", range(1, 4), published)
-    await wait_until(lambda: caught_up(urls["amps-a"], "amps-b", 8), 20)
-    await wait_until(lambda: caught_up(urls["amps-b"], "amps-a", 8), 20)
+    await wait_until(lambda: caught_up(urls["amps-a"], "amps-b", 8), 60)
+    await wait_until(lambda: caught_up(urls["amps-b"], "amps-a", 8), 60)
 
     async with open_client(a.uri, "watcher") as watcher, watcher.subscribe(TOPIC):
 
@@ -415,7 +415,7 @@ async def test_hot_hot_example_status_screen(tmp_path: Path, running: list[Serve
             clients = admin_get(urls["amps-a"], "/amps/instance/clients.json")
             return None if "watcher" in clients else f"clients are {sorted(clients)}"
 
-        await wait_until(watcher_listed, 10)
+        await wait_until(watcher_listed, 60)
         screens = {
             name: await trio.to_thread.run_sync(lambda url=url: admin_cli(url, "status"))
             for name, url in urls.items()
@@ -511,7 +511,7 @@ async def test_geo_ha_example_runs(tmp_path: Path, running: list[ServerProcess])
             f"last error {d['last_error']!r}"
         )
 
-    await wait_until(via_ny2, 10)
+    await wait_until(via_ny2, 60)
     stored = await replay_all(live)
     check_report(
         classify(published, stored), "geo-ha: ny-1 killed, 20 more published at chi-1", live
@@ -522,6 +522,45 @@ async def test_geo_ha_example_runs(tmp_path: Path, running: list[ServerProcess])
     await wait_records(servers, 3 * n + m)
     stored = await replay_all(servers)
     check_report(classify(published, stored), "geo-ha: ny-1 restarted and caught up", servers)
+
+
+# ---------------------------------------------------------------------- a quiet start
+
+#: a log line at warning level or above (the console format: time [thread] level: ...)
+_LOUD = re.compile(r"^\S+ \[[^\]]*\] (warning|error|critical): ")
+
+
+def all_connected(servers: Mapping[str, ServerProcess]) -> str | None:
+    """None once every destination of every instance is connected, else which is not."""
+    for server in servers.values():
+        repl = server.statistics().get("replication") or {}
+        for d in repl.get("destinations", []):
+            if not d["is_connected"]:
+                return f"{server.name}'s destination {d['name']} is not connected"
+    return None
+
+
+@pytest.mark.parametrize("example", ["hot-hot", "geo-ha"])
+def test_a_normal_start_logs_no_warning(
+    example: str, tmp_path: Path, running: list[ServerProcess]
+) -> None:
+    """Every instance of the example started at once, the secrets made 0600 as the
+    example's README says: once all of them replicate to each other, no instance has
+    logged a warning (peers dialing each other before every one listens, and the two
+    connections a mutually replicating pair opens, are what a start does)."""
+    servers = copy_example(sorted((EXAMPLES / example).glob("*.xml")), tmp_path / example)
+    for secret in ("replication-users.pw", "replication.secret"):
+        (tmp_path / example / secret).chmod(0o600)
+    running.extend(servers.values())
+    start_all(servers, timeout=120)
+    wait_until_sync(lambda: all_connected(servers), 120)
+    loud = [
+        f"{server.name}: {line}"
+        for server in servers.values()
+        for line in server.output.read_text().splitlines()
+        if _LOUD.match(line)
+    ]
+    assert not loud, "\n".join(loud)
 
 
 # ---------------------------------------------------------------------- secure
@@ -564,7 +603,7 @@ async def test_secure_example_runs(tmp_path: Path, running: list[ServerProcess])
         text = server.output.read_text(errors="replace")
         return None if "07-0050" in text else "no 07-0050 on the console yet"
 
-    await wait_until(auth_failure_logged, 10)
+    await wait_until(auth_failure_logged, 60)
     console = server.output.read_text(errors="replace")
     (line,) = [ln for ln in console.splitlines() if "07-0050" in ln]
     assert "'bob'" in line and "not-bobs-password" not in console, line

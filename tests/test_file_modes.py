@@ -136,7 +136,7 @@ async def test_start_up_logs_the_warning(tmp_path: Path) -> None:
             text = server.log_file.read_text()
             return None if "00-0020" in text else "no 00-0020 warning in the log yet"
 
-        await wait_until(warned, 10)
+        await wait_until(warned, 60)
         (line,) = [ln for ln in server.log_file.read_text().splitlines() if "00-0020" in ln]
         assert " warning: 00-0020 PasswordFile of AMPSConfig/Authentication " in line, line
         assert f"Fix: chmod 600 {users}" in line, line

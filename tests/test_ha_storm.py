@@ -209,13 +209,13 @@ async def test_failover_storm_on_the_hot_hot_example(
                     for k in range(KILLS):
                         victim, survivor = names[k % 2], names[(k + 1) % 2]
                         await trio.sleep(rng.uniform(*KILL_AFTER))  # the seeded kill moment
-                        await wait_until(partial(connected_to, clients, victim), 20)
+                        await wait_until(partial(connected_to, clients, victim), 60)
                         losses = pair[survivor].destination(victim)["disconnect_count"]
                         down_for = rng.uniform(*DOWN_FOR)
                         await trio.to_thread.run_sync(pair[victim].kill)
                         kills.append((victim, down_for))
                         # both clients fail over to the survivor while the victim is down
-                        await wait_until(partial(connected_to, clients, survivor), 20)
+                        await wait_until(partial(connected_to, clients, survivor), 60)
                         await trio.sleep(down_for)  # the seeded outage
                         await trio.to_thread.run_sync(pair[victim].start)
                         await wait_until(partial(pair_whole, pair, survivor, losses), 30)

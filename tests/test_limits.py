@@ -196,7 +196,7 @@ async def test_stalled_frame_is_closed_after_the_frame_deadline_while_others_pub
             # a library client that stalls mid-frame is told why its connection closed
             async with open_client(server.uri, "halfway") as halfway:
                 await halfway.send_raw(frame[:100])
-                with trio.fail_after(15):
+                with trio.fail_after(60):
                     while halfway.closed is None:
                         await trio.sleep(0.02)
                 assert "incomplete message timeout" in str(halfway.closed), halfway.closed
@@ -248,7 +248,7 @@ async def test_connection_that_never_logs_on_is_closed_after_the_logon_deadline(
             n = len(log_lines(server, "07-0070"))
             return None if n >= 50 else f"{n} of 50 logon timeouts logged"
 
-        await wait_until(all_logged, 10)
+        await wait_until(all_logged, 60)
         line = log_lines(server, "07-0070")[0]
         assert "no logon within LogonTimeout of 1 s" in line, line
         assert any(conn.address in line for conn in silent), line
@@ -422,7 +422,7 @@ async def test_subscriber_that_stops_reading_is_disconnected_and_sees_eof(
             # the publisher was acknowledged throughout, and still is
             extra = await publish_until(pub, [("feed", payload)], lambda n: n >= 64)
             print(f"published {pushed} x 16 KB until the disconnect, {extra} after")
-        await wait_until(lambda: queued_stats(server, "client_max_capacity", 1), 10)
+        await wait_until(lambda: queued_stats(server, "client_max_capacity", 1), 60)
         assert server.alive, server.tail()
     except trio.TooSlowError:
         raise AssertionError(f"a persisted ack did not come in time\n{server.tail()}") from None
@@ -467,7 +467,7 @@ async def test_instance_limit_disconnects_the_biggest_of_two_slow_subscribers(
             assert ack.header["status"] == "success", ack.header
             await pub.publish_persisted("x", b'{"after":1}', timeout=20)
         assert slow_disconnects(server) == [line]
-        await wait_until(lambda: queued_stats(server, "message_memory_limit", 1), 10)
+        await wait_until(lambda: queued_stats(server, "message_memory_limit", 1), 60)
         assert server.alive, server.tail()
     finally:
         server.stop()

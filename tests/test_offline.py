@@ -78,7 +78,7 @@ class RawSubscriber:
         meanwhile are dropped, except the messages."""
         header["a"] = "processed"
         await self.stream.send_all(encode_frame(header))
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while not (acks := [f for f in self.frames if f.header.get("cid") == header["cid"]]):
                 await self.read_some()
         assert acks[0].header.get("status") == "success", acks[0].header
@@ -195,7 +195,7 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             assert actions is not None
             await wait_until(
                 lambda: None if actions.stats[0].runs == 1 else "on-offline-start did not run",
-                timeout=10,
+                timeout=60,
             )
             assert actions.stats[1].runs == 0
             # the admin API and the metrics show it
@@ -212,7 +212,7 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             # the other subscriber was not held back
             await wait_until(
                 lambda: None if len(fast.messages) == count else f"{len(fast.messages)}",
-                timeout=20,
+                timeout=60,
             )
             assert fast.messages == list(range(count))
             assert session_of(served, "steady").offline is False
@@ -221,7 +221,7 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             await slow.read_until(count, timeout=60)
             assert slow.messages == list(range(count))
             await wait_until(
-                lambda: None if limits.offline_clients == 0 else "still offline", timeout=10
+                lambda: None if limits.offline_clients == 0 else "still offline", timeout=60
             )
             assert not session.offline and session.spilled == 0
             assert list(spill_dir.iterdir()) == []
@@ -229,7 +229,7 @@ async def test_a_slow_subscriber_is_offlined_drains_in_order_and_comes_back_onli
             assert "70-0006" in served.log_text()
             await wait_until(
                 lambda: None if actions.stats[1].runs == 1 else "on-offline-stop did not run",
-                timeout=10,
+                timeout=60,
             )
             assert client_entry(session)["offline"] is False
             assert metrics_of(served)[("amps_offline_clients", "")] == 0
@@ -253,13 +253,13 @@ async def test_past_the_disk_limit_the_offline_subscriber_is_disconnected_and_it
                     timeout=30,
                     interval=0.005,
                 )
-                with trio.fail_after(10):
+                with trio.fail_after(60):
                     await slow.read_forever()  # the server closes it: EOF after the notice
                 slow_done.set()
 
             nursery.start_soon(read_once_disconnected)
             await publish(served, count)
-            with trio.fail_after(15):
+            with trio.fail_after(60):
                 await slow_done.wait()
             assert limits.offlined == 1 and limits.offline_clients == 0
             assert list(spill_dir.iterdir()) == []
@@ -275,7 +275,7 @@ async def test_past_the_disk_limit_the_offline_subscriber_is_disconnected_and_it
             # the other subscriber is unaffected
             await wait_until(
                 lambda: None if len(fast.messages) == count else f"{len(fast.messages)}",
-                timeout=20,
+                timeout=60,
             )
             assert fast.messages == list(range(count))
             nursery.cancel_scope.cancel()
@@ -298,20 +298,20 @@ async def test_a_subscriber_whose_oldest_message_waits_past_the_age_limit_is_dis
                 # idle for longer than the limit, then one message: nobody is too old
                 await trio.sleep(1.5)  # the idle time the limit must not count
                 await publish(served, 1)
-                await wait_until(lambda: None if fast.messages == [0] else "not yet", timeout=5)
+                await wait_until(lambda: None if fast.messages == [0] else "not yet", timeout=60)
                 assert limits.slow_client_age == 0
                 started = trio.current_time()
                 # enough to fill the slow subscriber's socket buffers: a backlog waits
                 await publish(served, 1000)
                 await wait_until(
                     lambda: None if limits.slow_client_age == 1 else "not disconnected yet",
-                    timeout=10,
+                    timeout=60,
                     interval=0.01,
                 )
                 took = trio.current_time() - started
                 print(f"slow subscriber disconnected {took:.2f} s after the backlog began")
                 assert took >= 1.0
-                with trio.fail_after(10):
+                with trio.fail_after(60):
                     await slow.read_forever()  # EOF: the server closed it
                 assert slow.frames[-1].header.get("reason") == "slow client"
                 lines = [ln for ln in served.log_text().splitlines() if "70-0004" in ln]
@@ -319,7 +319,7 @@ async def test_a_subscriber_whose_oldest_message_waits_past_the_age_limit_is_dis
                 assert "over ClientMessageAgeLimit of 1 s" in lines[0], lines[0]
                 await wait_until(
                     lambda: None if len(fast.messages) == 1001 else f"{len(fast.messages)}",
-                    timeout=10,
+                    timeout=60,
                 )
                 assert fast.messages == list(range(1)) + list(range(1000))
                 assert session_of(served, "steady").discarding is False

@@ -120,7 +120,7 @@ async def test_a_transport_with_its_own_small_pool_offlines_its_reader_under_its
             await on_shared.read_until(count, timeout=60)
             assert on_small.messages == on_shared.messages == list(range(count))
             await wait_until(
-                lambda: None if not small_session.offline else "still offline", timeout=10
+                lambda: None if not small_session.offline else "still offline", timeout=60
             )
             assert list(own_dir.iterdir()) == []
         finally:
@@ -147,7 +147,7 @@ async def test_a_replaying_subscriber_is_not_offlined_a_live_one_is(tmp_path: Pa
             # its replay fills the outbox to the high-water mark, then waits
             await wait_until(
                 lambda: None if replaying.out_bytes > 2 * MiB else f"{replaying.out_bytes}",
-                timeout=20,
+                timeout=60,
             )
             assert replaying.replaying == 1
             await publish_range(served, journaled, journaled + live_count)

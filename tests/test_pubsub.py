@@ -82,7 +82,7 @@ async def test_duplicates_are_acked_and_discarded(inproc: InProcessInstance) -> 
             assert got == [1, 2, 3, 4]
         async with sub.subscribe("orders", bookmark="0") as replay:
             got = [m.json()["n"] for m in await drain(replay, 4)]
-            with trio.fail_after(10):
+            with trio.fail_after(60):
                 await replay.completed.wait()
             assert got == [1, 2, 3, 4]
             with trio.move_on_after(0.2):
@@ -127,7 +127,7 @@ async def test_second_logon_with_same_name_takes_over(inproc: InProcessInstance)
             def first_closed() -> str | None:
                 return None if first.closed is not None else "first connection still open"
 
-            await wait_until(first_closed, 10)
+            await wait_until(first_closed, 60)
 
 
 async def test_flush_waits_for_persistence(inproc: InProcessInstance) -> None:
@@ -164,7 +164,7 @@ async def test_silent_client_is_disconnected_after_three_heartbeat_intervals(
     await stream.send_all(encode_frame({"c": "heartbeat", "o": "start,1", "a": "processed"}))
     started = trio.current_time()
     beats = 0
-    with trio.fail_after(15):
+    with trio.fail_after(60):
         while True:
             data = await stream.receive_some(65536)
             if not data:
@@ -188,6 +188,6 @@ async def test_heartbeating_client_stays_connected(
         def beats() -> str | None:
             return None if client.heartbeats >= 5 else f"{client.heartbeats} heartbeats so far"
 
-        await wait_until(beats, 15, interval=0.25)  # virtual time: few wake-ups
+        await wait_until(beats, 60, interval=0.25)  # virtual time: few wake-ups
         assert client.closed is None
         await client.publish_persisted("orders", b"{}")

@@ -54,7 +54,7 @@ class WireConsumer:
         cid = f"{self.name}-{self.cids}"
         header = {**header, "cid": cid, "a": header.get("a", "processed")}
         await self.stream.send_all(encode_frame(header, payload))
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while True:
                 for frame in self.frames:
                     if frame.header.get("c") == "ack" and frame.header.get("cid") == cid:
@@ -110,7 +110,7 @@ class WireConsumer:
         cid = f"{self.name}-{self.cids}"
         header["cid"] = cid
         await self.stream.send_all(encode_frame(header))
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while True:
                 for frame in self.frames:
                     h = frame.header
@@ -181,7 +181,7 @@ async def test_two_wire_consumers_share_50_messages_each_delivered_once(tmp_path
                     if len(got_a) + len(got_b) == 50 and len(state) == 0
                     else f"a {len(got_a)}, b {len(got_b)}, {len(state)} in the queue"
                 ),
-                timeout=20,
+                timeout=60,
             )
             stop.set()
         print(f"a took {len(got_a)}, b took {len(got_b)}")
@@ -203,7 +203,7 @@ async def test_leased_messages_of_a_consumer_that_goes_come_back_to_another(
         ack = await a.subscribe(backlog=5)
         assert "max_backlog=5" in str(ack.header.get("o")), ack.header
         await publish(served.port, 8)
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while len([f for f in a.frames if f.header.get("c") in ("p", "publish")]) < 5:
                 await a.read_some()
         leased = numbers(a.take_messages())
@@ -231,7 +231,7 @@ async def test_acknowledged_messages_stay_gone_after_a_restart(tmp_path: Path) -
         a = await WireConsumer.connect(served.port, "a")
         await a.subscribe(backlog=10)
         await publish(served.port, 6)
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while len([f for f in a.frames if f.header.get("c") in ("p", "publish")]) < 6:
                 await a.read_some()
         frames = a.take_messages()
@@ -310,14 +310,14 @@ async def test_past_max_deliveries_a_message_is_expired_to_the_dead_letter_actio
                 if queues.statistics()[QUEUE]["expired"] == 1
                 else f"not expired yet: {queues.statistics()[QUEUE]}"
             ),
-            timeout=10,
+            timeout=60,
         )
         assert queues.statistics()[QUEUE]["depth"] == 0
         actions = served.instance.actions
         assert actions is not None
         await wait_until(
             lambda: None if actions.stats[0].runs == 1 else "the expire action did not run",
-            timeout=10,
+            timeout=60,
         )
 
 
@@ -328,7 +328,7 @@ async def test_cancel_returns_a_message_and_a_filter_acknowledges(tmp_path: Path
         await a.subscribe(backlog=10)
         await publish(served.port, 4)
         got = []
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while len(got) < 4:
                 got.extend(a.take_messages())
                 if len(got) < 4:
@@ -413,14 +413,14 @@ async def test_journal_removal_keeps_what_a_queue_still_holds(tmp_path: Path) ->
             await a.ack([str(f.header["bm"]) for f in frames])
         await wait_until(
             lambda: None if not queues.oldest_txids() else f"still held: {queues.oldest_txids()}",
-            timeout=10,
+            timeout=60,
         )
         # the last acknowledgement's record commits, then a checkpoint covers it
         await wait_until(
             lambda: None
             if queues.applied_txid == served.instance.committed_txid
             else f"queues applied txid {queues.applied_txid} of {served.instance.committed_txid}",
-            timeout=10,
+            timeout=60,
         )
         await queues.checkpoint()
         limit, why = maintenance.removable_txid({})

@@ -212,7 +212,7 @@ async def test_metrics_have_the_per_queue_series(tmp_path: Path) -> None:
         await consumer.aclose()
         await wait_until(
             lambda: None if book_of(served).statistics()[QUEUE]["leased"] == 0 else "leased",
-            timeout=10,
+            timeout=60,
         )
         text = (await http_get(f"{admin_base(served)}/metrics")).decode()
         assert metric(text, "amps_queue_returned_total") == 2
@@ -315,7 +315,7 @@ async def sow_query(consumer: WireConsumer, **fields: Any) -> tuple[list[Frame],
     header = {"c": "sow", "t": QUEUE, "cid": cid, "query_id": cid, "a": "completed,stats"}
     header.update(fields)
     await consumer.stream.send_all(encode_frame(header))
-    with trio.fail_after(10):
+    with trio.fail_after(60):
         while True:
             acks = [
                 f
@@ -408,14 +408,14 @@ async def test_a_publish_to_the_queue_name_is_journaled_on_the_default_publish_t
 
         await publish(served.port, 1)  # to the queue's name
         got = []
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while not got:
                 got = worker.take_messages()
                 if not got:
                     await worker.read_some()
         assert numbers(got) == [0] and got[0].header["t"] == QUEUE
         seen = []
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while not seen:
                 seen = watcher.take_messages()
                 if not seen:

@@ -80,7 +80,7 @@ def test_a_queue_delivers_around_a_damaged_record_and_its_sow_fails_clearly(
             lines = [x for x in text.splitlines() if "cannot be delivered" in x]
             return None if len(lines) == hidden else f"{len(lines)} of {hidden} logged"
 
-        wait_until_sync(logged, timeout=10)
+        wait_until_sync(logged, timeout=60)
         assert server.alive
         assert_no_traceback(server.log_file.read_text(), server.output.read_text())
     finally:

@@ -170,7 +170,7 @@ async def test_a_dead_owners_messages_wait_until_proxied_transfer_is_enabled(
             if cluster.server("B").statistics()["queues"][QUEUE]["proxied_claims"] == 20
             else "claims not counted yet"
         ),
-        timeout=10,
+        timeout=60,
     )
     # the owner comes back: the claims and acks replicate to it, its queue empties
     cluster.restart("A")

@@ -127,6 +127,16 @@ def test_the_first_outage_line_says_how_it_retries_and_that_acks_wait() -> None:
     )
 
 
+def test_the_first_outage_line_of_a_peer_not_up_since_the_start_says_when_it_warns() -> None:
+    report = OutageReport(True, 1, 1, 0.0, "connect to h:1: Connection refused", True)
+    line = outage_line("B", "h:1", report, 0.0, sync=False, grace=30.0)
+    assert line == (
+        "replication to B (h:1) is not up yet: connect to h:1: Connection refused (the peer "
+        "may still be starting); retrying on the ReconnectTimeout back-off, logged as a "
+        "warning if it is still down 30 s after this first attempt"
+    )
+
+
 def test_later_outage_lines_count_attempts_since_when() -> None:
     report = OutageReport(False, 3, 12, 125.0, "tls: bad certificate", False)
     line = outage_line("B", "h:1", report, 0.0, sync=False)

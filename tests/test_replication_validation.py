@@ -138,7 +138,7 @@ async def test_check_refuses_then_exclusion_connects(cluster: Cluster, case: Cas
             return None
         return f"no {case.check} refusal logged yet"
 
-    await wait_until(refused, 20)
+    await wait_until(refused, 60)
     assert "Fix:" in cluster.log("B")
     assert case.detail in cluster.log("B")
     assert not cluster.server("A").destination("B")["is_connected"]
@@ -150,7 +150,7 @@ async def test_check_refuses_then_exclusion_connects(cluster: Cluster, case: Cas
         d = cluster.server("A").destination("B")
         return None if d["is_connected"] else f"A->B not connected: {d['last_error']}"
 
-    await wait_until(connected, 20)
+    await wait_until(connected, 60)
 
 
 def _config(body: str, journal: str = ".*") -> str:
@@ -767,7 +767,7 @@ async def test_a_pair_with_other_queue_semantics_is_refused_until_they_agree(
             return "the refused side has not logged the refusal"
         return None
 
-    await wait_until(refused, 20)
+    await wait_until(refused, 60)
     assert "define queue work the same way on both instances" in cluster.log("B")
     assert not cluster.server("A").destination("B")["is_connected"]
     assert not cluster.server("B").destination("A")["is_connected"]

@@ -77,7 +77,7 @@ async def test_ended_sessions_keep_little_until_a_full_collection(tmp_path: Path
                     if not instance.sessions
                     else f"{len(instance.sessions)} sessions not ended yet"
                 ),
-                10,
+                60,
             )
             before = tracemalloc.get_traced_memory()[0]
             gc.collect()

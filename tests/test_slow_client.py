@@ -271,7 +271,7 @@ async def run_scenario(server: ServerProcess, spill_dir: Path) -> None:
         expected = [m for m in fast[0].received if m[2] >= 2]
         await slow.read_until(len(expected), timeout=60)
         assert slow.received == expected
-        await wait_until(lambda: _offline_state(admin, want=False), timeout=20)
+        await wait_until(lambda: _offline_state(admin, want=False), timeout=60)
         assert list(os.scandir(spill_dir)) == []
 
         # 4. it stalls again until it passes MessageDiskLimit: disconnected

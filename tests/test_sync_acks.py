@@ -123,7 +123,7 @@ async def test_fully_durable_subscribers_wait_for_the_sync_destination(tmp_path:
             subs.subscribe("orders") as live,
         ):
             assert [(await durable.get(10)).json()["i"] for _ in range(3)] == [0, 1, 2]
-            with trio.fail_after(10):
+            with trio.fail_after(60):
                 await durable.completed.wait()
             p.link.blackhole(True)
             async with open_client(p.a.uri, "pa") as pub:

@@ -123,7 +123,7 @@ async def test_a_slow_fsync_sends_syncs_off_the_event_loop_for_a_while(
             nursery.start_soon(writer.run)
             for seq in (1, 2):
                 writer.submit(Record(topic="t", payload=b"{}", pub_hash=1, seq=seq))
-                with trio.fail_after(10):
+                with trio.fail_after(60):
                     while seq not in stored:
                         await trio.sleep(0.001)
             nursery.cancel_scope.cancel()
@@ -147,7 +147,7 @@ async def test_a_big_batch_goes_into_lmdb_on_the_writer_thread_after_the_staged_
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
             writer.submit(Record(topic="t", payload=b"{}", pub_hash=1, seq=1))  # small
-            with trio.fail_after(10):
+            with trio.fail_after(60):
                 while not stored:
                     await trio.sleep(0.001)
             # (now in the commit log only; LMDB takes it after 100 ms idle, or with

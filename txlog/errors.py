@@ -13,7 +13,15 @@ class JournalError(Exception):
 class JournalDamaged(JournalError):
     """The journal's files are damaged (truncated, empty where a journal was, a damaged
     page or newest record); the message names the file and what to do. The open that
-    raised it changed nothing in ``data.mdb`` or the segment files."""
+    raised it changed nothing in ``data.mdb`` or the segment files.
+
+    ``found``, when given, is the message's account of the damage alone (without the
+    fix), for a tool whose own fix differs (``verify`` does not advise running itself).
+    """
+
+    def __init__(self, message: str, found: str = "") -> None:
+        super().__init__(message)
+        self.found = found
 
 
 class JournalNoSpace(JournalError):

@@ -388,7 +388,7 @@ class Journal:
             raise record_damaged(self.path, exc, self._last_txid) from exc
         except lmdb.Error as exc:
             self.close()
-            raise lmdb_error(self.path, exc) from exc
+            raise lmdb_error(self.path, exc, readonly) from exc
         except BaseException:
             self.close()  # a journal of another instance or format: let go of it
             raise

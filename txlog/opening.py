@@ -144,11 +144,15 @@ def pending_log_bytes(path: Path) -> int:
     return total
 
 
-def lmdb_error(path: Path, exc: lmdb.Error) -> JournalError:
+def lmdb_error(path: Path, exc: lmdb.Error, readonly: bool = False) -> JournalError:
     """``exc`` from LMDB on the journal in ``path``, as a :class:`JournalError` whose
     text names the file and what to do, in one line: a :class:`JournalDamaged` when the
-    file is damaged, a :class:`JournalNoSpace` when its file system is full."""
-    if isinstance(exc, LMDB_DAMAGE_ERRORS):
+    file is damaged, a :class:`JournalNoSpace` when its file system is full.
+
+    ``readonly``: ``exc`` came from a read-only use of the journal, where
+    ``MDB_BAD_TXN`` too means a damaged page (a read that met one flags its transaction
+    failed, some without an error of their own, e.g. on opening a cursor)."""
+    if isinstance(exc, LMDB_DAMAGE_ERRORS) or (readonly and isinstance(exc, lmdb.BadTxnError)):
         return lmdb_damage(path, exc)
     free = free_bytes(path)
     if is_full_disk(exc, free, pending_log_bytes(path)):
@@ -158,10 +162,14 @@ def lmdb_error(path: Path, exc: lmdb.Error) -> JournalError:
 
 def lmdb_damage(path: Path, exc: lmdb.Error) -> JournalDamaged:
     """LMDB's report of a damaged page in the journal in ``path``, with the fix."""
-    return JournalDamaged(
+    found = (
         f"journal {path}: LMDB cannot read {path / preflight.DATA_FILE} ({exc}): the file "
-        f"is damaged. Fix: amps-py txlog verify {path} lists the damage; "
-        f"{preflight.repair_advice(path)}"
+        "is damaged"
+    )
+    return JournalDamaged(
+        f"{found}. Fix: amps-py txlog verify {path} lists the damage; "
+        f"{preflight.repair_advice(path)}",
+        found,
     )
 
 
@@ -256,9 +264,12 @@ def record_damaged(path: Path, exc: CorruptRecord, last_txid: int) -> JournalDam
     is ``last_txid``), with the fix."""
     txid = exc.txid if exc.txid is not None else last_txid
     which = "the newest record" if txid == last_txid else "the record"
-    return JournalDamaged(
+    found = (
         f"journal {path}: {which}, txid {txid}, is damaged ({exc.problem}); the "
-        "journal cannot be continued from it and nothing was changed. Fix: "
-        f"amps-py txlog verify {path} lists every damaged record; "
-        f"{preflight.repair_advice(path)}"
+        "journal cannot be continued from it and nothing was changed"
+    )
+    return JournalDamaged(
+        f"{found}. Fix: amps-py txlog verify {path} lists every damaged record; "
+        f"{preflight.repair_advice(path)}",
+        found,
     )

@@ -72,8 +72,10 @@ class CorruptRecord(Exception):
 
     def __init__(self, txid: int | None, problem: str) -> None:
         where = f"record txid {txid}" if txid is not None else "a record"
+        #: the damage in words, without the fix
+        self.found = f"{where} is corrupt: {problem}"
         super().__init__(
-            f"{where} is corrupt: {problem}; restore the journal from a replica or backup "
+            f"{self.found}; restore the journal from a replica or backup "
             "(amps-py txlog verify lists every damaged record)"
         )
         self.txid = txid
@@ -120,10 +122,11 @@ class UnreadableRecords(CorruptRecord):
             what = f"txids {txid} to {through}"
         verb = " is" if index != "records" else ""
         # not CorruptRecord.__init__: its words are for one record that fails its checks
+        self.found = f"{what}{verb} unreadable: {problem}"
         Exception.__init__(
             self,
-            f"{what}{verb} unreadable: {problem}; restore the journal from a replica or "
-            "backup (amps-py txlog verify lists every damaged record and page)",
+            f"{self.found}; restore the journal from a replica or backup (amps-py txlog "
+            "verify lists every damaged record and page)",
         )
         self.txid = txid
         self.problem = problem

@@ -229,13 +229,32 @@ class UpstreamConnection:
                 await self._receive_loop(link)
                 nursery.cancel_scope.cancel()
         except LinkError as exc:
-            log.warning(
-                "replication from %s (%s) ended: %s",
-                self.name or "?",
-                self.peer,
-                exc,
-                extra=events.extra(events.REPLICATION_LINK_ERROR),
-            )
+            manager = self.instance.replication
+            if (
+                exc.reason == reasons.CLOSED
+                and self.shared is not None
+                and self.back_offered
+                and manager is not None
+                and manager.keeps_own_link(self.name)
+            ):
+                # the peer took its stream back over this instance's own connection
+                # (the tie rule) and closed the one it had opened: no fault (a peer that
+                # went away also ends this instance's connection, logged there)
+                log.info(
+                    "replication from %s (%s) ended: the peer closed this connection, "
+                    "as the tie rule wants once this instance's own connection reaches it",
+                    self.name,
+                    self.peer,
+                    extra=events.extra(events.REPLICATION_DISCONNECTED),
+                )
+            else:
+                log.warning(
+                    "replication from %s (%s) ended: %s",
+                    self.name or "?",
+                    self.peer,
+                    exc,
+                    extra=events.extra(events.REPLICATION_LINK_ERROR),
+                )
             if exc.reason in _TOLD_REASONS:
                 with trio.move_on_after(1):
                     await self.stream.send_all(link.refuse(exc.reason, exc.detail, now()))

@@ -110,13 +110,27 @@ class ReplicationManager:
         else end the reconnect back-off of the destination to that peer."""
         old = self.upstreams.get(conn.name)
         if old is not None and old is not conn:
-            log.warning(
-                "instance %s connected again (%s); closing its older connection (%s)",
-                conn.name,
-                conn.peer,
-                old.peer,
-                extra=events.extra(events.REPLICATION_DISCONNECTED),
-            )
+            if conn.shared is None and old.shared is not None and self.keeps_own_link(conn.name):
+                # both dialed (a pair starting together, or reconnecting at once): the
+                # tie rule keeps this instance's connection, and the peer's stream now
+                # comes back over it
+                log.info(
+                    "instance %s replicates back over this instance's connection (%s); "
+                    "closing the connection it opened (%s): of the two connections a "
+                    "mutually replicating pair opens, the one the lower name opened is kept",
+                    conn.name,
+                    conn.peer,
+                    old.peer,
+                    extra=events.extra(events.REPLICATION_DISCONNECTED),
+                )
+            else:
+                log.warning(
+                    "instance %s connected again (%s); closing its older connection (%s)",
+                    conn.name,
+                    conn.peer,
+                    old.peer,
+                    extra=events.extra(events.REPLICATION_DISCONNECTED),
+                )
             old.close()
         self.upstreams[conn.name] = conn
         if conn.shared is None:
@@ -131,6 +145,16 @@ class ReplicationManager:
         for d in self.destinations:
             if d.config.inet_addrs and conn.name in (d.name, d.remote_name):
                 d.peer_connected(conn.name)
+
+    def keeps_own_link(self, peer_name: str) -> bool:
+        """Whether, of the two connections this instance and ``peer_name`` may open to
+        each other, the tie rule keeps this instance's (:meth:`Destination.attach`): it
+        dials the peer, offering the stream back, and its name sorts first. The peer
+        then closes the connection it opened as soon as this one reaches it."""
+        return peer_name > self.instance.name and any(
+            d.config.inet_addrs and peer_name in (d.name, d.remote_name)
+            for d in self.destinations
+        )
 
     def back_destination(self, name: str, group: str) -> Destination | None:
         """The destination that may replicate back over a connection from instance

@@ -169,12 +169,26 @@ def duration(seconds: float) -> str:
 
 
 def outage_line(
-    name: str, address: str, report: OutageReport, down_since: float | None, *, sync: bool
+    name: str,
+    address: str,
+    report: OutageReport,
+    down_since: float | None,
+    *,
+    sync: bool,
+    grace: float | None = None,
 ) -> str:
     """The log line of one :class:`OutageReport` of destination ``name`` (at
     ``address``), down since ``down_since`` (epoch seconds); a ``sync`` destination's
-    line says that persisted acks wait for it."""
+    line says that persisted acks wait for it. ``grace``: the destination has not
+    connected since the instance started, and is reported as a warning only after
+    that many seconds (the first line says so)."""
     acks = "; persisted acks wait for it (sync destination)" if sync else ""
+    if report.first and grace is not None:
+        return (
+            f"replication to {name} ({address}) is not up yet: {report.error} (the peer "
+            f"may still be starting){acks}; retrying on the ReconnectTimeout back-off, "
+            f"logged as a warning if it is still down {grace:g} s after this first attempt"
+        )
     if report.first:
         return (
             f"replication to {name} ({address}) failed: {report.error}{acks}; "

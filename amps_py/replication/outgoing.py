@@ -53,6 +53,11 @@ log = logging.getLogger("amps_py.replication.outgoing")
 
 #: records read from the journal per data frame
 SEND_BATCH: Final = 8192
+#: seconds a destination that has not connected since the instance started may fail
+#: to connect before it is logged as a warning (at info before: instances started
+#: together dial each other before every one listens, and a loaded machine starts six
+#: instances in more than the outage log's first repeat, 10 s)
+START_GRACE: Final = 30.0
 #: stop sending while this many records are sent but not acknowledged
 MAX_UNACKED_RECORDS: Final = 200_000
 #: longest a destination goes without learning the stream's position while commits
@@ -330,10 +335,26 @@ class Destination:
             return
         refused = code == events.REPLICATION_REFUSED and report.new_error
         level = logging.ERROR if refused else logging.WARNING
+        # never connected since this instance started, and not for long: peers started
+        # together dial each other before every one listens
+        starting = (
+            code == events.REPLICATION_UNREACHABLE
+            and self.resyncs == 0
+            and report.down_for < START_GRACE
+        )
+        if starting:
+            level = logging.INFO
         log.log(
             level,
             "%s",
-            outage_line(self.name, address, report, self._outage.down_since, sync=self.sync),
+            outage_line(
+                self.name,
+                address,
+                report,
+                self._outage.down_since,
+                sync=self.sync,
+                grace=START_GRACE if starting else None,
+            ),
             extra=events.extra(code if report.new_error else events.REPLICATION_UNREACHABLE),
         )
 

@@ -945,19 +945,21 @@ class Session:
             )
         return EntitledTopics(regex, self.may_read)
 
-    def require_entitled(self, topic: str, *, write: bool) -> None:
+    def require_entitled(self, topic: str, *, write: bool, action: str = "") -> None:
         """Raise ``not entitled`` unless this session's user may read/write the
         concrete topic ``topic`` (reads over a topic expression go through
         :meth:`topics_to_read` instead). Refusals are counted (``denied_commands``,
-        and ``denied_writes`` for writes); the connection stays open.
+        and ``denied_writes`` for writes); the connection stays open. ``action`` names
+        what was refused in the detail ("delete from"; default "publish to" or "read").
         """
         if self.is_entitled(topic, write=write):
             return
         self.instance.counters.count_denied(write=write)
+        action = action or ("publish to" if write else "read")
         raise CommandFailed(
             reasons.NOT_ENTITLED,
-            f"user {self.user_id!r} may not {'publish to' if write else 'read'} topic "
-            f"{topic!r}; the {self.instance.entitler.module} rules decide",
+            f"user {self.user_id!r} may not {action} topic {topic!r}; the "
+            f"{self.instance.entitler.module} rules decide",
         )
 
     def _on_publish(self, frame: Frame) -> None:

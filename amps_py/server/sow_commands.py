@@ -443,9 +443,11 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     topic = header.get("t")
     if not topic or not isinstance(topic, str):
         raise CommandFailed(reasons.NO_TOPIC, "sow_delete needs a topic (t)")
-    session.require_entitled(topic, write=True)
     queues = session.instance.queues
     queue = queues.get(topic) if queues else None
+    session.require_entitled(
+        topic, write=True, action="acknowledge on" if queue is not None else "delete from"
+    )
     if queue is not None:
         session.messages_in += 1
         acknowledge(session, queue, header, frame.payload)
