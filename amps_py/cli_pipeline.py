@@ -8,7 +8,9 @@ and works without the ``spark`` extra. Each job is also a script under
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -258,6 +260,37 @@ def pipeline_export(
 
     Prints one line when done; a progress bar on stderr when it is a terminal.
     """
+    try:
+        _export(journal, out, instance, batch_rows, batch_bytes, shorten_long_topics, verify)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    else:
+        code = 0
+    _leave_arrow(code)
+
+
+def _leave_arrow(code: int) -> NoReturn:
+    """Exit with ``code`` now, without the interpreter's teardown: when it tears down
+    while one of pyarrow's pool threads is still alive, the process can abort (SIGABRT,
+    "terminate called without an active exception"; seen in a test of
+    ``export --verify`` on a loaded machine). Everything written is flushed first, and
+    the export has committed (or failed) by then."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _export(
+    journal: str,
+    out: str,
+    instance: str | None,
+    batch_rows: int | None,
+    batch_bytes: int | None,
+    shorten_long_topics: bool,
+    verify: bool,
+) -> None:
+    """The export command's work (see :func:`pipeline_export`)."""
     from amps_py.cli_client import progress
     from amps_py.cli_txlog import journal_tool
 
