@@ -1,7 +1,7 @@
 """One amps-py instance: wiring. Each part lives in its own module; this one builds
 them, connects them and runs them under one nursery.
 
-The whole path of a publish (DESIGN section 4)::
+The whole path of a publish (docs/ARCHITECTURE.md, "The picture")::
 
     Listeners (listeners.py) -> Session (session.py): frame decoded, logon, entitled?
       -> PublishPath.publish (publishing.py): duplicate? (durability.Ledgers)

@@ -184,7 +184,7 @@ class Session:
         self.offline = False
         self._wake = trio.Event()
         self._drained = trio.Event()
-        # persisted-ack state (see DESIGN section 1): the ledger is the instance's,
+        # persisted-ack state (docs/GUARANTEES.md, "Persisted acks"): the ledger is the instance's,
         # shared with an earlier connection of the same client name
         self.wants_persisted = False
         self.ledger: PublisherLedger | None = None
