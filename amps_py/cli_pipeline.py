@@ -9,12 +9,14 @@ and works without the ``spark`` extra. Each job is also a script under
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
@@ -206,6 +208,32 @@ def stats_command(
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report))
 
 
+_Command = TypeVar("_Command", bound=Callable[..., None])
+
+
+def _without_teardown(command: _Command) -> _Command:
+    """Run ``command``, then exit with its status without the interpreter's teardown:
+    when it tears down while one of pyarrow's pool threads is still alive, the process
+    can abort (SIGABRT, "terminate called without an active exception"; seen in a test
+    of ``export --verify`` on a loaded machine). Everything written is flushed first,
+    and the command's work has committed (or failed) by then."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        else:
+            code = 0
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    return cast(_Command, run)
+
+
 @pipeline.command("export")
 @click.argument("journal", type=click.Path(file_okay=False))
 @click.argument("out", type=click.Path(file_okay=False))
@@ -239,6 +267,7 @@ def stats_command(
     is_flag=True,
     help="Then re-read every file of the instance and check it against the manifest.",
 )
+@_without_teardown
 def pipeline_export(
     journal: str,
     out: str,
@@ -260,37 +289,6 @@ def pipeline_export(
 
     Prints one line when done; a progress bar on stderr when it is a terminal.
     """
-    try:
-        _export(journal, out, instance, batch_rows, batch_bytes, shorten_long_topics, verify)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    else:
-        code = 0
-    _leave_arrow(code)
-
-
-def _leave_arrow(code: int) -> NoReturn:
-    """Exit with ``code`` now, without the interpreter's teardown: when it tears down
-    while one of pyarrow's pool threads is still alive, the process can abort (SIGABRT,
-    "terminate called without an active exception"; seen in a test of
-    ``export --verify`` on a loaded machine). Everything written is flushed first, and
-    the export has committed (or failed) by then."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
-def _export(
-    journal: str,
-    out: str,
-    instance: str | None,
-    batch_rows: int | None,
-    batch_bytes: int | None,
-    shorten_long_topics: bool,
-    verify: bool,
-) -> None:
-    """The export command's work (see :func:`pipeline_export`)."""
     from amps_py.cli_client import progress
     from amps_py.cli_txlog import journal_tool
 
