@@ -200,6 +200,8 @@ def stats_command(
         from amps_py.pipeline.stats import journal_stats, render_text
 
         report = journal_stats(spark, request)
+    except StatsError as exc:
+        _fail(str(exc), 2)
     except Exception as exc:  # Spark raises its own types, with our error inside
         message, code = _spark_failure(exc)
         _fail(message, code)
@@ -240,14 +242,15 @@ def _without_teardown(command: _Command) -> _Command:
 @click.option(
     "--instance",
     default=None,
-    help="The name files and manifest are kept under (default: the journal's instance).",
+    help="The name files and manifest are kept under (default: the journal's instance); "
+    "only when JOURNAL is one journal.",
 )
 @click.option(
     "--batch-rows",
     type=click.IntRange(min=1),
     default=None,
-    help="Records per commit (default 250,000); each commit writes one file per topic "
-    "and date in it.",
+    help="Records per commit (default 250,000); each commit is one file (a commit also "
+    "ends where the records' UTC date changes).",
 )
 @click.option(
     "--batch-bytes",
@@ -259,8 +262,9 @@ def _without_teardown(command: _Command) -> _Command:
 @click.option(
     "--shorten-long-topics",
     is_flag=True,
-    help="Put a topic too long for a directory name under a shortened name (the "
-    "manifest maps it back) instead of stopping.",
+    hidden=True,
+    help="No longer needed (topics are not directory names any more); accepted, and "
+    "ignored.",
 )
 @click.option(
     "--verify",
@@ -277,22 +281,93 @@ def pipeline_export(
     shorten_long_topics: bool,
     verify: bool,
 ) -> None:
-    """Export JOURNAL's records to Parquet files in OUT, partitioned by topic and date
-    (OUT/topic=T/date=YYYY-MM-DD/part-INSTANCE-FIRST-LAST.parquet, zstd), with a
-    manifest per run and a cumulative one in OUT/_manifests/INSTANCE/.
+    """Export JOURNAL's records to Parquet files in OUT, partitioned by date
+    (OUT/date=YYYY-MM-DD/part-INSTANCE-FIRST-LAST.parquet, zstd, every column in
+    the files; rows ordered by topic, a row group per topic), with a manifest per run
+    and a cumulative one in OUT/_manifests/INSTANCE/.
+
+    JOURNAL is an instance's journal directory (TransactionLog/JournalDirectory), or
+    a directory holding several (such as ./amps-data holding amps-a/ and amps-b/):
+    each is exported into OUT in turn, under its own instance's name.
 
     Incremental: a run exports only the records after those OUT holds, up to the
     journal's newest record when it started. Safe while the instance runs (the
-    journal is only read) and if killed (the next run finishes the job). Several
-    instances can share OUT. A damaged record stops the export with exit status 3,
-    everything before it exported.
+    journal is only read) and if killed: readers of OUT never see a record the
+    manifest does not list, and the next run finishes the job. A damaged record
+    stops the export of its journal with exit status 3, everything before it
+    exported.
 
-    Prints one line when done; a progress bar on stderr when it is a terminal.
+    Prints one line per journal when done; a progress bar on stderr when it is a
+    terminal.
     """
-    from amps_py.cli_client import progress
     from amps_py.cli_txlog import journal_tool
 
     _require_extra("pyarrow")
+    from amps_py.pipeline.sources import journal_directories
+
+    journals = journal_directories(journal) if Path(journal).is_dir() else []
+    if not journals:
+        if Path(journal).is_dir():
+            _fail(
+                f"{journal} holds no journal (no data.mdb in it or below it); give an "
+                "instance's TransactionLog/JournalDirectory, or a directory holding them",
+                2,
+            )
+        journals = [Path(journal)]  # the journal library names what is wrong
+    if len(journals) > 1:
+        if instance is not None:
+            _fail(
+                f"--instance names one journal's export, and {journal} holds "
+                f"{len(journals)} journals ({', '.join(str(j) for j in journals)}); "
+                "export them one at a time to rename one",
+                2,
+            )
+        with journal_tool(journal):
+            _refuse_shared_instances(journals)
+    worst = 0
+    for path in journals:
+        code = _export_one(str(path), out, instance, batch_rows, batch_bytes, verify)
+        worst = max(worst, code)
+    if worst:
+        sys.exit(worst)
+
+
+def _refuse_shared_instances(journals: list[Path]) -> None:
+    """Exit (status 2) when two of ``journals`` belong to one instance: their exports
+    would go under one name."""
+    from txlog import Journal
+
+    owners: dict[str, Path] = {}
+    for path in journals:
+        with Journal(path, readonly=True) as j:
+            name = j.instance_name or ""
+        if not name:
+            _fail(
+                f"journal {path} records no instance name; export it alone with "
+                "--instance NAME",
+                2,
+            )
+        if name in owners:
+            _fail(
+                f"journals {owners[name]} and {path} both belong to instance {name!r}; "
+                "export each alone, one of them under another --instance",
+                2,
+            )
+        owners[name] = path
+
+
+def _export_one(
+    journal: str,
+    out: str,
+    instance: str | None,
+    batch_rows: int | None,
+    batch_bytes: int | None,
+    verify: bool,
+) -> int:
+    """Export one journal into ``out`` (and verify it) as the export command says;
+    problems are printed. Returns the exit status for it (0: done)."""
+    from amps_py.cli_client import progress
+    from amps_py.cli_txlog import journal_tool
     from amps_py.pipeline.export import ExportDamaged, ExportError, export_journal, verify_export
     from amps_py.pipeline.export_layout import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS
 
@@ -305,7 +380,6 @@ def pipeline_export(
                     instance=instance,
                     batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
                     batch_bytes=batch_bytes or DEFAULT_BATCH_BYTES,
-                    shorten_long_topics=shorten_long_topics,
                     progress=lambda done, total: bar.update(completed=done, total=total),
                 )
             except OSError as exc:
@@ -314,15 +388,23 @@ def pipeline_export(
                 _fail(
                     f"cannot write the export into {out}: {exc.strerror or exc} ({exc.filename})", 2
                 )
-    except ExportDamaged as exc:
-        _fail(str(exc), 3)
-    except ExportError as exc:
-        _fail(str(exc), 2)
+            except ExportDamaged as exc:
+                _fail(str(exc), 3)
+            except ExportError as exc:
+                _fail(str(exc), 2)
+    except SystemExit as exc:  # the line is printed
+        return exc.code if isinstance(exc.code, int) else 1
     if result.removed_before_export:
         first, last = result.removed_before_export
         click.echo(
             f"amps-py: warning: txids {first}..{last} were removed from the journal before "
             "any export held them (journal housekeeping ran first): they are not in OUT",
+            err=True,
+        )
+    if result.published:
+        click.echo(
+            f"amps-py: published {len(result.published)} file(s) an interrupted export "
+            "had committed and not published yet",
             err=True,
         )
     if result.cleaned:
@@ -332,13 +414,19 @@ def pipeline_export(
             err=True,
         )
     click.echo(result.summary())
-    if verify:
-        problems = verify_export(out, result.instance)
-        for problem in problems:
-            click.echo(f"PROBLEM {problem}")
-        if problems:
-            _fail(f"{len(problems)} problem(s) in the export of {result.instance} in {out}", 3)
-        click.echo(f"verified: {out} holds instance {result.instance}'s export whole")
+    if not verify:
+        return 0
+    problems = verify_export(out, result.instance)
+    for problem in problems:
+        click.echo(f"PROBLEM {problem}")
+    if problems:
+        click.echo(
+            f"amps-py: {len(problems)} problem(s) in the export of {result.instance} in {out}",
+            err=True,
+        )
+        return 3
+    click.echo(f"verified: {out} holds instance {result.instance}'s export whole")
+    return 0
 
 
 @pipeline.command("audit")

@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import urllib.parse
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,8 +42,9 @@ from amps_py.pipeline.export import (
     exported_dataset,
     verify_export,
 )
-from amps_py.pipeline.export_layout import decode_name, encode_name, topic_directory
+from amps_py.pipeline.export_layout import decode_name, encode_name
 from amps_py.pipeline.export_manifest import instance_lock
+from amps_py.pipeline.schema import ARROW_SCHEMA
 from txlog import Journal, Record, publisher_hash
 
 #: topics published over the wire (the server takes any of these)
@@ -122,8 +124,8 @@ def journal_records(path: Path, through: int | None = None) -> list[Record]:
 
 # ------------------------------------------------------------------ reading back
 def exported(out: Path) -> pa.Table:
-    """Every row in ``out`` as pyarrow reads the directory (topic and date from the
-    partition directories), in txid order."""
+    """Every row in ``out`` as pyarrow reads the directory (date from the partition
+    directories), in txid order."""
     table = exported_dataset(out).to_table()
     return table.sort_by([("instance", "ascending"), ("txid", "ascending")])
 
@@ -174,8 +176,8 @@ def export_cli(journal: Path, out: Path, *args: str) -> subprocess.CompletedProc
 
 
 def data_files(out: Path) -> set[str]:
-    """The data files in ``out`` (not unfinished, hidden ones)."""
-    return {str(p.relative_to(out)) for p in out.glob("topic=*/date=*/part-*")}
+    """The published data files in ``out`` (not hidden ones)."""
+    return {str(p.relative_to(out)) for p in out.glob("date=*/part-*")}
 
 
 # ------------------------------------------------------------------ tests
@@ -192,15 +194,30 @@ def test_export_of_a_real_journal_reads_back_to_exactly_its_records(
     records = journal_records(server.journal_dir, last)
     assert len(records) >= 1_500 and records[-1].txid == last
     assert_rows_are(exported(out), records, "inst")
-    # the layout: one directory per topic and UTC date, files named by instance and txids
+    # the layout: one directory per UTC date, files named by instance and txids
     files = data_files(out)
-    assert {decode_name(f.split("/")[0][len("topic=") :]) for f in files} == set(WIRE_TOPICS)
-    assert all(f.split("/")[2].startswith("part-inst-") for f in files), files
-    assert "topic=trades%2Feu" in {f.split("/")[0] for f in files}
-    # every file alone is a zstd Parquet file of the schema's columns
+    assert {f.split("/")[0] for f in files} == {f"date={utc_day(r.local_ts)}" for r in records}
+    assert all(f.split("/")[1].startswith("part-inst-") for f in files), files
+    # every file alone is a zstd Parquet file of the schema's columns, topic included,
+    # in topic and txid order with a row group per topic (its statistics name it)
+    topics: set[str] = set()
     for f in files:
-        meta = pq.ParquetFile(out / f).metadata
-        assert meta.row_group(0).column(0).compression == "ZSTD"
+        parquet = pq.ParquetFile(out / f)
+        assert parquet.schema_arrow.names == ARROW_SCHEMA.names
+        table = parquet.read()
+        keys = list(
+            zip(table.column("topic").to_pylist(), table.column("txid").to_pylist(), strict=True)
+        )
+        assert keys == sorted(keys)
+        meta = parquet.metadata
+        topic_column = ARROW_SCHEMA.get_field_index("topic")
+        for group in range(meta.num_row_groups):
+            assert meta.row_group(group).column(0).compression == "ZSTD"
+            stats = meta.row_group(group).column(topic_column).statistics
+            assert stats.min == stats.max
+        assert meta.num_row_groups == len(set(table.column("topic").to_pylist()))
+        topics.update(table.column("topic").to_pylist())
+    assert topics == set(WIRE_TOPICS)
     assert verify_export(out) == []
 
 
@@ -281,18 +298,49 @@ async def test_export_while_the_instance_keeps_writing(
     assert verify_export(out) == []
 
 
-def kill_after_new_files(proc: subprocess.Popen[bytes], out: Path, more: int) -> bool:
-    """SIGKILL ``proc`` once ``more`` data files were added to ``out`` (polled every
-    2 ms). Returns whether it was still running then."""
+def readers_txids(out: Path) -> dict[str, list[int]]:
+    """The txids each reader of the directory sees, sorted: pyarrow's dataset,
+    ``pq.read_table`` and ``pq.ParquetDataset`` (warnings are errors) and DuckDB's
+    ``read_parquet`` of ``**/*.parquet``."""
+    import duckdb
+
+    if not data_files(out):
+        return {"dataset": [], "read_table": [], "ParquetDataset": [], "duckdb": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        seen = {
+            "dataset": exported(out).column("txid").to_pylist(),
+            "read_table": pq.read_table(out).column("txid").to_pylist(),
+            "ParquetDataset": pq.ParquetDataset(out).read().column("txid").to_pylist(),
+        }
+    rows = duckdb.sql(
+        f"select txid from read_parquet('{out}/**/*.parquet', hive_partitioning=true)"
+    ).fetchall()
+    seen["duckdb"] = [txid for (txid,) in rows]
+    return {name: sorted(txids) for name, txids in seen.items()}
+
+
+def kill_at(proc: subprocess.Popen[bytes], out: Path, more: int, staged: bool) -> bool:
+    """SIGKILL ``proc`` once ``more`` data files were published in ``out`` and then,
+    when ``staged``, once a commit's file is being written or is committed and not
+    published yet (a hidden ``.part-...tmp`` exists); polled every millisecond.
+    Returns whether it was still running then."""
     seen = len(data_files(out))
 
-    def enough() -> str | None:
+    def published() -> str | None:
         if proc.poll() is not None:
             return None  # it finished first: nothing left to kill
         now = len(data_files(out))
         return None if now >= seen + more else f"{now - seen} of {more} new files"
 
-    wait_until_sync(enough, 60, interval=0.002)
+    def staging() -> str | None:
+        if proc.poll() is not None or any(out.glob("date=*/.part-*.tmp")):
+            return None
+        return "no commit under way"
+
+    wait_until_sync(published, 60, interval=0.001)
+    if staged:
+        wait_until_sync(staging, 60, interval=0.001)
     running = proc.poll() is None
     if running:
         proc.send_signal(signal.SIGKILL)
@@ -300,116 +348,134 @@ def kill_after_new_files(proc: subprocess.Popen[bytes], out: Path, more: int) ->
     return running
 
 
-def test_export_killed_at_random_moments_resumes_complete_without_duplicates(
+def test_export_killed_at_random_moments_readers_never_see_past_the_manifest(
     tmp_path: Path,
 ) -> None:
-    seed = 20261124
+    """After a kill at any moment, every reader of the directory sees exactly the
+    records the manifest commits (through its last_txid), except a file the manifest
+    lists whose rename the kill beat (it is there under its hidden name; the next run
+    publishes it); a rerun completes the export."""
+    seed = 20261128
     rng = random.Random(seed)
     print(f"seed {seed}")
     journal = tmp_path / "journal"
-    library_journal(journal, "crashy", 6_000, ("orders", "trades", "a/b", "x=y"), seed=seed)
+    library_journal(journal, "crashy", 8_000, ("orders", "trades", "a/b", "x=y"), seed=seed)
     out = tmp_path / "out"
     command = [*amps_py_command(), "pipeline", "export", str(journal), str(out)]
-    command += ["--batch-rows", "300"]
-    killed_mid_run = uncommitted = 0
-    for round_ in range(5):
-        # kill once this many more data files appeared: inside a commit (between two
-        # files, or between its last file and the manifest) or just after one
-        target = rng.randint(1, 12)
+    command += ["--batch-rows", "250"]
+    killed_mid_run = inside_commit = unpublished = 0
+    for round_ in range(8):
+        more, staged = rng.randint(0, 4), rng.random() < 0.75
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env()
         )
-        if kill_after_new_files(proc, out, target):
+        if kill_at(proc, out, more, staged):
             killed_mid_run += 1
-        # whatever moment it died at: the manifest lists only files that are there,
-        # readers see whole files only, each record once
-        committed = out / "_manifests" / "crashy" / "export.json"
-        listed = (
-            {f["path"] for f in manifest(out, "crashy")["files"]} if committed.exists() else set()
+        path = out / "_manifests" / "crashy" / "export.json"
+        doc = manifest(out, "crashy") if path.exists() else {"files": [], "last_txid": 0}
+        listed = {f["path"]: f for f in doc["files"]}
+        staged_now = {str(p.relative_to(out)) for p in out.glob("date=*/.part-*.tmp")}
+        inside_commit += bool(staged_now)
+        waiting = {
+            p for p in listed if not (out / p).exists() and
+            str(Path(p).with_name(f".{Path(p).name}.tmp")) in staged_now
+        }  # fmt: skip
+        unpublished += len(waiting)
+        assert set(listed) - waiting == data_files(out), f"round {round_}"
+        expected = sorted(
+            txid
+            for p, f in listed.items()
+            if p not in waiting
+            for txid in range(f["first_txid"], f["last_txid"] + 1)
         )
-        on_disk = data_files(out)
-        assert listed <= on_disk, f"round {round_}: listed, not there: {listed - on_disk}"
-        uncommitted += len(on_disk - listed)
-        print(f"round {round_}: target {target} files, exit {proc.returncode}, "
-              f"{len(on_disk - listed)} files not committed yet")  # fmt: skip
-        txids = exported(out).column("txid").to_pylist()
-        assert len(txids) == len(set(txids)), f"round {round_}: a record is in two files"
-    assert killed_mid_run == 5, "the export ended before a kill: make the journal larger"
-    assert uncommitted, "no kill landed inside a commit (between its files and its manifest)"
+        if not waiting:  # the manifest's files are the records 1..last_txid
+            assert expected == list(range(1, doc["last_txid"] + 1)), f"round {round_}"
+        seen = readers_txids(out)
+        print(f"round {round_}: {more} more file(s), staged {staged}, exit {proc.returncode}, "
+              f"manifest through {doc['last_txid']}, {len(staged_now)} hidden file(s), "
+              f"{len(waiting)} committed and not published, readers see "
+              f"{len(seen['duckdb'])} rows")  # fmt: skip
+        for reader, txids in seen.items():
+            assert txids == expected, f"round {round_}: {reader} sees other rows"
+    assert killed_mid_run == 8, "the export ended before a kill: make the journal larger"
+    assert inside_commit, "no kill landed inside a commit (a hidden file left)"
+    print(f"{inside_commit} kill(s) inside a commit, {unpublished} file(s) left unpublished")
     done = subprocess.run(command, capture_output=True, text=True, env=cli_env(), check=False)
     assert done.returncode == 0, done.stderr
     print(done.stdout, done.stderr)
-    assert not list(out.glob("**/.part-*")), "a temporary file is left"
-    assert_rows_are(exported(out), journal_records(journal), "crashy")
+    assert not list(out.glob("**/.part-*")), "a hidden file is left"
+    everything = journal_records(journal)
+    assert_rows_are(exported(out), everything, "crashy")
+    for reader, txids in readers_txids(out).items():
+        assert txids == [r.txid for r in everything], reader
     assert verify_export(out) == []
+
+
+def test_a_file_committed_and_not_published_is_published_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """The moment between the manifest listing a file and its rename, made by hand:
+    readers see the records before it, --verify names it, the next run publishes it
+    (its bytes checked) and exports the rest."""
+    journal = tmp_path / "journal"
+    library_journal(journal, "late", 1_000, ("orders", "trades"))
+    out = tmp_path / "out"
+    assert export_journal(journal, out, batch_rows=400).rows == 1_000
+    doc = manifest(out, "late")
+    last = out / doc["files"][-1]["path"]
+    hidden = last.with_name(f".{last.name}.tmp")
+    last.rename(hidden)  # what a kill just before the rename leaves
+    assert readers_txids(out)["read_table"] == list(range(1, doc["files"][-1]["first_txid"]))
+    problems = verify_export(out)
+    assert len(problems) == 1 and "committed, not published yet" in problems[0], problems
+    library_journal(journal, "late", 100, ("orders",), seed=9)
+    done = export_cli(journal, out, "--verify")
+    assert done.returncode == 0, done.stderr
+    assert "published 1 file(s) an interrupted export had committed" in done.stderr
+    assert last.exists() and not hidden.exists()
+    assert readers_txids(out)["duckdb"] == list(range(1, 1_101))
+    # a hidden file whose bytes are not those listed is not published: deleted, and
+    # the file listed stays missing (--verify names it)
+    doc = manifest(out, "late")
+    last = out / doc["files"][-1]["path"]
+    hidden = last.with_name(f".{last.name}.tmp")
+    hidden.write_bytes(last.read_bytes()[:-1])
+    last.unlink()
+    done = export_cli(journal, out, "--verify")
+    assert "deleted 1 file(s)" in done.stderr and not hidden.exists()
+    assert done.returncode == 3 and "cannot be read" in done.stdout, done.stdout
 
 
 def test_topic_names_with_any_characters_round_trip(tmp_path: Path) -> None:
+    """Topics are only in the files (no directory is named after one), so any topic,
+    of any length, is exported as it is."""
     journal = tmp_path / "journal"
-    library_journal(journal, "odd", 2_000, ODD_TOPICS)
+    long_topic = "long/" + "x" * 300
+    library_journal(journal, "odd", 2_000, (*ODD_TOPICS, long_topic))
     out = tmp_path / "out"
     result = export_journal(journal, out)
     assert result.rows == 2_000
-    # readers would take a directory named like Hive's null partition for null: that
-    # one topic is renamed, and the manifest names it
-    renamed = manifest(out, "odd")["renamed_topics"]
-    assert list(renamed.values()) == ["__HIVE_DEFAULT_PARTITION__"]
-    assert next(iter(renamed)).startswith("__HIVE_DEFAULT_PARTITION__~")
     table = exported(out)
-    topics = [renamed.get(t, t) for t in table.column("topic").to_pylist()]
-    assert set(topics) == set(ODD_TOPICS)
-    table = table.set_column(table.schema.get_field_index("topic"), "topic", pa.array(topics))
+    assert set(table.column("topic").to_pylist()) == {*ODD_TOPICS, long_topic}
     assert_rows_are(table, journal_records(journal), "odd")
-    # each directory name is one path component that percent-decoding turns back
-    for top in out.glob("topic=*"):
-        value = top.name[len("topic=") :]
-        assert "/" not in value and "\x00" not in value
-        assert renamed.get(value, urllib.parse.unquote(value)) in ODD_TOPICS
+    assert {p.name.split("=")[0] for p in out.iterdir()} == {"date", "_manifests"}
     assert verify_export(out) == []
-
-
-def test_a_topic_too_long_for_a_directory_name_stops_or_is_shortened(tmp_path: Path) -> None:
-    journal = tmp_path / "journal"
-    long_topic = "long/" + "x" * 300
-    library_journal(journal, "long", 300, ("short", long_topic))
-    out = tmp_path / "out"
-    refused = export_cli(journal, out)
-    assert refused.returncode == 2, refused.stderr
-    assert "bytes: as a directory name" in refused.stderr
-    assert "--shorten-long-topics" in refused.stderr
-    assert "txid " in refused.stderr
-    assert not (out / "_manifests" / "long" / "export.json").exists() and not data_files(out)
+    # the option that renamed long topics' directories is accepted, and changes nothing
+    library_journal(journal, "odd", 100, (long_topic,), seed=5)
     done = export_cli(journal, out, "--shorten-long-topics")
     assert done.returncode == 0, done.stderr
-    shortened = manifest(out, "long")["renamed_topics"]
-    assert list(shortened.values()) == [long_topic]
-    (short_name,) = shortened
-    table = exported(out)
-    on_disk = set(table.column("topic").to_pylist())  # the partition value readers see
-    assert on_disk == {"short", short_name}
-    in_files = pa.concat_tables(pq.read_table(out / f) for f in data_files(out))
-    assert set(in_files.column("topic").to_pylist()) == {"short", long_topic}
-    assert verify_export(out) == []
+    assert_rows_are(exported(out), journal_records(journal), "odd")
 
 
 @settings(derandomize=True, max_examples=300, database=None, deadline=None)
 @given(st.text())
-def test_topic_directory_names_decode_back_exactly(topic: str) -> None:
-    """Any topic's directory value percent-decodes (as Spark and pyarrow do) to it."""
-    if not topic:
-        return  # the server never stores an empty topic: Hive's null partition
-    try:
-        component = topic_directory(topic)
-    except ValueError:
-        assert len(f"topic={encode_name(topic)}".encode()) > 255
-        return
-    value = component[len("topic=") :]
-    assert "/" not in value and "\x00" not in value and len(component.encode()) <= 255
-    if topic == "__HIVE_DEFAULT_PARTITION__":  # renamed: readers take it for null
-        assert value.startswith(topic + "~")
-        return
-    assert decode_name(value) == topic
-    assert urllib.parse.unquote(value, errors="strict") == topic
+def test_instance_names_in_file_names_decode_back_exactly(name: str) -> None:
+    """Any instance name is one path component that percent-decodes (as readers do)
+    back to it."""
+    encoded = encode_name(name)
+    assert "/" not in encoded and "\x00" not in encoded
+    assert decode_name(encoded) == name
+    assert urllib.parse.unquote(encoded, errors="strict") == name
 
 
 def rows_digest(table: pa.Table) -> str:

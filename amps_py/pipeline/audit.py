@@ -58,7 +58,13 @@ from amps_py.pipeline.audit_rules import (
     expectation_for,
     reordered,
 )
-from amps_py.pipeline.sources import export_instances, is_export, read_export
+from amps_py.pipeline.sources import (
+    export_instances,
+    is_export,
+    journal_directories,
+    old_export_layout,
+    read_export,
+)
 from amps_py.replication.fabric import Fabric, load_fabric
 
 if TYPE_CHECKING:
@@ -127,6 +133,9 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
                 "TransactionLog/JournalDirectory, or a directory holding them"
             )
         if is_export(path):
+            old = old_export_layout(path)
+            if old is not None:
+                raise AuditError(f"--journals {path}: {old}")
             instances = export_instances(path)
             if not instances:
                 raise AuditError(
@@ -135,10 +144,7 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
                 )
             exported.extend(JournalSource(path.resolve(), i, exported=True) for i in instances)
             continue
-        if (path / "data.mdb").is_file():
-            found.append(path)
-            continue
-        below = _journal_directories(path)
+        below = journal_directories(path)
         if not below:
             raise AuditError(
                 f"--journals {path}: holds no journal (no data.mdb in it or below it); "
@@ -169,18 +175,6 @@ def find_journals(paths: Iterable[str | os.PathLike[str]]) -> list[JournalSource
         owners[instance] = path
         sources.append(JournalSource(path, instance))
     return sources
-
-
-def _journal_directories(path: Path) -> list[Path]:
-    """The directories below ``path`` that hold a journal: those holding ``data.mdb``,
-    except the stores a journal directory keeps inside it (its SOW stores, queue
-    checkpoints and client-name owners, each an LMDB environment of its own)."""
-    holding = sorted(d.parent for d in path.rglob("data.mdb"))
-    journals: list[Path] = []
-    for directory in holding:
-        if not any(directory.is_relative_to(j) for j in journals):
-            journals.append(directory)
-    return journals
 
 
 def load_source(spark: SparkSession, source: JournalSource) -> DataFrame:

@@ -1,11 +1,12 @@
 """Export a journal to Parquet, incrementally (plain Python + pyarrow: no Spark, no
 Java, so it runs on the server host beside a running instance).
 
-The export directory's layout and how topic names are encoded in it are in
-:mod:`.export_layout`; the manifests in :mod:`.export_manifest`; reading an export
-back and checking it in :mod:`.export_verify`. Files hold the columns of
-:data:`.schema.ARROW_SCHEMA` (one row per record, in txid order), zstd-compressed;
-``topic`` and ``date`` (the UTC date of ``local_ts``) are the partition directories.
+The export directory's layout is in :mod:`.export_layout`; the manifests in
+:mod:`.export_manifest`; reading an export back and checking it in
+:mod:`.export_verify`. Each commit is one file holding the columns of
+:data:`.schema.ARROW_SCHEMA` (one row per record, ordered by topic and txid, a row
+group per topic), zstd-compressed, in the partition directory ``date=...`` (the UTC
+date of ``local_ts``; no column of the files).
 
 Contract:
 
@@ -16,12 +17,15 @@ Contract:
 - **Incremental.** The next run starts after the manifest's ``last_txid``. Several
   instances' journals can share one export directory: files and manifests are named
   by instance, and each instance has its own lock.
-- **Crash-safe.** Records are committed in batches: each batch's files are written
-  under hidden temporary names, flushed to disk and renamed; then the cumulative
-  manifest (written the same way) moves ``last_txid`` past them. A run killed at any
-  point leaves no partly written file that a reader picks up; the next run first
-  deletes what a killed run wrote after the manifest's ``last_txid``, then exports
-  those records again.
+- **Crash-safe, and readers never run ahead of the manifest.** Records are
+  committed in batches of consecutive txids on one UTC date: a batch's file is
+  written under a hidden temporary name and flushed to disk; the cumulative manifest
+  (written the same way) then lists it and moves ``last_txid`` past it; only then is
+  the file published (renamed to the name listed). So a reader of the directory
+  never sees a row the manifest does not list, and a run killed at any point leaves
+  no partly written file a reader picks up. The next run first settles what a killed
+  run left: it publishes a file the manifest lists (checked against its SHA-256) and
+  deletes any other, whose records it then exports again.
 - **Read-only on the journal**: safe while its instance runs.
 - **Damage is never skipped.** A record that fails its CRC stops the run with
   :class:`ExportDamaged` naming its txid; everything before it is committed, so the
@@ -58,28 +62,27 @@ from .export_layout import (
     DEFAULT_BATCH_ROWS,
     EXPORT_FORMAT,
     MANIFEST_DIR,
+    OLD_LAYOUT_FIX,
+    OLD_TOPIC_PREFIX,
     ZERO_CHECKSUM,
-    TopicTooLong,
     add_checksums,
-    date_directory,
-    decode_name,
     manifest_directory,
-    part_name,
+    part_path,
     run_manifest_name,
     temporary_name,
-    topic_directory,
 )
 from .export_manifest import (
     ExportedFile,
     ExportError,
     Manifest,
+    OldExportLayout,
     fsync_directory,
     instance_lock,
     iso_time,
     rows_sha256,
     write_atomically,
 )
-from .export_verify import exported_dataset, instance_files, verify_export
+from .export_verify import exported_dataset, instance_files, subdirectories, verify_export
 from .schema import ARROW_SCHEMA, RecordTooLarge
 
 __all__ = [
@@ -87,6 +90,7 @@ __all__ = [
     "ExportError",
     "ExportResult",
     "ExportedFile",
+    "OldExportLayout",
     "export_journal",
     "exported_dataset",
     "verify_export",
@@ -98,10 +102,7 @@ DAY_US: Final = 86_400_000_000
 _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
 #: ``progress(done, total)``: records this run has read, and has to read
 ProgressCallback = Callable[[int, int], None]
-#: a partition: (topic, days since 1970-01-01 of local_ts, UTC)
-_Key = tuple[str, int]
 _PAYLOAD: Final = ARROW_SCHEMA.get_field_index("payload")
-_TOPIC: Final = ARROW_SCHEMA.get_field_index("topic")
 _TXID: Final = ARROW_SCHEMA.get_field_index("txid")
 _BOOKMARK: Final = ARROW_SCHEMA.get_field_index("bookmark")
 _LOCAL_TS: Final = ARROW_SCHEMA.get_field_index("local_ts")
@@ -139,6 +140,8 @@ class ExportResult:
     removed_before_export: tuple[int, int] | None = None
     #: files a killed run left behind, deleted before this run exported (relative)
     cleaned: tuple[str, ...] = ()
+    #: files a killed run committed and had not published yet, published by this run
+    published: tuple[str, ...] = ()
 
     @property
     def rows_per_second(self) -> float:
@@ -168,61 +171,63 @@ class _Last:
 
 
 class _Pending:
-    """Records read and not yet committed, as Arrow batches grouped by partition."""
+    """Records read and not yet committed: consecutive txids, all on one UTC date."""
 
     def __init__(self) -> None:
-        self.batches: dict[_Key, list[pa.RecordBatch]] = {}
+        self.batches: list[pa.RecordBatch] = []
+        self.day = 0  #: days since 1970-01-01 (UTC) of their local_ts
         self.rows = 0
         self.bytes = 0
         self.last: _Last | None = None
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        """Add ``batch`` (records in txid order, after those added before), split by
-        partition where it spans several."""
+    def add(self, day: int, batch: pa.RecordBatch) -> None:
+        """Add ``batch`` (records in txid order, after those added before, all on
+        ``day``)."""
         if not batch.num_rows:
             return
-        for key, rows in _split(batch):
-            self.batches.setdefault(key, []).append(rows)
+        self.batches.append(batch)
+        self.day = day
         self.rows += batch.num_rows
         self.bytes += batch.column(_PAYLOAD).nbytes
         end = batch.num_rows - 1
         self.last = _Last(batch.column(_TXID)[end].as_py(), batch.column(_BOOKMARK)[end].as_py())
 
-    def take(self) -> tuple[list[tuple[str, str, pa.Table]], _Last | None]:
-        """The pending records as one table per partition, ``(topic, 'YYYY-MM-DD',
-        rows)`` in topic and date order, and the last record; empties the buffer."""
-        parts = [
-            (topic, date.fromordinal(_EPOCH_ORDINAL + day).isoformat(),
-             pa.Table.from_batches(batches, ARROW_SCHEMA))
-            for (topic, day), batches in sorted(self.batches.items())
-        ]  # fmt: skip
-        last = self.last
-        self.batches = {}
+    def take(self) -> tuple[str, list[pa.RecordBatch], _Last | None]:
+        """The pending records' date (``YYYY-MM-DD``), their batches and the last
+        record; empties the buffer."""
+        day = date.fromordinal(_EPOCH_ORDINAL + self.day).isoformat()
+        batches, last = self.batches, self.last
+        self.batches = []
         self.rows = self.bytes = 0
         self.last = None
-        return parts, last
+        return day, batches, last
 
 
-def _split(batch: pa.RecordBatch) -> Iterator[tuple[_Key, pa.RecordBatch]]:
-    """``batch``'s rows by partition, each part in the batch's order."""
-    topics = batch.column(_TOPIC)
+def _by_day(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``batch``'s rows in runs of consecutive rows on one UTC date (days since
+    1970-01-01 of ``local_ts``), in the batch's order."""
     days = pc.cast(pc.cast(batch.column(_LOCAL_TS), pa.date32()), pa.int32())
     low, high = pc.min_max(days).values()
-    if low == high and pc.count_distinct(topics).as_py() == 1:
-        yield (topics[0].as_py(), low.as_py()), batch
+    if low == high:
+        yield low.as_py(), batch
         return
-    keys = pa.record_batch([topics, days], ["topic", "day"])
-    order = pc.sort_indices(keys, [("topic", "ascending"), ("day", "ascending")])
-    batch, keys = batch.take(order), keys.take(order)
-    topics, days = keys.column(0), keys.column(1)
     n = batch.num_rows
-    change = pc.or_(
-        pc.not_equal(topics.slice(1), topics.slice(0, n - 1)),
-        pc.not_equal(days.slice(1), days.slice(0, n - 1)),
-    )
+    change = pc.not_equal(days.slice(1), days.slice(0, n - 1))
     starts = [0, *(i + 1 for i in pc.indices_nonzero(change).to_pylist()), n]
     for start, end in itertools.pairwise(starts):
-        yield (topics[start].as_py(), days[start].as_py()), batch.slice(start, end - start)
+        yield days[start].as_py(), batch.slice(start, end - start)
+
+
+def _by_topic(batches: list[pa.RecordBatch]) -> tuple[pa.Table, list[pa.Table]]:
+    """The records ordered by topic, then txid: the whole table, and one slice of it
+    per topic."""
+    table = pa.Table.from_batches(batches, ARROW_SCHEMA)
+    table = table.sort_by([("topic", "ascending"), ("txid", "ascending")]).combine_chunks()
+    topics = table.column("topic")
+    n = table.num_rows
+    change = pc.not_equal(topics.slice(1), topics.slice(0, n - 1))
+    starts = [0, *(i + 1 for i in pc.indices_nonzero(change).to_pylist()), n]
+    return table, [table.slice(a, b - a) for a, b in itertools.pairwise(starts)]
 
 
 class _Run:
@@ -239,7 +244,6 @@ class _Run:
         *,
         batch_rows: int,
         batch_bytes: int,
-        shorten_long_topics: bool,
         progress: ProgressCallback | None,
     ) -> None:
         self.journal = journal
@@ -249,7 +253,6 @@ class _Run:
         self.manifest = manifest
         self.batch_rows = batch_rows
         self.batch_bytes = batch_bytes
-        self.shorten = shorten_long_topics
         self.progress = progress
         self.started_unix = time.time()
         self.started = time.monotonic()
@@ -296,7 +299,7 @@ class _Run:
                 self._stop_at_damage(after, exc)
             if not batch.num_rows:
                 break
-            self.pending.add(batch)
+            self._add(batch)
             self.read_rows += batch.num_rows
             after = batch.column(_TXID)[batch.num_rows - 1].as_py()
             if self.pending.rows >= self.batch_rows or self.pending.bytes >= self.batch_bytes:
@@ -304,6 +307,14 @@ class _Run:
             self._report(total)
         self._commit_pending()
         self._wait_for_writer()
+
+    def _add(self, batch: pa.RecordBatch) -> None:
+        """Add ``batch`` to the pending records, committing those pending first where
+        the date changes (a commit's records are all on one date)."""
+        for day, rows in _by_day(batch):
+            if self.pending.rows and self.pending.day != day:
+                self._commit_pending()
+            self.pending.add(day, rows)
 
     def _read(self, after: int, limit: int) -> pa.RecordBatch:
         """Up to ``limit`` records after txid ``after`` (and up to :attr:`stop_txid`)
@@ -352,7 +363,7 @@ class _Run:
     def _stop_at_damage(self, after: int, exc: CorruptRecord) -> NoReturn:
         txid = exc.txid
         if txid is not None and txid > after + 1:
-            self.pending.add(self._read(after, txid - after - 1))
+            self._add(self._read(after, txid - after - 1))
         self._commit_pending()
         self._wait_for_writer()
         through = self.manifest.last_txid
@@ -377,11 +388,11 @@ class _Run:
 
     # -- writing (on the writer thread, one commit at a time, in order)
     def _commit_pending(self) -> None:
-        parts, last = self.pending.take()
+        day, batches, last = self.pending.take()
         if last is None:
             return
         self._wait_for_writer()
-        self._writing = self._writer.submit(self._commit, parts, last)
+        self._writing = self._writer.submit(self._commit, day, batches, last)
 
     def _wait_for_writer(self) -> None:
         """Wait for the commit under way; its error is raised here."""
@@ -389,80 +400,59 @@ class _Run:
         if writing is not None:
             writing.result()
 
-    def _commit(self, parts: list[tuple[str, str, pa.Table]], last: _Last) -> None:
-        """Write one file per partition, then move the manifest past ``last``. A
-        failure on the way deletes the files this commit wrote (what a reader of the
-        directory sees stays what the manifest lists)."""
-        named = [(self._topic_directory(topic, table), day, table) for topic, day, table in parts]
-        written: list[ExportedFile] = []
+    def _commit(self, day: str, batches: list[pa.RecordBatch], last: _Last) -> None:
+        """Write the records as one file under a hidden name, list it in the manifest
+        (moving ``last_txid`` past ``last``), then publish it under its listed name.
+        A failure before the manifest lists it deletes the file; one after leaves it
+        for the next run to publish."""
+        table, per_topic = _by_topic(batches)
+        first = pc.min(table.column("txid")).as_py()
+        relative = part_path(self.instance, day, first, last.txid)
+        final = self.out / relative
+        tmp = final.with_name(temporary_name(final.name))
+        directory = final.parent
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            fsync_directory(self.out)
         try:
-            for (topic_dir, day, table), (topic, _, _) in zip(named, parts, strict=True):
-                written.append(self._write(topic_dir, topic, day, table))
-            for directory in sorted({(self.out / f.path).parent for f in written}):
-                fsync_directory(directory)
+            data = _parquet_bytes(per_topic)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            fsync_directory(directory)
+            written = ExportedFile(
+                path=relative,
+                date=day,
+                rows=table.num_rows,
+                topics=len(per_topic),
+                first_txid=first,
+                last_txid=last.txid,
+                bytes=data.size,
+                sha256=hashlib.sha256(data).hexdigest(),
+                rows_sha256=rows_sha256(table),
+            )
         except BaseException:
-            for f in written:
-                with contextlib.suppress(OSError):
-                    (self.out / f.path).unlink()
+            with contextlib.suppress(OSError):
+                tmp.unlink()
             raise
         m = self.manifest
-        m.files.extend(written)
-        m.first_txid = m.first_txid or min(f.first_txid for f in written)
+        m.files.append(written)
+        m.first_txid = m.first_txid or first
         m.last_txid = last.txid
         m.last_bookmark = last.bookmark
         m.journal = str(self.journal.path.resolve())
-        self.files.extend(written)
-        for f in written:
-            m.rows += f.rows
-            self.rows += f.rows
-            m.rows_checksum = add_checksums(m.rows_checksum, f.rows_sha256)
-            self.rows_checksum = add_checksums(self.rows_checksum, f.rows_sha256)
+        m.rows += written.rows
+        m.rows_checksum = add_checksums(m.rows_checksum, written.rows_sha256)
+        # a failure while the manifest is saved leaves the file where it is: whether
+        # the manifest lists it or not, the next run settles it (publishes or deletes)
         self._save_manifest(finished=False)
-
-    def _topic_directory(self, topic: str, table: pa.Table) -> str:
-        """``topic=...`` for ``topic`` (noting a renamed one in the manifest).
-
-        Raises:
-            ExportError: the topic is too long for a directory name.
-        """
-        try:
-            topic_dir = topic_directory(topic, shorten=self.shorten)
-        except TopicTooLong as exc:
-            raise ExportError(f"txid {table.column('txid')[0].as_py()}: {exc}") from None
-        if "~" in topic_dir:  # a full name has its "~" encoded: this one is renamed
-            self.manifest.renamed_topics[decode_name(topic_dir.partition("=")[2])] = topic
-        return topic_dir
-
-    def _write(self, topic_dir: str, topic: str, day: str, table: pa.Table) -> ExportedFile:
-        txids = table.column("txid")
-        first, last = txids[0].as_py(), txids[-1].as_py()
-        relative = f"{topic_dir}/{date_directory(day)}"
-        directory = self.out / relative
-        if not directory.is_dir():
-            directory.mkdir(parents=True, exist_ok=True)
-            fsync_directory(directory.parent)
-            fsync_directory(self.out)
-        name = part_name(self.instance, first, last)
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        data = sink.getvalue()
-        tmp = directory / temporary_name(name)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / name)
-        return ExportedFile(
-            path=f"{relative}/{name}",
-            topic=topic,
-            date=day,
-            rows=table.num_rows,
-            first_txid=first,
-            last_txid=last,
-            bytes=data.size,
-            sha256=hashlib.sha256(data).hexdigest(),
-            rows_sha256=rows_sha256(table),
-        )
+        # listed: from here on the file is committed, whatever happens next
+        self.files.append(written)
+        self.rows += written.rows
+        self.rows_checksum = add_checksums(self.rows_checksum, written.rows_sha256)
+        os.replace(tmp, final)
+        fsync_directory(directory)
 
     def _save_manifest(self, *, finished: bool) -> None:
         entry = self.run_entry
@@ -511,18 +501,64 @@ class _Run:
         return f"{MANIFEST_DIR}/{self.manifest_dir.name}/{name}"
 
 
-def _clean_interrupted(out: Path, instance: str, through: int) -> list[str]:
-    """Delete what a killed run of ``instance`` left: unfinished files, and files of
-    records after txid ``through`` (written, never committed to the manifest).
-    Returns their paths relative to ``out``."""
-    cleaned: list[Path] = []
+def _parquet_bytes(per_topic: list[pa.Table]) -> pa.Buffer:
+    """One Parquet file (zstd) of the tables, a row group (or more) each."""
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, ARROW_SCHEMA, compression="zstd") as writer:
+        for table in per_topic:
+            writer.write_table(table)
+    return sink.getvalue()
+
+
+def _settle_interrupted(
+    out: Path, instance: str, manifest: Manifest
+) -> tuple[list[str], list[str]]:
+    """Settle what a killed run of ``instance`` left: publish a file the manifest lists
+    that was not published yet (its bytes checked against the manifest), delete any
+    other unpublished file, and any published one the manifest does not list past its
+    ``last_txid``. Returns the paths (relative to ``out``) published, and deleted."""
+    listed = {f.path: f for f in manifest.files}
+    published: list[str] = []
+    deleted: list[str] = []
+    touched: set[Path] = set()
     for path, part in list(instance_files(out, instance)):
-        if part.temporary or part.first_txid > through:
-            (out / path).unlink()
-            cleaned.append(path)
-    for directory in sorted({(out / path).parent for path in cleaned}):
+        at = out / path
+        if part.temporary:
+            final = (path.parent / at.name[1 : -len(".tmp")]).as_posix()
+            entry = listed.get(final)
+            if entry is not None and not (out / final).exists() and _holds(at, entry):
+                os.replace(at, out / final)
+                published.append(final)
+            else:
+                at.unlink()
+                deleted.append(path.as_posix())
+            touched.add(at.parent)
+        elif part.first_txid > manifest.last_txid and path.as_posix() not in listed:
+            at.unlink()
+            deleted.append(path.as_posix())
+            touched.add(at.parent)
+    for directory in sorted(touched):
         fsync_directory(directory)
-    return [str(path) for path in cleaned]
+    return published, deleted
+
+
+def _holds(path: Path, entry: ExportedFile) -> bool:
+    """Whether ``path`` holds the bytes the manifest lists for ``entry``."""
+    if path.stat().st_size != entry.bytes:
+        return False
+    return hashlib.sha256(path.read_bytes()).hexdigest() == entry.sha256
+
+
+def refuse_old_layout(out: Path) -> None:
+    """Raise :class:`OldExportLayout` when ``out`` holds an export in the previous
+    layout (its ``topic=...`` directories); writing the new one beside it would leave
+    a directory no reader reads whole."""
+    old = subdirectories(out, OLD_TOPIC_PREFIX)
+    if old:
+        raise OldExportLayout(
+            f"{out} holds an export in the previous layout ({len(old)} topic=... "
+            f"directories, e.g. {sorted(old)[0].name}); {OLD_LAYOUT_FIX}"
+        )
 
 
 def export_journal(
@@ -532,7 +568,6 @@ def export_journal(
     instance: str | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
-    shorten_long_topics: bool = False,
     progress: ProgressCallback | None = None,
 ) -> ExportResult:
     """Export the records of the journal in ``journal_path`` that ``out_dir`` does not
@@ -545,19 +580,18 @@ def export_journal(
             instances' exports.
         instance: the name files and manifests are kept under; default: the name
             the journal records.
-        batch_rows: records per commit; each commit writes one file per topic and
-            date among its records, so larger batches mean fewer, larger files.
+        batch_rows: records per commit; each commit writes one file (a commit also
+            ends where the records' UTC date changes), so larger batches mean fewer,
+            larger files.
         batch_bytes: payload bytes per commit (whichever limit comes first).
-        shorten_long_topics: export a topic too long for a directory name under a
-            shortened one (:mod:`.export_layout`) instead of stopping.
         progress: called with (records read, records to read) as the run goes.
 
     Raises:
         ExportDamaged: a damaged record stopped the run (what came before it is
             exported and in the manifest).
         ExportError: the export cannot run (another export of the instance is
-            running, the directory holds another journal's export, a topic is too
-            long for a directory name, a damaged manifest).
+            running, the directory holds another journal's export, or an export in
+            the previous layout (:class:`OldExportLayout`), a damaged manifest).
         txlog.JournalError: the journal cannot be opened.
         OSError: the export directory cannot be written (e.g. its disk is full);
             what was committed stays, the next run goes on from there.
@@ -565,6 +599,7 @@ def export_journal(
     if batch_rows < 1 or batch_bytes < 1:
         raise ExportError("batch_rows and batch_bytes must be at least 1")
     out = Path(out_dir)
+    refuse_old_layout(out)
     with Journal(journal_path, readonly=True) as journal:
         if journal.damage is not None:
             raise journal.damage
@@ -578,7 +613,7 @@ def export_journal(
         manifest_dir.mkdir(parents=True, exist_ok=True)
         with instance_lock(manifest_dir, name):
             manifest = Manifest.load(manifest_dir / CUMULATIVE_MANIFEST, name)
-            cleaned = _clean_interrupted(out, name, manifest.last_txid)
+            published, cleaned = _settle_interrupted(out, name, manifest)
             run = _Run(
                 journal,
                 out,
@@ -586,7 +621,6 @@ def export_journal(
                 manifest,
                 batch_rows=batch_rows,
                 batch_bytes=batch_bytes,
-                shorten_long_topics=shorten_long_topics,
                 progress=progress,
             )
             run.export()
@@ -604,4 +638,5 @@ def export_journal(
                 run_manifest=run_manifest,
                 removed_before_export=run.removed_before_export,
                 cleaned=tuple(cleaned),
+                published=tuple(published),
             )

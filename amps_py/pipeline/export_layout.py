@@ -3,71 +3,73 @@ pyarrow).
 
 An export directory ``OUT`` holds, for every instance exported into it::
 
-    OUT/topic=<topic>/date=<YYYY-MM-DD>/part-<instance>-<first txid>-<last txid>.parquet
+    OUT/date=<YYYY-MM-DD>/part-<instance>-<first txid>-<last txid>.parquet
     OUT/_manifests/<instance>/export.json              the cumulative manifest
     OUT/_manifests/<instance>/run-<UTC time>-<first txid>-<last txid>.json   one per run
 
-Txids in file names have at least 12 digits (zero-padded), so names sort in txid
-order. Partition values are Hive-style ``name=value`` directories, as Spark and
-pyarrow write and read them. ``date`` is the UTC date of the record's ``local_ts`` (when this
-instance stored it). Names beginning with ``_`` or ``.`` are hidden from both readers:
-the manifests, and a file being written (``.part-...parquet.tmp``).
+One file per commit: a commit is a run of consecutive txids of one instance whose
+``local_ts`` falls on one UTC date (``date``); its rows are ordered by topic, then
+txid, one row group per topic, so a reader filtering on ``topic`` skips the other
+topics' row groups by their statistics.
 
-Topic (and instance) names are encoded so any name is one safe path component and
-decodes back exactly, with the unescaping Spark and pyarrow already apply to
-partition values: every ASCII character except letters, digits, ``-``, ``_`` and
-``.`` becomes ``%XX`` (its code in upper-case hex: ``/`` -> ``%2F``, ``%`` -> ``%25``,
+Every column of :data:`.schema.ARROW_SCHEMA` is in every file, ``topic`` included
+(whatever its length: no topic is a directory name). The only partition key is the
+directory ``date=...``, and ``date`` is no column in the files: so pyarrow
+(``pq.read_table(OUT)``), Spark (``spark.read.parquet(OUT)``) and DuckDB
+(``read_parquet('OUT/**/*.parquet', hive_partitioning=true)``) read the whole
+directory with no column twice, and prune dates by directory.
+
+Txids in file names have at least 12 digits (zero-padded), so names sort in txid
+order. Names beginning with ``_`` or ``.`` are hidden from Spark and pyarrow: the
+manifests, and a file not published yet (``.part-...parquet.tmp``, which DuckDB's
+``*.parquet`` does not match either).
+
+Instance names are encoded so any name is one safe path component and decodes back
+exactly: every ASCII character except letters, digits, ``-``, ``_`` and ``.``
+becomes ``%XX`` (its code in upper-case hex: ``/`` -> ``%2F``, ``%`` -> ``%25``,
 space -> ``%20``); characters beyond ASCII stay as they are (UTF-8 in the file
 name). ``decode_name`` (or any percent-decoding) gives the name back.
 
-Two kinds of topic cannot be their own directory name; they are *renamed*: the
-first :data:`SHORTENED_PREFIX_BYTES` bytes of the encoded name, ``~`` and 16 hex
-digits of the topic's SHA-256 (``~`` is always encoded in a full name, so a renamed
-one never equals a full one). Readers then see that value in the partition column
-(the ``topic`` column inside each file keeps the full name), and the manifest's
-``renamed_topics`` maps it back:
-
-- a topic whose ``topic=...`` name would pass the file system's 255 bytes: refused
-  (:class:`TopicTooLong`) unless renaming is asked for (``--shorten-long-topics``);
-- a topic named ``__HIVE_DEFAULT_PARTITION__``, which readers take for the null
-  partition: always renamed.
-
-The empty topic (which the server never stores) is that null partition.
+The previous layout (format ``amps-py-export-1``: ``OUT/topic=<topic>/date=<d>/...``
+with ``topic`` also a column in the files, which pyarrow refuses to merge and Spark
+warns about) is not written into: an export directory holding it is refused, naming
+the fix (:data:`OLD_LAYOUT_FIX`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
 #: the format written into every manifest
-EXPORT_FORMAT: Final = "amps-py-export-1"
+EXPORT_FORMAT: Final = "amps-py-export-2"
+#: the format of the previous layout (topic=/date= directories)
+OLD_EXPORT_FORMAT: Final = "amps-py-export-1"
+#: what to do with an export directory in the previous layout
+OLD_LAYOUT_FIX: Final = (
+    "export into a new, empty directory (amps-py pipeline export JOURNAL NEW_OUT), "
+    "then delete the old one; its topic=... directories cannot be read whole by "
+    "pyarrow, and Spark reads the topic column twice"
+)
 MANIFEST_DIR: Final = "_manifests"
 CUMULATIVE_MANIFEST: Final = "export.json"
 LOCK_FILE: Final = "export.lock"
-#: records per commit: each commit writes one file per topic and date among them
+#: records per commit (each commit is one file)
 DEFAULT_BATCH_ROWS: Final = 250_000
 #: payload bytes per commit (whichever of the two limits comes first). A run holds at
 #: most two commits in memory (one being read, one being written), each about twice
 #: its payload as Arrow columns (JSON bodies are also a text column): with this
 #: default a run stays near 220 MB (measured), whatever the journal's size
 DEFAULT_BATCH_BYTES: Final = 32 * 1024 * 1024
-#: bytes a file system allows in one name (ext4, xfs, btrfs, APFS: 255)
-NAME_MAX: Final = 255
-SHORTENED_PREFIX_BYTES: Final = 200
-#: Hive's (and Spark's and pyarrow's) name of the null partition
-NULL_PARTITION: Final = "__HIVE_DEFAULT_PARTITION__"
+#: the directory prefix of the previous layout's topic partitions
+OLD_TOPIC_PREFIX: Final = "topic="
 _SAFE: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _ESCAPE: Final = re.compile(r"%([0-9A-Fa-f]{2})")
 _TXID_DIGITS: Final = 12
 _PART: Final = re.compile(r"^(\.?)part-(.+)-(\d+)-(\d+)\.parquet(\.tmp)?$")
-
-
-class TopicTooLong(ValueError):
-    """A topic name too long for one directory name; the message says what to do."""
+_DATE_DIR: Final = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 
 
 def encode_name(name: str) -> str:
@@ -80,56 +82,34 @@ def decode_name(encoded: str) -> str:
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), encoded)
 
 
-def topic_directory(topic: str, *, shorten: bool = False) -> str:
-    """The ``topic=...`` directory name of ``topic``.
-
-    Raises:
-        TopicTooLong: the name would pass :data:`NAME_MAX` bytes and ``shorten`` is off.
-    """
-    if not topic:
-        return f"topic={NULL_PARTITION}"
-    encoded = encode_name(topic)
-    if encoded == NULL_PARTITION:  # readers would take it for the null partition
-        return f"topic={renamed(encoded, topic)}"
-    component = f"topic={encoded}"
-    if len(component.encode()) <= NAME_MAX:
-        return component
-    if not shorten:
-        raise TopicTooLong(
-            f"topic {topic[:60]!r}... is {len(topic.encode())} bytes: as a directory name "
-            f"it would pass the file system's {NAME_MAX}-byte limit; export with "
-            "--shorten-long-topics (its partition directory is then the first "
-            f"{SHORTENED_PREFIX_BYTES} bytes and a hash, and the manifest's "
-            "'renamed_topics' gives the full name)"
-        )
-    return f"topic={renamed(encoded, topic)}"
-
-
-def renamed(encoded: str, topic: str) -> str:
-    """The partition value of a topic that cannot be its own (the module docstring)."""
-    prefix = encoded.encode()[:SHORTENED_PREFIX_BYTES].decode("utf-8", "ignore")
-    cut = prefix.rfind("%", len(prefix) - 2)  # never end inside a %XX escape
-    if cut >= 0:
-        prefix = prefix[:cut]
-    return f"{prefix}~{hashlib.sha256(topic.encode()).hexdigest()[:16]}"
-
-
 def date_directory(day: str) -> str:
     """``date=YYYY-MM-DD``."""
     return f"date={day}"
 
 
+def parse_date_directory(name: str) -> str | None:
+    """The ``YYYY-MM-DD`` of a ``date=...`` directory name, or None for any other."""
+    m = _DATE_DIR.match(name)
+    return m.group(1) if m else None
+
+
 def part_name(instance: str, first_txid: int, last_txid: int) -> str:
-    """The file name of ``instance``'s rows ``first_txid..last_txid`` in one partition."""
+    """The file name of ``instance``'s commit of txids ``first_txid..last_txid``."""
     return (
         f"part-{encode_name(instance)}-{first_txid:0{_TXID_DIGITS}d}-"
         f"{last_txid:0{_TXID_DIGITS}d}.parquet"
     )
 
 
+def part_path(instance: str, day: str, first_txid: int, last_txid: int) -> str:
+    """``date=<day>/part-...parquet``: where that commit's file is published
+    (relative to the export directory, ``/``-separated)."""
+    return f"{date_directory(day)}/{part_name(instance, first_txid, last_txid)}"
+
+
 def temporary_name(final_name: str) -> str:
-    """Where a file is written before it is renamed to ``final_name`` (hidden from
-    readers by its leading dot)."""
+    """Where a file is written before it is published as ``final_name`` (hidden from
+    readers by its leading dot, and not ``*.parquet``)."""
     return f".{final_name}.tmp"
 
 

@@ -3,10 +3,12 @@ atomic writes, flushed directories, one export per instance at a time, row check
 
 The cumulative manifest (``_manifests/<instance>/export.json``) is the export's commit
 record: a file counts as exported once it is listed there, and ``last_txid`` is where
-the next run starts. Field by field:
+the next run starts. A commit's file is written under a hidden temporary name first,
+listed here, and only then published (renamed to its listed name): so a reader of the
+directory never sees a row the manifest does not list. Field by field:
 
 ==========================  ===============================================================
-``format``                  ``amps-py-export-1``
+``format``                  ``amps-py-export-2``
 ``instance``                the instance whose records these are
 ``journal``                 the journal directory of the last run
 ``first_txid``              the first txid exported (0: none yet)
@@ -15,9 +17,10 @@ the next run starts. Field by field:
                             holds the same there, so another journal is not appended)
 ``rows``                    records exported, in all files
 ``rows_checksum``           the files' ``rows_sha256`` summed modulo 2**256 (64 hex digits)
-``files``                   every file: ``path`` (relative), ``topic``, ``date``, ``rows``,
-                            ``first_txid``, ``last_txid``, ``bytes``, ``sha256`` (of the
-                            bytes), ``rows_sha256``
+``files``                   every file (one per commit): ``path`` (relative), ``date``,
+                            ``rows``, ``topics`` (how many topics its rows are of),
+                            ``first_txid``, ``last_txid``, ``bytes``, ``sha256`` (of
+                            the bytes), ``rows_sha256``
 ``runs``                    every run: ``run`` (its manifest's name), ``started``,
                             ``finished`` (null: still running, or killed), ``journal``,
                             ``after_txid``, ``through_txid``, ``stop_txid`` (the journal's
@@ -25,8 +28,6 @@ the next run starts. Field by field:
                             ``seconds``, ``stopped`` (why it stopped early, or null)
 ``removed_before_export``   ``[first, last]`` txid ranges the journal had removed before
                             any run exported them
-``renamed_topics``          partition value -> full topic, for topics that cannot be their
-                            own directory name (:mod:`.export_layout`)
 ``updated``                 when it was written (UTC)
 ==========================  ===============================================================
 
@@ -35,7 +36,8 @@ run's fields, its files and its own ``rows_checksum``.
 
 ``rows_sha256`` of a file: SHA-256 of its txid column as little-endian int64 values in
 row order, followed by its bookmarks' UTF-8 bytes concatenated in row order (each
-bookmark ends with ``|``, so the concatenation is unambiguous).
+bookmark ends with ``|``, so the concatenation is unambiguous). Rows are in topic,
+then txid order.
 """
 
 from __future__ import annotations
@@ -54,7 +56,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from .export_layout import EXPORT_FORMAT, LOCK_FILE, ZERO_CHECKSUM
+from .export_layout import (
+    EXPORT_FORMAT,
+    LOCK_FILE,
+    OLD_EXPORT_FORMAT,
+    OLD_LAYOUT_FIX,
+    ZERO_CHECKSUM,
+)
 
 _I32 = struct.Struct("<i")
 
@@ -63,14 +71,18 @@ class ExportError(Exception):
     """The export cannot run or go on as asked; the message says what to do."""
 
 
+class OldExportLayout(ExportError):
+    """The export directory holds the previous layout (``amps-py-export-1``)."""
+
+
 @dataclass(frozen=True)
 class ExportedFile:
     """One Parquet file of an export, as its manifest lists it."""
 
     path: str  #: relative to the export directory, ``/``-separated
-    topic: str
     date: str  #: ``YYYY-MM-DD``
     rows: int
+    topics: int  #: how many topics its rows are of
     first_txid: int
     last_txid: int
     bytes: int
@@ -96,7 +108,6 @@ class Manifest:
     files: list[ExportedFile] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
     removed_before_export: list[list[int]] = field(default_factory=list)
-    renamed_topics: dict[str, str] = field(default_factory=dict)
     updated: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -123,6 +134,11 @@ class Manifest:
                 f"export manifest {path} cannot be read ({exc}); restore it, or export "
                 "into a new directory"
             ) from None
+        if isinstance(doc, dict) and doc.get("format") == OLD_EXPORT_FORMAT:
+            raise OldExportLayout(
+                f"{path.parent.parent.parent} holds an export in the previous layout "
+                f"({OLD_EXPORT_FORMAT}, topic=... directories); {OLD_LAYOUT_FIX}"
+            )
         if (
             not isinstance(doc, dict)
             or doc.get("format") != EXPORT_FORMAT

@@ -23,7 +23,9 @@ from .export_layout import (
     decode_name,
     encode_name,
     manifest_directory,
+    parse_date_directory,
     parse_part_name,
+    temporary_name,
 )
 from .export_manifest import ExportedFile, ExportError, Manifest, rows_sha256
 from .schema import ARROW_SCHEMA
@@ -33,14 +35,12 @@ if TYPE_CHECKING:
 
 
 def exported_dataset(out_dir: str | os.PathLike[str]) -> ds.Dataset:
-    """Every exported file in ``out_dir`` as one pyarrow dataset: the schema's columns,
-    ``topic`` decoded from its directory (the same as the column) and ``date`` as a
-    date. Manifests and unfinished files are not part of it."""
+    """Every exported file in ``out_dir`` as one pyarrow dataset: the schema's columns
+    and ``date`` (from the directory) as a date. Manifests and files not published yet
+    are not part of it."""
     import pyarrow.dataset as ds
 
-    partitioning = ds.partitioning(
-        pa.schema([("topic", pa.string()), ("date", pa.date32())]), flavor="hive"
-    )
+    partitioning = ds.partitioning(pa.schema([("date", pa.date32())]), flavor="hive")
     schema = ARROW_SCHEMA.append(pa.field("date", pa.date32()))
     return ds.dataset(out_dir, schema=schema, format="parquet", partitioning=partitioning)
 
@@ -50,10 +50,11 @@ def verify_export(out_dir: str | os.PathLike[str], instance: str | None = None) 
     check it against its manifest. Returns the problems found, each naming the file
     and what is wrong; empty when the export is whole.
 
-    Checks: every file listed is there with its size and SHA-256; its rows, txid range
-    and row checksum match; its rows are of that instance, topic and date; no txid is
-    in two files; the row checksums add up to the manifest's; and no data file of the
-    instance is missing from the manifest (a reader would count its rows too).
+    Checks: every file listed is published with its size and SHA-256; its rows, txid
+    range, topic count and row checksum match; its rows are of that instance and date,
+    in topic and txid order; no txid is in two files; the row checksums add up to the
+    manifest's; and no data file of the instance is missing from the manifest (a
+    reader would count its rows too).
     """
     out = Path(out_dir)
     base = out / MANIFEST_DIR
@@ -94,35 +95,44 @@ def _verify_instance(out: Path, instance: str) -> list[str]:
         if not part.temporary and str(stray) not in listed:
             problems.append(
                 f"{stray}: a file of instance {instance!r} that the manifest does not list "
-                "(left by an interrupted export, or copied in): readers count its rows "
-                "too; the next export of the instance deletes one it left, else remove it"
+                "(copied in, or written by something else; an export publishes only "
+                "files it listed): readers count its rows too; remove it"
             )
     return problems
 
 
 def _verify_file(out: Path, instance: str, f: ExportedFile, seen: set[int]) -> list[str]:
+    path = out / f.path
     try:
-        data = (out / f.path).read_bytes()
+        data = path.read_bytes()
     except OSError as exc:
+        if path.with_name(temporary_name(path.name)).exists():
+            return [
+                f"{f.path}: committed, not published yet (an export was killed before "
+                "renaming it): readers miss its rows; the next export of the instance "
+                "publishes it"
+            ]
         return [f"{f.path}: cannot be read ({exc.strerror or exc})"]
     if len(data) != f.bytes or hashlib.sha256(data).hexdigest() != f.sha256:
         return [f"{f.path}: its bytes are not those written (size or SHA-256 differs)"]
     table = pq.read_table(pa.BufferReader(data))
     problems: list[str] = []
     txids = table.column("txid").to_pylist()
+    topics = table.column("topic").to_pylist()
     if len(txids) != f.rows or rows_sha256(table) != f.rows_sha256:
         problems.append(f"{f.path}: its rows are not those the manifest lists")
-    if txids and (txids[0] != f.first_txid or txids[-1] != f.last_txid):
+    if txids and (min(txids) != f.first_txid or max(txids) != f.last_txid):
         problems.append(f"{f.path}: its txids are not {f.first_txid}..{f.last_txid}")
-    if any(b <= a for a, b in itertools.pairwise(txids)):
-        problems.append(f"{f.path}: its txids are not in increasing order")
+    if any(b <= a for a, b in itertools.pairwise(zip(topics, txids, strict=True))):
+        problems.append(f"{f.path}: its rows are not in topic and txid order")
+    if len(set(topics)) != f.topics:
+        problems.append(f"{f.path}: its rows are of {len(set(topics))} topics, not {f.topics}")
     twice = seen.intersection(txids)
     if twice:
         problems.append(f"{f.path}: txid(s) {sorted(twice)[:5]} are also in another file")
     seen.update(txids)
-    for column, expected in (("instance", instance), ("topic", f.topic)):
-        if set(table.column(column).to_pylist()) - {expected}:
-            problems.append(f"{f.path}: a row's {column} is not {expected!r}")
+    if set(table.column("instance").to_pylist()) - {instance}:
+        problems.append(f"{f.path}: a row's instance is not {instance!r}")
     days = pc.cast(table.column("local_ts"), pa.date32()).to_pylist()
     if {d.isoformat() for d in days} - {f.date}:
         problems.append(f"{f.path}: a row's local_ts is not on {f.date}")
@@ -130,14 +140,15 @@ def _verify_file(out: Path, instance: str, f: ExportedFile, seen: set[int]) -> l
 
 
 def instance_files(out: Path, instance: str) -> Iterator[tuple[Path, PartFile]]:
-    """The files of ``instance`` in ``out`` (data files and unfinished ones), each with
-    its path relative to ``out`` and what its name says."""
-    for topic_dir in subdirectories(out, "topic="):
-        for day_dir in subdirectories(topic_dir, "date="):
-            for entry in os.scandir(day_dir):
-                part = parse_part_name(entry.name)
-                if part is not None and part.instance == instance:
-                    yield Path(entry.path).relative_to(out), part
+    """The files of ``instance`` in ``out`` (published files and ones not published
+    yet), each with its path relative to ``out`` and what its name says."""
+    for day_dir in subdirectories(out, "date="):
+        if parse_date_directory(day_dir.name) is None:
+            continue
+        for entry in os.scandir(day_dir):
+            part = parse_part_name(entry.name)
+            if part is not None and part.instance == instance:
+                yield Path(entry.path).relative_to(out), part
 
 
 def subdirectories(path: Path, prefix: str) -> list[Path]:

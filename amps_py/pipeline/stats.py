@@ -338,7 +338,10 @@ def _read_export(spark: SparkSession, path: str, request: StatsRequest) -> DataF
     directories read)."""
     from pyspark.sql import functions as F
 
-    df = read_export(spark, path)
+    try:
+        df = read_export(spark, path)
+    except ValueError as exc:  # the previous layout
+        raise StatsError(str(exc)) from None
     if request.topics:
         df = df.where(F.col("topic").isin(list(request.topics)))
     if request.start_time:
