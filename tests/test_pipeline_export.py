@@ -8,6 +8,7 @@ its library function. Every comparison is against what ``txlog.Journal.read`` re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import urllib.parse
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -664,3 +665,196 @@ def test_a_second_export_of_the_same_instance_at_once_is_refused(tmp_path: Path)
     assert done.returncode == 2
     assert "another export of instance 'busy'" in done.stderr and "is running" in done.stderr
     assert export_cli(journal, out).returncode == 0
+
+
+# ------------------------------------------------------------------ readers
+def old_layout_export(out: Path, records: pa.Table) -> None:
+    """What the previous export wrote (format amps-py-export-1): ``topic=...``
+    directories with the topic column in the files too, and its manifest."""
+    for topic in set(records.column("topic").to_pylist()):
+        if len(encode_name(topic)) > 200:
+            continue  # it renamed those: not needed here
+        rows = records.filter(pc.equal(records.column("topic"), topic))
+        directory = out / f"topic={encode_name(topic)}" / "date=2026-09-21"
+        directory.mkdir(parents=True)
+        pq.write_table(rows, directory / "part-old-000000000001-000000000009.parquet")
+    (out / "_manifests" / "old").mkdir(parents=True)
+    (out / "_manifests" / "old" / "export.json").write_text(
+        json.dumps({"format": "amps-py-export-1", "instance": "old", "files": []}, indent=1)
+    )
+
+
+@contextlib.contextmanager
+def spark_log(spark: Any) -> Iterator[Callable[[], str]]:
+    """What Spark's driver logs (WARN and above, the session's level) while the block
+    runs: a log4j appender writing into a string, read by the function yielded."""
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    context = log4j.LogManager.getContext(False)
+    config = context.getConfiguration()
+    writer = jvm.java.io.StringWriter()
+    layout = log4j.core.layout.PatternLayout.createDefaultLayout()
+    name = f"test-capture-{id(writer)}"
+    appender = log4j.core.appender.WriterAppender.createAppender(
+        layout, None, writer, name, False, True
+    )
+    appender.start()
+    config.addAppender(appender)
+    config.getRootLogger().addAppender(appender, None, None)
+    context.updateLoggers()
+    try:
+        yield lambda: str(writer.toString())
+    finally:
+        config.getRootLogger().removeAppender(name)
+        context.updateLoggers()
+        appender.stop()
+
+
+def test_pyarrow_duckdb_and_spark_read_the_export_whole(tmp_path: Path, spark: Any) -> None:
+    """Each reader reads the whole directory with no error or warning, every record
+    once, with its topic; Spark prunes dates by directory. The same readers fail or
+    warn on the previous layout (so these checks would see it)."""
+    from amps_py.pipeline.sources import read_export
+
+    topics = ("orders", "trades/eu", "x=y", "long/" + "y" * 300)
+    for name, count in (("alpha", 1_500), ("beta", 700)):
+        library_journal(tmp_path / name, name, count, topics, seed=len(name))
+        assert export_journal(tmp_path / name, tmp_path / "out", batch_rows=300).rows == count
+    out = tmp_path / "out"
+    records = {(r.txid, r.topic) for r in journal_records(tmp_path / "alpha")}
+    expected = sorted(
+        [("alpha", *r) for r in records]
+        + [("beta", r.txid, r.topic) for r in journal_records(tmp_path / "beta")]
+    )
+    assert len(expected) == 2_200
+
+    def keys(table: pa.Table) -> list[tuple[str, int, str]]:
+        columns = [table.column(c).to_pylist() for c in ("instance", "txid", "topic")]
+        return sorted(zip(*columns, strict=True))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert keys(pq.read_table(out)) == expected
+        assert keys(pq.ParquetDataset(out).read()) == expected
+    import duckdb
+
+    for hive in ("true", "false"):
+        rows = duckdb.sql(
+            f"select instance, txid, topic from read_parquet('{out}/**/*.parquet', "
+            f"hive_partitioning={hive})"
+        ).fetchall()
+        assert sorted(rows) == expected, hive
+    days = duckdb.sql(
+        f"select count(distinct date) from read_parquet('{out}/**/*.parquet', "
+        "hive_partitioning=true)"
+    ).fetchall()
+    assert days[0][0] >= 4  # about four days of local timestamps
+
+    with spark_log(spark) as logged:
+        spark.read.parquet(str(out)).count()
+        assert "COLUMN_ALREADY_EXISTS" not in logged() and "WARN" not in logged(), logged()
+    df = spark.read.parquet(str(out))
+    assert sorted(df.columns) == sorted([*ARROW_SCHEMA.names, "date"])
+    got = sorted(
+        (r.instance, r.txid, r.topic) for r in df.select("instance", "txid", "topic").collect()
+    )
+    assert got == expected
+    first_day = min(f["date"] for f in manifest(out, "alpha")["files"])
+    on_first_day = df.where(f"date = '{first_day}'")
+    assert (
+        "PartitionFilters: [isnotnull(date"
+        in on_first_day._jdf.queryExecution().executedPlan().toString()
+    )
+    assert on_first_day.count() == sum(
+        1 for r in journal_records(tmp_path / "alpha") + journal_records(tmp_path / "beta")
+        if utc_day(r.local_ts) == first_day
+    )  # fmt: skip
+    assert read_export(spark, out, "beta").columns == ARROW_SCHEMA.names
+    assert read_export(spark, out, "beta").count() == 700
+
+    # the previous layout: pyarrow refuses it, Spark warns (seen in the same capture)
+    old = tmp_path / "old"
+    old_layout_export(old, exported(out).drop_columns(["date"]))
+    with pytest.raises(pa.ArrowTypeError, match="topic"):
+        pq.read_table(old)
+    with spark_log(spark) as logged:
+        spark.read.parquet(str(old)).count()
+        assert "COLUMN_ALREADY_EXISTS" in logged(), logged()
+    with pytest.raises(ValueError, match="previous layout"):
+        read_export(spark, old)
+
+
+def test_an_export_in_the_previous_layout_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    library_journal(journal, "old", 300)
+    out = tmp_path / "out"
+    old_layout_export(out, exported_table_of(journal))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    done = export_cli(journal, out)
+    assert done.returncode == 2, done.stderr
+    assert "holds an export in the previous layout" in done.stderr
+    assert "export into a new, empty directory" in done.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before, "it wrote nothing"
+    problems = verify_export(out)
+    assert len(problems) == 1 and "previous layout" in problems[0], problems
+    from amps_py.pipeline.audit import AuditError, find_journals
+
+    with pytest.raises(AuditError, match="previous layout"):
+        find_journals([out])
+    # the fix the message names works
+    fresh = tmp_path / "fresh"
+    assert export_cli(journal, fresh).returncode == 0
+    assert_rows_are(exported(fresh), journal_records(journal), "old")
+
+
+def exported_table_of(journal: Path) -> pa.Table:
+    """The journal's records as Arrow rows (exported to a scratch directory)."""
+    scratch = journal.parent / "scratch-export"
+    export_journal(journal, scratch)
+    return exported(scratch).drop_columns(["date"])
+
+
+# ------------------------------------------------------------------ several journals
+def add_stores(journal: Path) -> None:
+    """LMDB stores of their own inside a journal directory, as a running instance
+    keeps them (SOW, queue checkpoints, client names): not journals."""
+    for store in ("sow/orders", "queues", "client-names"):
+        (journal / store).mkdir(parents=True)
+        env = lmdb.open(str(journal / store), map_size=1 << 20)
+        with env.begin(write=True) as txn:
+            txn.put(b"k", b"v")
+        env.close()
+
+
+def test_export_of_a_directory_holding_several_journals(tmp_path: Path) -> None:
+    """`pipeline export ./amps-data OUT`, as the hot-hot walkthrough lays journals
+    out: each instance's journal is exported into OUT under its own name."""
+    data = tmp_path / "amps-data"
+    for name, count in (("amps-a", 800), ("amps-b", 500)):
+        library_journal(data / name, name, count, ("orders", "trades"), seed=len(name) + count)
+        add_stores(data / name)
+    out = tmp_path / "export"
+    done = run("pipeline", "export", "./amps-data", "./export", "--verify", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(" records of instance ")[1].split()[0] for line in lines
+            if line.startswith("exported ")] == ["amps-a", "amps-b"]  # fmt: skip
+    assert sum(line.startswith("verified: ") for line in lines) == 2
+    table = exported(out)
+    for name in ("amps-a", "amps-b"):
+        mine = table.filter(pc.equal(table.column("instance"), name))
+        assert_rows_are(mine, journal_records(data / name), name)
+    assert sorted(p.name for p in (out / "_manifests").iterdir()) == ["amps-a", "amps-b"]
+    # again: nothing new for either
+    again = run("pipeline", "export", "./amps-data", "./export", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("nothing new to export") == 2
+    # --instance names one journal's export: refused for several
+    renamed = run("pipeline", "export", "./amps-data", "./x", "--instance", "z", cwd=tmp_path)
+    assert renamed.returncode == 2 and "holds 2 journals" in renamed.stderr
+    # a directory holding none says so
+    (tmp_path / "empty").mkdir()
+    none = run("pipeline", "export", "./empty", "./x", cwd=tmp_path)
+    assert none.returncode == 2 and "holds no journal (no data.mdb in it or below it)" in (
+        none.stderr
+    )
