@@ -263,8 +263,7 @@ def _without_teardown(command: _Command) -> _Command:
     "--shorten-long-topics",
     is_flag=True,
     hidden=True,
-    help="No longer needed (topics are not directory names any more); accepted, and "
-    "ignored.",
+    help="No longer needed (topics are not directory names any more); accepted, and ignored.",
 )
 @click.option(
     "--verify",
@@ -343,8 +342,7 @@ def _refuse_shared_instances(journals: list[Path]) -> None:
             name = j.instance_name or ""
         if not name:
             _fail(
-                f"journal {path} records no instance name; export it alone with "
-                "--instance NAME",
+                f"journal {path} records no instance name; export it alone with --instance NAME",
                 2,
             )
         if name in owners:

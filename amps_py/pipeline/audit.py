@@ -193,6 +193,7 @@ def load_journal(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame
     """
     return spark.read.format("amps_txlog").load(str(path))
 
+
 # ------------------------------------------------------------------------- session
 
 

@@ -8,8 +8,10 @@
    ``Record`` objects; what any single-process Python reader pays).
 3. Reader + Arrow: the same, each chunk turned into an Arrow batch
    (``amps_py.pipeline.schema.records_to_batch``).
-4. Export: ``export_journal`` into an empty directory (Arrow, partitioning, zstd
-   Parquet, checksums, fsync, manifests), then an incremental run with nothing new.
+4. Export: ``export_journal`` into an empty directory (Arrow, rows ordered by topic
+   with a row group per topic, one zstd Parquet file per commit under ``date=...``,
+   checksums, fsync, manifests, publication by rename), then an incremental run with
+   nothing new.
 
 Prints one JSON line per figure (records/s, seconds; the export's files and bytes).
 
