@@ -218,16 +218,42 @@ def _by_day(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
         yield days[start].as_py(), batch.slice(start, end - start)
 
 
-def _by_topic(batches: list[pa.RecordBatch]) -> tuple[pa.Table, list[pa.Table]]:
-    """The records ordered by topic, then txid: the whole table, and one slice of it
-    per topic."""
+@dataclass(frozen=True)
+class _Encoded:
+    """One commit's records as a Parquet file's bytes, and what the manifest says of
+    them."""
+
+    data: pa.Buffer
+    rows: int
+    topics: int
+    first_txid: int
+    rows_sha256: str
+
+
+def _encode(batches: list[pa.RecordBatch]) -> _Encoded:
+    """The records as one Parquet file (zstd), ordered by topic, then txid, a row group
+    (or more) per topic. Rows are copied one topic at a time, so a commit needs little
+    more memory than its records."""
     table = pa.Table.from_batches(batches, ARROW_SCHEMA)
-    table = table.sort_by([("topic", "ascending"), ("txid", "ascending")]).combine_chunks()
-    topics = table.column("topic")
-    n = table.num_rows
+    order = pc.sort_indices(
+        table.select(["topic", "txid"]), [("topic", "ascending"), ("txid", "ascending")]
+    )
+    keys = table.select(["topic", "txid", "bookmark"]).take(order).combine_chunks()
+    topics = keys.column("topic")
+    n = keys.num_rows
     change = pc.not_equal(topics.slice(1), topics.slice(0, n - 1))
     starts = [0, *(i + 1 for i in pc.indices_nonzero(change).to_pylist()), n]
-    return table, [table.slice(a, b - a) for a, b in itertools.pairwise(starts)]
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, ARROW_SCHEMA, compression="zstd") as writer:
+        for start, end in itertools.pairwise(starts):
+            writer.write_table(table.take(order.slice(start, end - start)))
+    return _Encoded(
+        data=sink.getvalue(),
+        rows=n,
+        topics=len(starts) - 1,
+        first_txid=pc.min(keys.column("txid")).as_py(),
+        rows_sha256=rows_sha256(keys),
+    )
 
 
 class _Run:
@@ -405,8 +431,8 @@ class _Run:
         (moving ``last_txid`` past ``last``), then publish it under its listed name.
         A failure before the manifest lists it deletes the file; one after leaves it
         for the next run to publish."""
-        table, per_topic = _by_topic(batches)
-        first = pc.min(table.column("txid")).as_py()
+        encoded = _encode(batches)
+        first = encoded.first_txid
         relative = part_path(self.instance, day, first, last.txid)
         final = self.out / relative
         tmp = final.with_name(temporary_name(final.name))
@@ -415,7 +441,7 @@ class _Run:
             directory.mkdir(parents=True, exist_ok=True)
             fsync_directory(self.out)
         try:
-            data = _parquet_bytes(per_topic)
+            data = encoded.data
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
@@ -424,13 +450,13 @@ class _Run:
             written = ExportedFile(
                 path=relative,
                 date=day,
-                rows=table.num_rows,
-                topics=len(per_topic),
+                rows=encoded.rows,
+                topics=encoded.topics,
                 first_txid=first,
                 last_txid=last.txid,
                 bytes=data.size,
                 sha256=hashlib.sha256(data).hexdigest(),
-                rows_sha256=rows_sha256(table),
+                rows_sha256=encoded.rows_sha256,
             )
         except BaseException:
             with contextlib.suppress(OSError):
@@ -499,15 +525,6 @@ class _Run:
         write_atomically(self.manifest_dir / name, json.dumps(doc, indent=1).encode())
         self._save_manifest(finished=True)
         return f"{MANIFEST_DIR}/{self.manifest_dir.name}/{name}"
-
-
-def _parquet_bytes(per_topic: list[pa.Table]) -> pa.Buffer:
-    """One Parquet file (zstd) of the tables, a row group (or more) each."""
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, ARROW_SCHEMA, compression="zstd") as writer:
-        for table in per_topic:
-            writer.write_table(table)
-    return sink.getvalue()
 
 
 def _settle_interrupted(
