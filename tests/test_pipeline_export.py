@@ -782,6 +782,11 @@ def test_pyarrow_duckdb_and_spark_read_the_export_whole(tmp_path: Path, spark: A
         assert "COLUMN_ALREADY_EXISTS" in logged(), logged()
     with pytest.raises(ValueError, match="previous layout"):
         read_export(spark, old)
+    from amps_py.pipeline.stats import StatsError, StatsRequest, journal_stats
+
+    with pytest.raises(StatsError, match="export into a new, empty directory"):
+        journal_stats(spark, StatsRequest((str(old),)))
+    assert journal_stats(spark, StatsRequest((str(out),)))["topics"], "stats of the export"
 
 
 def test_an_export_in_the_previous_layout_is_refused_naming_the_fix(tmp_path: Path) -> None:
