@@ -60,8 +60,10 @@ LOCK_FILE: Final = "export.lock"
 DEFAULT_BATCH_ROWS: Final = 250_000
 #: payload bytes per commit (whichever of the two limits comes first). A run holds at
 #: most two commits in memory (one being read, one being written), each about twice
-#: its payload as Arrow columns (JSON bodies are also a text column): with this
-#: default a run stays near 220 MB (measured), whatever the journal's size
+#: its payload as Arrow columns (JSON bodies are also a text column), and the file
+#: being encoded copies one topic's rows at a time. Measured with this default: a peak
+#: RSS of 470 MB for 400,000 records of 256 B on 10 topics (the interpreter and
+#: pyarrow included; 420 MB with the previous layout), whatever the journal's size
 DEFAULT_BATCH_BYTES: Final = 32 * 1024 * 1024
 #: the directory prefix of the previous layout's topic partitions
 OLD_TOPIC_PREFIX: Final = "topic="
