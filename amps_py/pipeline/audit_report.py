@@ -214,7 +214,7 @@ class FindingRun:
         count: findings in the run (a phantom counts per record).
         first_us: the earliest ``ts_us`` of the findings (0: unknown).
         last_us: the latest ``ts_us`` of the findings (0: unknown).
-        detail: the first finding's detail.
+        detail: the findings' detail (the first one's, saying so, when they differ).
     """
 
     kind: str
@@ -336,7 +336,11 @@ def _run(
         count=len(members),
         first_us=min(times, default=0),
         last_us=max(times, default=0),
-        detail=first.detail,
+        detail=(
+            first.detail
+            if all(f.detail == first.detail for f in members)
+            else f"{first.detail} (the first of the run; the others differ)"
+        ),
     )
 
 
@@ -413,7 +417,7 @@ def render_run(run: FindingRun) -> list[str]:
     lines += _wrap(
         f"{_span(run.first_us, run.last_us)}; {where}{topics}, from {run.origin}", "    ", "      "
     )
-    lines += _wrap(run.detail if run.count == 1 else f"{run.detail} (the first)", "    ", "      ")
+    lines += _wrap(run.detail, "    ", "      ")
     if run.expected_path:
         lines += _wrap(f"expected path {run.expected_path}", "    ", "      ")
     return lines
@@ -741,7 +745,7 @@ def _runs_table(report: AuditReport, limit: int) -> list[str]:
             + _cell(_utc(run.last_us) or "unknown", "text")
             + _cell(", ".join(run.topics), "text")
             + _cell(run.expected_path or "(none: must not be there)", "text")
-            + _cell(run.detail if run.count == 1 else f"{run.detail} (the first)", "text")
+            + _cell(run.detail, "text")
             + "</tr>"
         )
     out.append("</table>")
