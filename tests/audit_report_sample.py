@@ -208,7 +208,7 @@ def main(argv: list[str]) -> int:
         shot = Path(argv[1]).resolve()
         with tempfile.TemporaryDirectory() as profile:
             done = chromium_run(
-                chromium, Path(profile), page, "--window-size=1280,2000", f"--screenshot={shot}"
+                chromium, Path(profile), page, "--window-size=1280,1600", f"--screenshot={shot}"
             )
         if done.returncode != 0 or not shot.exists():
             print(done.stderr[-2000:], file=sys.stderr)

@@ -38,9 +38,16 @@ OFFLINE_FLAGS = (
 )
 
 
-def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height of a PNG (its header alone)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def png_pixels(data: bytes, rows_wanted: int | None = None) -> tuple[int, int, list[bytes]]:
     """Width, height and the RGB(A) rows of an 8-bit RGB or RGBA PNG (enough for
-    Chromium's screenshots)."""
+    Chromium's screenshots): all rows, or the first ``rows_wanted``."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, b"", b""
     while pos < len(data):
@@ -59,7 +66,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     stride = width * bpp
     rows: list[bytes] = []
     prev = bytearray(stride)
-    for y in range(height):
+    for y in range(height if rows_wanted is None else min(rows_wanted, height)):
         start = y * (stride + 1)
         kind = raw[start]
         line = bytearray(raw[start + 1 : start + 1 + stride])
