@@ -20,7 +20,10 @@ How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
    broadcast.
 4. Records are grouped by bookmark and classified on the executors; records are
    grouped by (instance, publisher) and checked for order; replication lag per link
-   and time bucket is aggregated by Spark SQL (exact percentiles).
+   and time bucket is aggregated by Spark SQL (exact percentiles). Every finding
+   carries the time of the record concerned (``ts_us``); the client names of the
+   publishers the findings name reach the driver as one row per publisher, for the
+   report's runs (:func:`amps_py.pipeline.audit_report.group_runs`).
 
 Everything the report holds is deterministic for given journals and configs (sorted,
 exact), so local mode and a cluster give the same report (its ``run`` part aside).
