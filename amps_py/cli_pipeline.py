@@ -462,7 +462,12 @@ def _export_one(
 )
 @click.option("--master", default=None, help="Spark master URL (default local[*]).")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting.")
-@click.option("--findings", default=20, show_default=True, help="Findings to print.")
+@click.option(
+    "--findings",
+    default=20,
+    show_default=True,
+    help="Runs of findings to print (all are in audit.json).",
+)
 def audit_command(
     configs: tuple[str, ...],
     journals: tuple[str, ...],

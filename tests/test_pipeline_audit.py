@@ -14,10 +14,8 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from audit_fabric import (
     swap_records,
 )
 from harness import wait_until_sync
+from headless import OFFLINE_FLAGS, find_chromium, png_pixels
 
 pytest.importorskip("pyspark", reason="the audit tests need the spark extra (pyspark)")
 pytest.importorskip("pyarrow", reason="the audit tests need the spark extra (pyarrow)")
@@ -132,6 +131,8 @@ def test_clean_fabric_audit_finds_no_problem(
 class Tampered:
     root: Path
     expected: list[dict[str, Any]]  # the findings the audit must report, exactly
+    times: list[set[int]]  # per expected finding, the ts_us it may have
+    clients: list[str]  # per expected finding, its publisher's client name
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +171,13 @@ def tampered(fabric_run: FabricRun) -> Tampered:
         # at seq 10's old txid
         finding("reordered", "A", pub_a[11], "A (published here)", ["A"], [pub_a[10].txid]),
     ]
-    return Tampered(root, expected)
+    times = [
+        {on_c.origin_ts},  # missing: when it was published
+        {on_b.local_ts},  # duplicate: the first copy's arrival
+        {pub_a[10].local_ts, pub_a[11].local_ts},  # reordered: the record out of place
+    ]
+    clients = [on_c.client_name, on_b.client_name, "pubA"]
+    return Tampered(root, expected, times, clients)
 
 
 @dataclass(frozen=True)
@@ -214,13 +221,25 @@ def test_tampered_journals_give_exactly_those_findings(
     keys = list(tampered.expected[0])
     got = [{k: f[k] for k in keys} for f in run.report["findings"]]
     assert got == tampered.expected
+    for f, times in zip(run.report["findings"], tampered.times, strict=True):
+        assert f["ts_us"] in times, (f, times)
+    # each finding is a run of its own, named by client name, hash, count and time
+    runs = run.report["runs"]
+    assert [(r["kind"], r["instance"], r["count"]) for r in runs] == [
+        (f["kind"], f["instance"], 1) for f in tampered.expected
+    ]
+    assert [r["client_name"] for r in runs] == tampered.clients
+    assert all(r["client_name"] for r in runs)
+    assert [r["first_us"] for r in runs] == [f["ts_us"] for f in run.report["findings"]]
+    assert [r["first_bookmark"] for r in runs] == [f["bookmark"] for f in tampered.expected]
+    assert run.report["publishers"] == {r["publisher_hash"]: r["client_name"] for r in runs}
     assert run.report["problems"] == {"missing": 1, "duplicate": 1, "reordered": 1, "phantom": 0}
     assert run.report["ok"] is False
     counts = run.report["counts"]
     assert (counts["C"]["missing"], counts["B"]["duplicate"], counts["A"]["reordered"]) == (1, 1, 1)
     assert "Result: 3 problems (1 missing, 1 duplicate, 1 reordered)" in run.stdout
-    for f in tampered.expected:
-        assert f"{f['kind']} on {f['instance']}: {f['bookmark']}" in run.stdout
+    for f, client in zip(tampered.expected, tampered.clients, strict=True):
+        assert f"{f['kind']} on {f['instance']}: {f['bookmark']} of {client}" in run.stdout
         assert f"expected path {f['expected_path']}" in run.stdout
 
 
@@ -246,80 +265,10 @@ def test_exports_of_the_journals_give_the_same_audit(
 # ---------------------------------------------------------------------- the HTML page
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-#: headless, and no way out: every host name fails to resolve and any request would go
-#: to a proxy on a port nothing listens on
-OFFLINE_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--disable-sync",
-    "--no-first-run",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-    "--proxy-server=http://127.0.0.1:9",
-)
-
-
-def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
-    """Width, height and the RGB(A) rows of an 8-bit RGB or RGBA PNG (enough for
-    Chromium's screenshots)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    pos, idat, header = 8, b"", b""
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        body = data[pos + 8 : pos + 8 + length]
-        if kind == b"IHDR":
-            header = body
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    width, height, depth, colour = struct.unpack(">IIBB", header[:10])
-    assert depth == 8 and colour in (2, 6), f"PNG bit depth {depth}, colour type {colour}"
-    bpp = 3 if colour == 2 else 4
-    raw = zlib.decompress(idat)
-    stride = width * bpp
-    rows: list[bytes] = []
-    prev = bytearray(stride)
-    for y in range(height):
-        start = y * (stride + 1)
-        kind = raw[start]
-        line = bytearray(raw[start + 1 : start + 1 + stride])
-        for i in range(stride):
-            left = line[i - bpp] if i >= bpp else 0
-            up = prev[i]
-            corner = prev[i - bpp] if i >= bpp else 0
-            if kind == 1:
-                line[i] = (line[i] + left) & 0xFF
-            elif kind == 2:
-                line[i] = (line[i] + up) & 0xFF
-            elif kind == 3:
-                line[i] = (line[i] + (left + up) // 2) & 0xFF
-            elif kind == 4:
-                p = left + up - corner
-                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
-                pred = left if pa <= pb and pa <= pc else up if pb <= pc else corner
-                line[i] = (line[i] + pred) & 0xFF
-        rows.append(bytes(line))
-        prev = line
-    return width, height, rows
-
-
 def test_html_report_renders_offline_in_headless_chromium(
     tampered_local: CliRun, tmp_path: Path
 ) -> None:
-    chromium = _chromium()
+    chromium = find_chromium()
     if chromium is None:
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run does)")
     page = tampered_local.html

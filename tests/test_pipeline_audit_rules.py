@@ -28,6 +28,7 @@ from amps_py.pipeline.audit_rules import (
     Counts,
     Expectation,
     FilterPlan,
+    Finding,
     PubRecord,
     classify_message,
     count_statuses,
@@ -142,6 +143,38 @@ def test_classify_message_ok_missing_duplicate_phantom(fabric: Fabric) -> None:
     )
 
 
+def test_findings_carry_the_time_of_the_record_concerned(fabric: Fabric) -> None:
+    """ts_us: a missing message's publication time (its reference copy's origin
+    timestamp); a duplicate's first copy's arrival; a phantom record's own; a
+    reordered record's own."""
+    exp = _expectations(fabric)
+    audited = ("A", "B", "C")
+
+    def at(instance: str, txid: int, local_us: int, **kw: object) -> Copy:
+        return _copy(instance, txid, local_us=local_us, origin_us=1_000, **kw)
+
+    (missing,) = classify_message(
+        "1|5|", [at("A", 7, 1_000), at("B", 3, 1_400)], exp, audited
+    ).findings
+    assert (missing.kind, missing.ts_us) == ("missing", 1_000)
+    copies = [at("A", 7, 1_000), at("B", 9, 2_000), at("B", 3, 1_500), at("C", 2, 1_900)]
+    (dup,) = classify_message("1|5|", copies, exp, audited).findings
+    assert (dup.kind, dup.txids, dup.ts_us) == ("duplicate", (3, 9), 1_500)
+    small = [
+        at(n, t, us, verdict="A:C=drop,B:C=drop")
+        for n, t, us in (("A", 7, 1_000), ("B", 3, 1_300), ("C", 2, 1_700))
+    ]
+    (phantom,) = classify_message("1|5|", small, exp, audited).findings
+    assert (phantom.kind, phantom.ts_us) == ("phantom", 1_700)
+    records = [
+        PubRecord(txid, seq, f"1|{seq}|", "A", "orders", "json", "A:C=pass,B:C=pass", 10 * txid)
+        for txid, seq in ((1, 1), (2, 3), (3, 2), (4, 4))
+    ]
+    (late,) = reordered("B", records, exp)
+    assert (late.bookmark, late.ts_us) == ("1|3|", 20)
+    assert Finding.from_dict(late.as_dict()) == late
+
+
 def test_the_reference_copy_is_the_origins_even_when_it_is_not_first(fabric: Fabric) -> None:
     exp = _expectations(fabric)
     out = classify_message(
@@ -218,8 +251,6 @@ def test_report_text_json_and_html() -> None:
 
 
 def test_problems_make_the_exit_status_one() -> None:
-    from amps_py.pipeline.audit_rules import Finding
-
     f = Finding(
         "missing",
         "B",
@@ -237,9 +268,9 @@ def test_problems_make_the_exit_status_one() -> None:
     )
     assert report.exit_code == 1
     assert "Result: 1 problem (1 missing)" in render_text(report)
-    assert "missing on B: 1|5| (orders, from A): not in the journal; expected path B <- A" in (
-        render_text(report)
-    )
+    text = render_text(report)
+    assert "  missing on B: 1|5|\n" in text  # no client name known: the hash alone
+    assert "    not in the journal\n    expected path B <- A  [B sync]" in text
 
 
 # ---------------------------------------------------------------------- refusals

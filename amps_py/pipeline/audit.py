@@ -20,7 +20,10 @@ How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
    broadcast.
 4. Records are grouped by bookmark and classified on the executors; records are
    grouped by (instance, publisher) and checked for order; replication lag per link
-   and time bucket is aggregated by Spark SQL (exact percentiles).
+   and time bucket is aggregated by Spark SQL (exact percentiles). Every finding
+   carries the time of the record concerned (``ts_us``); the client names of the
+   publishers the findings name reach the driver as one row per publisher, for the
+   report's runs (:func:`amps_py.pipeline.audit_report.group_runs`).
 
 Everything the report holds is deterministic for given journals and configs (sorted,
 exact), so local mode and a cluster give the same report (its ``run`` part aside).
@@ -300,6 +303,7 @@ def _audit(
         F.unix_micros("origin_ts").alias("origin_us"),
         F.unix_micros("local_ts").alias("local_us"),
         "payload",
+        "client_name",
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         journal_rows = (
@@ -342,6 +346,7 @@ def _audit(
             if f.kind == "reordered":
                 counts[f.instance].reordered += 1
         findings.sort(key=Finding.sort_key)
+        publishers = _publishers(base, {f.publisher_hash for f in findings})
         bucket_us, links = _lag(base, fabric, bucket_s)
     finally:
         base.unpersist()
@@ -364,6 +369,7 @@ def _audit(
         links=links,
         bucket_us=bucket_us,
         configs=configs,
+        publishers=publishers,
         run={
             "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "spark_master": spark.sparkContext.master,
@@ -437,6 +443,8 @@ def _classify(
                 "fp",
                 "path",
                 "verdict",
+                "local_us",
+                "origin_us",
             )
         ).alias("copies")
     )
@@ -459,6 +467,8 @@ def _classify(
                     c["fp"],
                     tuple(c["path"]),
                     c["verdict"],
+                    local_us=c["local_us"] or 0,
+                    origin_us=c["origin_us"] or 0,
                 )
                 for c in g["copies"]
             ]
@@ -490,7 +500,16 @@ def _order(frame: DataFrame, expect: Any) -> list[Finding]:
 
     grouped = frame.groupBy("instance", "publisher_hash").agg(
         F.collect_list(
-            F.struct("txid", "seq", "bookmark", "origin", "topic", "message_type", "verdict")
+            F.struct(
+                "txid",
+                "seq",
+                "bookmark",
+                "origin",
+                "topic",
+                "message_type",
+                "verdict",
+                "local_us",
+            )
         ).alias("records")
     )
 
@@ -506,6 +525,7 @@ def _order(frame: DataFrame, expect: Any) -> list[Finding]:
                     r["topic"],
                     r["message_type"],
                     r["verdict"],
+                    r["local_us"] or 0,
                 )
                 for r in g["records"]
             ]
@@ -513,6 +533,35 @@ def _order(frame: DataFrame, expect: Any) -> list[Finding]:
                 yield f.as_dict()
 
     return [Finding.from_dict(d) for d in grouped.rdd.mapPartitions(check).collect()]
+
+
+#: at most this many publisher hashes are named in one filter (more: all are read)
+_NAMED_AT_ONCE: Final = 1000
+
+
+def _publishers(base: DataFrame, hashes: set[str]) -> dict[str, str]:
+    """The client name of each publisher hash in ``hashes`` (the publishers the
+    findings name), as its records hold it; names joined by `` / `` in the unlikely
+    case a hash's records hold several. One row per distinct publisher reaches the
+    driver."""
+    from pyspark.sql import functions as F
+
+    if not hashes:
+        return {}
+    frame = base.select("publisher_hash", "client_name")
+    if len(hashes) <= _NAMED_AT_ONCE:
+        frame = frame.where(F.col("publisher_hash").isin(sorted(hashes)))
+    rows = (
+        frame.groupBy("publisher_hash")
+        .agg(F.array_sort(F.collect_set("client_name")).alias("names"))
+        .collect()
+    )
+    out = {}
+    for r in rows:
+        if r["publisher_hash"] in hashes:
+            names = [n for n in r["names"] if n]
+            out[r["publisher_hash"]] = " / ".join(names)
+    return dict(sorted(out.items()))
 
 
 def _link_label(fabric: Fabric, sender: str, receiver: str) -> str:

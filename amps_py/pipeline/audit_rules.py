@@ -103,6 +103,10 @@ class Finding:
         expected_hops: the instances of that path, origin first (empty when none).
         txids: the txids of the records concerned on ``instance`` (none for missing).
         detail: what was seen, in words.
+        ts_us: when, in microseconds since the epoch (UTC): the local timestamp of
+            the record concerned on ``instance`` (the first one for a duplicate); for
+            a missing message, the origin timestamp of its reference copy (when it
+            was published); 0 when unknown.
     """
 
     kind: str
@@ -115,6 +119,7 @@ class Finding:
     expected_hops: tuple[str, ...]
     txids: tuple[int, ...]
     detail: str
+    ts_us: int = 0
 
     @property
     def publisher_hash(self) -> str:
@@ -148,6 +153,7 @@ class Finding:
             "expected_hops": list(self.expected_hops),
             "txids": list(self.txids),
             "detail": self.detail,
+            "ts_us": self.ts_us,
         }
 
     @classmethod
@@ -163,6 +169,7 @@ class Finding:
             tuple(doc["expected_hops"]),
             tuple(doc["txids"]),
             doc["detail"],
+            int(doc.get("ts_us", 0)),
         )
 
     def __str__(self) -> str:
@@ -338,6 +345,8 @@ class Copy:
     fingerprint: int  # a hash of the payload
     path: tuple[str, ...] = ()
     verdict: str = ""  # FilterPlan.verdict of its payload ("" when unfiltered)
+    local_us: int = 0  # when this instance stored it (µs since the epoch, UTC)
+    origin_us: int = 0  # when its origin stored it
 
     def content(self) -> tuple[str, int, str, str, str, int]:
         return (
@@ -396,7 +405,12 @@ def classify_message(
     findings: list[Finding] = []
 
     def finding(
-        kind: str, instance: str, txids: Iterable[int], detail: str, arrival: ExpectedArrival | None
+        kind: str,
+        instance: str,
+        txids: Iterable[int],
+        detail: str,
+        arrival: ExpectedArrival | None,
+        ts_us: int,
     ) -> Finding:
         return Finding(
             kind,
@@ -409,6 +423,7 @@ def classify_message(
             arrival.hops if arrival else (),
             tuple(txids),
             detail,
+            ts_us,
         )
 
     by_instance: dict[str, list[Copy]] = {}
@@ -438,12 +453,15 @@ def classify_message(
                     (c.txid,),
                     "not the message published under this bookmark: " + "; ".join(differs),
                     arrival,
+                    c.local_us,
                 )
             )
         if expectation.reason is not None:
             for c in good:
                 statuses.append((instance, "phantom"))
-                findings.append(finding("phantom", instance, (c.txid,), expectation.reason, None))
+                findings.append(
+                    finding("phantom", instance, (c.txid,), expectation.reason, None, c.local_us)
+                )
             continue
         if arrival is None:
             must = ", ".join(sorted(expectation.arrivals)) or "nowhere"
@@ -457,6 +475,7 @@ def classify_message(
                         (c.txid,),
                         f"held here (stored via {hops}) but the routing sends it to {must} only",
                         None,
+                        c.local_us,
                     )
                 )
             continue
@@ -464,7 +483,9 @@ def classify_message(
             continue
         if not good:
             statuses.append((instance, "missing"))
-            findings.append(finding("missing", instance, (), "not in the journal", arrival))
+            findings.append(
+                finding("missing", instance, (), "not in the journal", arrival, ref.origin_us)
+            )
         elif len(good) == 1:
             statuses.append((instance, "ok"))
         else:
@@ -477,6 +498,7 @@ def classify_message(
                     txids,
                     f"stored {len(good)} times",
                     arrival,
+                    good[0].local_us,
                 )
             )
     return MessageOutcome(tuple(statuses), tuple(findings))
@@ -496,6 +518,7 @@ class PubRecord:
     topic: str
     message_type: str
     verdict: str = ""
+    local_us: int = 0  # when this instance stored it (µs since the epoch, UTC)
 
 
 def longest_increasing(values: Sequence[int]) -> set[int]:
@@ -568,6 +591,7 @@ def reordered(
                 arrival.hops if arrival else (),
                 (r.txid,),
                 detail,
+                r.local_us,
             )
         )
     return out
