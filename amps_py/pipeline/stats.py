@@ -259,7 +259,7 @@ def render_text(report: Mapping[str, Any], shown_buckets: int = SHOWN_BUCKETS) -
     ``shown_buckets``)."""
     lines = [
         f"{report['messages']:,} messages, {_bytes(report['bytes'])} of payload in "
-        f"{len(report['journals'])} journal(s)"
+        f"{len({t['instance'] for t in report['topics']})} instance(s)"
         + (f", {report['first']} to {report['last']}" if report["first"] else ""),
         "",
     ]
