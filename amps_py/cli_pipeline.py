@@ -178,8 +178,9 @@ def stats_command(
 ) -> None:
     """Message counts, bytes, rates and payload sizes per topic and publisher.
 
-    Reads each JOURNAL directory (TransactionLog/JournalDirectory), or an export
-    directory of `amps-py pipeline export` (its Parquet files), and prints, per
+    Reads each JOURNAL directory (TransactionLog/JournalDirectory; a directory
+    holding several, such as ./amps-data, reads every journal below it), or an
+    export directory of `amps-py pipeline export` (its Parquet files), and prints, per
     instance, topic and publisher: messages, payload bytes, the mean and peak rate,
     the payload size distribution (p50/p90/p99/max), and per topic the rate in every
     --bucket (a table, or all of it with --json).
@@ -192,7 +193,7 @@ def stats_command(
     from amps_py.pipeline.stats import StatsError, StatsRequest
 
     try:
-        request = StatsRequest(tuple(journals), bucket, tuple(topics), start, end)
+        request = StatsRequest(tuple(journals), bucket, tuple(topics), start, end).resolved()
     except StatsError as exc:
         _fail(str(exc), 2)
     spark = _session("amps-py-stats", master, conf)

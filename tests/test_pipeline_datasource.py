@@ -1,13 +1,16 @@
 """The ``amps_txlog`` PySpark data source on real Spark (local mode, the session-scoped
 ``spark`` fixture): it returns what ``amps-py txlog dump`` prints, also while a real
-instance keeps writing; options and ``where`` filters on txid, local_ts and topic are
-pushed down (the partitions' own reports say how many records they read, and a damaged
-record outside the range does not fail the read); a damaged record fails the job with
-an error naming its txid."""
+instance keeps writing; options on txid, local time and topic narrow the read (the
+partitions' own reports say how many records they read, and a damaged record outside
+the range does not fail the read) while ``where`` filters are Spark's and give the
+same rows; one DataFrame answers every query rightly whatever ran before; a directory
+of journals reads each; a damaged record fails the job with an error naming its
+txid."""
 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import subprocess
 import threading
@@ -18,7 +21,7 @@ from typing import Any
 import pytest
 from clirun import amps_py_command, cli_env
 from harness import start_instance, wait_until_sync
-from pipeline_journals import BASE_US, dump, dumped_payload, fill_varied
+from pipeline_journals import BASE_US, dump, dumped_payload, fill_varied, varied_record
 
 from txlog import Journal
 
@@ -187,8 +190,8 @@ def start_live_publisher(
     return proc, thread, stop
 
 
-# --------------------------------------------------------------------------- pushdown
-def test_txid_options_and_filters_read_only_their_range(
+# --------------------------------------------------------------------------- narrowing
+def test_txid_options_read_only_their_range_and_where_gets_the_same_rows(
     spark: Any, varied: Path, tmp_path: Path
 ) -> None:
     metrics = {"metrics_dir": str(tmp_path), "partition_records": "1000"}
@@ -196,49 +199,44 @@ def test_txid_options_and_filters_read_only_their_range(
     assert [r["txid"] for r in rows] == list(range(1001, 1501))
     assert read_reports(tmp_path) == {"partitions": 1, "scanned": 500, "rows": 500}
 
-    rows = rows_of(spark, varied, "txid > 1000 AND txid <= 1500", **metrics)
-    assert [r["txid"] for r in rows] == list(range(1001, 1501))
-    assert read_reports(tmp_path) == {"partitions": 1, "scanned": 500, "rows": 500}
-
-    rows = rows_of(spark, varied, "txid >= 2991", **metrics)
-    assert [r["txid"] for r in rows] == list(range(2991, 3001))
-    assert read_reports(tmp_path)["scanned"] == 10
-
-    # IN is narrowed to its range; Spark picks the values out of it
-    rows = rows_of(spark, varied, "txid IN (5, 7, 2000)", **metrics)
-    assert [r["txid"] for r in rows] == [5, 7, 2000]
-    assert read_reports(tmp_path)["scanned"] == 1996
+    # where is Spark's: the same rows, from a read of the whole journal
+    for where, txids in (
+        ("txid > 1000 AND txid <= 1500", list(range(1001, 1501))),
+        ("txid >= 2991", list(range(2991, 3001))),
+        ("txid IN (5, 7, 2000)", [5, 7, 2000]),
+    ):
+        rows = rows_of(spark, varied, where, **metrics)
+        assert [r["txid"] for r in rows] == txids, where
+        assert read_reports(tmp_path)["scanned"] == 3000, where
 
     everything = rows_of(spark, varied, **metrics)
     assert len(everything) == 3000
     assert read_reports(tmp_path) == {"partitions": 3, "scanned": 3000, "rows": 3000}
 
 
-def test_topic_options_and_filters_decode_only_those_topics(
+def test_topic_options_decode_only_those_topics_and_where_combines(
     spark: Any, varied: Path, tmp_path: Path
 ) -> None:
     metrics = {"metrics_dir": str(tmp_path)}
-    rows = rows_of(spark, varied, "topic = 'trades'", **metrics)
-    assert len(rows) == 1000 and {r["topic"] for r in rows} == {"trades"}
-    assert read_reports(tmp_path) == {"partitions": 1, "scanned": 3000, "rows": 1000}
-
     rows = rows_of(spark, varied, topics="orders,quotes", **metrics)
     assert len(rows) == 2000 and {r["topic"] for r in rows} == {"orders", "quotes"}
-    assert read_reports(tmp_path)["rows"] == 2000
+    assert read_reports(tmp_path) == {"partitions": 1, "scanned": 3000, "rows": 2000}
+
+    rows = rows_of(spark, varied, "topic = 'trades'", **metrics)
+    assert len(rows) == 1000 and {r["topic"] for r in rows} == {"trades"}
+    assert read_reports(tmp_path)["rows"] == 3000  # every topic decoded: Spark filters
 
     rows = rows_of(
         spark, varied, "topic IN ('orders', 'trades')", topics="orders,quotes", **metrics
     )
     assert len(rows) == 1000 and {r["topic"] for r in rows} == {"orders"}
-    assert read_reports(tmp_path)["rows"] == 1000
+    assert read_reports(tmp_path)["rows"] == 2000  # the option's topics were decoded
 
-    # no topic can match both: nothing is read at all
     rows = rows_of(spark, varied, "topic = 'trades'", topics="orders", **metrics)
     assert rows == []
-    assert read_reports(tmp_path)["scanned"] == 0
 
 
-def test_time_options_and_filters_read_only_their_range(
+def test_time_options_read_only_their_range_and_where_gets_the_same_rows(
     spark: Any, varied: Path, tmp_path: Path
 ) -> None:
     """Batch i of 100 records was stored at BASE_US + i s: batches 3..6 are txids
@@ -257,13 +255,80 @@ def test_time_options_and_filters_read_only_their_range(
     assert read_reports(tmp_path) == {"partitions": 1, "scanned": 400, "rows": 400}
 
     where = f"local_ts >= '{start:%Y-%m-%d %H:%M:%S}' AND local_ts < '{end:%Y-%m-%d %H:%M:%S}'"
-    rows = rows_of(spark, varied, where, **metrics)
+    rows = rows_of(spark, varied, where)
     assert [r["txid"] for r in rows] == list(range(301, 701))
-    assert read_reports(tmp_path) == {"partitions": 1, "scanned": 400, "rows": 400}
 
-    rows = rows_of(spark, varied, f"local_ts > '{start:%Y-%m-%d %H:%M:%S}'", **metrics)
+    rows = rows_of(spark, varied, f"local_ts > '{start:%Y-%m-%d %H:%M:%S}'")
     assert rows[0]["txid"] == 401 and len(rows) == 2600
-    assert read_reports(tmp_path)["scanned"] == 2600
+
+
+# --------------------------------------------------------------------------- one DataFrame
+def test_one_dataframe_answers_filtered_and_unfiltered_queries_rightly_in_any_order(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark 4.3 keeps the partitions planned for one query of a DataFrame for its
+    next unfiltered query: a reader narrowed by a filter made ``df.count()`` after
+    ``df.where("topic = 'orders'").count()`` return the filtered count. Every query
+    of one DataFrame must give its own right answer, whatever ran before; and the
+    DataFrame reads the journal as it was at ``load()``, also after more records
+    are stored."""
+    journal = tmp_path / "journal"
+    fill_varied(journal, 3000)
+    df = spark.read.format("amps_txlog").load(str(journal))
+    with Journal(journal, instance_name="inst", durability="page-cache") as j:
+        j.append([varied_record(k, random.Random(5)) for k in range(3000, 3300)], BASE_US)
+    by_topic = {"orders": 1000, "trades": 1000, "quotes": 1000}
+
+    def grouped(frame: Any) -> dict[str, int]:
+        return {r["topic"]: r["count"] for r in frame.groupBy("topic").count().collect()}
+
+    df.createOrReplaceTempView("journal_view")
+    answers = [
+        ("count", lambda: df.count(), 3000),
+        ("orders", lambda: df.where("topic = 'orders'").count(), 1000),
+        ("count after a topic filter", lambda: df.count(), 3000),
+        ("txid <= 100", lambda: df.where("txid <= 100").count(), 100),
+        ("count after a txid filter", lambda: df.count(), 3000),
+        ("groupBy after a txid filter", lambda: grouped(df), by_topic),
+        (
+            "groupBy of txid <= 99",
+            lambda: grouped(df.where("txid <= 99")),
+            {"orders": 33, "trades": 33, "quotes": 33},
+        ),
+        (
+            "view filtered",
+            lambda: spark.sql(
+                "SELECT count(*) AS n FROM journal_view WHERE topic = 'trades'"
+            ).first()["n"],
+            1000,
+        ),
+        ("view", lambda: spark.sql("SELECT count(*) AS n FROM journal_view").first()["n"], 3000),
+        ("groupBy after the view", lambda: grouped(df), by_topic),
+        ("count last", lambda: df.count(), 3000),
+    ]
+    for what, query, expected in answers:
+        assert query() == expected, f"{what}: expected {expected}"
+    fresh = spark.read.format("amps_txlog").load(str(journal))
+    assert fresh.count() == 3300, "a new load() reads the records stored since"
+    assert df.count() == 3000
+
+
+def test_a_directory_of_journals_reads_each_instance_and_no_store(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``load("./amps-data")`` where amps-data holds amps-a and amps-b (as the hot-hot
+    walkthrough lays them out), each with a SOW store of its own inside it."""
+    data = tmp_path / "amps-data"
+    fill_varied(data / "amps-a", 1200, name="amps-a")
+    fill_varied(data / "amps-b", 700, name="amps-b", seed=3)
+    for name in ("amps-a", "amps-b"):  # an LMDB store inside a journal is not a journal
+        store = data / name / "sow" / "orders"
+        store.mkdir(parents=True)
+        (store / "data.mdb").write_bytes(b"\0" * 4096)
+    df = spark.read.format("amps_txlog").load(str(data))
+    counts = {r["instance"]: r["count"] for r in df.groupBy("instance").count().collect()}
+    assert counts == {"amps-a": 1200, "amps-b": 700}
+    assert df.where("instance = 'amps-b' AND txid <= 10").count() == 10
 
 
 # --------------------------------------------------------------------------- damage
@@ -286,69 +351,17 @@ def test_a_damaged_record_fails_the_job_naming_its_txid(
     with pytest.raises(Exception, match=r"record txid 1235 is corrupt"):
         df.where("topic = 'orders'").count()
     # ranges that leave it out are never read, so they succeed
-    assert df.where("txid > 1235").count() == 1765
+    after = spark.read.format("amps_txlog").option("min_txid", "1236").load(str(journal))
+    assert after.count() == 1765
     up_to = spark.read.format("amps_txlog").option("max_txid", "1234").load(str(journal))
     assert up_to.count() == 1234
 
 
 def test_bad_paths_and_options_say_what_to_do(spark: Any, tmp_path: Path, varied: Path) -> None:
-    with pytest.raises(Exception, match=r"holds no journal \(no data.mdb\); pass the instance's"):
+    with pytest.raises(Exception, match=r"missing: no such directory; pass an instance's"):
         spark.read.format("amps_txlog").load(str(tmp_path / "missing")).count()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Exception, match=r"holds no journal \(no data.mdb in it or below it\)"):
+        spark.read.format("amps_txlog").load(str(tmp_path / "empty")).count()
     with pytest.raises(Exception, match="amps_txlog has no option topic; the options are"):
         spark.read.format("amps_txlog").option("topic", "a").load(str(varied)).count()
-
-
-def test_each_pushed_filter_narrows_the_plan_or_is_left_to_spark() -> None:
-    pytest.importorskip("pyspark")
-    from pyspark.sql.datasource import (
-        EqualTo,
-        GreaterThan,
-        GreaterThanOrEqual,
-        In,
-        LessThan,
-        LessThanOrEqual,
-        Not,
-        StringStartsWith,
-    )
-
-    from amps_py.pipeline.datasource import push_filter
-    from amps_py.pipeline.readplan import ReadPlan
-
-    plan = ReadPlan(path="j")
-    txid, topic, ts = ("txid",), ("topic",), ("local_ts",)
-    at = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
-    at_us = int(at.timestamp()) * 1_000_000
-    cases = [
-        (EqualTo(txid, 5), (5, 5, None, None, None), True),
-        (GreaterThan(txid, 5), (6, None, None, None, None), True),
-        (GreaterThanOrEqual(txid, 5), (5, None, None, None, None), True),
-        (LessThan(txid, 9), (None, 8, None, None, None), True),
-        (LessThanOrEqual(txid, 9), (None, 9, None, None, None), True),
-        (In(txid, (9, 3, 7)), (3, 9, None, None, None), False),
-        (EqualTo(txid, "5"), (None, None, None, None, None), False),
-        (EqualTo(txid, True), (None, None, None, None, None), False),
-        (Not(EqualTo(txid, 5)), (None, None, None, None, None), False),
-        (EqualTo(topic, "a"), (None, None, None, None, frozenset({"a"})), True),
-        (In(topic, ("a", "b")), (None, None, None, None, frozenset({"a", "b"})), True),
-        (StringStartsWith(topic, "a"), (None, None, None, None, None), False),
-        (GreaterThanOrEqual(ts, at), (None, None, at_us, None, None), True),
-        (GreaterThan(ts, at), (None, None, at_us + 1, None, None), True),
-        (LessThan(ts, at), (None, None, None, at_us, None), True),
-        (EqualTo(ts, at), (None, None, at_us, at_us + 1, None), True),
-        (EqualTo(("payload",), b"x"), (None, None, None, None, None), False),
-    ]
-    for condition, bounds, exact in cases:
-        narrowed, applied = push_filter(plan, condition)
-        got = (
-            narrowed.min_txid,
-            narrowed.max_txid,
-            narrowed.start_us,
-            narrowed.end_us,
-            narrowed.topics,
-        )
-        assert (got, applied) == (bounds, exact), condition
-    # filters combine: the tightest bound wins, topic sets intersect
-    both, _ = push_filter(push_filter(plan, GreaterThan(txid, 5))[0], GreaterThan(txid, 2))
-    assert both.min_txid == 6
-    topics, _ = push_filter(push_filter(plan, In(topic, ("a", "b")))[0], EqualTo(topic, "b"))
-    assert topics.topics == frozenset({"b"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -229,7 +230,7 @@ def test_render_text_shows_every_publisher_topic_totals_and_buckets() -> None:
     )
     text = render_text(report, shown_buckets=1)
     lines = text.splitlines()
-    assert lines[0] == f"3 messages, 60 B of payload in 1 journal(s), {iso(0)} to {iso(90)}"
+    assert lines[0] == f"3 messages, 60 B of payload in 1 instance(s), {iso(0)} to {iso(90)}"
     assert lines[2].split() == [
         "instance",
         "topic",
@@ -272,7 +273,7 @@ def test_the_command_prints_a_table(journals: dict[str, Path], tmp_path: Path) -
     )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == f"12 messages, 632 B of payload in 2 journal(s), {iso(0)} to {iso(125)}"
+    assert lines[0] == f"12 messages, 632 B of payload in 2 instance(s), {iso(0)} to {iso(125)}"
     rows = [line.split() for line in lines[3:9]]
     assert [r[:5] for r in rows] == [
         ["inst-a", "orders", "alice", "6", "210"],
@@ -314,3 +315,46 @@ def test_the_script_runs_with_spark_submit(journals: dict[str, Path], tmp_path: 
     assert [(p["publisher"], p["messages"], p["bytes"]) for p in report["publishers"]] == [
         ("alice", 3, 15)
     ]
+
+
+@pytest.mark.slow
+def test_a_directory_of_journals_and_relative_paths_on_a_standalone_cluster(
+    journals: dict[str, Path], tmp_path: Path
+) -> None:
+    """``stats ./amps-data`` (a directory holding each instance's journal, as the
+    walkthrough leaves it) counts every instance; on a standalone cluster the
+    executors run in their own working directories, so the relative path the user
+    typed must reach them resolved: the report equals the local one."""
+    from test_pipeline_audit import standalone_spark
+
+    data = tmp_path / "amps-data"
+    for name, path in journals.items():
+        shutil.copytree(path, data / f"amps-{name}")
+    local = run("pipeline", "stats", "./amps-data", "--json", cwd=tmp_path, timeout=240)
+    assert local.returncode == 0, local.stderr
+    report = json.loads(local.stdout)
+    assert report["messages"] == len(MESSAGES)
+    assert {t["instance"] for t in report["topics"]} == {"inst-a", "inst-b"}
+    assert report["journals"] == [str(data.resolve())]
+
+    with standalone_spark(tmp_path / "spark-standalone") as url:
+        remote = run(
+            "pipeline",
+            "stats",
+            "./amps-data",
+            "--json",
+            "--master",
+            url,
+            cwd=tmp_path,
+            timeout=600,
+        )
+    assert remote.returncode == 0, remote.stderr[-4000:]
+    assert json.loads(remote.stdout) == report
+
+
+def test_a_path_without_journals_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    out = run("pipeline", "stats", "empty", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "holds no journal (no data.mdb in it or below it)" in out.stderr
+    assert "Spark" not in out.stderr and "log4j" not in out.stderr, out.stderr

@@ -29,15 +29,12 @@ __all__ = ["install_command", "register"]
 
 def register(spark: SparkSession) -> None:
     """Make ``spark.read.format("amps_txlog")`` available in ``spark`` (a session you
-    built yourself; sessions from :func:`.spark.spark_session` already have it), with
-    filter pushdown on (``spark.sql.python.filterPushdown.enabled``), which the data
-    source needs.
+    built yourself; sessions from :func:`.spark.spark_session` already have it).
 
     Spark's Python workers must import amps_py and pyarrow: start such a session with
     ``PYSPARK_PYTHON`` naming this environment's Python (``spark_session`` does)."""
     from .datasource import TxlogDataSource
 
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(TxlogDataSource)
 
 

@@ -32,6 +32,7 @@ from txlog import CorruptRecord, Journal, JournalDamaged
 from txlog.record import STORED_FIELDS
 
 from .decode import select_stored, stored_to_batch
+from .journals import journal_directories
 
 _TXID_AT: Final = STORED_FIELDS.index("txid")
 
@@ -137,16 +138,17 @@ class ReadPlan:
         return replace(self, topics=topics if self.topics is None else self.topics & topics)
 
     # ------------------------------------------------------------ planning
-    def ranges(self, journal: Journal) -> list[tuple[int, int]]:
+    def ranges(self, journal: Journal, newest: int | None = None) -> list[tuple[int, int]]:
         """``(after_txid, max_txid)`` ranges covering what this plan wants of
-        ``journal`` as it is now, in txid order; empty when nothing can match.
+        ``journal`` up to txid ``newest`` (default: its newest txid now), in txid
+        order; empty when nothing can match.
 
-        The newest txid now is the end of every read of this plan: records committed
-        later are not read (so every partition reads one consistent snapshot).
+        ``newest`` ends every read of this plan: records committed later are not read
+        (so every partition reads one consistent snapshot).
         """
         if self.topics is not None and not self.topics:
             return []
-        last = journal.last_txid
+        last = journal.last_txid if newest is None else min(newest, journal.last_txid)
         first = journal.first_txid()
         if not first:
             return []
@@ -163,6 +165,27 @@ class ReadPlan:
         parts = max(1, min(parts, count, MAX_PARTITIONS))
         bounds = [lo - 1 + count * i // parts for i in range(parts + 1)]
         return [(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+#: what one DataFrame reads: each journal directory and its newest txid when the
+#: DataFrame was loaded
+Snapshot = tuple[tuple[str, int], ...]
+
+
+def take_snapshot(path: str) -> Snapshot:
+    """The journals ``path`` names (itself, or each one below it: see
+    :func:`.journals.journal_directories`) with their newest txids now, as absolute
+    paths (executors resolve them, not the driver's working directory).
+
+    Raises:
+        JournalError: no journal there (the message says what to pass), or one
+            cannot be opened.
+    """
+    taken: list[tuple[str, int]] = []
+    for directory in journal_directories(path):
+        with Journal(directory, readonly=True) as journal:
+            taken.append((str(directory.resolve()), journal.last_txid))
+    return tuple(taken)
 
 
 def read_range(

@@ -26,7 +26,6 @@ QUIET_DEFAULTS: Final = (
     ("spark.sql.session.timeZone", "UTC"),
     ("spark.sql.execution.arrow.pyspark.enabled", "true"),
     ("spark.sql.shuffle.partitions", "8"),
-    ("spark.sql.python.filterPushdown.enabled", "true"),
 )
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from .sources import is_export, read_export
@@ -55,6 +56,28 @@ class StatsRequest:
             raise StatsError("give at least one journal directory")
         if self.bucket_seconds < 1:
             raise StatsError(f"the bucket must be at least 1 second, not {self.bucket_seconds}")
+
+    def resolved(self) -> StatsRequest:
+        """This request with every path checked and made absolute (a cluster's
+        executors do not share the driver's working directory), before Spark starts.
+
+        Raises:
+            StatsError: a path is neither an export directory nor a journal directory
+                or a directory holding journals (the message names it and the fix).
+        """
+        from txlog import JournalError
+
+        from .journals import journal_directories
+
+        absolute: list[str] = []
+        for path in self.journals:
+            if not is_export(path):
+                try:
+                    journal_directories(path)
+                except JournalError as exc:
+                    raise StatsError(str(exc)) from None
+            absolute.append(str(Path(path).resolve()))
+        return replace(self, journals=tuple(absolute))
 
 
 def journal_stats(spark: SparkSession, request: StatsRequest) -> dict[str, Any]:
@@ -236,7 +259,7 @@ def render_text(report: Mapping[str, Any], shown_buckets: int = SHOWN_BUCKETS) -
     ``shown_buckets``)."""
     lines = [
         f"{report['messages']:,} messages, {_bytes(report['bytes'])} of payload in "
-        f"{len(report['journals'])} journal(s)"
+        f"{len({t['instance'] for t in report['topics']})} instance(s)"
         + (f", {report['first']} to {report['last']}" if report["first"] else ""),
         "",
     ]
