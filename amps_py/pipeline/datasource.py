@@ -8,7 +8,7 @@
 One row per journal record, the columns of :mod:`.schema`. The path is an instance's
 journal directory, or a directory holding several (``./amps-data`` holding
 ``amps-a`` and ``amps-b``): then every journal below it is read and the ``instance``
-column tells them apart (see :mod:`.journals`).
+column tells them apart (see :func:`.sources.journal_directories`).
 
 One DataFrame, one snapshot: ``load()`` notes each journal's newest txid, and every
 query of that DataFrame (and of DataFrames derived from it, SQL views included)

@@ -32,7 +32,7 @@ from txlog import CorruptRecord, Journal, JournalDamaged
 from txlog.record import STORED_FIELDS
 
 from .decode import select_stored, stored_to_batch
-from .journals import journal_directories
+from .sources import require_journals
 
 _TXID_AT: Final = STORED_FIELDS.index("txid")
 
@@ -174,7 +174,7 @@ Snapshot = tuple[tuple[str, int], ...]
 
 def take_snapshot(path: str) -> Snapshot:
     """The journals ``path`` names (itself, or each one below it: see
-    :func:`.journals.journal_directories`) with their newest txids now, as absolute
+    :func:`.sources.journal_directories`) with their newest txids now, as absolute
     paths (executors resolve them, not the driver's working directory).
 
     Raises:
@@ -182,7 +182,7 @@ def take_snapshot(path: str) -> Snapshot:
             cannot be opened.
     """
     taken: list[tuple[str, int]] = []
-    for directory in journal_directories(path):
+    for directory in require_journals(path):
         with Journal(directory, readonly=True) as journal:
             taken.append((str(directory.resolve()), journal.last_txid))
     return tuple(taken)

@@ -45,6 +45,30 @@ def journal_directories(path: str | os.PathLike[str]) -> list[Path]:
     return journals
 
 
+def require_journals(path: str | os.PathLike[str]) -> list[Path]:
+    """:func:`journal_directories` of ``path``, which must name at least one.
+
+    Raises:
+        JournalError: ``path`` does not exist, or neither it nor anything below it
+            holds a journal (the message says what to pass).
+    """
+    from txlog import JournalError
+
+    base = Path(path)
+    if not base.is_dir():
+        raise JournalError(
+            f"{base}: no such directory; pass an instance's TransactionLog/JournalDirectory "
+            "or a directory holding them"
+        )
+    journals = journal_directories(base)
+    if not journals:
+        raise JournalError(
+            f"{base} holds no journal (no data.mdb in it or below it); pass an instance's "
+            "TransactionLog/JournalDirectory or a directory holding them"
+        )
+    return journals
+
+
 def old_export_layout(path: str | os.PathLike[str]) -> str | None:
     """What says the export directory ``path`` is in the previous layout (which
     readers cannot read whole), with the fix; None when it is not."""

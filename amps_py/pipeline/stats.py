@@ -67,13 +67,13 @@ class StatsRequest:
         """
         from txlog import JournalError
 
-        from .journals import journal_directories
+        from .sources import require_journals
 
         absolute: list[str] = []
         for path in self.journals:
             if not is_export(path):
                 try:
-                    journal_directories(path)
+                    require_journals(path)
                 except JournalError as exc:
                     raise StatsError(str(exc)) from None
             absolute.append(str(Path(path).resolve()))
