@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,11 +33,6 @@ pytestmark = pytest.mark.slow
 README = REPO / "README.md"
 HOT_HOT = REPO / "config" / "examples" / "hot-hot"
 MESSAGES = 1200
-
-# the fixtures of test_examples_running: the servers a test started are stopped at
-# teardown; the ports reserved for the copies are released
-running = examples_running.running
-_release_reserved_ports = examples_running._release_reserved_ports
 
 
 def section() -> str:
@@ -62,7 +58,7 @@ def journal_count(path: Path) -> int:
         return journal.last_txid
 
 
-def walkthrough_directories(workdir: Path, running: list[ServerProcess]) -> None:
+def walkthrough_directories(workdir: Path, started: list[ServerProcess]) -> None:
     """``workdir`` as the hot-hot walkthrough leaves it: both instances' journals
     under ``./amps-data`` holding MESSAGES orders published to amps-a, and the
     configs under ``config/examples/hot-hot/``."""
@@ -78,9 +74,10 @@ def walkthrough_directories(workdir: Path, running: list[ServerProcess]) -> None
         server.config.write_text(local)
     configs = workdir / "config" / "examples" / "hot-hot"
     configs.mkdir(parents=True)
-    for server in servers.values():
-        shutil.copy(server.config, configs / server.config.name)
-    running.extend(servers.values())
+    for shipped in HOT_HOT.iterdir():  # the copied configs and the files beside them
+        if (workdir / shipped.name).is_file():
+            shutil.copy(workdir / shipped.name, configs / shipped.name)
+    started.extend(servers.values())
     examples_running.start_all(servers)
 
     lines = workdir / "orders.jsonl"
@@ -108,37 +105,76 @@ def walkthrough_directories(workdir: Path, running: list[ServerProcess]) -> None
         assert server.proc is not None and server.proc.wait(timeout=60) == 0, server.tail()
 
 
-def test_every_readme_pipeline_command_runs_as_written(
-    tmp_path: Path, running: list[ServerProcess]
-) -> None:
+@pytest.fixture(scope="module")
+def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The working directory the hot-hot walkthrough leaves (instances stopped)."""
+    workdir = tmp_path_factory.mktemp("readme") / "walkthrough"
+    started: list[ServerProcess] = []
+    try:
+        walkthrough_directories(workdir, started)
+    finally:
+        for server in started:
+            if server.alive:
+                server.stop()
+        while examples_running._RESERVED:
+            examples_running._RESERVED.pop().close()
+    yield workdir
+
+
+def readme_command(verb: str) -> str:
     commands = bash_commands()
     assert [shlex.split(c)[:3] for c in commands] == [
         ["amps-py", "pipeline", "export"],
         ["amps-py", "pipeline", "audit"],
         ["amps-py", "pipeline", "stats"],
     ], commands
-    workdir = tmp_path / "walkthrough"
-    walkthrough_directories(workdir, running)
+    (command,) = [c for c in commands if shlex.split(c)[2] == verb]
+    return command
 
-    for command in commands:
-        args = shlex.split(command)
-        out = subprocess.run(
-            [*amps_py_command(), *args[1:]],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=cli_env(),
-            cwd=workdir,
-            check=False,
-        )
-        print(f"$ {command}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-        assert out.returncode == 0, f"{command} exited {out.returncode}:\n{out.stderr}"
-        assert "Traceback" not in out.stderr, out.stderr
-        if args[2] == "stats":
-            assert "amps-a" in out.stdout and "amps-b" in out.stdout, out.stdout
-            assert "orders" in out.stdout, out.stdout
-    assert (workdir / "audit-report").is_dir()
 
+def run_as_written(command: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` from the README, run in ``workdir``; it must succeed."""
+    args = shlex.split(command)
+    out = subprocess.run(
+        [*amps_py_command(), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=cli_env(),
+        cwd=workdir,
+        check=False,
+    )
+    print(f"$ {command}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    assert out.returncode == 0, f"{command} exited {out.returncode}:\n{out.stderr}"
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def exported(workdir: Path) -> None:
+    """The README's export, once (the audit and the Python block read it)."""
+    if not (workdir / "export").is_dir():
+        run_as_written(readme_command("export"), workdir)
+
+
+def test_readme_export_exports_every_instance_under_amps_data(walkthrough: Path) -> None:
+    out = run_as_written(readme_command("export"), walkthrough)
+    for name in ("amps-a", "amps-b"):
+        assert f"exported {MESSAGES:,} records of instance {name}" in out.stderr + out.stdout
+
+
+def test_readme_audit_runs_as_written_and_finds_no_problem(walkthrough: Path) -> None:
+    run_as_written(readme_command("audit"), walkthrough)
+    assert (walkthrough / "audit-report").is_dir()
+
+
+def test_readme_stats_counts_every_instance_under_amps_data(walkthrough: Path) -> None:
+    out = run_as_written(readme_command("stats"), walkthrough)
+    assert "amps-a" in out.stdout and "amps-b" in out.stdout, out.stdout
+    assert f"{2 * MESSAGES:,} messages" in out.stdout, out.stdout
+
+
+def test_readme_python_block_runs_as_written(walkthrough: Path) -> None:
+    exported(walkthrough)
     script = python_block()
     assert 'load("./amps-data")' in script and 'read.parquet("./export")' in script, script
     shown = subprocess.run(
@@ -147,9 +183,10 @@ def test_every_readme_pipeline_command_runs_as_written(
         text=True,
         timeout=900,
         env=cli_env(),
-        cwd=workdir,
+        cwd=walkthrough,
         check=False,
     )
     print(shown.stdout[-3000:], shown.stderr[-3000:])
     assert shown.returncode == 0, shown.stderr
     assert "client_name" in shown.stdout and "count" in shown.stdout, shown.stdout
+    assert "amps-a" in shown.stdout and "amps-b" in shown.stdout, shown.stdout
