@@ -58,6 +58,50 @@ def test_every_kind_of_record_is_in_the_varied_journal(varied: Path) -> None:
     assert flags == {0, 1}, "some payloads are stored zstd-compressed, some not"
 
 
+def test_text_message_types_have_payload_text_and_binary_ones_none(tmp_path: Path) -> None:
+    bodies = {
+        "json": b'{"id":1}',
+        "xml": b"<order id='1'/>",
+        "fix": b"35=D\x0155=IBM\x0138=100\x01",
+        "nvfix": b"id=1\x01sym=IBM\x01",
+        "bflat": b"\x00\x01\xff\x10",
+        "binary": b"\xde\xad\xbe\xef",
+    }
+    with Journal(tmp_path / "j", instance_name="inst", durability="page-cache") as j:
+        j.append(
+            [
+                Record(
+                    topic="t",
+                    payload=body,
+                    pub_hash=publisher_hash("p"),
+                    seq=i + 1,
+                    client_name="p",
+                    message_type=mtype,
+                )
+                for i, (mtype, body) in enumerate(bodies.items())
+            ],
+            BASE_US,
+        )
+        fast = stored_to_batch("inst", j.read_stored(0, 10))
+        slow = records_to_batch("inst", j.read(0, 10))
+    assert fast.equals(slow), _first_difference(fast, slow)
+    texts = dict(
+        zip(
+            fast.column("message_type").to_pylist(),
+            fast.column("payload_text").to_pylist(),
+            strict=True,
+        )
+    )
+    assert texts == {
+        "json": '{"id":1}',
+        "xml": "<order id='1'/>",
+        "fix": "35=D\x0155=IBM\x0138=100\x01",
+        "nvfix": "id=1\x01sym=IBM\x01",
+        "bflat": None,
+        "binary": None,
+    }
+
+
 def test_seq_beyond_a_signed_long_names_the_txid(tmp_path: Path) -> None:
     ph = publisher_hash("big")
     with Journal(tmp_path / "j", instance_name="a") as j:

@@ -30,7 +30,7 @@ from txlog.record import (
     stored_payload,
 )
 
-from .schema import _I64_MAX, _KIND_NAMES, ARROW_SCHEMA, RecordTooLarge
+from .schema import _I64_MAX, _KIND_NAMES, ARROW_SCHEMA, TEXT_TYPES, RecordTooLarge
 
 _AT: Final = {name: i for i, name in enumerate(STORED_FIELDS)}
 _KIND: Final = _AT["kind"]
@@ -124,7 +124,7 @@ def stored_to_batch(instance: str, stored: StoredRecords) -> pa.RecordBatch:
         cid_s,
         pc.bit_wise_and(pa.array(flags, pa.int32()), _NOT_ZSTD),
         body,
-        _json_text(body, mtype_s),
+        _payload_text(body, mtype_s),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
@@ -219,22 +219,22 @@ def _paths(
     return pa.array(names, list_type).take(indices), pa.array(groups, list_type).take(indices)
 
 
-def _json_text(body: pa.Array, mtype: pa.Array) -> pa.Array:
-    """The ``payload_text`` column: the body as text for ``json`` messages (invalid
-    UTF-8 replaced, as ``bytes.decode(errors="replace")``), else null."""
-    is_json = pc.equal(mtype, "json")
-    every = pc.all(is_json).as_py()
+def _payload_text(body: pa.Array, mtype: pa.Array) -> pa.Array:
+    """The ``payload_text`` column: the body as text for the :data:`TEXT_TYPES`
+    (invalid UTF-8 replaced, as ``bytes.decode(errors="replace")``), else null."""
+    is_text = pc.is_in(mtype, value_set=pa.array(TEXT_TYPES, pa.string()))
+    every = pc.all(is_text).as_py()
     try:
         text = body.cast(pa.string())
     except pa.ArrowInvalid:
-        flags = is_json.to_pylist()
+        flags = is_text.to_pylist()
         return pa.array(
             [
-                raw.decode("utf-8", "replace") if j else None
-                for raw, j in zip(body.to_pylist(), flags, strict=True)
+                raw.decode("utf-8", "replace") if t else None
+                for raw, t in zip(body.to_pylist(), flags, strict=True)
             ],
             pa.string(),
         )
     if every:
         return text
-    return pc.if_else(is_json, text, pa.scalar(None, pa.string()))
+    return pc.if_else(is_text, text, pa.scalar(None, pa.string()))

@@ -30,7 +30,8 @@ sow_key           string              "" when none
 correlation_id    string              "" when none
 flags             int32
 payload           binary              the message body (decompressed)
-payload_text      string              the body as text for ``json`` messages, else null
+payload_text      string              the body as text for text message types (json,
+                                      xml, fix, nvfix), else null
 ================  ==================  ==============================================
 """
 
@@ -43,6 +44,11 @@ import pyarrow as pa
 
 from txlog import Record
 from txlog.record import Kind
+
+#: message types whose bodies are text (AMPS's json, xml, fix and nvfix): their
+#: ``payload_text`` is the body as text; binary types (bflat, bson, msgpack,
+#: protobuf, binary, ...) have none (read ``payload``)
+TEXT_TYPES: Final = ("json", "xml", "fix", "nvfix")
 
 ARROW_SCHEMA: Final = pa.schema(
     [
@@ -158,7 +164,7 @@ def records_to_batch(instance: str, records: Sequence[Record]) -> pa.RecordBatch
         flags.append(rec.flags)
         body = rec.payload
         payload.append(body)
-        text.append(body.decode("utf-8", "replace") if mt == "json" else None)
+        text.append(body.decode("utf-8", "replace") if mt in TEXT_TYPES else None)
     columns: list[Any] = [
         pa.array([instance] * n, pa.string()),
         pa.array(txid, pa.int64()),
