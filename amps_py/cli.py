@@ -37,7 +37,7 @@ import gc
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -557,7 +557,7 @@ def publish(
     import os
 
     from amps_py.cli_client import admin_url_for, explain_persisted_wait, fetch_instance, progress
-    from amps_py.client import open_client
+    from amps_py.client import CommandError, open_client
 
     if data is None and file_ is None:
         if topic.lstrip().startswith(("{", "[", '"')):
@@ -622,6 +622,9 @@ def publish(
                 bar.update(what=f"waiting for the persisted ack of seq {last}")
                 try:
                     await client.wait_persisted(last, timeout=timeout)
+                except CommandError:
+                    if n == 1:
+                        raise  # the one message: its own failure says it all
                 except TimeoutError as exc:
                     url, named = admin_url_for(uri, admin_url, os.environ)
                     document = await trio.to_thread.run_sync(
@@ -630,11 +633,44 @@ def publish(
                     raise _Failed(
                         explain_persisted_wait(str(exc), url, document, client_name, named)
                     ) from None
+            refused = refused_line(client.failed_publishes, first, last, n, topic)
+            if refused is not None:
+                raise _Failed(refused)
             return n, last, last > 0 and client.not_journaled_seq == last
 
     with _client_errors(credentials, client_name, password_env, topic):
         n, last, not_journaled = trio.run(run)
     click.echo(published_line(n, topic, last, not_journaled), err=True)
+
+
+#: refused messages a ``publish --file`` names one by one (the rest are counted)
+REFUSALS_SHOWN = 5
+
+
+def refused_line(
+    failed: Mapping[int, Mapping[str, Any]], first: int, last: int, sent: int, topic: str
+) -> str | None:
+    """What ``publish`` says when the server refused some of the messages it sent
+    (seqs ``first + 1`` to ``last``, the k-th message being seq ``first + k``), or None
+    when it refused none. A refused message is not stored; the others are."""
+    refused = sorted(seq for seq in failed if first < seq <= last)
+    if not refused:
+        return None
+    shown = []
+    for seq in refused[:REFUSALS_SHOWN]:
+        ack = failed[seq]
+        reason = str(ack.get("reason", "unknown"))
+        detail = str(ack.get("detail", ""))
+        why = f"{reason} ({detail})" if detail and detail != reason else reason
+        shown.append(f"message {seq - first} (seq {seq}): {why}")
+    more = len(refused) - len(shown)
+    listed = "; ".join(shown) + (f"; and {more} more" if more else "")
+    return (
+        f"the server refused {len(refused)} of the {sent} message(s) published to {topic}: "
+        f"{listed}. Those are not stored; every other one is persisted. "
+        "Fix the refused messages and publish them again (message N is the N-th message "
+        "sent by this run: the N-th non-blank line of the file)"
+    )
 
 
 def published_line(n: int, topic: str, last: int, not_journaled: bool) -> str:
@@ -693,6 +729,9 @@ def _publish_ha(
 
     with _client_errors(credentials, client_name, password_env, topic):
         done = trio.run(run)
+    refused = refused_line(done.refused, done.first, done.last, done.sent, topic)
+    if refused is not None:
+        fail(refused)
     click.echo(published_line(done.sent, topic, done.last, done.not_journaled), err=True)
 
 

@@ -33,7 +33,7 @@ import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -291,6 +291,10 @@ class Published:
     skipped: int = 0
     #: the instance acknowledged the last publish as not journaled (not stored)
     not_journaled: bool = False
+    #: the seq before this run's first message
+    first: int = 0
+    #: the messages of this run the server refused (not stored): seq -> failure ack
+    refused: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 async def publish(
@@ -317,7 +321,7 @@ async def publish(
         StoreMisuse, OSError, TimeoutError, CommandError: as the CLI reports them.
     """
     from amps_py.cli_client import progress
-    from amps_py.client import FilePublishStore, open_ha_client
+    from amps_py.client import CommandError, FilePublishStore, open_ha_client
     from amps_py.trio_util import unwrapping_groups
 
     store = None
@@ -390,6 +394,9 @@ async def publish(
                 bar.update(what=f"waiting for the persisted ack of seq {done.last}")
                 try:
                     await ha.flush(timeout=timeout)
+                except CommandError:
+                    if done.sent == 1 and data is not None:
+                        raise  # the one message: its own failure says it all
                 except TimeoutError as exc:
                     kept = (
                         f"; the {len(pstore)} unacknowledged message(s) stay in "
@@ -400,6 +407,10 @@ async def publish(
                     await explain_timeout(str(exc) + kept, ha.uri or uris[0])
                     raise
                 done.not_journaled = done.last > 0 and ha.not_journaled_seq == done.last
+                done.refused = {
+                    seq: ack for seq, ack in ha.failed_publishes.items() if first < seq
+                }
+                done.first = first
             if run is not None and store_dir is not None:
                 finish_run(store_dir)
     return done

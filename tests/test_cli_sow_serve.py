@@ -130,3 +130,25 @@ def test_sow_takes_the_uri_positionally_as_publish_does(
     both = run("sow", served.uri, "orders", "--uri", "tcp://127.0.0.1:1/amps/json", cwd=tmp_path)
     assert both.returncode == 2
     assert "two URIs given" in both.stderr
+
+
+def test_publish_file_names_every_message_the_server_refused(
+    served: ServerProcess, tmp_path: Path
+) -> None:
+    """A SOW topic refuses a body it cannot parse (no key). In a --raw file run the
+    refused line must not hide behind the later lines' persisted ack: the command
+    names it, says the others are stored, and exits 1; the same through the HA
+    client (a URI list)."""
+    lines = tmp_path / "mixed.jsonl"
+    lines.write_text('{"id": 101}\nnot json at all\n{"id": 103}\n')
+    for uri in (served.uri, f"{served.uri},{served.uri}"):
+        res = run("publish", uri, "orders", "--file", str(lines), "--raw", cwd=tmp_path)
+        assert res.returncode == 1, res.stderr
+        assert "the server refused 1 of the 3 message(s) published to orders: message 2 (seq" in (
+            res.stderr
+        ), res.stderr
+        assert "Those are not stored; every other one is persisted." in res.stderr
+        assert "persisted through" not in res.stderr, res.stderr
+    out = run("sow", served.uri, "orders", "--filter", "/id > 100", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert sorted(json.loads(line)["data"]["id"] for line in out.stdout.splitlines()) == [101, 103]
