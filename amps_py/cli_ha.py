@@ -241,6 +241,32 @@ class _RetryNotice(logging.Filter):
         return True
 
 
+class _ShortRepeats(logging.Filter):
+    """A server the HA client cannot use for the reason it already gave is one short
+    line (``... cannot use URI (as before); next attempt in 0.8 s``): the reason, and
+    its hint, are written once per server and reason, not on every retry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) == 4 and "cannot use" in record.msg):
+            return True
+        client, uri, why, delay = args
+        if not isinstance(delay, (int, float)):
+            return True
+        if (str(uri), str(why)) not in self.seen:
+            self.seen.add((str(uri), str(why)))
+            return True
+        _echo_err(
+            f"amps-py: HA client {client!r}: cannot use {uri} (as before); "
+            f"next attempt in {delay:.3g} s"
+        )
+        return False
+
+
 @contextlib.contextmanager
 def _client_log_on_stderr(notice: str = "") -> Iterator[None]:
     """The HA client's warnings (a server it cannot use, and why) as ``amps-py:``
@@ -249,6 +275,7 @@ def _client_log_on_stderr(notice: str = "") -> Iterator[None]:
     handler = logging.StreamHandler(sys.stderr)
     if notice:
         handler.addFilter(_RetryNotice(notice))
+    handler.addFilter(_ShortRepeats())
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("amps-py: %(message)s"))
     logger.addHandler(handler)

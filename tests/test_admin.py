@@ -136,6 +136,8 @@ def test_console_says_why_it_cannot_connect() -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the admin interface at http://127.0.0.1:1" in lines[0]
+    assert "is that its Admin/InetAddr?" in lines[0]
+    assert "pass --url" not in lines[0], "--url was given: telling the user to pass it misleads"
     missing = admin_cli("--url", "http://127.0.0.1:1", "downgrade", "x")
     assert missing.returncode == 2
 

@@ -388,7 +388,8 @@ def test_connection_refused_says_what_to_check(tmp_path: Path) -> None:
 
 def test_uri_list_with_nothing_up_says_once_how_long_it_retries(tmp_path: Path) -> None:
     with reserve_port() as one, reserve_port() as two:
-        pair = ",".join(f"tcp://127.0.0.1:{s.getsockname()[1]}/amps/json" for s in (one, two))
+        pair_ports = [s.getsockname()[1] for s in (one, two)]
+        pair = ",".join(f"tcp://127.0.0.1:{port}/amps/json" for port in pair_ports)
         res = run("publish", pair, "orders", "{}", "--timeout", "2", cwd=tmp_path)
     print(res.stderr)
     lines = res.stderr.splitlines()
@@ -399,6 +400,13 @@ def test_uri_list_with_nothing_up_says_once_how_long_it_retries(tmp_path: Path) 
     )
     assert lines[0] == notice and lines.count(notice) == 1, lines
     assert "cannot use" in lines[1] and "accepted a logon within 2 s" in lines[-1]
+    # each server's reason (and its hint) once; a retry for the same reason is short
+    for port in pair_ports:
+        hinted = [line for line in lines if f":{port}: connection refused" in line]
+        assert len(hinted) == 1, lines
+        assert "Is the instance running" in hinted[0]
+    repeats = [line for line in lines if "(as before); next attempt in" in line]
+    assert repeats, f"the client retried for 2 s and said nothing of it: {lines}"
 
 
 def test_publish_without_a_topic_says_the_topic_is_missing(tmp_path: Path) -> None:

@@ -112,9 +112,9 @@ def _unreachable(url: str, reason: object) -> AdminError:
             2,
         )
     return AdminError(
-        f"cannot reach the admin interface at {url} ({reason}); is the instance running "
-        "with an Admin/InetAddr? pass --url http://HOST:PORT (https://HOST:PORT when it "
-        "serves HTTPS)",
+        f"cannot reach the admin interface at {url} ({reason}); is the instance running, "
+        "and is that its Admin/InetAddr? The URL is http://HOST:PORT of the config's "
+        "Admin/InetAddr (https:// when it serves HTTPS), given with --url",
         2,
     )
 
