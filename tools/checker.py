@@ -404,6 +404,10 @@ def dump_published(path: str | Path, published: Mapping[str, Iterable[Pub]]) -> 
 # ---------------------------------------------------------------------- reading an instance
 
 
+#: a replay still delivering is given this many times its stall timeout in all
+STILL_ARRIVING_FACTOR = 10
+
+
 async def replay_instance(
     uri: str, topic_regex: str = ".*", timeout: float = 30, *, quiet: float = 0.5
 ) -> list[Stored]:
@@ -413,15 +417,22 @@ async def replay_instance(
     ``completed`` ack has arrived and then no message came for ``quiet`` seconds.
     Payloads are parsed with :func:`parse_stored`.
 
+    ``timeout`` bounds a stall, not the replay: a replay that keeps delivering may
+    take longer (a loaded machine, a long journal), up to ``STILL_ARRIVING_FACTOR``
+    times ``timeout`` in all.
+
     Raises:
-        TimeoutError: no ``completed`` ack, or messages still arriving (publishers
-            still running?), after ``timeout`` seconds.
+        TimeoutError: nothing arrived and no ``completed`` ack for ``timeout``
+            seconds, or messages still arriving (publishers still running?) after
+            ``STILL_ARRIVING_FACTOR * timeout`` seconds.
         amps_py.client.AMPSError: the connection or the subscription failed.
         OSError: the instance cannot be reached.
     """
     name = f"checker-{os.getpid()}-{next(_client_names)}"
     out: list[Stored] = []
-    deadline = trio.current_time() + timeout
+    started = trio.current_time()
+    stall_deadline = started + timeout
+    hard_deadline = started + timeout * STILL_ARRIVING_FACTOR
     async with (
         open_client(uri, name, timeout=timeout) as client,
         client.subscribe(topic_regex, bookmark="0", timeout=timeout) as sub,
@@ -435,20 +446,22 @@ async def replay_instance(
                     raise ConnectionError(
                         f"{uri}: the replay ended after {len(out)} messages: {reason}"
                     ) from None
+            now = trio.current_time()
             if not scope.cancelled_caught:
                 out.append(parse_stored(message.data, message.bookmark, message.topic))
+                stall_deadline = now + timeout
             elif sub.completed.is_set():
                 return out
-            if trio.current_time() > deadline:
+            if now > stall_deadline or now > hard_deadline:
                 state = (
-                    "messages were still arriving"
-                    if sub.completed.is_set()
-                    else "no completed ack yet"
+                    f"nothing arrived for {timeout} s and no completed ack"
+                    if now > stall_deadline
+                    else "messages were still arriving"
                 )
                 raise TimeoutError(
-                    f"{uri}: replay of {topic_regex!r} not finished after {timeout} s "
-                    f"({len(out)} messages, {state}); stop the publishers before checking "
-                    "or raise --timeout"
+                    f"{uri}: replay of {topic_regex!r} not finished after "
+                    f"{now - started:.0f} s ({len(out)} messages, {state}); stop the "
+                    "publishers before checking or raise --timeout"
                 )
 
 
