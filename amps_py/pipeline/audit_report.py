@@ -20,6 +20,7 @@ from amps_py.pipeline.audit_rules import CLASSES, PROBLEM_CLASSES, Counts, Findi
 
 __all__ = [
     "AuditReport",
+    "FindingsLeftOut",
     "JournalInfo",
     "LagBucket",
     "LinkLag",
@@ -74,6 +75,27 @@ class JournalInfo:
     last_txid: int
 
 
+@dataclass(frozen=True)
+class FindingsLeftOut:
+    """Findings of one ``kind`` on ``instance`` arriving ``via`` one sender (the hop
+    before ``instance`` on the expected path; ``""``: none) that the report does not
+    list: ``found`` of them, of which it keeps the first ``kept`` (publisher, seq
+    order). The counts count them all."""
+
+    kind: str
+    instance: str
+    via: str
+    found: int
+    kept: int
+
+    def __str__(self) -> str:
+        via = f" via {self.via}" if self.via else ""
+        return (
+            f"{self.kind} on {self.instance}{via}: {self.found - self.kept} of {self.found} "
+            f"left out (the first {self.kept} kept)"
+        )
+
+
 @dataclass
 class AuditReport:
     """The result of an audit (see :mod:`amps_py.pipeline.audit_rules` for the
@@ -90,6 +112,8 @@ class AuditReport:
         configs: the config files the fabric was loaded from.
         run: facts about the run (time, Spark master) that do not describe the
             journals; two audits of the same journals differ only here.
+        left_out: the groups of findings ``findings`` does not list in full (the
+            audit keeps a bounded number per kind, instance and sender).
     """
 
     instances: tuple[str, ...]
@@ -101,6 +125,7 @@ class AuditReport:
     bucket_us: int
     configs: tuple[str, ...] = ()
     run: dict[str, Any] = field(default_factory=dict)
+    left_out: tuple[FindingsLeftOut, ...] = ()
 
     @property
     def audited(self) -> tuple[str, ...]:
@@ -147,6 +172,7 @@ class AuditReport:
             "counts": {name: c.as_dict() for name, c in self.counts.items()},
             "total": self.total.as_dict(),
             "findings": [f.as_dict() for f in self.findings],
+            "findings_left_out": [g.__dict__ for g in self.left_out],
             "lag": {
                 "definition": "receiver local timestamp - origin timestamp, per record "
                 "stored from the sender (the last hop of its path)",
@@ -231,6 +257,9 @@ def render_text(report: AuditReport, limit: int = 20) -> str:
         more = f"; the first {len(shown)}" if len(shown) < len(report.findings) else ""
         lines.append(f"Findings ({len(report.findings)}{more}):")
         lines.extend(f"  {f}" for f in shown)
+        if report.left_out:
+            lines.append("Not in the report (counted, not listed):")
+            lines.extend(f"  {g}" for g in report.left_out)
         lines.append("")
         counts = ", ".join(f"{n} {k}" for k, n in report.problem_counts().items() if n)
         lines.append(f"Result: {_problems(report.problems)} ({counts})")
@@ -456,6 +485,8 @@ def render_html(report: AuditReport, limit: int = 2000) -> str:
                 f'<p class="note">The first {len(shown)} of {len(report.findings)}; the '
                 "JSON report lists them all.</p>"
             )
+        for group in report.left_out:
+            out.append(f'<p class="note">Not in the report: {html.escape(str(group))}.</p>')
         out.append(
             '<table><tr><th>class</th><th class="text">instance</th>'
             '<th class="text">bookmark</th><th class="text">topic</th>'
@@ -517,4 +548,5 @@ def report_from_dict(doc: Mapping[str, Any]) -> AuditReport:
         bucket_us=doc["lag"]["bucket_us"],
         configs=tuple(doc["configs"]),
         run=dict(doc.get("run", {})),
+        left_out=tuple(FindingsLeftOut(**g) for g in doc.get("findings_left_out", [])),
     )

@@ -67,6 +67,7 @@ __all__ = [
     "classify_message",
     "expectation_for",
     "longest_increasing",
+    "out_of_order",
     "reference_copy",
     "reordered",
 ]
@@ -103,6 +104,8 @@ class Finding:
         expected_hops: the instances of that path, origin first (empty when none).
         txids: the txids of the records concerned on ``instance`` (none for missing).
         detail: what was seen, in words.
+        ts_us: when ``instance`` stored the record concerned (its local time, µs
+            since the epoch); 0 when not known (missing).
     """
 
     kind: str
@@ -115,6 +118,7 @@ class Finding:
     expected_hops: tuple[str, ...]
     txids: tuple[int, ...]
     detail: str
+    ts_us: int = 0
 
     @property
     def publisher_hash(self) -> str:
@@ -148,6 +152,7 @@ class Finding:
             "expected_hops": list(self.expected_hops),
             "txids": list(self.txids),
             "detail": self.detail,
+            "ts_us": self.ts_us,
         }
 
     @classmethod
@@ -163,6 +168,7 @@ class Finding:
             tuple(doc["expected_hops"]),
             tuple(doc["txids"]),
             doc["detail"],
+            int(doc.get("ts_us", 0)),
         )
 
     def __str__(self) -> str:
@@ -496,6 +502,7 @@ class PubRecord:
     topic: str
     message_type: str
     verdict: str = ""
+    ts_us: int = 0  # when the instance stored it (local time, µs)
 
 
 def longest_increasing(values: Sequence[int]) -> set[int]:
@@ -541,20 +548,42 @@ def reordered(
         if r.bookmark not in seen:
             seen.add(r.bookmark)
             firsts.append(r)
-    seqs = [r.seq for r in firsts]
+    return out_of_order(instance, firsts, expectations)
+
+
+def out_of_order(
+    instance: str,
+    run: Sequence[PubRecord],
+    expectations: Mapping[ExpectationKey, Expectation],
+    before: int | None = None,
+    after: int | None = None,
+) -> list[Finding]:
+    """The reordered findings among ``run``: first copies of one publisher's messages
+    on ``instance``, consecutive in txid order and sorted by txid; ``before`` and
+    ``after`` are the seqs of the first copies just outside it (``None``: none).
+
+    :func:`reordered` calls it with every first copy. The audit on Spark calls it
+    once per *block*: a run of first copies such that every seq before it is below
+    every seq in it, and every seq after it above. Patience sorting never lets a
+    block's seqs displace an earlier block's, so the longest increasing run of the
+    whole sequence (:func:`longest_increasing`, with its tie rule) is the
+    concatenation of the blocks' own: checking block by block gives exactly the
+    findings of checking the whole sequence at once.
+    """
+    seqs = [r.seq for r in run]
     keep = longest_increasing(seqs)
     out: list[Finding] = []
-    for i, r in enumerate(firsts):
+    for i, r in enumerate(run):
         if i in keep:
             continue
-        before = seqs[i - 1] if i else None
-        after = seqs[i + 1] if i + 1 < len(seqs) else None
+        prev = seqs[i - 1] if i else before
+        following = seqs[i + 1] if i + 1 < len(seqs) else after
         expectation = expectations.get((r.origin, r.topic, r.message_type, r.verdict))
         arrival = expectation.arrivals.get(instance) if expectation else None
         where = "published here" if r.origin == instance else f"published at {r.origin}"
         detail = (
             f"seq {r.seq} is out of the publisher's seq order: stored between seq "
-            f"{before} and seq {after} ({where})"
+            f"{prev} and seq {following} ({where})"
         )
         out.append(
             Finding(
@@ -568,6 +597,7 @@ def reordered(
                 arrival.hops if arrival else (),
                 (r.txid,),
                 detail,
+                ts_us=r.ts_us,
             )
         )
     return out
