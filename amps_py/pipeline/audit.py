@@ -110,6 +110,8 @@ _TARGET_BUCKETS: Final = 60
 KEEP_FINDINGS: Final = 1000
 #: about this many records per shuffle partition (see ``_size_shuffles``)
 _SHUFFLE_ROWS: Final = 1_000_000
+#: journals of fewer records in all are audited with their payloads cached
+_SMALL_AUDIT: Final = 1_000_000
 
 
 class AuditError(Exception):
@@ -309,9 +311,25 @@ def run_audit(
         raise AuditError(f"--keep-findings must be at least 1, not {keep_findings}")
     frames = [load_source(spark, s) for s in inputs.sources]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
+    small = _journal_records(inputs.sources) < _SMALL_AUDIT
     return _audit(
-        spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s, keep_findings
+        spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s, keep_findings, small
     )
+
+
+def _journal_records(sources: Sequence[JournalSource]) -> float:
+    """About how many records ``sources`` hold, from the journals' txid ranges
+    (without Spark); infinite when an export is among them."""
+    from txlog import Journal
+
+    total = 0
+    for source in sources:
+        if source.exported:
+            return float("inf")
+        with Journal(source.path, readonly=True) as journal:
+            first = journal.first_txid()
+            total += journal.last_txid - first + 1 if first else 0
+    return total
 
 
 def _audit(
@@ -322,13 +340,15 @@ def _audit(
     configs: tuple[str, ...],
     bucket_s: float | None,
     keep: int,
+    small: bool = False,
 ) -> AuditReport:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     audited = tuple(s.instance for s in sources)
     # every column the jobs need but the payload (its hash stands for it): cached,
-    # spilled to disk when it does not fit
+    # spilled to disk when it does not fit; a small audit keeps the payloads too, so
+    # that the filters' verdicts need no second read of the journals
     base = rows.select(
         "instance",
         "txid",
@@ -344,6 +364,7 @@ def _audit(
         "path",
         F.unix_micros("origin_ts").alias("origin_us"),
         F.unix_micros("local_ts").alias("local_us"),
+        *(["payload"] if small else []),
     ).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [base]
     partitions_before = spark.conf.get("spark.sql.shuffle.partitions") or "200"
@@ -352,7 +373,7 @@ def _audit(
         records = sum(n for n, _, _ in summary.held.values())
         _size_shuffles(spark, records, partitions_before)
         plan = FilterPlan.from_fabric(fabric, [(t, m) for _, t, m in summary.combos])
-        verdicts, samples = _filter_verdicts(spark, rows, plan)
+        verdicts, samples = _filter_verdicts(spark, base if small else rows, plan)
         expectations: dict[ExpectationKey, Expectation] = {}
         for origin, topic, message_type in summary.combos:
             if not plan.filtered(topic, message_type):
@@ -363,12 +384,13 @@ def _audit(
             origin, topic, message_type, _ = key
             expectations[key] = expectation_for(fabric, origin, topic, message_type, payload)
         expect = spark.sparkContext.broadcast(expectations)
+        slim = base.drop("payload")
         if verdicts is None:
-            frame = base.withColumn("verdict", F.lit(""))
+            frame = slim.withColumn("verdict", F.lit(""))
         else:
             cached.append(verdicts)
             frame = (
-                base.join(
+                slim.join(
                     verdicts.select("instance", "txid", "verdict"), ["instance", "txid"], "left"
                 )
                 .fillna({"verdict": ""})
@@ -481,8 +503,9 @@ def _filter_verdicts(
     of instance, txid, verdict), and every (origin, topic, type, verdict) one sample
     payload (the smallest, so the choice is deterministic).
 
-    Reads the journals again, only the filtered topics (pushed down: the other
-    topics' records are not decoded), evaluating the filters on the executors. The
+    ``rows``: the journals (read again, only the filtered topics: pushed down, the
+    other topics' records are not decoded), or for a small audit the cached records
+    with their payloads. Evaluates the filters on the executors. The
     payloads are not kept: each task passes on a payload only where it is the
     smallest so far of its key, and one aggregation picks the smallest. The verdicts
     are cached (the caller unpersists them), with the columns instance, txid,
@@ -492,13 +515,17 @@ def _filter_verdicts(
 
     if not plan.relevant:
         return None, {}
-    pairs = spark.createDataFrame(
-        sorted(plan.relevant), "topic STRING, message_type STRING"
-    ).distinct()
     topics = sorted({t for t, _ in plan.relevant})
+    wanted = reduce(
+        lambda a, b: a | b,
+        [
+            (F.col("topic") == topic) & (F.col("message_type") == message_type)
+            for topic, message_type in sorted(plan.relevant)
+        ],
+    )
     filtered = (
-        rows.where(F.col("topic").isin(topics))
-        .join(F.broadcast(pairs), ["topic", "message_type"])
+        rows.where(F.col("topic").isin(topics))  # pushed down to the journals' reads
+        .where(wanted)
         .select("instance", "txid", "origin", "topic", "message_type", "payload")
     )
     shipped = spark.sparkContext.broadcast(plan)

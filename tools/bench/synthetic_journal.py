@@ -203,7 +203,8 @@ def build_audit_fabric(
     records in all, as the servers would have journaled them (publisher ``pubA`` on
     A, ``pubB`` on B, alternating; every message on A and B, the ones C must get on
     C; paths and origin txids as replication writes them; lags of 0.2-5.2 ms between
-    A and B and 1-11 ms to C, varying over time).
+    A and B and 1-11 ms to C, varying over time). The three journals are written by
+    three processes at once.
 
     Every ``fault_every`` messages (an even number, at least 4) two faults: on A two
     consecutive messages of ``pubB`` stored in swapped order (one reordered finding
@@ -212,6 +213,8 @@ def build_audit_fabric(
 
     Returns what was written, with the problem counts the audit must report
     (``expected``)."""
+    from concurrent.futures import ProcessPoolExecutor
+
     if fault_every < 4 or fault_every % 2:
         raise ValueError(f"fault_every must be even and at least 4, not {fault_every}")
     shutil.rmtree(root, ignore_errors=True)
@@ -219,76 +222,110 @@ def build_audit_fabric(
     journals = {name: root / "journals" / name for name in FABRIC_GROUPS}
     for name, journal in journals.items():
         (root / "configs" / f"{name}.xml").write_text(_fabric_config(name, journal))
-    publishers = {"A": ("pubA", publisher_hash("pubA")), "B": ("pubB", publisher_hash("pubB"))}
-    pad = b"x" * 100
     messages = max(2, round(records / 2.55))  # A and B hold each, C about 55 %
     t0 = time.time()
     base_us = int((t0 - 86_400) * 1e6)
-    chunk = 2_000
-    held = dict.fromkeys(journals, 0)
-    faults = {"reordered": 0, "missing": 0}
-    drop_next_to_c = False
-    opened = {
-        name: Journal(path, instance_name=name, durability="page-cache", segment_size=256 << 20)
-        for name, path in journals.items()
-    }
-    try:
-        for start in range(0, messages, chunk):
-            now_us = base_us + start * 20  # 50,000 messages a second
-            step = start // chunk
-            lag = {"A": 200 + (step * 7_919) % 5_000, "C": 1_000 + (step * 104_729) % 10_000}
-            lag["B"] = lag["A"] // 2 + 100
-            batches: dict[str, list[Record]] = {name: [] for name in journals}
-            swaps: list[int] = []
-            for k in range(start, min(messages, start + chunk)):
-                origin, other = ("A", "B") if k % 2 == 0 else ("B", "A")
-                name, pub = publishers[origin]
-                seq = k // 2 + 1
-                shape = k % 20
-                topic = "orders" if shape < 10 else "quotes" if shape < 16 else "internal"
-                qty = (k * 37) % 101
-                common: dict[str, Any] = {
-                    "topic": topic,
-                    "payload": b'{"p":"%s","s":%d,"qty":%d,"pad":"%s"}'
-                    % (name.encode(), seq, qty, pad),
-                    "pub_hash": pub,
-                    "seq": seq,
-                    "client_name": name,
-                    "origin": origin,
-                }
-                batches[origin].append(Record(**common))
-                # message k is record k + 1 on both A and B: its origin txid is k + 1
-                hop = {"origin_txid": k + 1, "path": ((origin, FABRIC_GROUPS[origin]),)}
-                batches[other].append(Record(**common, **hop, origin_ts=now_us - lag[other]))
-                if k % fault_every == 1:  # a pubB message (k odd)
-                    swaps.append(len(batches["A"]) - 1)
-                    drop_next_to_c = True
-                if topic == "quotes" or (topic == "orders" and qty > 50):
-                    if drop_next_to_c:
-                        drop_next_to_c = False
-                        faults["missing"] += 1
-                        continue
-                    batches["C"].append(Record(**common, **hop, origin_ts=now_us - lag["C"]))
-            for at in swaps:
-                # pubB's next message is two records on (A's own in between)
-                a_batch = batches["A"]
-                if at + 2 < len(a_batch):
-                    a_batch[at], a_batch[at + 2] = a_batch[at + 2], a_batch[at]
-                    faults["reordered"] += 1
-            for name, batch in batches.items():
-                if batch:
-                    held[name] += len(opened[name].append(batch, now_us))
-            if progress and step % 500 == 0:
-                print(f"  {sum(held.values()):,} records ({time.time() - t0:.0f} s)", flush=True)
-    finally:
-        for journal in opened.values():
-            journal.close()
+    with ProcessPoolExecutor(len(journals)) as pool:
+        futures = {
+            name: pool.submit(
+                _write_fabric_journal,
+                name,
+                path,
+                messages,
+                fault_every,
+                base_us,
+                progress and name == "A",
+            )
+            for name, path in journals.items()
+        }
+        done = {name: future.result() for name, future in futures.items()}
+    held = {name: n for name, (n, _) in done.items()}
     return {
         "format": FABRIC_FORMAT,
         "records": sum(held.values()),
         "held": held,
         "messages": messages,
         "fault_every": fault_every,
-        "expected": {"missing": faults["missing"], "reordered": faults["reordered"]},
+        "expected": {"missing": done["C"][1], "reordered": done["A"][1]},
         "build_s": round(time.time() - t0, 1),
     }
+
+
+def _write_fabric_journal(
+    name: str, path: Path, messages: int, fault_every: int, base_us: int, progress: bool
+) -> tuple[int, int]:
+    """Write instance ``name``'s journal of :func:`build_audit_fabric`; returns the
+    records written and the faults planted in it."""
+    publishers = {"A": ("pubA", publisher_hash("pubA")), "B": ("pubB", publisher_hash("pubB"))}
+    pad = b"x" * 100
+    chunk = 2_000
+    held = faults = 0
+    drop_next_to_c = False
+    t0 = time.time()
+    with Journal(
+        path, instance_name=name, durability="page-cache", segment_size=256 << 20
+    ) as journal:
+        for start in range(0, messages, chunk):
+            now_us = base_us + start * 20  # 50,000 messages a second
+            step = start // chunk
+            lag = {"A": 200 + (step * 7_919) % 5_000, "C": 1_000 + (step * 104_729) % 10_000}
+            lag["B"] = lag["A"] // 2 + 100
+            batch: list[Record] = []
+            swaps: list[int] = []
+            for k in range(start, min(messages, start + chunk)):
+                origin = "A" if k % 2 == 0 else "B"
+                shape = k % 20
+                topic = "orders" if shape < 10 else "quotes" if shape < 16 else "internal"
+                qty = (k * 37) % 101
+                if k % fault_every == 1:  # a pubB message (k odd)
+                    drop_next_to_c = True
+                if name == "C":
+                    if topic == "internal" or (topic == "orders" and qty <= 50):
+                        continue
+                    if drop_next_to_c:
+                        drop_next_to_c = False
+                        faults += 1
+                        continue
+                client, pub = publishers[origin]
+                seq = k // 2 + 1
+                payload = b'{"p":"%s","s":%d,"qty":%d,"pad":"%s"}' % (
+                    client.encode(),
+                    seq,
+                    qty,
+                    pad,
+                )
+                if origin == name:
+                    rec = Record(
+                        topic=topic,
+                        payload=payload,
+                        pub_hash=pub,
+                        seq=seq,
+                        client_name=client,
+                        origin=origin,
+                    )
+                else:
+                    # message k is record k + 1 on both A and B: its origin txid is k + 1
+                    rec = Record(
+                        topic=topic,
+                        payload=payload,
+                        pub_hash=pub,
+                        seq=seq,
+                        client_name=client,
+                        origin=origin,
+                        origin_txid=k + 1,
+                        origin_ts=now_us - lag[name],
+                        path=((origin, FABRIC_GROUPS[origin]),),
+                    )
+                batch.append(rec)
+                if k % fault_every == 1 and name == "A":
+                    swaps.append(len(batch) - 1)
+            for at in swaps:
+                # pubB's next message is two records on (A's own in between)
+                if at + 2 < len(batch):
+                    batch[at], batch[at + 2] = batch[at + 2], batch[at]
+                    faults += 1
+            if batch:
+                held += len(journal.append(batch, now_us))
+            if progress and step % 500 == 0:
+                print(f"  A: {held:,} records ({time.time() - t0:.0f} s)", flush=True)
+    return held, faults
