@@ -8,9 +8,9 @@ Spark yet: bad configs or journals fail at once), :func:`run_audit` and
 How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
 
 1. The configs are loaded on the driver (:func:`amps_py.replication.fabric.load_fabric`); each
-   journal is read into a DataFrame with :func:`load_journal`, one per instance, and
-   the columns the audit needs (the payload only as a hash) are cached, spilling to
-   disk when they do not fit in memory.
+   journal is read into a DataFrame with :func:`load_journal`, one per instance, once:
+   the columns the audit needs are cached, spilling to disk when they do not fit in
+   memory.
 2. One aggregation gives the records per instance, the distinct (origin, topic,
    message type) and the time span of the replicated records. For the topics a link
    filters by content, the executors evaluate the filters on every such record's
@@ -110,8 +110,6 @@ _TARGET_BUCKETS: Final = 60
 KEEP_FINDINGS: Final = 1000
 #: about this many records per shuffle partition (see ``_size_shuffles``)
 _SHUFFLE_ROWS: Final = 1_000_000
-#: journals of fewer records in all are audited with their payloads cached
-_SMALL_AUDIT: Final = 1_000_000
 
 
 class AuditError(Exception):
@@ -311,25 +309,9 @@ def run_audit(
         raise AuditError(f"--keep-findings must be at least 1, not {keep_findings}")
     frames = [load_source(spark, s) for s in inputs.sources]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
-    small = _journal_records(inputs.sources) < _SMALL_AUDIT
     return _audit(
-        spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s, keep_findings, small
+        spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s, keep_findings
     )
-
-
-def _journal_records(sources: Sequence[JournalSource]) -> float:
-    """About how many records ``sources`` hold, from the journals' txid ranges
-    (without Spark); infinite when an export is among them."""
-    from txlog import Journal
-
-    total = 0
-    for source in sources:
-        if source.exported:
-            return float("inf")
-        with Journal(source.path, readonly=True) as journal:
-            first = journal.first_txid()
-            total += journal.last_txid - first + 1 if first else 0
-    return total
 
 
 def _audit(
@@ -340,15 +322,14 @@ def _audit(
     configs: tuple[str, ...],
     bucket_s: float | None,
     keep: int,
-    small: bool = False,
 ) -> AuditReport:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     audited = tuple(s.instance for s in sources)
-    # every column the jobs need but the payload (its hash stands for it): cached,
-    # spilled to disk when it does not fit; a small audit keeps the payloads too, so
-    # that the filters' verdicts need no second read of the journals
+    # the columns the jobs need (the payload for the filters' verdicts, its hash for
+    # the rest), read from the journals once: cached, spilled to disk (compressed,
+    # by column) when it does not fit in memory
     base = rows.select(
         "instance",
         "txid",
@@ -364,7 +345,7 @@ def _audit(
         "path",
         F.unix_micros("origin_ts").alias("origin_us"),
         F.unix_micros("local_ts").alias("local_us"),
-        *(["payload"] if small else []),
+        "payload",
     ).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [base]
     partitions_before = spark.conf.get("spark.sql.shuffle.partitions") or "200"
@@ -373,7 +354,7 @@ def _audit(
         records = sum(n for n, _, _ in summary.held.values())
         _size_shuffles(spark, records, partitions_before)
         plan = FilterPlan.from_fabric(fabric, [(t, m) for _, t, m in summary.combos])
-        verdicts, samples = _filter_verdicts(spark, base if small else rows, plan)
+        verdicts, samples = _filter_verdicts(spark, base, plan)
         expectations: dict[ExpectationKey, Expectation] = {}
         for origin, topic, message_type in summary.combos:
             if not plan.filtered(topic, message_type):
@@ -398,7 +379,10 @@ def _audit(
             )
             cached.append(frame)
         outcome = _collect_outcomes(
-            spark, _classify(frame, expect, audited), _order(frame, expect), keep
+            spark,
+            _classify(spark, frame, expectations, expect, audited),
+            _order(frame, expect),
+            keep,
         )
         counts = outcome.counts
         for instance in audited:
@@ -503,13 +487,10 @@ def _filter_verdicts(
     of instance, txid, verdict), and every (origin, topic, type, verdict) one sample
     payload (the smallest, so the choice is deterministic).
 
-    ``rows``: the journals (read again, only the filtered topics: pushed down, the
-    other topics' records are not decoded), or for a small audit the cached records
-    with their payloads. Evaluates the filters on the executors. The
-    payloads are not kept: each task passes on a payload only where it is the
-    smallest so far of its key, and one aggregation picks the smallest. The verdicts
-    are cached (the caller unpersists them), with the columns instance, txid,
-    verdict and others."""
+    ``rows``: the cached records, payloads included. The filters are evaluated on the
+    executors; the verdicts are cached without the payloads (the caller unpersists
+    them): each task passes on a payload only where it is the smallest so far of its
+    key, and one aggregation picks the smallest."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -523,10 +504,8 @@ def _filter_verdicts(
             for topic, message_type in sorted(plan.relevant)
         ],
     )
-    filtered = (
-        rows.where(F.col("topic").isin(topics))  # pushed down to the journals' reads
-        .where(wanted)
-        .select("instance", "txid", "origin", "topic", "message_type", "payload")
+    filtered = rows.where(F.col("topic").isin(topics) & wanted).select(
+        "instance", "txid", "origin", "topic", "message_type", "payload"
     )
     shipped = spark.sparkContext.broadcast(plan)
 
@@ -590,12 +569,33 @@ def _found_rows(
         yield ("found", kind, instance, via, "", 0, "", 0, json.dumps(n))
 
 
-def _classify(frame: DataFrame, expect: Any, audited: tuple[str, ...]) -> Any:
+def _classify(
+    spark: SparkSession,
+    frame: DataFrame,
+    expectations: Mapping[ExpectationKey, Expectation],
+    expect: Any,
+    audited: tuple[str, ...],
+) -> Any:
     """Classify every message (its copies grouped by bookmark: a few rows each) on
-    the executors; an RDD of :data:`_OUT_DDL` rows."""
+    the executors; an RDD of :data:`_OUT_DDL` rows.
+
+    A message whose copies all hold the same content, one on each audited instance
+    its expectation names and none elsewhere, is ``ok`` on each of them and has no
+    finding: Spark SQL recognises it (a broadcast table of the expected instances per
+    expectation) and hands Python only its instances; every other message goes to
+    :func:`classify_message` with its copies."""
     from pyspark.sql import functions as F
 
+    content = F.xxhash64("origin", "origin_txid", "topic", "message_type", "kind", "fp")
     grouped = frame.groupBy("bookmark").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.array_sort(F.collect_set("instance")).alias("held_on"),
+        F.min(content).alias("content_lo"),
+        F.max(content).alias("content_hi"),
+        F.first("origin").alias("origin"),
+        F.first("topic").alias("topic"),
+        F.first("message_type").alias("message_type"),
+        F.first("verdict").alias("verdict"),
         F.collect_list(
             F.struct(
                 "instance",
@@ -609,16 +609,43 @@ def _classify(frame: DataFrame, expect: Any, audited: tuple[str, ...]) -> Any:
                 "path",
                 "verdict",
             )
-        ).alias("copies")
+        ).alias("copies"),
+    )
+    wanted = [
+        (*key, sorted(i for i in e.arrivals if i in audited))
+        for key, e in sorted(expectations.items())
+        if e.reason is None
+    ]
+    expected = spark.createDataFrame(
+        wanted,
+        "origin STRING, topic STRING, message_type STRING, verdict STRING, expected ARRAY<STRING>",
+    )
+    plain = (
+        (F.col("content_lo") == F.col("content_hi"))
+        & (F.col("n") == F.size("held_on"))
+        & F.col("expected").isNotNull()
+        & (F.col("held_on") == F.col("expected"))
+    )
+    marked = grouped.join(
+        F.broadcast(expected), ["origin", "topic", "message_type", "verdict"], "left"
+    ).select(
+        "bookmark",
+        "held_on",
+        plain.alias("plain"),
+        F.when(plain, F.lit(None)).otherwise(F.col("copies")).alias("copies"),
     )
 
     def classify(groups: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         expectations = expect.value
         statuses: list[tuple[str, str]] = []
+        oks: Counter[str] = Counter()
         found: Counter[tuple[str, str, str]] = Counter()
         messages = 0
         for g in groups:
             messages += 1
+            if g["plain"]:
+                oks.update(g["held_on"])
+                continue
             copies = [
                 Copy(
                     c["instance"],
@@ -644,10 +671,12 @@ def _classify(frame: DataFrame, expect: Any, audited: tuple[str, ...]) -> Any:
                 found[(row[1], row[2], row[3])] += 1
                 yield row
         yield from _counts_rows(statuses)
+        for instance, n in oks.items():
+            yield ("counts", "", instance, "", "", 0, "", 0, json.dumps(Counts(ok=n).as_dict()))
         yield from _found_rows(found)
         yield ("messages", "", "", "", "", 0, "", 0, json.dumps(messages))
 
-    return grouped.rdd.mapPartitions(classify)
+    return marked.rdd.mapPartitions(classify)
 
 
 def _counts_rows(

@@ -314,15 +314,22 @@ class FilterPlan:
         :meth:`Route.accepts` on ``payload``; ``""`` when no link filters the topic."""
         ids = self.relevant.get((topic, message_type), ())
         parts = []
+        # judged on the topic rule alone, links with the same topic entries decide
+        # alike: each set of entries is judged once (a hot-hot pair's two links to a
+        # downstream usually share theirs)
+        decided: dict[tuple[tuple[str | None, str, str | None], ...], bool] = {}
         for link_id in ids:
-            ok = self._route(link_id).accepts(
-                topic=topic,
-                message_type=message_type,
-                origin=_NO_ORIGIN,
-                path=(),
-                payload=payload,
-                remote_name=_NO_REMOTE,
-            )
+            entries = self.links[link_id]
+            ok = decided.get(entries)
+            if ok is None:
+                ok = decided[entries] = self._route(link_id).accepts(
+                    topic=topic,
+                    message_type=message_type,
+                    origin=_NO_ORIGIN,
+                    path=(),
+                    payload=payload,
+                    remote_name=_NO_REMOTE,
+                )
             parts.append(f"{link_id}={'pass' if ok else 'drop'}")
         return ",".join(parts)
 

@@ -226,8 +226,7 @@ def audit_child(root: Path, master: str | None) -> dict[str, Any]:
         report = run_audit(spark, inputs)
         audited = time.perf_counter()
         write_report(report, root / "report")
-        store = spark.sparkContext._jsc.sc().statusStore()
-        jobs = store.jobsList(None).size()
+        jobs = spark_jobs(spark)
         memory = spark.sparkContext.getConf().get("spark.driver.memory", "default (1g)")
         partitions = spark.sparkContext.defaultParallelism
     finally:
@@ -236,12 +235,35 @@ def audit_child(root: Path, master: str | None) -> dict[str, Any]:
         "records": sum(j.records for j in report.journals),
         "session_start_s": round(started - t0, 1),
         "audit_s": round(audited - started, 1),
-        "spark_jobs": jobs,
+        "spark_jobs": len(jobs),
+        "job_s_by_call": job_seconds_by_call(jobs),
         "driver_memory": memory,
         "cores": partitions,
         "problems": report.problem_counts(),
         "messages": report.messages,
     }
+
+
+def spark_jobs(spark: Any) -> list[tuple[str, float]]:
+    """Every job the session ran: (its call site, seconds from submission to end)."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    out = []
+    it = jobs.iterator()
+    while it.hasNext():
+        job = it.next()
+        if job.submissionTime().isDefined() and job.completionTime().isDefined():
+            took = job.completionTime().get().getTime() - job.submissionTime().get().getTime()
+            out.append((str(job.name()).rsplit("/", 1)[-1], took / 1000))
+    return out
+
+
+def job_seconds_by_call(jobs: list[tuple[str, float]]) -> dict[str, float]:
+    """Seconds of the jobs per call site (Spark's own stages run as jobs named after
+    a Java frame; jobs overlap, so the sum can exceed the wall time)."""
+    total: dict[str, float] = {}
+    for call, seconds in jobs:
+        total[call] = round(total.get(call, 0.0) + seconds, 1)
+    return dict(sorted(total.items(), key=lambda item: -item[1]))
 
 
 def audit_bench(args: argparse.Namespace) -> dict[str, Any]:
