@@ -428,6 +428,55 @@ def _export_one(
     return 0
 
 
+def _stop(spark: Any) -> None:
+    """Stop ``spark``; a JVM that died (out of memory) cannot be stopped, and that
+    must not hide why."""
+    with contextlib.suppress(Exception):
+        spark.stop()
+
+
+#: what the JVM's death looks like from Python (py4j lost its connection)
+_JVM_GONE = ("Answer from Java side is empty", "Error while receiving", "Connection refused")
+
+
+def audit_failure(exc: BaseException) -> str:
+    """The one line ``pipeline audit`` prints when its Spark job failed (exit status
+    3): what failed, and what to do."""
+    text = str(exc)
+    found = _OUR_ERROR.findall(text)
+    if found:  # a damaged journal record, named by our reader with the fix
+        return f"the audit could not complete: {found[-1][1].strip()}"
+    more_memory = (
+        "rerun with more memory (--conf spark.driver.memory=4g on local[*], "
+        "--conf spark.executor.memory=4g on a cluster) or more executors"
+    )
+    if "OutOfMemoryError" in text:
+        kind = next(
+            (line.strip() for line in text.splitlines() if "OutOfMemoryError" in line),
+            "java.lang.OutOfMemoryError",
+        )
+        oom = re.search(r"java\.lang\.OutOfMemoryError[^\n]*", kind)
+        return (
+            f"the audit could not complete: Spark ran out of memory "
+            f"({oom.group(0) if oom else kind}); {more_memory}"
+        )
+    if "ExecutorLostFailure" in text or "lost executor" in text.lower():
+        return (
+            "the audit could not complete: a Spark executor was lost (its worker's log says "
+            f"why; most often it ran out of memory); {more_memory}, then rerun"
+        )
+    if type(exc).__name__.startswith("Py4J") or any(m in text for m in _JVM_GONE):
+        return (
+            "the audit could not complete: the Spark driver's JVM stopped answering (most "
+            f"often it ran out of memory and exited; Spark's log above says why); {more_memory}"
+        )
+    first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return (
+        f"the audit could not complete: the Spark job failed: {first.strip()} (Spark's log "
+        "above says more); fix that and rerun"
+    )
+
+
 @pipeline.command("audit")
 @click.option(
     "--config",
@@ -467,7 +516,17 @@ def _export_one(
     "--findings",
     default=20,
     show_default=True,
-    help="Runs of findings to print (all are in audit.json).",
+    help="Runs of findings to print (audit.json holds every finding kept: --keep-findings).",
+)
+@click.option(
+    "--keep-findings",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    metavar="N",
+    help="Findings the report lists per class, instance and sending instance (the first "
+    "by publisher and seq); the counts count every one, and the report says how many "
+    "it left out.",
 )
 def audit_command(
     configs: tuple[str, ...],
@@ -477,6 +536,7 @@ def audit_command(
     master: str | None,
     conf: tuple[str, ...],
     findings: int,
+    keep_findings: int,
 ) -> None:
     """Check the journals against what the fabric's configs promise.
 
@@ -484,8 +544,19 @@ def audit_command(
     reach and by which path; reports every message missing somewhere, stored twice,
     out of its publisher's order, or held where it must not be (phantom), and the
     replication lag per link over time. Writes OUT/audit.json and OUT/audit.html
-    (self-contained, plots included) and prints a summary. Exit status: 0 no
-    problems, 1 problems found, 2 the audit could not run.
+    (self-contained, plots included) and prints a summary.
+
+    Spark sorts, aggregates and spills to disk rather than holding a publisher or a
+    link in memory, so Spark's default memory does for any number of records.
+
+    \b
+    Exit status:
+      0  no problems
+      1  problems found (the report lists them)
+      2  the audit could not run: a config, journal or option cannot be used
+      3  the audit could not complete: the Spark job failed (a damaged journal
+         record, Spark out of memory, a lost executor, ...); no report is written,
+         and one line says what failed and what to do
     """
     pairs = _conf_pairs(conf)
     _require_extra("pyspark", "pyarrow")
@@ -513,14 +584,14 @@ def audit_command(
         sys.exit(2)
     quiet_task_failures(spark)  # a failed job is reported in one line
     try:
-        report = run_audit(spark, inputs, bucket_s=bucket)
+        report = run_audit(spark, inputs, bucket_s=bucket, keep_findings=keep_findings)
     except AuditError as exc:
+        _stop(spark)
         _fail(str(exc), 2)
     except Exception as exc:  # a failed Spark job (a damaged journal names its txid)
-        message, code = _spark_failure(exc)
-        _fail(message, code)
-    finally:
-        spark.stop()
+        _stop(spark)
+        _fail(audit_failure(exc), 3)
+    _stop(spark)
     paths = write_report(report, out)
     click.echo(render_text(report, findings))
     click.echo(f"Report: {paths[0]}, {paths[1]}")

@@ -89,3 +89,54 @@ def test_help_works_without_the_extra(tmp_path: Path) -> None:
     res = run_blocked("pyarrow,pyspark", ["pipeline", "stats", "--help"], tmp_path, REPO)
     assert res.returncode == 0, res.stderr
     assert "Message counts" in res.stdout
+
+
+# ---------------------------------------------------------------------- audit failures
+#: how Spark reports failures the audit must not take for "problems found" (exit 1)
+SPARK_FAILURES = {
+    "out of memory": (
+        "An error occurred while calling o97.collectToPython.\n: org.apache.spark."
+        "SparkException: Job aborted due to stage failure: Task 1 in stage 12.0 failed 4 "
+        "times, most recent failure: Lost task 1.3 in stage 12.0 (TID 80): "
+        "java.lang.OutOfMemoryError: Java heap space\n\tat java.base/java.util.Arrays",
+        ["Spark ran out of memory (java.lang.OutOfMemoryError: Java heap space)"],
+    ),
+    "lost executor": (
+        "Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 times: "
+        "ExecutorLostFailure (executor 1 exited caused by one of the running tasks) "
+        "Reason: Remote RPC client disassociated.",
+        ["a Spark executor was lost"],
+    ),
+    "dead driver JVM": (
+        "Answer from Java side is empty",
+        ["the Spark driver's JVM stopped answering"],
+    ),
+    "damaged record": (
+        'Job aborted: ... Traceback (most recent call last):\n  File "readplan.py"\n'
+        "txlog.errors.JournalDamaged: journal /j/A: record txid 7 is corrupt: CRC mismatch;"
+        " restore the journal from a replica or backup (amps-py txlog verify lists every "
+        "damaged record)\n\tat org.apache.spark",
+        ["journal /j/A: record txid 7 is corrupt: CRC mismatch", "amps-py txlog verify"],
+    ),
+    "anything else": (
+        "org.apache.spark.SparkException: Job 4 cancelled because SparkContext was shut down",
+        ["the Spark job failed: org.apache.spark.SparkException: Job 4 cancelled"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPARK_FAILURES))
+def test_a_failed_audit_job_says_what_failed_and_what_to_do(case: str) -> None:
+    """Exit status 3 goes with one line: what failed, and (for memory) the settings
+    to raise; the damaged record's own message and fix come through unchanged."""
+    pytest.importorskip("click")
+    from amps_py.cli_pipeline import audit_failure
+
+    text, wanted = SPARK_FAILURES[case]
+    line = audit_failure(RuntimeError(text))
+    assert "\n" not in line
+    assert line.startswith("the audit could not complete: ")
+    for part in wanted:
+        assert part in line, line
+    if case in ("out of memory", "lost executor", "dead driver JVM"):
+        assert "spark.driver.memory=4g" in line and "spark.executor.memory=4g" in line

@@ -257,9 +257,69 @@ def test_exports_of_the_journals_give_the_same_audit(
     keys = list(tampered.expected[0])
     got = [{k: f.as_dict()[k] for k in keys} for f in report.findings]
     assert got == tampered.expected
-    assert report.counts == run_audit(
-        spark, prepare_audit(fabric_run.configs, [tampered.root])
-    ).counts
+    assert (
+        report.counts == run_audit(spark, prepare_audit(fabric_run.configs, [tampered.root])).counts
+    )
+
+
+def test_findings_beyond_the_cap_are_counted_not_listed(
+    spark: Any, fabric_run: FabricRun, tmp_path: Path
+) -> None:
+    """Three records A sent C deleted from C, two findings kept per class, instance
+    and sender: the counts say 3, the report lists the first two by seq and says one
+    was left out."""
+    from amps_py.pipeline.audit_report import FindingsLeftOut, render_text
+
+    root = tmp_path / "journals"
+    for journal in fabric_run.journals.values():
+        shutil.copytree(journal, root / journal.name)
+    on_c = root / fabric_run.journals["C"].name
+    gone = [r for r in read_all(on_c) if r.origin == "A"][3:6]
+    for rec in gone:
+        delete_record(on_c, rec.txid)
+    report = run_audit(spark, prepare_audit(fabric_run.configs, [root]), keep_findings=2)
+    assert report.counts["C"].missing == 3
+    assert report.problem_counts() == {"missing": 3, "duplicate": 0, "reordered": 0, "phantom": 0}
+    first_two = sorted(gone, key=lambda r: r.seq)[:2]
+    assert [f.bookmark for f in report.findings] == [r.bookmark for r in first_two]
+    assert report.left_out == (FindingsLeftOut("missing", "C", "A", 3, 2),)
+    assert report.as_dict()["findings_left_out"] == [
+        {"kind": "missing", "instance": "C", "via": "A", "found": 3, "kept": 2}
+    ]
+    assert "missing on C via A: 1 of 3 left out (the first 2 kept)" in render_text(report)
+    assert report.exit_code == 1
+
+
+def test_a_damaged_record_stops_the_audit_with_status_3_and_one_line(
+    fabric_run: FabricRun, tmp_path: Path
+) -> None:
+    """A failed Spark job is not "problems found" (1): status 3, no report, and one
+    line naming the journal, the record and the fix."""
+    root = tmp_path / "damaged"
+    for journal in fabric_run.journals.values():
+        shutil.copytree(journal, root / journal.name)
+    data_file = root / fabric_run.journals["A"].name / "data.mdb"
+    data = bytearray(data_file.read_bytes())
+    body = next(b for seq in range(5, 60) if data.count(b := b'"p":"pubA","s":%d,' % seq) == 1)
+    data[data.find(body) + 2] ^= 0x20  # "p" -> "P": the record's CRC no longer holds
+    data_file.write_bytes(bytes(data))
+    done = subprocess.run(
+        audit_command(fabric_run.configs, root, tmp_path / "out", "local[2]"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr[-4000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("amps-py:")]
+    assert len(ours) == 1, done.stderr[-4000:]
+    assert re.fullmatch(
+        rf"amps-py: the audit could not complete: journal {re.escape(str(data_file.parent))}: "
+        r"record txid \d+ is corrupt: CRC mismatch.*amps-py txlog verify.*",
+        ours[0],
+    ), ours[0]
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "audit.json").exists()
 
 
 # ---------------------------------------------------------------------- the HTML page

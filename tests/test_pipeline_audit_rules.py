@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ from amps_py.pipeline.audit_rules import (
     count_statuses,
     expectation_for,
     longest_increasing,
+    out_of_order,
     reordered,
 )
 from amps_py.replication.fabric import Fabric, load_fabric, simulate
@@ -213,6 +215,45 @@ def test_reordered_counts_the_fewest_moves_on_first_copies(fabric: Fabric) -> No
     # one message moved far counts once
     late = [rec(i, s) for i, s in enumerate([2, 3, 4, 5, 6, 1], 1)]
     assert [f.bookmark for f in reordered("B", late, exp)] == ["1|1|"]
+
+
+def _blocks(seqs: list[int]) -> list[tuple[int, int]]:
+    """[start, end) of each block, cut as the audit's window functions cut: before
+    position i when every seq before it is below every seq from it on."""
+    starts = [i for i in range(len(seqs)) if i == 0 or max(seqs[:i]) < min(seqs[i:])]
+    return list(zip(starts, [*starts[1:], len(seqs)], strict=True))
+
+
+def test_checking_block_by_block_gives_the_findings_of_the_whole_sequence(
+    fabric: Fabric,
+) -> None:
+    """The audit on Spark checks a publisher's order a block at a time, never the
+    whole publisher at once: the findings, details included, must be exactly those
+    of :func:`reordered` over every record."""
+    exp = _expectations(fabric)
+    seed = 27
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    for trial in range(300):
+        n = rng.randint(1, 40)
+        seqs = list(range(1, n + 1))
+        for _ in range(rng.randint(0, 4)):  # a few messages moved, near or far
+            i, j = rng.randrange(n), rng.randrange(n)
+            seqs.insert(j, seqs.pop(i))
+        if trial % 10 == 0:
+            rng.shuffle(seqs)
+        records = [
+            PubRecord(t, s, f"1|{s}|", "A", "orders", "json", "A:C=pass,B:C=pass", ts_us=t * 10)
+            for t, s in enumerate(seqs, 1)
+        ]
+        whole = reordered("B", records, exp)
+        by_block = []
+        for start, end in _blocks(seqs):
+            before = seqs[start - 1] if start else None
+            after = seqs[end] if end < n else None
+            by_block.extend(out_of_order("B", records[start:end], exp, before, after))
+        assert by_block == whole, (trial, seqs)
+        assert all(f.ts_us == f.txids[0] * 10 for f in whole)
 
 
 def _report(**kw: object) -> AuditReport:

@@ -8,22 +8,38 @@ Spark yet: bad configs or journals fail at once), :func:`run_audit` and
 How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
 
 1. The configs are loaded on the driver (:func:`amps_py.replication.fabric.load_fabric`); each
-   journal is read into a DataFrame with :func:`load_journal`, one per instance.
-2. The distinct (origin, topic, message type) of the records are collected. For the
-   topics a link filters by content, the executors evaluate the filters on every
-   record's payload with the server's :meth:`Route.accepts` (routes rebuilt there
-   from a :class:`~amps_py.pipeline.audit_rules.FilterPlan`, plain data: no addresses,
-   no credentials leave the driver), giving each record a verdict.
+   journal is read into a DataFrame with :func:`load_journal`, one per instance, once:
+   the columns the audit needs are cached, spilling to disk when they do not fit in
+   memory.
+2. One aggregation gives the records per instance, the distinct (origin, topic,
+   message type) and the time span of the replicated records. For the topics a link
+   filters by content, the executors evaluate the filters on every such record's
+   payload with the server's :meth:`Route.accepts` (routes rebuilt there from a
+   :class:`~amps_py.pipeline.audit_rules.FilterPlan`, plain data: no addresses, no
+   credentials leave the driver), giving each record a verdict.
 3. On the driver, one simulation per distinct (origin, topic, message type, verdict)
    (:func:`amps_py.replication.fabric.simulate`, with a payload of that verdict when it matters)
    says which instances must hold such a message and by which path; the table is
    broadcast.
-4. Records are grouped by bookmark and classified on the executors; records are
-   grouped by (instance, publisher) and checked for order; replication lag per link
-   and time bucket is aggregated by Spark SQL (exact percentiles). Every finding
-   carries the time of the record concerned (``ts_us``); the client names of the
-   publishers the findings name reach the driver as one row per publisher, for the
-   report's runs (:func:`amps_py.pipeline.audit_report.group_runs`).
+4. Records are grouped by bookmark (a message's copies: a few rows) and classified on
+   the executors. Publisher order is checked with window functions over each
+   (instance, publisher) in txid order, which Spark sorts and spills: only the
+   records of the blocks out of order reach Python, a block at a time (see
+   :func:`_order`). Counts and findings come back in one job: the counts exact, the
+   findings at most ``keep_findings`` per (class, instance, sending instance), the
+   first by publisher and seq (the report says how many it left out). Replication
+   lag per link and time bucket is aggregated by Spark SQL (exact percentiles), in
+   one job. Every finding carries the time of the record concerned (``ts_us``); the
+   client names of the publishers the findings name reach the driver as one row per
+   publisher, for the report's runs (:func:`amps_py.pipeline.audit_report.group_runs`).
+
+Nothing the driver collects grows with the number of records or of problems (bar the
+lag's time buckets, about 60 per link), and Spark holds in memory no more than one
+message's copies, one out-of-order block (a message stored far from its place makes
+one block of everything in between), and for the exact lag percentiles one count per
+distinct lag value (µs) of a link: the audit runs with Spark's default memory at
+sizes where those stay small, and on a cluster its shuffles spread over the
+executors (one shuffle partition per million records, at least one per core).
 
 Everything the report holds is deterministic for given journals and configs (sorted,
 exact), so local mode and a cluster give the same report (its ``run`` part aside).
@@ -32,8 +48,10 @@ exact), so local mode and a cluster give the same report (its ``run`` part aside
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -43,12 +61,14 @@ from urllib.parse import urlparse
 from amps_py.config import ConfigError
 from amps_py.pipeline.audit_report import (
     AuditReport,
+    FindingsLeftOut,
     JournalInfo,
     LagBucket,
     LinkLag,
     render_html,
 )
 from amps_py.pipeline.audit_rules import (
+    PROBLEM_CLASSES,
     Copy,
     Counts,
     Expectation,
@@ -59,7 +79,7 @@ from amps_py.pipeline.audit_rules import (
     classify_message,
     count_statuses,
     expectation_for,
-    reordered,
+    out_of_order,
 )
 from amps_py.pipeline.sources import (
     export_instances,
@@ -94,6 +114,10 @@ _BUCKETS_US: Final = tuple(
 )
 #: about this many buckets per plot when the width is chosen automatically
 _TARGET_BUCKETS: Final = 60
+#: findings the report lists per kind, instance and sender (the counts count all)
+KEEP_FINDINGS: Final = 1000
+#: about this many records per shuffle partition (see ``_size_shuffles``)
+_SHUFFLE_ROWS: Final = 1_000_000
 
 
 class AuditError(Exception):
@@ -254,7 +278,11 @@ def prepare_audit(
 
 
 def run_audit(
-    spark: SparkSession, inputs: AuditInputs, *, bucket_s: float | None = None
+    spark: SparkSession,
+    inputs: AuditInputs,
+    *,
+    bucket_s: float | None = None,
+    keep_findings: int = KEEP_FINDINGS,
 ) -> AuditReport:
     """Audit ``inputs`` (:func:`prepare_audit`) on ``spark``.
 
@@ -263,16 +291,23 @@ def run_audit(
         inputs: the fabric and the journals.
         bucket_s: the width of the lag buckets in seconds; ``None``: about 60 buckets
             over the time the replicated records arrived in, rounded to a round width.
+        keep_findings: how many findings the report lists per kind, instance and
+            sender (the first by publisher and seq); the counts count every one, and
+            the report says how many it left out.
 
     Raises:
-        AuditError: ``bucket_s`` is not positive, or a journal cannot be read (a
-            damaged record names its txid).
+        AuditError: ``bucket_s`` or ``keep_findings`` is not positive, or a journal
+            cannot be read (a damaged record names its txid).
     """
     if bucket_s is not None and bucket_s <= 0:
         raise AuditError(f"--bucket must be positive, not {bucket_s}")
+    if keep_findings < 1:
+        raise AuditError(f"--keep-findings must be at least 1, not {keep_findings}")
     frames = [load_source(spark, s) for s in inputs.sources]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
-    return _audit(spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s)
+    return _audit(
+        spark, inputs.fabric, inputs.sources, rows, inputs.configs, bucket_s, keep_findings
+    )
 
 
 def _audit(
@@ -282,11 +317,15 @@ def _audit(
     rows: DataFrame,
     configs: tuple[str, ...],
     bucket_s: float | None,
+    keep: int,
 ) -> AuditReport:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     audited = tuple(s.instance for s in sources)
+    # the columns the jobs need (the payload for the filters' verdicts, its hash for
+    # the rest), read from the journals once: cached, spilled to disk (compressed,
+    # by column) when it does not fit in memory
     base = rows.select(
         "instance",
         "txid",
@@ -305,25 +344,16 @@ def _audit(
         "payload",
         "client_name",
     ).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [base]
+    partitions_before = spark.conf.get("spark.sql.shuffle.partitions") or "200"
     try:
-        journal_rows = (
-            base.groupBy("instance")
-            .agg(
-                F.count(F.lit(1)).alias("n"),
-                F.min("txid").alias("first"),
-                F.max("txid").alias("last"),
-            )
-            .collect()
-        )
-        held = {r["instance"]: (r["n"], r["first"], r["last"]) for r in journal_rows}
-        combos = sorted(
-            (r["origin"], r["topic"], r["message_type"])
-            for r in base.select("origin", "topic", "message_type").distinct().collect()
-        )
-        plan = FilterPlan.from_fabric(fabric, [(t, m) for _, t, m in combos])
+        summary = _summary(base)
+        records = sum(n for n, _, _ in summary.held.values())
+        _size_shuffles(spark, records, partitions_before)
+        plan = FilterPlan.from_fabric(fabric, [(t, m) for _, t, m in summary.combos])
         verdicts, samples = _filter_verdicts(spark, base, plan)
         expectations: dict[ExpectationKey, Expectation] = {}
-        for origin, topic, message_type in combos:
+        for origin, topic, message_type in summary.combos:
             if not plan.filtered(topic, message_type):
                 expectations[(origin, topic, message_type, "")] = expectation_for(
                     fabric, origin, topic, message_type, None
@@ -332,40 +362,54 @@ def _audit(
             origin, topic, message_type, _ = key
             expectations[key] = expectation_for(fabric, origin, topic, message_type, payload)
         expect = spark.sparkContext.broadcast(expectations)
-        with_verdict = (
-            base.join(verdicts, ["instance", "txid"], "left").fillna({"verdict": ""})
-            if verdicts is not None
-            else base.withColumn("verdict", F.lit(""))
-        ).drop("payload")
-        counts, findings, messages = _classify(with_verdict, expect, audited)
-        findings.extend(_order(with_verdict, expect))
+        slim = base.drop("payload")
+        if verdicts is None:
+            frame = slim.withColumn("verdict", F.lit(""))
+        else:
+            cached.append(verdicts)
+            frame = (
+                slim.join(
+                    verdicts.select("instance", "txid", "verdict"), ["instance", "txid"], "left"
+                )
+                .fillna({"verdict": ""})
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
+            cached.append(frame)
+        outcome = _collect_outcomes(
+            spark,
+            _classify(spark, frame, expectations, expect, audited),
+            _order(frame, expect),
+            keep,
+        )
+        counts = outcome.counts
         for instance in audited:
             c = counts.setdefault(instance, Counts())
-            c.held = held.get(instance, (0, 0, 0))[0]
-        for f in findings:
-            if f.kind == "reordered":
-                counts[f.instance].reordered += 1
-        findings.sort(key=Finding.sort_key)
-        publishers = _publishers(base, {f.publisher_hash for f in findings})
-        bucket_us, links = _lag(base, fabric, bucket_s)
+            c.held = summary.held.get(instance, (0, 0, 0))[0]
+        for (kind, instance, _), found in outcome.found.items():
+            if kind == "reordered":
+                counts.setdefault(instance, Counts()).reordered += found
+        bucket_us, links = _lag(frame, fabric, bucket_s, summary.span)
+        publishers = _publishers(frame, {f.publisher_hash for f in outcome.findings})
     finally:
-        base.unpersist()
+        spark.conf.set("spark.sql.shuffle.partitions", partitions_before)
+        for df in cached:
+            df.unpersist()
     journals = tuple(
         JournalInfo(
             s.instance,
             str(s.path),
-            held.get(s.instance, (0, 0, 0))[0],
-            held.get(s.instance, (0, 0, 0))[1],
-            held.get(s.instance, (0, 0, 0))[2],
+            summary.held.get(s.instance, (0, 0, 0))[0],
+            summary.held.get(s.instance, (0, 0, 0))[1],
+            summary.held.get(s.instance, (0, 0, 0))[2],
         )
         for s in sources
     )
     return AuditReport(
         instances=tuple(fabric.instances),
         journals=journals,
-        messages=messages,
+        messages=outcome.messages,
         counts={name: counts[name] for name in audited},
-        findings=findings,
+        findings=outcome.findings,
         links=links,
         bucket_us=bucket_us,
         configs=configs,
@@ -375,62 +419,182 @@ def _audit(
             "spark_master": spark.sparkContext.master,
             "spark_version": spark.version,
         },
+        left_out=outcome.left_out,
     )
 
 
+@dataclass(frozen=True)
+class _Summary:
+    """What the first pass over the records finds: per instance (records, first
+    txid, last txid), the distinct (origin, topic, message type), and the span of
+    local times of the replicated records (``None`` when there are none)."""
+
+    held: dict[str, tuple[int, int, int]]
+    combos: list[tuple[str, str, str]]
+    span: tuple[int, int] | None
+
+
+def _summary(base: DataFrame) -> _Summary:
+    """One aggregation (one Spark job, a few rows to the driver) for the counts per
+    instance, the (origin, topic, message type) combinations and the lag's span."""
+    from pyspark.sql import functions as F
+
+    hop_us = F.when(F.size("path") > 0, F.col("local_us"))
+    rows = (
+        base.groupBy("instance", "origin", "topic", "message_type")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min("txid").alias("first"),
+            F.max("txid").alias("last"),
+            F.min(hop_us).alias("lo"),
+            F.max(hop_us).alias("hi"),
+        )
+        .collect()
+    )
+    held: dict[str, tuple[int, int, int]] = {}
+    for r in rows:
+        n, first, last = held.get(r["instance"], (0, r["first"], r["last"]))
+        held[r["instance"]] = (n + r["n"], min(first, r["first"]), max(last, r["last"]))
+    combos = sorted({(r["origin"], r["topic"], r["message_type"]) for r in rows})
+    los = [r["lo"] for r in rows if r["lo"] is not None]
+    his = [r["hi"] for r in rows if r["hi"] is not None]
+    span = (int(min(los)), int(max(his))) if los else None
+    return _Summary(held, combos, span)
+
+
+def _size_shuffles(spark: SparkSession, records: int, configured: str | None) -> None:
+    """Shuffle partitions for ``records``: about :data:`_SHUFFLE_ROWS` rows each, at
+    least one per core, never fewer than ``configured`` (``--conf
+    spark.sql.shuffle.partitions`` can raise it). Few partitions keep a small audit's
+    tasks few; many keep a big audit's sorts and aggregations small enough to spill
+    in pieces and spread over a cluster's executors."""
+    cores = spark.sparkContext.defaultParallelism
+    wanted = max(cores, -(-records // _SHUFFLE_ROWS))
+    try:
+        floor = int(configured) if configured else 0
+    except ValueError:
+        floor = 0
+    if records < _SHUFFLE_ROWS:
+        floor = 0  # a small audit: one partition per core beats the default's many
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(wanted, floor)))
+
+
 def _filter_verdicts(
-    spark: SparkSession, base: DataFrame, plan: FilterPlan
+    spark: SparkSession, rows: DataFrame, plan: FilterPlan
 ) -> tuple[DataFrame | None, dict[ExpectationKey, bytes]]:
     """Each record on a content-filtered topic gets its filter verdict (a DataFrame
     of instance, txid, verdict), and every (origin, topic, type, verdict) one sample
-    payload (the smallest, so the choice is deterministic)."""
+    payload (the smallest, so the choice is deterministic).
+
+    ``rows``: the cached records, payloads included. The filters are evaluated on the
+    executors; the verdicts are cached without the payloads (the caller unpersists
+    them): each task passes on a payload only where it is the smallest so far of its
+    key, and one aggregation picks the smallest."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     if not plan.relevant:
         return None, {}
-    pairs = spark.createDataFrame(
-        sorted(plan.relevant), "topic STRING, message_type STRING"
-    ).distinct()
-    filtered = base.join(F.broadcast(pairs), ["topic", "message_type"]).select(
+    topics = sorted({t for t, _ in plan.relevant})
+    wanted = reduce(
+        lambda a, b: a | b,
+        [
+            (F.col("topic") == topic) & (F.col("message_type") == message_type)
+            for topic, message_type in sorted(plan.relevant)
+        ],
+    )
+    filtered = rows.where(F.col("topic").isin(topics) & wanted).select(
         "instance", "txid", "origin", "topic", "message_type", "payload"
     )
     shipped = spark.sparkContext.broadcast(plan)
 
-    def judge(rows: Iterable[Any]) -> Iterator[tuple[str, int, str, str, str, str, bytes]]:
+    def judge(rows: Iterable[Any]) -> Iterator[tuple[str, int, str, str, str, str, Any]]:
         filters = shipped.value
+        smallest: dict[tuple[str, str, str, str], bytes] = {}
         for r in rows:
             payload = bytes(r["payload"])
             verdict = filters.verdict(r["topic"], r["message_type"], payload)
-            yield (
-                r["instance"],
-                r["txid"],
-                r["origin"],
-                r["topic"],
-                r["message_type"],
-                verdict,
-                payload,
-            )
+            key = (r["origin"], r["topic"], r["message_type"], verdict)
+            least = smallest.get(key)
+            sample = None
+            if least is None or payload < least:
+                smallest[key] = sample = payload
+            yield (r["instance"], r["txid"], *key, sample)
 
-    judged = filtered.rdd.mapPartitions(judge).cache()
-    samples = dict(
-        judged.map(lambda j: ((j[2], j[3], j[4], j[5]), j[6]))
-        .reduceByKey(lambda a, b: min(a, b))
+    judged = spark.createDataFrame(
+        filtered.rdd.mapPartitions(judge),
+        "instance STRING, txid BIGINT, origin STRING, topic STRING, message_type STRING, "
+        "verdict STRING, sample BINARY",
+        verifySchema=False,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    samples = {
+        (r["origin"], r["topic"], r["message_type"], r["verdict"]): bytes(r["sample"])
+        for r in judged.where(F.col("sample").isNotNull())
+        .groupBy("origin", "topic", "message_type", "verdict")
+        .agg(F.min("sample").alias("sample"))
         .collect()
+    }
+    return judged, samples
+
+
+#: the rows the classification and the order check hand to the driver: findings
+#: (``tag`` "finding": ``doc`` is the finding's JSON, the other columns its group and
+#: sort key) and per task the counts (``tag`` "counts", "messages", "found")
+_OUT_DDL: Final = (
+    "tag STRING, kind STRING, instance STRING, via STRING, pub STRING, seq BIGINT, "
+    "detail STRING, txid BIGINT, doc STRING"
+)
+
+
+def _finding_row(f: Finding) -> tuple[str, str, str, str, str, int, str, int, str]:
+    via = f.expected_hops[-2] if len(f.expected_hops) >= 2 else ""
+    return (
+        "finding",
+        f.kind,
+        f.instance,
+        via,
+        f.publisher_hash,
+        f.seq,
+        f.detail,
+        f.txids[0] if f.txids else -1,
+        json.dumps(f.as_dict()),
     )
-    verdicts = spark.createDataFrame(
-        judged.map(lambda j: (j[0], j[1], j[5])), "instance STRING, txid BIGINT, verdict STRING"
-    )
-    return verdicts, samples
+
+
+def _found_rows(
+    found: Mapping[tuple[str, str, str], int],
+) -> Iterator[tuple[str, str, str, str, str, int, str, int, str]]:
+    for (kind, instance, via), n in found.items():
+        yield ("found", kind, instance, via, "", 0, "", 0, json.dumps(n))
 
 
 def _classify(
-    frame: DataFrame, expect: Any, audited: tuple[str, ...]
-) -> tuple[dict[str, Counts], list[Finding], int]:
-    """Classify every message (grouped by bookmark) on the executors; returns the
-    counts per instance, the findings and the number of messages."""
+    spark: SparkSession,
+    frame: DataFrame,
+    expectations: Mapping[ExpectationKey, Expectation],
+    expect: Any,
+    audited: tuple[str, ...],
+) -> Any:
+    """Classify every message (its copies grouped by bookmark: a few rows each) on
+    the executors; an RDD of :data:`_OUT_DDL` rows.
+
+    A message whose copies all hold the same content, one on each audited instance
+    its expectation names and none elsewhere, is ``ok`` on each of them and has no
+    finding: Spark SQL recognises it (a broadcast table of the expected instances per
+    expectation) and hands Python only its instances; every other message goes to
+    :func:`classify_message` with its copies."""
     from pyspark.sql import functions as F
 
+    content = F.xxhash64("origin", "origin_txid", "topic", "message_type", "kind", "fp")
     grouped = frame.groupBy("bookmark").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.array_sort(F.collect_set("instance")).alias("held_on"),
+        F.min(content).alias("content_lo"),
+        F.max(content).alias("content_hi"),
+        F.first("origin").alias("origin"),
+        F.first("topic").alias("topic"),
+        F.first("message_type").alias("message_type"),
+        F.first("verdict").alias("verdict"),
         F.collect_list(
             F.struct(
                 "instance",
@@ -446,15 +610,43 @@ def _classify(
                 "local_us",
                 "origin_us",
             )
-        ).alias("copies")
+        ).alias("copies"),
+    )
+    wanted = [
+        (*key, sorted(i for i in e.arrivals if i in audited))
+        for key, e in sorted(expectations.items())
+        if e.reason is None
+    ]
+    expected = spark.createDataFrame(
+        wanted,
+        "origin STRING, topic STRING, message_type STRING, verdict STRING, expected ARRAY<STRING>",
+    )
+    plain = (
+        (F.col("content_lo") == F.col("content_hi"))
+        & (F.col("n") == F.size("held_on"))
+        & F.col("expected").isNotNull()
+        & (F.col("held_on") == F.col("expected"))
+    )
+    marked = grouped.join(
+        F.broadcast(expected), ["origin", "topic", "message_type", "verdict"], "left"
+    ).select(
+        "bookmark",
+        "held_on",
+        plain.alias("plain"),
+        F.when(plain, F.lit(None)).otherwise(F.col("copies")).alias("copies"),
     )
 
-    def classify(groups: Iterable[Any]) -> Iterator[tuple[str, Any]]:
+    def classify(groups: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         expectations = expect.value
         statuses: list[tuple[str, str]] = []
+        oks: Counter[str] = Counter()
+        found: Counter[tuple[str, str, str]] = Counter()
         messages = 0
         for g in groups:
             messages += 1
+            if g["plain"]:
+                oks.update(g["held_on"])
+                continue
             copies = [
                 Copy(
                     c["instance"],
@@ -474,49 +666,99 @@ def _classify(
             ]
             outcome = classify_message(g["bookmark"], copies, expectations, audited)
             statuses.extend(outcome.statuses)
+            if len(statuses) > 100_000:
+                yield from _counts_rows(statuses)
+                statuses = []
             for f in outcome.findings:
-                yield ("finding", f.as_dict())
-        for instance, counts in count_statuses(statuses).items():
-            yield ("counts", (instance, counts.as_dict()))
-        yield ("messages", messages)
+                row = _finding_row(f)
+                found[(row[1], row[2], row[3])] += 1
+                yield row
+        yield from _counts_rows(statuses)
+        for instance, n in oks.items():
+            yield ("counts", "", instance, "", "", 0, "", 0, json.dumps(Counts(ok=n).as_dict()))
+        yield from _found_rows(found)
+        yield ("messages", "", "", "", "", 0, "", 0, json.dumps(messages))
 
-    counts: dict[str, Counts] = {}
-    findings: list[Finding] = []
-    messages = 0
-    for kind, value in grouped.rdd.mapPartitions(classify).collect():
-        if kind == "finding":
-            findings.append(Finding.from_dict(value))
-        elif kind == "counts":
-            instance, values = value
-            counts.setdefault(instance, Counts()).add(Counts(**values))
-        else:
-            messages += value
-    return counts, findings, messages
+    return marked.rdd.mapPartitions(classify)
 
 
-def _order(frame: DataFrame, expect: Any) -> list[Finding]:
-    """The reordered findings, per (instance, publisher) on the executors."""
+def _counts_rows(
+    statuses: Iterable[tuple[str, str]],
+) -> Iterator[tuple[str, str, str, str, str, int, str, int, str]]:
+    for instance, counts in count_statuses(statuses).items():
+        yield ("counts", "", instance, "", "", 0, "", 0, json.dumps(counts.as_dict()))
+
+
+def _order(frame: DataFrame, expect: Any) -> Any:
+    """The reordered findings, an RDD of :data:`_OUT_DDL` rows.
+
+    Per (instance, publisher), the first copy of each message, in txid order, is cut
+    into blocks (:func:`~amps_py.pipeline.audit_rules.out_of_order`): a block ends
+    where every seq so far is below every seq after. Window functions find the cuts
+    (the largest seq before a record against the smallest from it on), sorting and
+    spilling like any Spark sort, so no publisher's records are ever held together;
+    the records of a block of one (a publisher in order: all of them) leave there,
+    and only the others reach Python, a block at a time."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    grouped = frame.groupBy("instance", "publisher_hash").agg(
-        F.collect_list(
-            F.struct(
-                "txid",
-                "seq",
-                "bookmark",
-                "origin",
-                "topic",
-                "message_type",
-                "verdict",
-                "local_us",
-            )
-        ).alias("records")
+    firsts = (
+        frame.groupBy("instance", "publisher_hash", "bookmark")
+        .agg(
+            F.min(
+                F.struct("txid", "seq", "origin", "topic", "message_type", "verdict", "local_us")
+            ).alias("r")
+        )
+        .select("instance", "publisher_hash", "bookmark", "r.*")
+    )
+    publisher = ("instance", "publisher_hash")
+    up = Window.partitionBy(*publisher).orderBy("txid")
+    down = Window.partitionBy(*publisher).orderBy(F.col("txid").desc())
+    cut = F.col("prev_max").isNull() | (F.col("prev_max") < F.col("rest_min"))
+    marked = (
+        firsts.withColumn(
+            "rest_min",
+            F.min("seq").over(down.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+        )
+        .withColumn("prev_max", F.max("seq").over(up.rowsBetween(Window.unboundedPreceding, -1)))
+        .withColumn("before", F.lag("seq").over(up))
+        .withColumn("after", F.lead("seq").over(up))
+        .withColumn("cut", cut)
+    )
+    blocks = (
+        marked.withColumn(
+            "block",
+            F.sum(F.col("cut").cast("long")).over(
+                up.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            ),
+        )
+        .withColumn("cut_next", F.lead("cut", 1, True).over(up))
+        .where(~(F.col("cut") & F.col("cut_next")))
+        .groupBy("instance", "publisher_hash", "block")
+        .agg(
+            F.collect_list(
+                F.struct(
+                    "txid",
+                    "seq",
+                    "bookmark",
+                    "origin",
+                    "topic",
+                    "message_type",
+                    "verdict",
+                    "local_us",
+                    "before",
+                    "after",
+                )
+            ).alias("records")
+        )
     )
 
-    def check(groups: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    def check(groups: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         expectations = expect.value
+        found: Counter[tuple[str, str, str]] = Counter()
         for g in groups:
-            records = [
+            rows = sorted(g["records"], key=lambda r: r["txid"])
+            run = [
                 PubRecord(
                     r["txid"],
                     r["seq"],
@@ -525,14 +767,76 @@ def _order(frame: DataFrame, expect: Any) -> list[Finding]:
                     r["topic"],
                     r["message_type"],
                     r["verdict"],
-                    r["local_us"] or 0,
+                    r["local_us"],
                 )
-                for r in g["records"]
+                for r in rows
             ]
-            for f in reordered(g["instance"], records, expectations):
-                yield f.as_dict()
+            for f in out_of_order(
+                g["instance"], run, expectations, rows[0]["before"], rows[-1]["after"]
+            ):
+                row = _finding_row(f)
+                found[(row[1], row[2], row[3])] += 1
+                yield row
+        yield from _found_rows(found)
 
-    return [Finding.from_dict(d) for d in grouped.rdd.mapPartitions(check).collect()]
+    return blocks.rdd.mapPartitions(check)
+
+
+@dataclass(frozen=True)
+class _Outcomes:
+    counts: dict[str, Counts]
+    findings: list[Finding]
+    messages: int
+    found: dict[tuple[str, str, str], int]  # (kind, instance, via): findings in all
+    left_out: tuple[FindingsLeftOut, ...]
+
+
+def _collect_outcomes(spark: SparkSession, classified: Any, ordered: Any, keep: int) -> _Outcomes:
+    """One Spark job: the counts, and of the findings the first ``keep`` per (kind,
+    instance, via) by publisher and seq (a window over them, which sorts and spills:
+    the driver gets a bounded number however many problems there are)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    out = spark.createDataFrame(classified.union(ordered), _OUT_DDL, verifySchema=False)
+    first = Window.partitionBy("tag", "kind", "instance", "via").orderBy(
+        "pub", "seq", "detail", "txid"
+    )
+    rows = (
+        out.withColumn("rank", F.row_number().over(first))
+        .where((F.col("tag") != "finding") | (F.col("rank") <= keep))
+        .select("tag", "kind", "instance", "via", "doc")
+        .collect()
+    )
+    counts: dict[str, Counts] = {}
+    findings: list[Finding] = []
+    found: dict[tuple[str, str, str], int] = {}
+    messages = 0
+    for r in rows:
+        value = json.loads(r["doc"])
+        if r["tag"] == "finding":
+            findings.append(Finding.from_dict(value))
+        elif r["tag"] == "counts":
+            counts.setdefault(r["instance"], Counts()).add(Counts(**value))
+        elif r["tag"] == "found":
+            group = (r["kind"], r["instance"], r["via"])
+            found[group] = found.get(group, 0) + int(value)
+        else:
+            messages += int(value)
+    findings.sort(key=lambda f: (*f.sort_key(), f.txids))
+    left_out = tuple(
+        FindingsLeftOut(kind, instance, via, n, keep)
+        for (kind, instance, via), n in sorted(
+            found.items(),
+            key=lambda item: (
+                PROBLEM_CLASSES.index(item[0][0]) if item[0][0] in PROBLEM_CLASSES else 99,
+                item[0][1],
+                item[0][2],
+            ),
+        )
+        if n > keep
+    )
+    return _Outcomes(counts, findings, messages, found, left_out)
 
 
 #: at most this many publisher hashes are named in one filter (more: all are read)
@@ -582,42 +886,40 @@ def choose_bucket(span_us: int, bucket_s: float | None) -> int:
     return _BUCKETS_US[-1]
 
 
-def _lag(base: DataFrame, fabric: Fabric, bucket_s: float | None) -> tuple[int, list[LinkLag]]:
+def _lag(
+    frame: DataFrame, fabric: Fabric, bucket_s: float | None, span: tuple[int, int] | None
+) -> tuple[int, list[LinkLag]]:
     """Lag per link (sender = the last hop of the path, receiver = the instance) and
-    per time bucket of arrival, with exact percentiles."""
+    per time bucket of arrival, with exact percentiles; one Spark job (grouping
+    sets: per link and bucket, and per link). ``span``: the first and last local
+    time of the replicated records (``None``: there are none)."""
     from pyspark.sql import functions as F
 
-    hops = base.where(F.size("path") > 0).select(
+    if span is None:
+        return choose_bucket(0, bucket_s), []
+    bucket_us = choose_bucket(span[1] - span[0], bucket_s)
+    hops = frame.where(F.size("path") > 0).select(
         F.element_at("path", -1).alias("sender"),
         F.col("instance").alias("receiver"),
         (F.col("local_us") - F.col("origin_us")).alias("lag_us"),
-        F.col("local_us").alias("t_us"),
+        (F.floor(F.col("local_us") / bucket_us) * bucket_us).alias("bucket"),
     )
-    span = hops.agg(F.min("t_us").alias("lo"), F.max("t_us").alias("hi")).first()
-    if span is None or span["lo"] is None:
-        return choose_bucket(0, bucket_s), []
-    bucket_us = choose_bucket(int(span["hi"]) - int(span["lo"]), bucket_s)
-
-    def stats(frame: DataFrame, *keys: Any) -> list[Any]:
-        return (
-            frame.groupBy(*keys)
-            .agg(
-                F.count(F.lit(1)).alias("n"),
-                F.expr("percentile(lag_us, array(0.5, 0.99))").alias("p"),
-                F.max("lag_us").alias("max"),
-            )
-            .collect()
+    link = (F.col("sender"), F.col("receiver"))
+    rows = (
+        hops.groupingSets([[*link, F.col("bucket")], [*link]], *link, F.col("bucket"))
+        .agg(
+            F.grouping_id().alias("level"),
+            F.count(F.lit(1)).alias("n"),
+            F.expr("percentile(lag_us, array(0.5, 0.99))").alias("p"),
+            F.max("lag_us").alias("max"),
         )
-
-    overall = stats(hops, "sender", "receiver")
-    bucketed = stats(
-        hops.withColumn("bucket", F.floor(F.col("t_us") / bucket_us) * bucket_us),
-        "sender",
-        "receiver",
-        "bucket",
+        .collect()
     )
+    overall = [r for r in rows if r["level"] != 0]
     per_link: dict[tuple[str, str], list[LagBucket]] = {}
-    for r in bucketed:
+    for r in rows:
+        if r["level"] != 0:
+            continue
         per_link.setdefault((r["sender"], r["receiver"]), []).append(
             LagBucket(
                 int(r["bucket"]),

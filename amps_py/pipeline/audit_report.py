@@ -29,6 +29,7 @@ from amps_py.pipeline.audit_rules import CLASSES, PROBLEM_CLASSES, Counts, Findi
 __all__ = [
     "AuditReport",
     "FindingRun",
+    "FindingsLeftOut",
     "JournalInfo",
     "LagBucket",
     "LinkLag",
@@ -85,6 +86,27 @@ class JournalInfo:
     last_txid: int
 
 
+@dataclass(frozen=True)
+class FindingsLeftOut:
+    """Findings of one ``kind`` on ``instance`` arriving ``via`` one sender (the hop
+    before ``instance`` on the expected path; ``""``: none) that the report does not
+    list: ``found`` of them, of which it keeps the first ``kept`` (publisher, seq
+    order). The counts count them all."""
+
+    kind: str
+    instance: str
+    via: str
+    found: int
+    kept: int
+
+    def __str__(self) -> str:
+        via = f" via {self.via}" if self.via else ""
+        return (
+            f"{self.kind} on {self.instance}{via}: {self.found - self.kept} of {self.found} "
+            f"left out (the first {self.kept} kept)"
+        )
+
+
 @dataclass
 class AuditReport:
     """The result of an audit (see :mod:`amps_py.pipeline.audit_rules` for the
@@ -102,6 +124,8 @@ class AuditReport:
         publishers: the client name of each publisher hash the findings name.
         run: facts about the run (time, Spark master) that do not describe the
             journals; two audits of the same journals differ only here.
+        left_out: the groups of findings ``findings`` does not list in full (the
+            audit keeps a bounded number per kind, instance and sender).
     """
 
     instances: tuple[str, ...]
@@ -114,6 +138,7 @@ class AuditReport:
     configs: tuple[str, ...] = ()
     publishers: dict[str, str] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
+    left_out: tuple[FindingsLeftOut, ...] = ()
 
     @property
     def audited(self) -> tuple[str, ...]:
@@ -167,6 +192,7 @@ class AuditReport:
             "publishers": dict(self.publishers),
             "runs": [r.as_dict() for r in self.runs],
             "findings": [f.as_dict() for f in self.findings],
+            "findings_left_out": [g.__dict__ for g in self.left_out],
             "lag": {
                 "definition": "receiver local timestamp - origin timestamp, per record "
                 "stored from the sender (the last hop of its path)",
@@ -466,13 +492,16 @@ def render_text(report: AuditReport, limit: int = 20) -> str:
         more = f"; the first {len(shown)}" if len(shown) < len(runs) else ""
         lines += _wrap(
             f"Findings: {len(report.findings)} in {len(runs)} "
-            f"{'run' if len(runs) == 1 else 'runs'}{more} (times UTC; every finding is "
-            "in audit.json):",
+            f"{'run' if len(runs) == 1 else 'runs'}{more} (times UTC; every finding "
+            "kept is in audit.json):",
             "",
             "  ",
         )
         for run in shown:
             lines.extend(render_run(run))
+        if report.left_out:
+            lines.append("Not in the report (counted, not listed):")
+            lines.extend(f"  {g}" for g in report.left_out)
         lines.append("")
         counts = ", ".join(f"{n} {k}" for k, n in report.problem_counts().items() if n)
         lines += _wrap(f"Result: {_problems(report.problems)} ({counts})", "", "  ")
@@ -720,6 +749,11 @@ def _runs_table(report: AuditReport, limit: int) -> list[str]:
             else ""
         )
         + "</p>",
+        *(
+            f'<p class="note">Not in the report (counted, not listed): '
+            f"{html.escape(str(group))}.</p>"
+            for group in report.left_out
+        ),
         '<table class="runs" id="findings"><tr><th>class</th><th class="text">instance</th>'
         '<th class="text">link</th><th class="text">publisher</th>'
         '<th class="text">bookmarks</th><th>count</th><th class="text">first</th>'
@@ -886,4 +920,5 @@ def report_from_dict(doc: Mapping[str, Any]) -> AuditReport:
         configs=tuple(doc["configs"]),
         publishers=dict(doc.get("publishers", {})),
         run=dict(doc.get("run", {})),
+        left_out=tuple(FindingsLeftOut(**g) for g in doc.get("findings_left_out", [])),
     )

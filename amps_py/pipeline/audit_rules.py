@@ -67,6 +67,7 @@ __all__ = [
     "classify_message",
     "expectation_for",
     "longest_increasing",
+    "out_of_order",
     "reference_copy",
     "reordered",
 ]
@@ -315,15 +316,22 @@ class FilterPlan:
         :meth:`Route.accepts` on ``payload``; ``""`` when no link filters the topic."""
         ids = self.relevant.get((topic, message_type), ())
         parts = []
+        # judged on the topic rule alone, links with the same topic entries decide
+        # alike: each set of entries is judged once (a hot-hot pair's two links to a
+        # downstream usually share theirs)
+        decided: dict[tuple[tuple[str | None, str, str | None], ...], bool] = {}
         for link_id in ids:
-            ok = self._route(link_id).accepts(
-                topic=topic,
-                message_type=message_type,
-                origin=_NO_ORIGIN,
-                path=(),
-                payload=payload,
-                remote_name=_NO_REMOTE,
-            )
+            entries = self.links[link_id]
+            ok = decided.get(entries)
+            if ok is None:
+                ok = decided[entries] = self._route(link_id).accepts(
+                    topic=topic,
+                    message_type=message_type,
+                    origin=_NO_ORIGIN,
+                    path=(),
+                    payload=payload,
+                    remote_name=_NO_REMOTE,
+                )
             parts.append(f"{link_id}={'pass' if ok else 'drop'}")
         return ",".join(parts)
 
@@ -518,7 +526,7 @@ class PubRecord:
     topic: str
     message_type: str
     verdict: str = ""
-    local_us: int = 0  # when this instance stored it (µs since the epoch, UTC)
+    ts_us: int = 0  # when the instance stored it (local time, µs)
 
 
 def longest_increasing(values: Sequence[int]) -> set[int]:
@@ -564,20 +572,42 @@ def reordered(
         if r.bookmark not in seen:
             seen.add(r.bookmark)
             firsts.append(r)
-    seqs = [r.seq for r in firsts]
+    return out_of_order(instance, firsts, expectations)
+
+
+def out_of_order(
+    instance: str,
+    run: Sequence[PubRecord],
+    expectations: Mapping[ExpectationKey, Expectation],
+    before: int | None = None,
+    after: int | None = None,
+) -> list[Finding]:
+    """The reordered findings among ``run``: first copies of one publisher's messages
+    on ``instance``, consecutive in txid order and sorted by txid; ``before`` and
+    ``after`` are the seqs of the first copies just outside it (``None``: none).
+
+    :func:`reordered` calls it with every first copy. The audit on Spark calls it
+    once per *block*: a run of first copies such that every seq before it is below
+    every seq in it, and every seq after it above. Patience sorting never lets a
+    block's seqs displace an earlier block's, so the longest increasing run of the
+    whole sequence (:func:`longest_increasing`, with its tie rule) is the
+    concatenation of the blocks' own: checking block by block gives exactly the
+    findings of checking the whole sequence at once.
+    """
+    seqs = [r.seq for r in run]
     keep = longest_increasing(seqs)
     out: list[Finding] = []
-    for i, r in enumerate(firsts):
+    for i, r in enumerate(run):
         if i in keep:
             continue
-        before = seqs[i - 1] if i else None
-        after = seqs[i + 1] if i + 1 < len(seqs) else None
+        prev = seqs[i - 1] if i else before
+        following = seqs[i + 1] if i + 1 < len(seqs) else after
         expectation = expectations.get((r.origin, r.topic, r.message_type, r.verdict))
         arrival = expectation.arrivals.get(instance) if expectation else None
         where = "published here" if r.origin == instance else f"published at {r.origin}"
         detail = (
             f"seq {r.seq} is out of the publisher's seq order: stored between seq "
-            f"{before} and seq {after} ({where})"
+            f"{prev} and seq {following} ({where})"
         )
         out.append(
             Finding(
@@ -591,7 +621,7 @@ def reordered(
                 arrival.hops if arrival else (),
                 (r.txid,),
                 detail,
-                r.local_us,
+                ts_us=r.ts_us,
             )
         )
     return out

@@ -22,14 +22,29 @@ Every figure is rows per second of the median run; ``--json FILE`` appends the r
 
     python tools/bench/bench_pipeline.py --records 1000000
     python tools/bench/bench_pipeline.py --records 1000000 --skip-spark
+
+``--audit SIZE...`` measures the fabric audit instead (``amps-py pipeline audit``'s
+``run_audit``) on generated journals of a three-instance fabric of about SIZE records
+in all (``synthetic_journal.build_audit_fabric``: a sync pair A, B and a downstream C
+behind a content filter, with one reordered and one missing message planted every
+``--fault-every`` messages). Each size runs in a fresh process with Spark's default
+memory (nothing raised), timing the session start and the audit apart; it prints
+rows/s (records / audit seconds) per size, checks the report's problem counts
+against the planted faults, and the ratio of the sizes' rows/s. ``--cache-dir``
+keeps the generated journals for the next run (building 20M records takes minutes):
+
+    python tools/bench/bench_pipeline.py --audit 2M 20M --cache-dir /var/tmp/amps-audit-bench
+    python tools/bench/bench_pipeline.py --audit 2M 20M --with-100m --cache-dir ...
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -165,6 +180,152 @@ def exporter(journal: Path, runs: int, workdir: Path) -> dict[str, Any] | str:
     return timed(runs, once)
 
 
+# ------------------------------------------------------------------------- the audit
+
+
+def parse_size(text: str) -> int:
+    """``2M``, ``20m``, ``500k`` or a plain number of records."""
+    scale = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}.get(text[-1:].lower(), 1)
+    number = text[:-1] if scale != 1 else text
+    try:
+        return int(float(number) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 2M, 20000000)") from None
+
+
+def audit_fabric(records: int, fault_every: int, cache: Path) -> tuple[Path, dict[str, Any]]:
+    """The fabric of about ``records`` records under ``cache``, built unless a finished
+    one (its manifest written last) is there."""
+    from synthetic_journal import FABRIC_FORMAT, build_audit_fabric
+
+    root = cache / f"audit-fabric-{records}-f{fault_every}-v{FABRIC_FORMAT}"
+    manifest = root / "manifest.json"
+    if manifest.exists():
+        built = json.loads(manifest.read_text())
+        built["reused"] = True
+        return root, built
+    print(f"building a fabric of {records:,} records in {root} ...", file=sys.stderr, flush=True)
+    built = build_audit_fabric(root, records, fault_every=fault_every, progress=True)
+    manifest.write_text(json.dumps(built))
+    built["reused"] = False
+    return root, built
+
+
+def audit_child(root: Path, master: str | None) -> dict[str, Any]:
+    """One audit of the fabric in ``root`` in this (fresh) process: session start,
+    :func:`run_audit` and the report, timed apart; Spark's settings as
+    ``amps-py pipeline audit`` has them (no memory raised)."""
+    from amps_py.pipeline.audit import prepare_audit, run_audit, write_report
+    from amps_py.pipeline.spark import spark_session
+
+    t0 = time.perf_counter()
+    inputs = prepare_audit([root / "configs"], [root / "journals"])
+    spark = spark_session("amps-py-bench-audit", master)
+    started = time.perf_counter()
+    try:
+        report = run_audit(spark, inputs)
+        audited = time.perf_counter()
+        write_report(report, root / "report")
+        jobs = spark_jobs(spark)
+        memory = spark.sparkContext.getConf().get("spark.driver.memory", "default (1g)")
+        partitions = spark.sparkContext.defaultParallelism
+    finally:
+        spark.stop()
+    return {
+        "records": sum(j.records for j in report.journals),
+        "session_start_s": round(started - t0, 1),
+        "audit_s": round(audited - started, 1),
+        "spark_jobs": len(jobs),
+        "job_s_by_call": job_seconds_by_call(jobs),
+        "driver_memory": memory,
+        "cores": partitions,
+        "problems": report.problem_counts(),
+        "messages": report.messages,
+    }
+
+
+def spark_jobs(spark: Any) -> list[tuple[str, float]]:
+    """Every job the session ran: (its call site, seconds from submission to end)."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    out = []
+    it = jobs.iterator()
+    while it.hasNext():
+        job = it.next()
+        if job.submissionTime().isDefined() and job.completionTime().isDefined():
+            took = job.completionTime().get().getTime() - job.submissionTime().get().getTime()
+            out.append((str(job.name()).rsplit("/", 1)[-1], took / 1000))
+    return out
+
+
+def job_seconds_by_call(jobs: list[tuple[str, float]]) -> dict[str, float]:
+    """Seconds of the jobs per call site (Spark's own stages run as jobs named after
+    a Java frame; jobs overlap, so the sum can exceed the wall time)."""
+    total: dict[str, float] = {}
+    for call, seconds in jobs:
+        total[call] = round(total.get(call, 0.0) + seconds, 1)
+    return dict(sorted(total.items(), key=lambda item: -item[1]))
+
+
+def audit_bench(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = list(args.audit) + ([100_000_000] if args.with_100m else [])
+    temporary = args.cache_dir is None
+    cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="amps-bench-audit-"))
+    cache.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    try:
+        for records in sizes:
+            root, built = audit_fabric(records, args.fault_every, cache)
+            command = [sys.executable, __file__, "--audit-child", str(root)]
+            if args.master:
+                command += ["--master", args.master]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise SystemExit(
+                    f"the audit of {records:,} records failed (exit {done.returncode}):\n"
+                    + done.stderr[-3000:]
+                )
+            run = json.loads(done.stdout.strip().splitlines()[-1])
+            expected = {"missing": built["expected"]["missing"], "duplicate": 0}
+            expected.update(reordered=built["expected"]["reordered"], phantom=0)
+            run.update(
+                size=records,
+                fabric=str(root),
+                build_s=built["build_s"],
+                reused=built["reused"],
+                expected=expected,
+                report_as_expected=run["problems"] == expected,
+                rows_per_s=round(run["records"] / run["audit_s"]),
+                rows_per_s_with_start=round(
+                    run["records"] / (run["audit_s"] + run["session_start_s"])
+                ),
+            )
+            print(
+                f"audit of {run['records']:,} records ({run['messages']:,} messages): "
+                f"{run['audit_s']} s, {run['rows_per_s']:,} rows/s "
+                f"(session start {run['session_start_s']} s; {run['spark_jobs']} Spark jobs; "
+                f"driver memory {run['driver_memory']}; problems {run['problems']}, "
+                f"{'as planted' if run['report_as_expected'] else 'NOT as planted'}; "
+                f"journals {'reused' if built['reused'] else 'built in ' + str(built['build_s'])}"
+                f"{'' if built['reused'] else ' s'})",
+                file=sys.stderr,
+                flush=True,
+            )
+            results.append(run)
+    finally:
+        if temporary:
+            shutil.rmtree(cache, ignore_errors=True)
+    rates = [r["rows_per_s"] for r in results]
+    out: dict[str, Any] = {"runs": results}
+    if len(rates) > 1:
+        out["rows_per_s_max_over_min"] = round(max(rates) / min(rates), 2)
+        print(
+            f"rows/s, fastest size over slowest: {out['rows_per_s_max_over_min']} "
+            "(goal: at most 1.5)",
+            file=sys.stderr,
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -175,7 +336,37 @@ def main() -> None:
     ap.add_argument("--skip-spark", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the filled journal")
     ap.add_argument("--json", type=Path, default=None, help="append the result here")
+    ap.add_argument(
+        "--audit",
+        nargs="+",
+        type=parse_size,
+        metavar="SIZE",
+        help="measure the fabric audit on generated journals of SIZE records (e.g. 2M 20M)",
+    )
+    ap.add_argument("--with-100m", action="store_true", help="--audit also 100M records")
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="keep the audit's generated journals here and reuse them (default: a "
+        "temporary directory, removed)",
+    )
+    ap.add_argument(
+        "--fault-every",
+        type=int,
+        default=100_000,
+        help="plant a reordered and a missing message every this many messages",
+    )
+    ap.add_argument("--audit-child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.audit_child:
+        emit(audit_child(args.audit_child, args.master), None)
+        return
+    if args.audit or args.with_100m:
+        if not args.audit:
+            args.audit = []
+        emit({"bench": "pipeline-audit", **env_info(), **audit_bench(args)}, args.json)
+        return
 
     workdir = Path(tempfile.mkdtemp(prefix="amps-bench-pipeline-"))
     journal = args.journal or workdir / "journal"

@@ -6,6 +6,10 @@
 
 Without ``--master`` here, spark-submit's master is used; the executors need the same
 Python with amps-py installed (PYSPARK_PYTHON).
+
+Exit status as the command's: 0 no problems, 1 problems found, 2 the audit could not
+run (a config, journal or option), 3 the audit could not complete (the Spark job
+failed: a damaged record, out of memory, a lost executor; one line says which).
 """
 
 from __future__ import annotations
