@@ -369,7 +369,9 @@ def _audit(
             cached.append(verdicts)
             frame = (
                 slim.join(
-                    verdicts.select("instance", "txid", "verdict"), ["instance", "txid"], "left"
+                    verdicts.select("origin", "topic", "message_type", "fp", "verdict"),
+                    ["origin", "topic", "message_type", "fp"],
+                    "left",
                 )
                 .fillna({"verdict": ""})
                 .persist(StorageLevel.MEMORY_AND_DISK)
@@ -482,11 +484,14 @@ def _size_shuffles(spark: SparkSession, records: int, configured: str | None) ->
 def _filter_verdicts(
     spark: SparkSession, rows: DataFrame, plan: FilterPlan
 ) -> tuple[DataFrame | None, dict[ExpectationKey, bytes]]:
-    """Each record on a content-filtered topic gets its filter verdict (a DataFrame
-    of instance, txid, verdict), and every (origin, topic, type, verdict) one sample
-    payload (the smallest, so the choice is deterministic).
+    """The filter verdicts of the records on content-filtered topics (a DataFrame of
+    origin, topic, message_type, fp, verdict: one row per distinct payload, by its
+    hash ``fp``, of each origin, topic and type; a verdict depends on nothing else),
+    and every (origin, topic, type, verdict) one sample payload (the smallest, so
+    the choice is deterministic).
 
-    ``rows``: the cached records, payloads included. The filters are evaluated on the
+    ``rows``: the cached records, payloads included. Each payload is judged once,
+    not once per copy (a message's copies on every instance share it), on the
     executors; the verdicts are cached without the payloads (the caller unpersists
     them): each task passes on a payload only where it is the smallest so far of its
     key, and one aggregation picks the smallest."""
@@ -503,12 +508,15 @@ def _filter_verdicts(
             for topic, message_type in sorted(plan.relevant)
         ],
     )
-    filtered = rows.where(F.col("topic").isin(topics) & wanted).select(
-        "instance", "txid", "origin", "topic", "message_type", "payload"
+    distinct = ["origin", "topic", "message_type", "fp"]
+    filtered = (
+        rows.where(F.col("topic").isin(topics) & wanted)
+        .select(*distinct, "payload")
+        .dropDuplicates(distinct)
     )
     shipped = spark.sparkContext.broadcast(plan)
 
-    def judge(rows: Iterable[Any]) -> Iterator[tuple[str, int, str, str, str, str, Any]]:
+    def judge(rows: Iterable[Any]) -> Iterator[tuple[str, str, str, int, str, Any]]:
         filters = shipped.value
         smallest: dict[tuple[str, str, str, str], bytes] = {}
         for r in rows:
@@ -519,12 +527,12 @@ def _filter_verdicts(
             sample = None
             if least is None or payload < least:
                 smallest[key] = sample = payload
-            yield (r["instance"], r["txid"], *key, sample)
+            yield (*key[:3], r["fp"], verdict, sample)
 
     judged = spark.createDataFrame(
         filtered.rdd.mapPartitions(judge),
-        "instance STRING, txid BIGINT, origin STRING, topic STRING, message_type STRING, "
-        "verdict STRING, sample BINARY",
+        "origin STRING, topic STRING, message_type STRING, fp BIGINT, verdict STRING, "
+        "sample BINARY",
         verifySchema=False,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     samples = {
