@@ -143,12 +143,29 @@ def write_example(name: str, to: Path, root: Traversable | None = None) -> list[
             mode = 0o600 if _SECRET.search(relative) else 0o644
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             with os.fdopen(fd, "wb") as out:
-                out.write(source.read_bytes())
+                body = source.read_bytes()
+                if relative.endswith("/README.md"):
+                    body = _readme_for(body, name, to)
+                out.write(body)
             os.chmod(target, mode)  # whatever the umask
             written.append(target)
     except OSError as exc:
         raise ExampleError(f"cannot write {exc.filename or to}: {exc.strerror or exc}") from exc
     return written
+
+
+def _readme_for(body: bytes, name: str, to: Path) -> bytes:
+    """An example's README as written out under ``to``: its commands name the files
+    where they now are (``config/examples/NAME`` becomes ``to/NAME``), run from the
+    directory the example was written out from, not the repository root."""
+    where = os.path.normpath(to / name)
+    text = body.decode("utf-8")
+    text = text.replace(f"config/examples/{name}", where)
+    text = text.replace(
+        "From the repository root",
+        f"From the directory `amps-py config examples {name}` was run in",
+    )
+    return text.encode("utf-8")
 
 
 def example_named_by(path: str, root: Traversable | None = None) -> Example | None:

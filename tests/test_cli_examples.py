@@ -75,6 +75,11 @@ def test_examples_are_listed_from_the_package_and_written_out(
         "server-key.pem": 0o600,
         "users.pw": 0o600,
     }
+    # the README written out names the files where they are now, not the repository's
+    readme = (user / "etc/secure/README.md").read_text()
+    assert "config/examples/secure" not in readme and "repository root" not in readme
+    assert "config check etc/secure/secure.xml" in readme, readme
+    assert "--ca-file etc/secure/server.pem" in readme
     checked = amps_py(installed, user, "config", "check", "etc/secure/secure.xml")
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.startswith("etc/secure/secure.xml: OK — instance amps-secure")
