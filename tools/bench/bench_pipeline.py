@@ -28,7 +28,8 @@ Every figure is rows per second of the median run; ``--json FILE`` appends the r
 in all (``synthetic_journal.build_audit_fabric``: a sync pair A, B and a downstream C
 behind a content filter, with one reordered and one missing message planted every
 ``--fault-every`` messages). Each size runs in a fresh process with Spark's default
-memory (nothing raised), timing the session start and the audit apart; it prints
+memory (nothing raised; Spark's event log kept in the fabric's directory), timing
+the session start and the audit apart; it prints
 rows/s (records / audit seconds) per size, checks the report's problem counts
 against the planted faults, and the ratio of the sizes' rows/s. ``--cache-dir``
 keeps the generated journals for the next run (building 20M records takes minutes):
@@ -220,7 +221,15 @@ def audit_child(root: Path, master: str | None) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     inputs = prepare_audit([root / "configs"], [root / "journals"])
-    spark = spark_session("amps-py-bench-audit", master)
+    # Spark's event log (stages, tasks, their memory and spills) beside the journals,
+    # to see afterwards where a run spent its time or ran out of memory
+    events = root / "eventlog"
+    events.mkdir(exist_ok=True)
+    spark = spark_session(
+        "amps-py-bench-audit",
+        master,
+        [("spark.eventLog.enabled", "true"), ("spark.eventLog.dir", events.as_uri())],
+    )
     started = time.perf_counter()
     try:
         report = run_audit(spark, inputs)
@@ -280,9 +289,12 @@ def audit_bench(args: argparse.Namespace) -> dict[str, Any]:
                 command += ["--master", args.master]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode != 0:
+                from amps_py.cli_pipeline import audit_failure
+
                 raise SystemExit(
-                    f"the audit of {records:,} records failed (exit {done.returncode}):\n"
-                    + done.stderr[-3000:]
+                    f"the audit of {records:,} records failed (exit {done.returncode}): "
+                    f"{audit_failure(RuntimeError(done.stderr))}; Spark's event log is in "
+                    f"{root / 'eventlog'}\n" + done.stderr[-3000:]
                 )
             run = json.loads(done.stdout.strip().splitlines()[-1])
             expected = {"missing": built["expected"]["missing"], "duplicate": 0}
