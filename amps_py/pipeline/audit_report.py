@@ -744,7 +744,7 @@ def _runs_table(report: AuditReport, limit: int) -> list[str]:
         "of one class, link and publisher with contiguous seqs make one run. Times UTC "
         "(the record's local timestamp; for missing, when it was published)."
         + (
-            f" The first {len(shown)} runs; the JSON report lists them all."
+            f" The first {len(shown)} runs; the JSON report lists every finding kept."
             if len(shown) < len(runs)
             else ""
         )
