@@ -132,18 +132,16 @@ def readme_command(verb: str) -> str:
     return command
 
 
+def run_in(args: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
+    """``args`` run in ``workdir`` with the test's environment, output captured."""
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=900, env=cli_env(), cwd=workdir, check=False
+    )
+
+
 def run_as_written(command: str, workdir: Path) -> subprocess.CompletedProcess[str]:
     """``command`` from the README, run in ``workdir``; it must succeed."""
-    args = shlex.split(command)
-    out = subprocess.run(
-        [*amps_py_command(), *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=cli_env(),
-        cwd=workdir,
-        check=False,
-    )
+    out = run_in([*amps_py_command(), *shlex.split(command)[1:]], workdir)
     print(f"$ {command}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
     assert out.returncode == 0, f"{command} exited {out.returncode}:\n{out.stderr}"
     assert "Traceback" not in out.stderr, out.stderr
@@ -177,15 +175,7 @@ def test_readme_python_block_runs_as_written(walkthrough: Path) -> None:
     exported(walkthrough)
     script = python_block()
     assert 'load("./amps-data")' in script and 'read.parquet("./export")' in script, script
-    shown = subprocess.run(
-        [sys.executable, "-c", script + "\nspark.stop()\n"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=cli_env(),
-        cwd=walkthrough,
-        check=False,
-    )
+    shown = run_in([sys.executable, "-c", script + "\nspark.stop()\n"], walkthrough)
     print(shown.stdout[-3000:], shown.stderr[-3000:])
     assert shown.returncode == 0, shown.stderr
     assert "client_name" in shown.stdout and "count" in shown.stdout, shown.stdout

@@ -294,28 +294,25 @@ def _write_fabric_journal(
                     qty,
                     pad,
                 )
-                if origin == name:
-                    rec = Record(
-                        topic=topic,
-                        payload=payload,
-                        pub_hash=pub,
-                        seq=seq,
-                        client_name=client,
-                        origin=origin,
-                    )
-                else:
-                    # message k is record k + 1 on both A and B: its origin txid is k + 1
-                    rec = Record(
-                        topic=topic,
-                        payload=payload,
-                        pub_hash=pub,
-                        seq=seq,
-                        client_name=client,
-                        origin=origin,
-                        origin_txid=k + 1,
-                        origin_ts=now_us - lag[name],
-                        path=((origin, FABRIC_GROUPS[origin]),),
-                    )
+                # message k is record k + 1 on both A and B: its origin txid is k + 1
+                replicated = (
+                    {}
+                    if origin == name
+                    else {
+                        "origin_txid": k + 1,
+                        "origin_ts": now_us - lag[name],
+                        "path": ((origin, FABRIC_GROUPS[origin]),),
+                    }
+                )
+                rec = Record(
+                    topic=topic,
+                    payload=payload,
+                    pub_hash=pub,
+                    seq=seq,
+                    client_name=client,
+                    origin=origin,
+                    **replicated,
+                )
                 batch.append(rec)
                 if k % fault_every == 1 and name == "A":
                     swaps.append(len(batch) - 1)
