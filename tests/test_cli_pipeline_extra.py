@@ -140,3 +140,25 @@ def test_a_failed_audit_job_says_what_failed_and_what_to_do(case: str) -> None:
         assert part in line, line
     if case in ("out of memory", "lost executor", "dead driver JVM"):
         assert "spark.driver.memory=4g" in line and "spark.executor.memory=4g" in line
+
+
+class _DeadJvmError(Exception):
+    """As py4j's Py4JJavaError once the JVM has exited (out of memory): its text must
+    be fetched from the JVM, which no longer answers."""
+
+    errmsg = "An error occurred while calling o412.collectToPython.\n"
+
+    def __str__(self) -> str:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+def test_a_job_whose_jvm_died_is_one_line_not_a_traceback() -> None:
+    """Seen at 2M records with 480 MB of heap: the JVM died of OutOfMemoryError, and
+    reading the exception's text raised ConnectionRefusedError out of the CLI."""
+    pytest.importorskip("click")
+    from amps_py.cli_pipeline import audit_failure
+
+    line = audit_failure(_DeadJvmError())
+    assert "\n" not in line
+    assert line.startswith("the audit could not complete: the Spark driver's JVM stopped answering")
+    assert "spark.driver.memory=4g" in line

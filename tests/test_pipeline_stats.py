@@ -358,3 +358,25 @@ def test_a_path_without_journals_is_refused_before_spark_starts(tmp_path: Path) 
     assert out.returncode == 2, out.stderr
     assert "holds no journal (no data.mdb in it or below it)" in out.stderr
     assert "Spark" not in out.stderr and "log4j" not in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_a_setting_spark_refuses_gives_one_line_and_exit_2(
+    journals: dict[str, Path], tmp_path: Path
+) -> None:
+    """Too little driver memory: Spark refuses to start; the user sees Spark's own
+    reason and the setting to change in one line, not a py4j traceback."""
+    out = run(
+        "pipeline",
+        "stats",
+        str(journals["a"]),
+        "--conf",
+        "spark.driver.memory=200m",
+        cwd=tmp_path,
+        timeout=240,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    (line,) = [s for s in out.stderr.splitlines() if s.startswith("amps-py: ")]
+    assert line.startswith("amps-py: Spark could not start: Insufficient driver memory"), line
+    assert "spark.driver.memory" in line, line

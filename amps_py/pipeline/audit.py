@@ -22,16 +22,17 @@ How it runs (the rules are :mod:`amps_py.pipeline.audit_rules`):
    says which instances must hold such a message and by which path; the table is
    broadcast.
 4. Records are grouped by bookmark (a message's copies: a few rows) and classified on
-   the executors. Publisher order is checked with window functions over each
-   (instance, publisher) in txid order, which Spark sorts and spills: only the
-   records of the blocks out of order reach Python, a block at a time (see
-   :func:`_order`). Counts and findings come back in one job: the counts exact, the
-   findings at most ``keep_findings`` per (class, instance, sending instance), the
-   first by publisher and seq (the report says how many it left out). Replication
-   lag per link and time bucket is aggregated by Spark SQL (exact percentiles), in
-   one job. Every finding carries the time of the record concerned (``ts_us``); the
-   client names of the publishers the findings name reach the driver as one row per
-   publisher, for the report's runs (:func:`amps_py.pipeline.audit_report.group_runs`).
+   the executors. Publisher order is checked with window functions in txid order
+   over slices of each (instance, publisher), which Spark sorts and spills (no task
+   sorts a whole publisher): only the records of the blocks out of order reach
+   Python, a block at a time (see :func:`_order`). Counts and findings come back
+   in one job: the counts exact, the findings at most ``keep_findings`` per (class,
+   instance, sending instance), the first by publisher and seq (the report says how
+   many it left out). Replication lag per link and time bucket is aggregated by
+   Spark SQL (exact percentiles), in one job. Every finding carries the time of the
+   record concerned (``ts_us``); the client names of the publishers the findings
+   name reach the driver as one row per publisher, for the report's runs
+   (:func:`amps_py.pipeline.audit_report.group_runs`).
 
 Nothing the driver collects grows with the number of records or of problems (bar the
 lag's time buckets, about 60 per link), and Spark holds in memory no more than one
@@ -105,7 +106,6 @@ __all__ = [
     "write_report",
 ]
 
-#: rows per Arrow batch when the adapter reads a journal
 #: lag bucket widths the automatic choice picks from (microseconds)
 _BUCKET_SECONDS: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10)
 _BUCKETS_US: Final = tuple(
@@ -118,6 +118,9 @@ _TARGET_BUCKETS: Final = 60
 KEEP_FINDINGS: Final = 1000
 #: about this many records per shuffle partition (see ``_size_shuffles``)
 _SHUFFLE_ROWS: Final = 1_000_000
+#: the order check's window functions run over slices of this many txids of one
+#: publisher on one instance (see ``_order``), so no task sorts a whole publisher
+ORDER_BUCKET_TXIDS: Final = 1 << 16
 
 
 class AuditError(Exception):
@@ -377,11 +380,10 @@ def _audit(
                 .persist(StorageLevel.MEMORY_AND_DISK)
             )
             cached.append(frame)
+        ordered, order_frames = _order(frame, expect)
+        cached.extend(order_frames)
         outcome = _collect_outcomes(
-            spark,
-            _classify(spark, frame, expectations, expect, audited),
-            _order(frame, expect),
-            keep,
+            spark, _classify(spark, frame, expectations, expect, audited), ordered, keep
         )
         counts = outcome.counts
         for instance in audited:
@@ -697,19 +699,29 @@ def _counts_rows(
         yield ("counts", "", instance, "", "", 0, "", 0, json.dumps(counts.as_dict()))
 
 
-def _order(frame: DataFrame, expect: Any) -> Any:
-    """The reordered findings, an RDD of :data:`_OUT_DDL` rows.
+def _order(
+    frame: DataFrame, expect: Any, bucket_txids: int = ORDER_BUCKET_TXIDS
+) -> tuple[Any, list[DataFrame]]:
+    """The reordered findings, an RDD of :data:`_OUT_DDL` rows, and the frames it
+    caches (the caller unpersists them once the RDD has been computed).
 
     Per (instance, publisher), the first copy of each message, in txid order, is cut
     into blocks (:func:`~amps_py.pipeline.audit_rules.out_of_order`): a block ends
     where every seq so far is below every seq after. Window functions find the cuts
-    (the largest seq before a record against the smallest from it on), sorting and
-    spilling like any Spark sort, so no publisher's records are ever held together;
-    the records of a block of one (a publisher in order: all of them) leave there,
-    and only the others reach Python, a block at a time."""
+    (the largest seq before a record against the smallest from it on) over *slices*
+    of ``bucket_txids`` txids of one publisher, never over a whole publisher: a
+    publisher's records spread over every shuffle partition, so no task sorts more
+    than its share however many records one publisher has. What a slice needs from
+    the others (the largest seq before it, the smallest after it, the seqs just
+    outside it, the block it starts in) comes from one small row per slice, joined
+    back. The records of a block of one (a publisher in order: all of them) leave
+    there, and only the others reach Python, a block at a time."""
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    publisher = ("instance", "publisher_hash")
+    piece = (*publisher, "slice")
     firsts = (
         frame.groupBy("instance", "publisher_hash", "bookmark")
         .agg(
@@ -718,29 +730,74 @@ def _order(frame: DataFrame, expect: Any) -> Any:
             ).alias("r")
         )
         .select("instance", "publisher_hash", "bookmark", "r.*")
+        .withColumn("slice", F.floor(F.col("txid") / F.lit(bucket_txids)).cast("long"))
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    publisher = ("instance", "publisher_hash")
-    up = Window.partitionBy(*publisher).orderBy("txid")
-    down = Window.partitionBy(*publisher).orderBy(F.col("txid").desc())
-    cut = F.col("prev_max").isNull() | (F.col("prev_max") < F.col("rest_min"))
-    marked = (
-        firsts.withColumn(
-            "rest_min",
-            F.min("seq").over(down.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+    # one row per slice: what its records need from the slices before and after it
+    slices = Window.partitionBy(*publisher).orderBy("slice")
+    slices_down = Window.partitionBy(*publisher).orderBy(F.col("slice").desc())
+    around = (
+        firsts.groupBy(*piece)
+        .agg(
+            F.min("seq").alias("lo"),
+            F.max("seq").alias("hi"),
+            F.min_by("seq", "txid").alias("first_seq"),
+            F.max_by("seq", "txid").alias("last_seq"),
         )
-        .withColumn("prev_max", F.max("seq").over(up.rowsBetween(Window.unboundedPreceding, -1)))
-        .withColumn("before", F.lag("seq").over(up))
-        .withColumn("after", F.lead("seq").over(up))
-        .withColumn("cut", cut)
+        .select(
+            *piece,
+            F.max("hi").over(slices.rowsBetween(Window.unboundedPreceding, -1)).alias("max_before"),
+            F.min("lo")
+            .over(slices_down.rowsBetween(Window.unboundedPreceding, -1))
+            .alias("min_after"),
+            F.lag("last_seq").over(slices).alias("seq_before"),
+            F.lead("first_seq").over(slices).alias("seq_after"),
+        )
+    )
+    up = Window.partitionBy(*piece).orderBy("txid")
+    down = Window.partitionBy(*piece).orderBy(F.col("txid").desc())
+    prev_max = F.greatest(
+        F.max("seq").over(up.rowsBetween(Window.unboundedPreceding, -1)), F.col("max_before")
+    )
+    rest_min = F.least(
+        F.min("seq").over(down.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+        F.col("min_after"),
+    )
+    marked = (
+        firsts.join(around, list(piece))
+        .withColumn("prev_max", prev_max)
+        .withColumn("rest_min", rest_min)
+        .withColumn("before", F.coalesce(F.lag("seq").over(up), F.col("seq_before")))
+        .withColumn("after", F.coalesce(F.lead("seq").over(up), F.col("seq_after")))
+        .withColumn("cut", F.col("prev_max").isNull() | (F.col("prev_max") < F.col("rest_min")))
+        .drop("max_before", "min_after", "seq_before", "seq_after", "prev_max", "rest_min")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    # a block is named by the txid of the cut that starts it, which may lie in an
+    # earlier slice; a record ends a block of one when the next record (perhaps the
+    # next slice's first) is a cut too
+    cut_txid = F.when(F.col("cut"), F.col("txid"))
+    edges = (
+        marked.groupBy(*piece)
+        .agg(F.max(cut_txid).alias("last_cut"), F.min_by("cut", "txid").alias("first_cut"))
+        .select(
+            *piece,
+            F.max("last_cut")
+            .over(slices.rowsBetween(Window.unboundedPreceding, -1))
+            .alias("cut_before"),
+            F.lead("first_cut").over(slices).alias("cut_after"),
+        )
     )
     blocks = (
-        marked.withColumn(
+        marked.join(edges, list(piece))
+        .withColumn(
             "block",
-            F.sum(F.col("cut").cast("long")).over(
-                up.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            F.coalesce(
+                F.max(cut_txid).over(up.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+                F.col("cut_before"),
             ),
         )
-        .withColumn("cut_next", F.lead("cut", 1, True).over(up))
+        .withColumn("cut_next", F.coalesce(F.lead("cut").over(up), F.col("cut_after"), F.lit(True)))
         .where(~(F.col("cut") & F.col("cut_next")))
         .groupBy("instance", "publisher_hash", "block")
         .agg(
@@ -787,7 +844,7 @@ def _order(frame: DataFrame, expect: Any) -> Any:
                 yield row
         yield from _found_rows(found)
 
-    return blocks.rdd.mapPartitions(check)
+    return blocks.rdd.mapPartitions(check), [firsts, marked]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ The session has the ``amps_txlog`` data source registered (:func:`amps_py.pipeli
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
@@ -40,7 +41,22 @@ TASK_FAILURE_LOGGERS: Final = (
 
 
 class SparkUnavailable(RuntimeError):
-    """pyspark (or Java) is missing; the message says what to install."""
+    """Spark cannot start: pyspark or Java is missing, or a setting is refused (too
+    little driver memory, say); the message says what to install or change."""
+
+
+def error_text(exc: BaseException) -> str:
+    """``str(exc)``, even when ``exc`` came from a JVM that has since died: py4j asks
+    the JVM for a Java exception's text, and a JVM that ran out of memory and exited
+    cannot answer. Then the text says so ("the JVM stopped answering")."""
+    try:
+        return str(exc)
+    except Exception as lost:  # py4j lost its connection to the JVM
+        said = str(getattr(exc, "errmsg", "") or "").strip()
+        return (
+            f"{type(exc).__name__}: {said or 'a Spark call failed'} (and then the JVM "
+            f"stopped answering: {type(lost).__name__}: Connection refused)"
+        )
 
 
 def spark_session(
@@ -54,7 +70,9 @@ def spark_session(
     interpreter unless ``PYSPARK_PYTHON`` says otherwise.
 
     Raises:
-        SparkUnavailable: pyspark is not installed, or Java cannot be found.
+        SparkUnavailable: pyspark is not installed, Java cannot be found, or Spark
+            refused to start (a setting of ``conf``, e.g. too little
+            ``spark.driver.memory``: the message has Spark's own first line).
     """
     try:
         from pyspark.sql import SparkSession
@@ -92,7 +110,10 @@ def spark_session(
     settings.update(conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # Spark's own check of a setting, or the JVM not starting
+        raise SparkUnavailable(f"Spark could not start: {_first_line(exc)}") from None
     session.sparkContext.setLogLevel("WARN")
     from amps_py.pipeline import register
 
@@ -115,6 +136,26 @@ def quiet_task_failures(session: SparkSession) -> None:
     off = jvm.org.apache.logging.log4j.Level.OFF
     for name in TASK_FAILURE_LOGGERS:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+
+
+def _first_line(exc: BaseException) -> str:
+    """What a start failure says is wrong: Spark's own error after its
+    ``[ERROR_CLASS]`` tag (with the advice on the next line, without the SQLSTATE),
+    else the first line."""
+    lines = [line.strip() for line in error_text(exc).splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        tagged = _ERROR_CLASS.search(line)
+        if tagged:
+            said = [tagged.group(1)]
+            if i + 1 < len(lines) and not lines[i + 1].startswith("at "):
+                said.append(lines[i + 1])
+            return _SQLSTATE.sub("", " ".join(said)).strip()
+    return lines[0] if lines else type(exc).__name__
+
+
+#: Spark's error messages: ``SomeException: [ERROR_CLASS.SUBCLASS] what is wrong``
+_ERROR_CLASS: Final = re.compile(r"Exception: \[[A-Z_.]+\] (.+)$")
+_SQLSTATE: Final = re.compile(r"\s*SQLSTATE: \w+\s*$")
 
 
 def _on_path(program: str) -> bool:
