@@ -20,8 +20,6 @@ from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
-from amps_py.pipeline.spark import error_text
-
 __all__ = ["pipeline"]
 
 
@@ -121,6 +119,8 @@ def _spark_failure(exc: BaseException) -> tuple[str, int]:
     """One line and an exit status for a failed Spark job: our error's own message
     when a worker raised it (3 for a damaged journal, 2 otherwise), else Spark's
     first line (1)."""
+    from amps_py.pipeline.spark import error_text
+
     text = error_text(exc)
     found = _OUR_ERROR.findall(text)
     if found:
@@ -444,6 +444,8 @@ _JVM_GONE = ("Answer from Java side is empty", "Error while receiving", "Connect
 def audit_failure(exc: BaseException) -> str:
     """The one line ``pipeline audit`` prints when its Spark job failed (exit status
     3): what failed, and what to do."""
+    from amps_py.pipeline.spark import error_text
+
     text = error_text(exc)
     found = _OUR_ERROR.findall(text)
     if found:  # a damaged journal record, named by our reader with the fix

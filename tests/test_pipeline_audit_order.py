@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("pyspark", reason="the audit tests need the spark extra (pyspark)")
 pytest.importorskip("pyarrow", reason="the audit tests need the spark extra (pyarrow)")
 
-from amps_py.pipeline.audit import _order
+from amps_py.pipeline.audit import _FirstFindings, _order
 from amps_py.pipeline.audit_rules import PubRecord, reordered
 
 SEED = 20261128
@@ -83,7 +83,7 @@ def test_order_check_over_slices_finds_what_the_whole_publisher_rule_finds(
     assert len(expected) >= 12, "the generated records must hold reordered messages"
 
     frame = spark.createDataFrame(rows, COLUMNS)
-    ordered, cached = _order(frame, spark.sparkContext.broadcast({}), slice_txids)
+    ordered, cached = _order(frame, spark.sparkContext.broadcast({}), 1000, slice_txids)
     try:
         out = ordered.collect()
     finally:
@@ -96,3 +96,25 @@ def test_order_check_over_slices_finds_what_the_whole_publisher_rule_finds(
     assert found == expected
     counted = sum(json.loads(r[8]) for r in out if r[0] == "found")
     assert counted == len(expected)
+
+
+def test_a_task_sends_its_first_findings_per_group_and_counts_them_all() -> None:
+    """However many findings one task makes (an outage: every message missing), it
+    sends the first ``keep`` per (kind, instance, via) in the report's order, and a
+    count of all; the first ``keep`` overall are always among them."""
+    rng = random.Random(SEED)
+    print(f"seed {SEED}")
+    rows = [
+        ("finding", kind, "C", "B", f"pub{rng.randrange(3)}", rng.randrange(10_000), "d", t, "{}")
+        for t, kind in enumerate(rng.choice(("missing", "phantom")) for _ in range(5_000))
+    ]
+    kept = _FirstFindings(7)
+    for row in rows:
+        kept.add(row)
+    out = list(kept.rows())
+    sent = [r for r in out if r[0] == "finding"]
+    for kind in ("missing", "phantom"):
+        mine = sorted((r for r in rows if r[1] == kind), key=lambda r: (r[4], r[5], r[6], r[7]))
+        assert [r for r in sent if r[1] == kind] == mine[:7]
+    counts = {r[1]: json.loads(r[8]) for r in out if r[0] == "found"}
+    assert counts == {k: sum(r[1] == k for r in rows) for k in ("missing", "phantom")}

@@ -380,10 +380,10 @@ def _audit(
                 .persist(StorageLevel.MEMORY_AND_DISK)
             )
             cached.append(frame)
-        ordered, order_frames = _order(frame, expect)
+        ordered, order_frames = _order(frame, expect, keep)
         cached.extend(order_frames)
         outcome = _collect_outcomes(
-            spark, _classify(spark, frame, expectations, expect, audited), ordered, keep
+            spark, _classify(spark, frame, expectations, expect, audited, keep), ordered, keep
         )
         counts = outcome.counts
         for instance in audited:
@@ -571,6 +571,42 @@ def _finding_row(f: Finding) -> tuple[str, str, str, str, str, int, str, int, st
     )
 
 
+class _FirstFindings:
+    """One task's findings: the first ``keep`` rows (:func:`_finding_row`) per (kind,
+    instance, via) in the order :func:`_collect_outcomes` ranks them (publisher, seq,
+    detail, txid), and how many there were in all. The first ``keep`` of all tasks
+    are among the tasks' own first ``keep``, so a task sends no more than that
+    however many problems it finds (an outage of a million messages is one count
+    and ``keep`` rows), and at most ``2 * keep`` rows per group are held here."""
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._rows: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
+        self._found: Counter[tuple[str, str, str]] = Counter()
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        group = (row[1], row[2], row[3])
+        self._found[group] += 1
+        rows = self._rows.setdefault(group, [])
+        rows.append(row)
+        if len(rows) >= 2 * self._keep:
+            rows.sort(key=_rank)
+            del rows[self._keep :]
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """The rows kept, then one ``found`` row per group with its count."""
+        for rows in self._rows.values():
+            rows.sort(key=_rank)
+            yield from rows[: self._keep]
+        yield from _found_rows(self._found)
+
+
+def _rank(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A finding row's place in :func:`_collect_outcomes`'s window: publisher, seq,
+    detail, txid (strings compare as Spark compares them: by code point)."""
+    return (row[4], row[5], row[6], row[7])
+
+
 def _found_rows(
     found: Mapping[tuple[str, str, str], int],
 ) -> Iterator[tuple[str, str, str, str, str, int, str, int, str]]:
@@ -584,6 +620,7 @@ def _classify(
     expectations: Mapping[ExpectationKey, Expectation],
     expect: Any,
     audited: tuple[str, ...],
+    keep: int,
 ) -> Any:
     """Classify every message (its copies grouped by bookmark: a few rows each) on
     the executors; an RDD of :data:`_OUT_DDL` rows.
@@ -650,7 +687,7 @@ def _classify(
         expectations = expect.value
         statuses: list[tuple[str, str]] = []
         oks: Counter[str] = Counter()
-        found: Counter[tuple[str, str, str]] = Counter()
+        kept = _FirstFindings(keep)
         messages = 0
         for g in groups:
             messages += 1
@@ -680,13 +717,11 @@ def _classify(
                 yield from _counts_rows(statuses)
                 statuses = []
             for f in outcome.findings:
-                row = _finding_row(f)
-                found[(row[1], row[2], row[3])] += 1
-                yield row
+                kept.add(_finding_row(f))
         yield from _counts_rows(statuses)
         for instance, n in oks.items():
             yield ("counts", "", instance, "", "", 0, "", 0, json.dumps(Counts(ok=n).as_dict()))
-        yield from _found_rows(found)
+        yield from kept.rows()
         yield ("messages", "", "", "", "", 0, "", 0, json.dumps(messages))
 
     return marked.rdd.mapPartitions(classify)
@@ -700,7 +735,7 @@ def _counts_rows(
 
 
 def _order(
-    frame: DataFrame, expect: Any, bucket_txids: int = ORDER_BUCKET_TXIDS
+    frame: DataFrame, expect: Any, keep: int, bucket_txids: int = ORDER_BUCKET_TXIDS
 ) -> tuple[Any, list[DataFrame]]:
     """The reordered findings, an RDD of :data:`_OUT_DDL` rows, and the frames it
     caches (the caller unpersists them once the RDD has been computed).
@@ -820,7 +855,7 @@ def _order(
 
     def check(groups: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         expectations = expect.value
-        found: Counter[tuple[str, str, str]] = Counter()
+        kept = _FirstFindings(keep)
         for g in groups:
             rows = sorted(g["records"], key=lambda r: r["txid"])
             run = [
@@ -839,10 +874,8 @@ def _order(
             for f in out_of_order(
                 g["instance"], run, expectations, rows[0]["before"], rows[-1]["after"]
             ):
-                row = _finding_row(f)
-                found[(row[1], row[2], row[3])] += 1
-                yield row
-        yield from _found_rows(found)
+                kept.add(_finding_row(f))
+        yield from kept.rows()
 
     return blocks.rdd.mapPartitions(check), [firsts, marked]
 
