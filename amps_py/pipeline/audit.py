@@ -380,11 +380,13 @@ def _audit(
                 .persist(StorageLevel.MEMORY_AND_DISK)
             )
             cached.append(frame)
+        classified, counted, classify_frame = _classify(
+            spark, frame, expectations, expect, audited, keep
+        )
+        cached.append(classify_frame)
         ordered, order_frames = _order(frame, expect, keep)
         cached.extend(order_frames)
-        outcome = _collect_outcomes(
-            spark, _classify(spark, frame, expectations, expect, audited, keep), ordered, keep
-        )
+        outcome = _collect_outcomes(spark, classified.union(ordered), counted, keep)
         counts = outcome.counts
         for instance in audited:
             c = counts.setdefault(instance, Counts())
@@ -554,6 +556,9 @@ _OUT_DDL: Final = (
     "tag STRING, kind STRING, instance STRING, via STRING, pub STRING, seq BIGINT, "
     "detail STRING, txid BIGINT, doc STRING"
 )
+_OUT_COLUMNS: Final = tuple(
+    (name, ddl) for name, ddl in (column.split() for column in _OUT_DDL.split(", "))
+)
 
 
 def _finding_row(f: Finding) -> tuple[str, str, str, str, str, int, str, int, str]:
@@ -621,15 +626,18 @@ def _classify(
     expect: Any,
     audited: tuple[str, ...],
     keep: int,
-) -> Any:
-    """Classify every message (its copies grouped by bookmark: a few rows each) on
-    the executors; an RDD of :data:`_OUT_DDL` rows.
+) -> tuple[Any, DataFrame, DataFrame]:
+    """Classify every message (its copies grouped by bookmark: a few rows each):
+    an RDD of :data:`_OUT_DDL` rows from Python, a DataFrame of such rows from Spark
+    SQL, and the frame they share (cached; the caller unpersists it).
 
     A message whose copies all hold the same content, one on each audited instance
     its expectation names and none elsewhere, is ``ok`` on each of them and has no
     finding: Spark SQL recognises it (a broadcast table of the expected instances per
-    expectation) and hands Python only its instances; every other message goes to
-    :func:`classify_message` with its copies."""
+    expectation) and counts it there, per instance, never handing it to Python (at
+    scale nearly every message: moving rows into Python workers is what costs most).
+    Every other message goes to :func:`classify_message` with its copies."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     content = F.xxhash64("origin", "origin_txid", "topic", "message_type", "kind", "fp")
@@ -674,26 +682,34 @@ def _classify(
         & F.col("expected").isNotNull()
         & (F.col("held_on") == F.col("expected"))
     )
-    marked = grouped.join(
-        F.broadcast(expected), ["origin", "topic", "message_type", "verdict"], "left"
-    ).select(
-        "bookmark",
-        "held_on",
-        plain.alias("plain"),
-        F.when(plain, F.lit(None)).otherwise(F.col("copies")).alias("copies"),
+    marked = (
+        grouped.join(F.broadcast(expected), ["origin", "topic", "message_type", "verdict"], "left")
+        .select(
+            "bookmark",
+            "held_on",
+            plain.alias("plain"),
+            F.when(plain, F.lit(None)).otherwise(F.col("copies")).alias("copies"),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    plain_rows = marked.where(F.col("plain"))
+    oks = (
+        plain_rows.select(F.explode("held_on").alias("instance"))
+        .groupBy("instance")
+        .agg(F.count(F.lit(1)).alias("ok"))
+        .select(_out_row("counts", instance=F.col("instance"), doc=F.to_json(F.struct("ok"))))
+    )
+    messages = plain_rows.agg(F.count(F.lit(1)).alias("n")).select(
+        _out_row("messages", doc=F.col("n").cast("string"))
     )
 
     def classify(groups: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         expectations = expect.value
         statuses: list[tuple[str, str]] = []
-        oks: Counter[str] = Counter()
         kept = _FirstFindings(keep)
         messages = 0
         for g in groups:
             messages += 1
-            if g["plain"]:
-                oks.update(g["held_on"])
-                continue
             copies = [
                 Copy(
                     c["instance"],
@@ -719,12 +735,24 @@ def _classify(
             for f in outcome.findings:
                 kept.add(_finding_row(f))
         yield from _counts_rows(statuses)
-        for instance, n in oks.items():
-            yield ("counts", "", instance, "", "", 0, "", 0, json.dumps(Counts(ok=n).as_dict()))
         yield from kept.rows()
         yield ("messages", "", "", "", "", 0, "", 0, json.dumps(messages))
 
-    return marked.rdd.mapPartitions(classify)
+    classified = marked.where(~F.col("plain")).rdd.mapPartitions(classify)
+    return classified, oks.unionByName(messages), marked
+
+
+def _out_row(tag: str, **columns: Any) -> list[Any]:
+    """The columns of an :data:`_OUT_DDL` row tagged ``tag`` made in Spark SQL:
+    ``columns`` (Spark columns) where given, empty strings and zeros elsewhere."""
+    from pyspark.sql import functions as F
+
+    empty = {"kind": "", "instance": "", "via": "", "pub": "", "seq": 0, "detail": "", "txid": 0}
+    out = [F.lit(tag).alias("tag")]
+    for name, ddl in _OUT_COLUMNS[1:]:
+        value = columns[name] if name in columns else F.lit(empty.get(name, ""))
+        out.append(value.cast(ddl).alias(name))
+    return out
 
 
 def _counts_rows(
@@ -889,14 +917,17 @@ class _Outcomes:
     left_out: tuple[FindingsLeftOut, ...]
 
 
-def _collect_outcomes(spark: SparkSession, classified: Any, ordered: Any, keep: int) -> _Outcomes:
+def _collect_outcomes(
+    spark: SparkSession, from_python: Any, from_sql: DataFrame, keep: int
+) -> _Outcomes:
     """One Spark job: the counts, and of the findings the first ``keep`` per (kind,
     instance, via) by publisher and seq (a window over them, which sorts and spills:
-    the driver gets a bounded number however many problems there are)."""
+    the driver gets a bounded number however many problems there are). The rows
+    (:data:`_OUT_DDL`) come from Python workers (an RDD) and from Spark SQL."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    out = spark.createDataFrame(classified.union(ordered), _OUT_DDL, verifySchema=False)
+    out = spark.createDataFrame(from_python, _OUT_DDL, verifySchema=False).unionByName(from_sql)
     first = Window.partitionBy("tag", "kind", "instance", "via").orderBy(
         "pub", "seq", "detail", "txid"
     )
