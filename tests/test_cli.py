@@ -210,6 +210,8 @@ def test_cli_tests_pass_while_the_quick_start_server_runs(tmp_path: Path) -> Non
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                "-n",
+                "0",  # in this process: the outer run already has its workers
                 "-k",
                 "not quick_start_server_runs",
                 *FIRST_HOUR_TESTS,
