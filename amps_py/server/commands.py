@@ -103,17 +103,40 @@ def ack_types(header: Mapping[str, Any]) -> frozenset[str]:
 
 
 def options(header: Mapping[str, Any]) -> dict[str, str]:
-    """A command's options (header field ``o``): ``a,b=1`` is ``{"a": "", "b": "1"}``."""
+    """A command's options (header field ``o``): ``a,b=1`` is ``{"a": "", "b": "1"}``.
+
+    A comma inside brackets belongs to the value (AMPS lists:
+    ``conflation_key=[/a,/b]`` is ``{"conflation_key": "[/a,/b]"}``); spaces around
+    names and values are dropped (``conflation_key = [/a]``)."""
     raw = header.get("o")
     out: dict[str, str] = {}
     if not raw:
         return out
-    for part in str(raw).split(","):
+    for part in _top_level_parts(str(raw)):
         part = part.strip()
         if part:
             key, _, value = part.partition("=")
             out[key.strip()] = value.strip()
     return out
+
+
+def _top_level_parts(text: str) -> list[str]:
+    """``text`` split at the commas that are outside brackets."""
+    if "[" not in text:
+        return text.split(",")
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for index, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+        elif char == "," and not depth:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
 
 
 def failure_acks(header: Mapping[str, Any], exc: CommandFailed) -> list[tuple[str, dict[str, Any]]]:

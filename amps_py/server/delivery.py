@@ -97,6 +97,20 @@ class Delivery:
             tail += sow_key_part(sow_key)
         bm = bookmark_part(bookmark)
         size = len(payload)
+        held = [sub for sub in chosen if sub.conflation is not None]
+        if held:
+            # conflated subscriptions: the frame is held by key and counted when sent
+            for sub in held:
+                header = head + sub.head_suffix
+                if sub.want_bookmark:
+                    header += bm
+                if sub.want_timestamp:
+                    header += timestamp_part(local_ts)
+                frame = frame_head(header + tail, size) + payload
+                sub.conflation.offer(sub.conflation.key_of(topic, payload, sow_key), frame)
+            chosen = [sub for sub in chosen if sub.conflation is None]
+            if not chosen:
+                return
         groups = _by_session(chosen)
         if groups is None:
             for sub in chosen:
@@ -134,6 +148,7 @@ class Delivery:
         want_ts = sub.want_timestamp
         exact = sub.regex is None
         suffix = sub.head_suffix
+        conflation = sub.conflation
         parts: list[bytes] = []
         append = parts.append
         last = None
@@ -153,11 +168,17 @@ class Delivery:
                 header += sow_key_part(view.sow_key)
             if want_ts:
                 header += timestamp_part(view.local_ts)
+            if conflation is not None:
+                # held by key like a live message (counted when sent)
+                key = conflation.key_of(topic, payload, view.sow_key)
+                conflation.offer(key, frame_head(header, len(payload)) + payload)
+                continue
             append(frame_head(header, len(payload)))
             append(payload)
         n = len(parts) // 2
         if last is not None:
-            session.send(b"".join(parts))
+            if parts:
+                session.send(b"".join(parts))
             sub.resume_bookmark = f"{last.pub_hash}|{last.seq}|"
         session.messages_out += n
         self._counters.count_delivered(n)

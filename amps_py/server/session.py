@@ -1049,6 +1049,8 @@ class Session:
         it leaves this session and the registry."""
         if self.subscriptions.get(sub.sub_id) is sub:
             del self.subscriptions[sub.sub_id]
+        if sub.conflation is not None:
+            sub.conflation.close()
         if sub.queue is not None:
             queues = self.instance.queues
             if queues is not None:

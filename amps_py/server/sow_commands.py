@@ -40,6 +40,7 @@ from txlog import CorruptRecord
 
 from .commands import CommandFailed, ack_types, options
 from .delivery import parse_json
+from .option_catalogue import check_options
 from .queues import acknowledge
 from .replay import run_replay
 from .sowing import SOW_DELETE, SowTopic
@@ -93,6 +94,7 @@ class Query:
             raise CommandFailed(reasons.NO_TOPIC, "a SOW query needs a topic (t)")
         self.topic = topic
         opts = options(header)
+        check_options(str(header.get("c") or "sow"), opts)
         # entitlement per concrete topic: a regex covers only the SOW topics this
         # user may read
         pattern = session.topics_to_read(topic, "non_regex_topic" in opts)
@@ -443,6 +445,8 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     topic = header.get("t")
     if not topic or not isinstance(topic, str):
         raise CommandFailed(reasons.NO_TOPIC, "sow_delete needs a topic (t)")
+    opts = options(header)
+    check_options("sow_delete", opts)
     queues = session.instance.queues
     queue = queues.get(topic) if queues else None
     session.require_entitled(
@@ -458,6 +462,12 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
         raise CommandFailed(
             reasons.INVALID_TOPIC,
             f"topic {topic!r} has no State of the World; sow_delete needs a SOW topic",
+        )
+    for name in opts:  # cancel, expire: the catalogue's, for queue acknowledgements
+        raise CommandFailed(
+            reasons.INVALID_OPTIONS,
+            f"option {name!r} of sow_delete acknowledges queue messages; {topic!r} is a "
+            "SOW topic, not a queue: send the delete without it",
         )
     held = sow.store.count
     try:

@@ -21,6 +21,9 @@ from amps_py import events, reasons
 from amps_py.protocol import Frame, messages
 
 from .commands import CommandFailed, ack_types, options, unsubscribe_ids
+from .conflating import ConflatedDelivery
+from .conflation import conflation_spec
+from .option_catalogue import check_options
 from .queues import subscribe_to_queue
 from .replay import persisted_acks, plan_subscription, run_replay
 from .sow_commands import start_sow_and_subscribe
@@ -34,6 +37,7 @@ __all__ = [
     "on_sow_and_subscribe",
     "on_subscribe",
     "on_unsubscribe",
+    "start_conflation",
 ]
 
 #: the session's logger: these lines are a session's, as before they moved here
@@ -42,9 +46,11 @@ log = logging.getLogger("amps_py.server.session")
 
 def build_subscription(session: Session, header: dict[str, Any]) -> Subscription:
     """The subscription a ``subscribe`` header asks for, checked in this order: a
-    topic, a topic regex that compiles and read entitlement (per concrete topic for a
-    regex: :meth:`Session.topics_to_read`), ack types, a ``sub_id`` not in use (unless
-    ``replace``), a filter that compiles. Not registered yet.
+    topic, options amps-py implements (:mod:`.option_catalogue`), a topic regex that
+    compiles and read entitlement (per concrete topic for a regex:
+    :meth:`Session.topics_to_read`), ack types, a ``sub_id`` not in use (unless
+    ``replace``), a filter that compiles, a conflation key that can be determined. Not
+    registered yet (then :func:`start_conflation`).
 
     Raises:
         CommandFailed: the first check that fails.
@@ -53,6 +59,8 @@ def build_subscription(session: Session, header: dict[str, Any]) -> Subscription
     if not topic or not isinstance(topic, str):
         raise CommandFailed(reasons.NO_TOPIC, "subscribe needs a topic (t)")
     opts = options(header)
+    check_options(str(header.get("c") or "subscribe"), opts)
+    conflation = conflation_spec(opts)
     regex = session.topics_to_read(topic, "non_regex_topic" in opts)
     acks = ack_types(header)
     sub_id = str(
@@ -69,7 +77,44 @@ def build_subscription(session: Session, header: dict[str, Any]) -> Subscription
     if ftext:
         flt = session.instance.compile_filter(str(ftext))
     bookmark = "bm" in header and str(header["bm"]).strip() != ""
-    return Subscription(session, sub_id, topic, regex, flt, frozenset(opts), acks, bookmark)
+    sub = Subscription(session, sub_id, topic, regex, flt, frozenset(opts), acks, bookmark)
+    if conflation is not None:
+        queues = session.instance.queues
+        if queues and not bookmark and regex is None and queues.get(topic) is not None:
+            raise CommandFailed(
+                reasons.INVALID_OPTIONS,
+                f"{topic!r} is a queue: its messages are leased one by one and cannot be "
+                "conflated; subscribe without conflation",
+            )
+        if not conflation.paths:
+            _check_sow_key(session, topic, regex)
+        sub.conflation = ConflatedDelivery(session, conflation)
+    return sub
+
+
+def _check_sow_key(session: Session, topic: str, regex: object) -> None:
+    """Conflation without ``conflation_key`` keys on the SOW key: the topic must be
+    one SOW topic.
+
+    Raises:
+        CommandFailed: ``invalid options``, saying to add ``conflation_key``.
+    """
+    sow = session.instance.sow
+    if regex is None and sow is not None and sow.get(topic) is not None:
+        return
+    what = "a regex topic" if regex is not None else f"{topic!r}, not a SOW topic"
+    raise CommandFailed(
+        reasons.INVALID_OPTIONS,
+        f"conflation needs a key: {what} has no SOW key to conflate by; add "
+        "conflation_key=[/field] naming the field(s) that identify a message",
+    )
+
+
+def start_conflation(session: Session, sub: Subscription) -> None:
+    """Run ``sub``'s conflation (if it has one) once it is registered; it stops when
+    the subscription ends (:meth:`Session.end_subscription`) or the session does."""
+    if sub.conflation is not None:
+        session.start_soon(sub.conflation.run)
 
 
 def on_subscribe(session: Session, frame: Frame) -> None:
@@ -92,6 +137,7 @@ def on_subscribe(session: Session, frame: Frame) -> None:
         return
     session.subscriptions[sub.sub_id] = sub
     session.instance.registry.add(sub)
+    start_conflation(session, sub)
     if "processed" in sub.acks:
         session.ack(header, "processed", sub_id=sub.sub_id)
 
@@ -107,6 +153,7 @@ def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
         if old is not None:
             session.end_subscription(old)
         start_sow_and_subscribe(session, header, sub)
+        start_conflation(session, sub)
         return
     query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
     session.send(messages.group_begin(query_id))
@@ -135,6 +182,7 @@ def _start_bookmark_subscription(
     sub.resume_bookmark = plan.resumed_from
     session.subscriptions[sub.sub_id] = sub
     session.instance.registry.add(sub)
+    start_conflation(session, sub)
     extra: dict[str, Any] = {}
     if plan.not_found:
         # not silent: the client learns where the replay starts instead

@@ -90,6 +90,7 @@ class Subscription:
     __slots__ = (
         "acks",
         "bookmark",
+        "conflation",
         "delivered_upto",
         "filter",
         "fully_durable",
@@ -140,6 +141,9 @@ class Subscription:
         #: the queue (a ServedQueue) when this is a queue subscription: it is not in
         #: the registry, the queue sends to it
         self.queue: Any = None
+        #: a ConflatedDelivery (amps_py.server.conflating) with option ``conflation``:
+        #: its messages are held and sent at most once per key per interval
+        self.conflation: Any = None
 
     def topic_matches(self, topic: str) -> bool:
         if self.regex is None:

@@ -35,7 +35,7 @@ from typing import Final
 from amps_py.filters.context import DEFAULT_CONTEXT
 from amps_py.filters.errors import FilterError
 from amps_py.filters.lexer import PathStep, Tok, tokenize
-from amps_py.filters.paths import make_getter
+from amps_py.filters.paths import Getter, make_getter
 from amps_py.filters.values import Scalar, Value
 
 #: the longest key LMDB (default build) stores: keys are the store's LMDB keys
@@ -97,6 +97,17 @@ def _steps_of(path: str) -> tuple[PathStep, ...]:
     steps = tokens[0].value
     assert isinstance(steps, tuple)
     return steps
+
+
+def path_getter(path: str) -> Getter:
+    """What reads the value at one field path (``/id``, ``/order/id``) of a parsed
+    JSON document: a SOW key path's reader, for others that key messages the same way
+    (conflated subscriptions' ``conflation_key``).
+
+    Raises:
+        SowKeyError: ``path`` is empty or is not one field path.
+    """
+    return make_getter(_steps_of(path.strip()))
 
 
 def _encode_scalar(value: Scalar, out: bytearray) -> None:
