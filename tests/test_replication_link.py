@@ -240,7 +240,15 @@ GOOD_HELLO = {
 }
 
 #: a hello field change that removes the field
-DELETE = object()
+class _Delete:
+    """Marks a hello field to leave out; its repr is the test id, the same in every
+    pytest-xdist worker (an ``object()``'s repr holds its address)."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
 
 #: (hello field changes, the field the refusal names)
 MALFORMED_HELLOS = [
