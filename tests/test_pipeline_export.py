@@ -530,13 +530,15 @@ def test_manifest_checksums_verify_and_tampering_is_named(tmp_path: Path) -> Non
 
 
 def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
-    journal = tmp_path / "journal"
+    """The bar shows the counts on a 120-column terminal however long the path (a
+    long one, as pytest-xdist's temporary paths, once squeezed them to ``3000/…``)."""
+    journal = tmp_path / ("long-directory-name-" * 6) / "journal"
     library_journal(journal, "bar", 3_000)
     code, out, screen = run_on_terminal(
         "pipeline", "export", str(journal), str(tmp_path / "tty"), cwd=tmp_path
     )
     assert code == 0, screen
-    assert f"exporting {journal}" in screen and "3000/3000" in screen, screen
+    assert "exporting /" in screen and "3000/3000" in screen, screen
     assert out.startswith("exported 3,000 records") and len(out.splitlines()) == 1
     piped = export_cli(journal, tmp_path / "piped")
     assert piped.returncode == 0 and piped.stderr == ""

@@ -105,7 +105,9 @@ def test_txlog_tools_show_progress_on_a_terminal_only(tmp_path: Path) -> None:
     make_journal(journal)
     code, out, screen = run_on_terminal("txlog", "verify", str(journal), cwd=tmp_path)
     assert code == 0, screen
-    assert f"verifying {journal}" in screen and "600/600" in screen, screen
+    # the path may be shortened in the middle to leave the counts their room
+    assert "verifying /" in screen and f"{journal.name} " in screen, screen
+    assert "600/600" in screen, screen
     assert out == f"{journal}: OK — 600 records, txids 1..600\n"
     code, out, screen = run_on_terminal("txlog", "compress", str(journal), "2", cwd=tmp_path)
     assert code == 0, screen
