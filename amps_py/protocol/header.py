@@ -57,3 +57,25 @@ INTEGER_FIELDS: Final[frozenset[str]] = frozenset({"s", "bs", "e", "l", "top_n",
 ACK_TYPES: Final[frozenset[str]] = frozenset(
     {"none", "received", "parsed", "processed", "persisted", "completed", "stats"}
 )
+
+
+def split_outside_brackets(text: str) -> list[str]:
+    """``text`` split at the commas outside ``[...]``: header fields that list
+    things (options ``o``, ``orderby``) may hold AMPS lists such as
+    ``conflation_key=[/a,/b]``, whose commas belong to the value. An unmatched ``]``
+    is an ordinary character."""
+    if "[" not in text:
+        return text.split(",")
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for index, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+        elif char == "," and not depth:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts

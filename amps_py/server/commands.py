@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from amps_py import reasons
 from amps_py.protocol import ACK_TYPES
+from amps_py.protocol.header import split_outside_brackets
 
 __all__ = [
     "ACK_ORDER",
@@ -112,31 +113,12 @@ def options(header: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     if not raw:
         return out
-    for part in _top_level_parts(str(raw)):
+    for part in split_outside_brackets(str(raw)):
         part = part.strip()
         if part:
             key, _, value = part.partition("=")
             out[key.strip()] = value.strip()
     return out
-
-
-def _top_level_parts(text: str) -> list[str]:
-    """``text`` split at the commas that are outside brackets."""
-    if "[" not in text:
-        return text.split(",")
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for index, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]" and depth:
-            depth -= 1
-        elif char == "," and not depth:
-            parts.append(text[start:index])
-            start = index + 1
-    parts.append(text[start:])
-    return parts
 
 
 def failure_acks(header: Mapping[str, Any], exc: CommandFailed) -> list[tuple[str, dict[str, Any]]]:

@@ -41,6 +41,7 @@ from amps_py.filters.errors import FilterError
 from amps_py.filters.lexer import PathStep, Tok, tokenize
 from amps_py.filters.paths import make_getter
 from amps_py.filters.values import Value, to_number
+from amps_py.protocol.header import split_outside_brackets
 
 from .entry import SowEntry
 
@@ -118,28 +119,11 @@ def parse_orderby(text: str) -> tuple[OrderTerm, ...]:
     if not text.strip():
         return ()
     terms: list[OrderTerm] = []
-    for part in _split_terms(text):
+    for part in split_outside_brackets(text):
         if not part.strip():
             raise _bad(text, "empty term (two commas in a row, or a trailing comma)")
         terms.append(_parse_term(part.strip()))
     return tuple(terms)
-
-
-def _split_terms(text: str) -> list[str]:
-    """Split on commas outside ``[...]`` (a bracketed name may hold a comma)."""
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(0, depth - 1)
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
 
 
 # ---------------------------------------------------------------- sort keys
