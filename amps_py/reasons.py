@@ -69,6 +69,9 @@ BAD_SOW_KEY: Final = "bad sow key"
 #: a SOW query met a store it cannot read (a damaged page of its LMDB file); the
 #: detail names the store and the fix (it is rebuilt from the journal)
 SOW_STORE_UNREADABLE: Final = "sow store unreadable"
+#: a logon naming a message type the instance does not load, or one its transport
+#: does not accept
+INVALID_MESSAGE_TYPE: Final = "invalid message type"
 #: no logon within the transport's LogonTimeout (then the connection closes)
 LOGON_TIMEOUT: Final = "logon timeout"
 #: a frame unfinished after IncompleteMessageTimeout (then the connection closes)

@@ -405,9 +405,12 @@ class RecordCodec:
         pos = _FIXED_SIZE + n_client + n_origin
         try:
             topic = value[pos : pos + n_topic].decode()
+            start = pos + n_topic
+            raw_type = value[start : start + n_mtype]
+            mtype = "json" if raw_type == b"json" else raw_type.decode()
             cid = sow_key = ""
             if n_cid or n_sow:
-                start = pos + n_topic + n_mtype
+                start += n_mtype
                 if n_sow:
                     sow_key = value[start : start + n_sow].decode()
                 start += n_sow
@@ -416,7 +419,16 @@ class RecordCodec:
             raise CorruptRecord(expected_txid, f"text field is not UTF-8 ({exc})") from None
         payload = self._payload(value, end, fields[3], expected_txid)
         return DeliveryView(
-            fields[4], fields[5], fields[6], topic, cid, fields[9], payload, fields[2], sow_key
+            fields[4],
+            fields[5],
+            fields[6],
+            topic,
+            cid,
+            fields[9],
+            payload,
+            fields[2],
+            sow_key,
+            mtype,
         )
 
     def route_view(self, value: bytes, expected_txid: int) -> RouteView:
@@ -692,6 +704,8 @@ class DeliveryView(NamedTuple):
     kind: int = 1
     #: the SOW key of a record of a SOW topic ("" otherwise)
     sow_key: str = ""
+    #: the message type of the payload (``json``, ``fix``, ...)
+    message_type: str = "json"
 
 
 #: the fixed fields of a stored record, in :attr:`StoredRecords.fields` order (the

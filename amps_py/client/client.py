@@ -757,6 +757,8 @@ async def open_client(
             nursery.start_soon(client._reader)
             if logon:
                 fields = dict(logon_fields)
+                # the message type of the connection, from the URI's /amps/<type>
+                fields.setdefault("mt", target.message_type)
                 if target.user:
                     fields.setdefault("user_id", target.user)
                 if target.password:

@@ -65,9 +65,10 @@ class _Json:
 
     def document(self, payload: bytes) -> object | None:
         try:
-            return orjson.loads(payload)
+            doc: object = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return None
+        return doc
 
     def merge(self, stored: bytes, delta: bytes) -> bytes:
         from amps_py.sow.merge import delta_merge

@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import orjson
-
 from amps_py.config.model import (
     DestinationConfig,
     QueueConfig,
@@ -32,6 +30,7 @@ from amps_py.config.model import (
     SowTopicConfig,
 )
 from amps_py.filters import Filter, compile_filter
+from amps_py.message_types import MessageTypes, default_types
 
 from .validation import queue_facts, sow_facts
 
@@ -66,8 +65,11 @@ class _TopicRule:
 class Route:
     """A destination's routing rules, compiled once from its config."""
 
-    def __init__(self, destination: DestinationConfig) -> None:
+    def __init__(self, destination: DestinationConfig, types: MessageTypes | None = None) -> None:
+        """``types``: how content filters read payloads of each message type (None:
+        the default types)."""
         self.destination = destination
+        self._types = types if types is not None else default_types()
         self._topics = tuple(
             _TopicRule(t, compile_filter(t.filter) if t.filter else None)
             for t in destination.topics
@@ -158,10 +160,8 @@ class Route:
             if rule.filter is None or not filters:
                 return True
             if doc is _UNPARSED:
-                try:
-                    doc = orjson.loads(payload if isinstance(payload, bytes) else payload())
-                except orjson.JSONDecodeError:
-                    doc = None
+                raw = payload if isinstance(payload, bytes) else payload()
+                doc = self._types.document(message_type, raw)
             if rule.filter.matches(doc):
                 return True
         return False

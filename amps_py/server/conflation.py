@@ -20,15 +20,14 @@ Pure: no trio, no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
-
-import orjson
 
 from amps_py import reasons
 from amps_py.filters.context import DEFAULT_CONTEXT
 from amps_py.filters.paths import Getter
+from amps_py.message_types import JSON
 from amps_py.sow.keys import SowKeyError, path_getter
 from amps_py.units import UnitError, parse_duration
 
@@ -103,6 +102,10 @@ class Conflator(Generic[T]):
         return len(self._held)
 
 
+def _json_document(payload: bytes) -> object | None:
+    return JSON.document(payload)
+
+
 @dataclass(frozen=True, slots=True)
 class ConflationSpec:
     """What a subscription's ``conflation`` options ask for.
@@ -113,22 +116,22 @@ class ConflationSpec:
     interval: float
     paths: tuple[str, ...] = ()
     getters: tuple[Getter, ...] = ()
+    #: the payload as a document for the getters (its message type's reader)
+    document: Callable[[bytes], object | None] = _json_document
 
     def key_of(self, topic: str, payload: bytes, sow_key: str) -> Hashable:
         """The key ``payload`` (of ``topic``) is conflated under.
 
         With ``conflation_key`` paths: the topic and the values at the paths (a
         missing field, or a payload that is not JSON, is NULL: such messages share
-        the key, as they would share a NULL in a filter). Without: the topic and the
+        the key, as they would share a NULL in a filter; other message types are read
+        by :attr:`document`). Without: the topic and the
         SOW key; a message without one (which a SOW topic does not deliver) is its
         own key, so it is only delayed, never dropped.
         """
         if not self.getters:
             return (topic, sow_key) if sow_key else object()
-        try:
-            doc = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            doc = None
+        doc = self.document(payload)
         values = []
         for getter in self.getters:
             value = getter(doc, DEFAULT_CONTEXT)

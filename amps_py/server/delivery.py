@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from amps_py.message_types import MessageTypes, default_types
 from amps_py.protocol.messages import (
     bookmark_part,
     bookmark_part_of,
@@ -58,8 +59,10 @@ def parse_json(payload: bytes) -> Any:
 class Delivery:
     """Builds delivery frames and queues them on the subscribers' sessions."""
 
-    def __init__(self, counters: Counters) -> None:
+    def __init__(self, counters: Counters, types: MessageTypes | None = None) -> None:
         self._counters = counters
+        #: how each message type's payload is read for filters
+        self.types = types if types is not None else default_types()
         self._heads: dict[str, bytes] = {}
 
     def topic_head(self, topic: str) -> bytes:
@@ -81,14 +84,16 @@ class Delivery:
         correlation_id: Any,
         local_ts: int,
         sow_key: str = "",
+        message_type: str = "json",
     ) -> None:
-        """Deliver one message to the matching live subscriptions.
+        """Deliver one message to the matching live subscriptions (all of
+        ``message_type``: :meth:`SubscriptionRegistry.match` chose them).
 
         ``txid`` (0 for a topic that is not journaled) guards against delivering a
         record twice across the replay/live seam; ``local_ts`` (µs) is the journal
         time, or 0 (then "now" is used for the ``timestamp`` option).
         """
-        chosen = _matching(subs, payload, txid, topic, self._counters)
+        chosen = _matching(subs, payload, txid, topic, self._counters, self.types, message_type)
         if not chosen:
             return
         head = self.topic_head(topic)
@@ -132,13 +137,13 @@ class Delivery:
                 _send(session, frame_head(header + tail, size), payload)
         self._counters.count_delivered(len(chosen))
 
-    def _replay_doc(self, topic: str, txid: int, payload: bytes) -> Any:
-        """A replayed payload as JSON for a filter (None, counted, when it is not)."""
-        try:
-            return orjson.loads(payload)
-        except orjson.JSONDecodeError:
+    def _replay_doc(self, topic: str, txid: int, payload: bytes, message_type: str) -> Any:
+        """A replayed payload as a document for a filter (None, counted, when it is
+        not a well-formed message of its type)."""
+        doc = self.types.document(message_type, payload)
+        if doc is None:
             self._counters.count_unparsed(topic, txid)
-            return None
+        return doc
 
     def replay(self, sub: Subscription, views: list[DeliveryView]) -> None:
         """Send replayed records (already read from the journal) that ``sub`` wants,
@@ -152,14 +157,19 @@ class Delivery:
         parts: list[bytes] = []
         append = parts.append
         last = None
+        mtype = sub.message_type
         for view in views:
             topic = view.topic
             if (topic != sub.topic) if exact else not sub.topic_matches(topic):
                 continue
-            if view.kind >= _SOW_DELETE:
-                continue  # a SOW delete or queue ack is not a message (oof: live only)
+            if view.kind >= _SOW_DELETE or view.message_type != mtype:
+                # a SOW delete or queue ack is not a message (oof: live only); a
+                # message of another type is on another topic
+                continue
             payload = view.payload
-            if flt is not None and not flt.matches(self._replay_doc(topic, view.txid, payload)):
+            if flt is not None and not flt.matches(
+                self._replay_doc(topic, view.txid, payload, mtype)
+            ):
                 continue
             last = view
             header = self.topic_head(topic) + suffix + bookmark_part_of(view.pub_hash, view.seq)
@@ -185,7 +195,13 @@ class Delivery:
 
 
 def _matching(
-    subs: Sequence[Subscription], payload: bytes, txid: int, topic: str, counters: Counters
+    subs: Sequence[Subscription],
+    payload: bytes,
+    txid: int,
+    topic: str,
+    counters: Counters,
+    types: MessageTypes,
+    message_type: str,
 ) -> list[Subscription]:
     """The subscriptions that take this message: not delivered to yet (``txid``), and
     their content filter matches (the payload is parsed once, only if needed; when it
@@ -197,10 +213,8 @@ def _matching(
             continue
         if sub.filter is not None:
             if doc is _UNPARSED:
-                try:
-                    doc = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    doc = None
+                doc = types.document(message_type, payload)
+                if doc is None:
                     counters.count_unparsed(topic, txid)
             if not sub.filter.matches(doc):
                 continue

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from amps_py.auth import Authenticator, Entitler
     from amps_py.auth_gate import AuthGate
     from amps_py.config import TransportConfig
+    from amps_py.message_types import MessageTypes
     from amps_py.replication import ReplicationManager
 
     from .counters import Counters
@@ -83,6 +84,7 @@ class SessionHost(ReplayHost, Protocol):
     def sow(self) -> SowState:
         """The SOW topics and their stores (empty without SOW)."""
         ...
+
     @property
     def queues(self) -> QueueBook | None:
         """The message queues (None when none is configured)."""
@@ -104,7 +106,12 @@ class SessionHost(ReplayHost, Protocol):
 
     def compile_filter(self, text: str) -> Any: ...
 
-    def journals_topic(self, topic: str) -> bool: ...
+    def journals_topic(self, topic: str, message_type: str = "json") -> bool: ...
+
+    @property
+    def message_types(self) -> MessageTypes:
+        """The message types the instance loads (defaults and ``<MessageTypes>``)."""
+        ...
 
     def claim_client_name(self, session: Session, name: str, user: str) -> str:
         """ "" when ``session`` may use ``name``; else why not."""
@@ -129,11 +136,19 @@ class SessionHost(ReplayHost, Protocol):
         payload: bytes,
         header: dict[str, Any],
         kind: int = ...,
+        message_type: str = ...,
     ) -> str:
         """``queued``, ``pending`` or ``done`` (see :meth:`PublishPath.publish`)."""
         ...
 
-    def publish_internal(self, topic: str, payload: bytes, kind: int = ...) -> str:
+    def publish_internal(
+        self,
+        topic: str,
+        payload: bytes,
+        kind: int = ...,
+        on_committed: Any = ...,
+        message_type: str = ...,
+    ) -> str:
         """Publish as the instance itself (its own publisher name and seqs)."""
         ...
 

@@ -48,6 +48,7 @@ from amps_py.config import (
     security_warnings,
 )
 from amps_py.errors import JournalMaintenanceError
+from amps_py.message_types import MessageTypes, default_types
 from amps_py.queue import QueueMessage
 from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
@@ -102,7 +103,11 @@ class Instance:
         #: who owns each client name that holds publisher state (with a journal)
         self.name_owners: NameOwners | None = None
         self._conn_ids = itertools.count(1)
-        self._journaled: dict[str, bool] = {}
+        self._journaled: dict[tuple[str, str], bool] = {}
+        #: the message types this instance loads (the defaults and <MessageTypes>)
+        self.message_types: MessageTypes = getattr(config, "message_types", None) or (
+            default_types()
+        )
         self._filters: dict[str, Any] = {}
         self.replication: ReplicationManager | None = None
         #: journal segment maintenance (with a TransactionLog, once serving)
@@ -120,10 +125,15 @@ class Instance:
         )
         #: message and command counts (sessions, replay and this instance count)
         self.counters = Counters()
-        self.delivery = Delivery(self.counters)
+        self.delivery = Delivery(self.counters, self.message_types)
         #: publishes in, deliveries and persisted acks out (see publishing.py)
         self.publishing = PublishPath(
-            self.name, self.registry, self.delivery, self.counters, self.journals_topic
+            self.name,
+            self.registry,
+            self.delivery,
+            self.counters,
+            self.journals_topic,
+            self.message_types,
         )
         p = self.publishing
         # the publish path's entry points, bound once (publish is the hot path)
@@ -196,12 +206,16 @@ class Instance:
             self._filters[text] = flt
         return flt
 
-    def journals_topic(self, topic: str) -> bool:
-        known = self._journaled.get(topic)
+    def journals_topic(self, topic: str, message_type: str = "json") -> bool:
+        """Whether the TransactionLog records ``topic`` of ``message_type``."""
+        key = (topic, message_type)
+        known = self._journaled.get(key)
         if known is None:
             tl = self.config.transaction_log
-            known = tl is not None and tl.journals(topic, self.publishing.message_type)
-            self._journaled[topic] = known
+            known = tl is not None and tl.journals(topic, message_type)
+            if len(self._journaled) > 100_000:
+                self._journaled.clear()
+            self._journaled[key] = known
         return known
 
     def claim_client_name(self, session: Session, name: str, user: str) -> str:
@@ -405,7 +419,7 @@ class Instance:
                 if tl is not None:
                     journal = await trio.to_thread.run_sync(self._open_journal, tl)
                     if config.sow_topics:
-                        sow = await open_sow(config.sow_topics, journal, tl)
+                        sow = await open_sow(config.sow_topics, journal, tl, self.message_types)
                         self.publishing.sow, self.publishing.sow_topics = sow, sow.topics
                     if config.queues:
                         self.publishing.queues = await self._open_queues(journal)
@@ -445,9 +459,7 @@ class Instance:
                     p = self.publishing
                     nursery.start_soon(run_sow_expiry, p.sow, p.out_of_focus, self.fire_action)
                 if config.admin is not None:
-                    await self.listeners.start_admin(
-                        nursery, self, *config.admin, config.admin_tls
-                    )
+                    await self.listeners.start_admin(nursery, self, *config.admin, config.admin_tls)
                 self.startup = {
                     "seconds": round(time.time() - self.started_at, 3),
                     "journal_records_read": self.sow.records_read
@@ -503,6 +515,7 @@ class Instance:
             self._journal_queue_record,
             self._queue_message_expired,
             self._reachable_peers,
+            self.message_types,
         )
         tl = self.config.transaction_log
         assert tl is not None
@@ -544,8 +557,13 @@ class Instance:
     ) -> None:
         """Journal (and so replicate) a record of ``queue``: messages leaving it
         (``QUEUE_ACK``), or ownership traffic (``QUEUE_TRANSFER``); ``on_committed`` is
-        called once it is committed (or failed)."""
-        self.publishing.publish_internal(queue, payload, kind=kind, on_committed=on_committed)
+        called once it is committed (or failed). The record has the queue's message
+        type, so replication routes it with the queue's messages."""
+        served = self.queues.get(queue) if self.queues is not None else None
+        mtype = served.config.message_type if served is not None else "json"
+        self.publishing.publish_internal(
+            queue, payload, kind=kind, on_committed=on_committed, message_type=mtype
+        )
 
     def _queue_message_expired(self, queue: ServedQueue, message: QueueMessage) -> None:
         """A queue message expired here: ``amps-action-on-sow-expire-message`` runs

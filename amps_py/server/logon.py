@@ -22,7 +22,7 @@ Pure logic: no trio, no sockets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -40,6 +40,7 @@ __all__ = [
     "check_authenticated",
     "check_claimed",
     "check_owner",
+    "choose_message_type",
     "logon_ack_fields",
     "read_logon",
 ]
@@ -116,6 +117,46 @@ def read_logon(header: Mapping[str, Any], *, journaled: bool) -> LogonRequest:
         password=str(header.get("pw", "")),
         version=str(header.get("version") or header.get("v") or "")[:MAX_VERSION_CHARS],
     )
+
+
+def choose_message_type(
+    header: Mapping[str, Any], transport: str, only: str | None, known: Collection[str]
+) -> str:
+    """The message type of a connection: the transport's ``MessageType`` when it has
+    one, else the logon's ``mt``, else ``json`` (AMPS clients send ``mt`` from their
+    URI's ``/amps/<type>``; a client that sends none is taken to speak JSON).
+
+    Args:
+        transport: the transport's name (for the refusal text).
+        only: the transport's MessageType, or None when it accepts every type.
+        known: the names of the message types the instance loads.
+
+    Raises:
+        LogonRefused: ``mt`` names a type the instance does not load, or another type
+            than the transport's.
+    """
+    asked = str(header.get("mt") or "").strip()
+    if only is not None:
+        if asked and asked != only:
+            raise LogonRefused(
+                reasons.INVALID_MESSAGE_TYPE,
+                f"transport {transport!r} accepts {only} messages only, and this logon "
+                f"asks for {asked!r}: connect with a URI ending /amps/{only}, or to a "
+                "transport without a MessageType",
+                disconnect=reasons.INVALID_MESSAGE_TYPE,
+            )
+        return only
+    if not asked:
+        return "json"
+    if asked not in known:
+        raise LogonRefused(
+            reasons.INVALID_MESSAGE_TYPE,
+            f"message type {asked!r} is not loaded by this instance (it loads "
+            f"{', '.join(sorted(known))}): fix the type in the connection URI, or "
+            "declare it under <MessageTypes> in the configuration",
+            disconnect=reasons.INVALID_MESSAGE_TYPE,
+        )
+    return asked
 
 
 def check_authenticated(request: LogonRequest, ok: bool, refusal: str) -> None:

@@ -27,12 +27,13 @@ from typing import Any, Protocol
 import trio
 
 from amps_py import events, reasons
+from amps_py.message_types import MessageTypes, default_types
 from amps_py.protocol import messages
 from txlog import Journal, Record, publisher_hash
 
 from .commands import CommandFailed
 from .counters import Counters
-from .delivery import Delivery, parse_json
+from .delivery import Delivery
 from .durability import DurableWindow, Ledgers, PublisherLedger, Release
 from .queues import QUEUE_ACK, QueueBook
 from .sowing import PUBLISH, SOW_DELETE, Removed, SowState, SowTopic
@@ -47,6 +48,8 @@ class Publisher(Protocol):
 
     pub_hash: int
     client_name: str
+    #: the message type of what it publishes (its connection's)
+    message_type: str
 
 
 class PublisherSession(Publisher, Protocol):
@@ -76,6 +79,7 @@ class InternalPublisher:
 
     pub_hash: int
     client_name: str
+    message_type: str = "json"
 
 
 class PublishPath:
@@ -94,12 +98,14 @@ class PublishPath:
         delivery: Delivery,
         counters: Counters,
         journals_topic: Any,
+        types: MessageTypes | None = None,
     ) -> None:
         self.instance_name = instance_name
         self.registry = registry
         self.delivery = delivery
         self.counters = counters
-        #: ``journals_topic(topic) -> bool``: does the TransactionLog record the topic
+        #: ``journals_topic(topic, message_type) -> bool``: does the TransactionLog
+        #: record the topic
         self.journals_topic = journals_topic
         self.journal: Journal | None = None
         self.writer: JournalWriter | None = None
@@ -115,7 +121,8 @@ class PublishPath:
         self.sow_topics: dict[str, SowTopic] = {}
         #: the message queues (None without queues): commits feed them
         self.queues: QueueBook | None = None
-        self.message_type = "json"
+        #: the instance's message types
+        self.types = types if types is not None else default_types()
         self._commit_event = trio.Event()
         name = f"{instance_name}-internal"
         self._internal = InternalPublisher(publisher_hash(name), name)
@@ -215,10 +222,12 @@ class PublishPath:
         payload: bytes,
         header: dict[str, Any],
         kind: int = PUBLISH,
+        message_type: str = "",
     ) -> str:
-        """Accept one publish. Returns ``queued`` (waits for the journal), ``pending``
-        (a duplicate of a message not yet durable) or ``done`` (duplicate already
-        durable, or a topic that is not journaled and was delivered at once).
+        """Accept one publish (of ``message_type``; "" means the publisher's).
+        Returns ``queued`` (waits for the journal), ``pending`` (a duplicate of a
+        message not yet durable) or ``done`` (duplicate already durable, or a topic
+        that is not journaled and was delivered at once).
 
         A publish is a duplicate only if that exact ``(publisher, seq)`` is journaled
         or in flight here; a seq below the publisher's highest that is neither is
@@ -227,14 +236,15 @@ class PublishPath:
         """
         self.counters.count_published()
         writer = self.writer
-        if writer is not None and (self.journals_topic(topic) or kind >= QUEUE_ACK):
+        mtype = message_type or session.message_type
+        if writer is not None and (self.journals_topic(topic, mtype) or kind >= QUEUE_ACK):
             if writer.failure:
                 raise CommandFailed(reasons.JOURNAL_UNAVAILABLE, writer.failure)
             sow_key = ""
             lifetime = None
             if self.sow_topics:
                 sow = self.sow_topics.get(topic)
-                if sow is not None and kind != SOW_DELETE:
+                if sow is not None and kind != SOW_DELETE and sow.message_type == mtype:
                     # before the ledger: a message whose key cannot be read is refused
                     kind, sow_key, payload = self.sow.prepare(
                         sow, header, payload, header.get("c") == "delta_publish"
@@ -266,7 +276,7 @@ class PublishPath:
                 ph,
                 seq,
                 session.client_name,
-                self.message_type,
+                mtype,
                 self.instance_name,
                 str(cid) if cid else "",
             )
@@ -277,9 +287,9 @@ class PublishPath:
                 self.sow.queued(record, lifetime)
             writer.submit(record)
             return "queued"
-        subs = self.registry.match(topic)
+        subs = self.registry.match(topic, mtype)
         if subs:
-            self.delivery.fan_out(topic, payload, "", 0, subs, header.get("x"), 0)
+            self.delivery.fan_out(topic, payload, "", 0, subs, header.get("x"), 0, "", mtype)
         return "done"
 
     def publish_internal(
@@ -288,15 +298,16 @@ class PublishPath:
         payload: bytes,
         kind: int = PUBLISH,
         on_committed: Callable[[bool, str], None] | None = None,
+        message_type: str = "json",
     ) -> str:
-        """Publish ``payload`` to ``topic`` as the instance itself (``<name>-internal``,
-        with its own seqs); same path, journal and dedup rules as a client's publish.
-        ``on_committed(stored, detail)`` is called once the record is committed
-        (``True``) or its commit failed (``False`` and why); at once with ``True``
-        when the topic is not journaled."""
+        """Publish ``payload`` (of ``message_type``) to ``topic`` as the instance
+        itself (``<name>-internal``, with its own seqs); same path, journal and dedup
+        rules as a client's publish. ``on_committed(stored, detail)`` is called once
+        the record is committed (``True``) or its commit failed (``False`` and why);
+        at once with ``True`` when the topic is not journaled."""
         publisher = self._internal
         seq = self.ledger(publisher.pub_hash).high + 1
-        outcome = self.publish(publisher, topic, seq, payload, {}, kind)
+        outcome = self.publish(publisher, topic, seq, payload, {}, kind, message_type)
         if on_committed is not None:
             if outcome == "queued":
                 self._commit_callbacks[seq] = on_committed
@@ -365,7 +376,7 @@ class PublishPath:
         registry = self.registry
         fan_out = self.delivery.fan_out
         for rec in records:
-            subs = registry.match(rec.topic)
+            subs = registry.match(rec.topic, rec.message_type)
             if skip_durable:
                 subs = tuple(s for s in subs if not s.fully_durable)
             elif durable_only:
@@ -380,6 +391,7 @@ class PublishPath:
                     rec.correlation_id,
                     rec.local_ts,
                     rec.sow_key,
+                    rec.message_type,
                 )
 
     def _focus_changes(self, records: list[Record]) -> dict[int, list[tuple[Any, Record]]]:
@@ -392,9 +404,11 @@ class PublishPath:
         for index, rec in enumerate(records):
             if not rec.sow_key or rec.kind == SOW_DELETE:
                 continue
-            subs = [s for s in self.registry.match(rec.topic) if s.oof_filtered]
-            sow = self.sow_topics.get(rec.topic)
-            if not subs or sow is None:
+            sow = self.sow.of_record(rec)
+            if sow is None:
+                continue
+            subs = [s for s in self.registry.match(rec.topic, rec.message_type) if s.oof_filtered]
+            if not subs:
                 continue
             place = (rec.topic, rec.sow_key)
             if place not in current:
@@ -404,7 +418,7 @@ class PublishPath:
             current[place] = rec.payload
             if previous is None:
                 continue
-            was, now = parse_json(previous), parse_json(rec.payload)
+            was, now = sow.reader.document(previous), sow.reader.document(rec.payload)
             left = [
                 (s, rec)
                 for s in subs
@@ -438,10 +452,15 @@ class PublishPath:
         subscriptions that asked for them (option ``oof``) and that the removed
         message matched; the reason is the :class:`Removed`'s."""
         for gone in removed:
-            subs = [s for s in self.registry.match(gone.topic) if "oof" in s.options]
+            sow = self.sow_topics.get(gone.topic)
+            if sow is None:
+                continue
+            subs = [
+                s for s in self.registry.match(gone.topic, sow.message_type) if "oof" in s.options
+            ]
             for entry in gone.entries:
                 for sub in subs:
-                    if sub.filter is None or sub.filter.matches(parse_json(entry.payload)):
+                    if sub.filter is None or sub.filter.matches(sow.reader.document(entry.payload)):
                         sub.session.send(
                             messages.oof(
                                 gone.topic,

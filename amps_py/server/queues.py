@@ -56,12 +56,12 @@ import trio
 from amps_py import events, reasons
 from amps_py.config import QueueConfig
 from amps_py.filters import compile_expression
+from amps_py.message_types import JSON, MessageTypes, default_types
 from amps_py.protocol import messages
 from amps_py.queue import QueueMessage, QueuePolicy, QueueState, QueueSub
 from txlog import BadBookmark, CorruptRecord, Journal, Kind, Record, parse_bookmark
 
 from .commands import CommandFailed, ack_types, options
-from .delivery import parse_json
 from .queue_checkpoint import (
     Changes,
     CheckpointDamaged,
@@ -203,9 +203,13 @@ class ServedQueue:
         config: QueueConfig,
         instance_name: str,
         compile_filter: Callable[[str], Filter],
+        types: MessageTypes | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
+        #: reads a payload of the queue's message type for its Filter, Priority,
+        #: BarrierExpression and its subscribers' filters
+        self.document = (types or default_types()).get(config.message_type, JSON).document
         self.instance_name = instance_name
         self.filter = compile_filter(config.filter) if config.filter else None
         self.barrier = (
@@ -273,7 +277,7 @@ class ServedQueue:
                 payload = self.payload_of(message)
             except CorruptRecord:
                 return True  # delivered to find out: the send drops it, saying why
-            self._parsed_message, self._parsed_doc = message, parse_json(payload)
+            self._parsed_message, self._parsed_doc = message, self.document(payload)
         return flt.matches(self._parsed_doc)
 
     def payload_of(self, message: QueueMessage) -> bytes:
@@ -314,7 +318,7 @@ class ServedQueue:
             return False
         doc = None  # parsed once, only when a Filter, BarrierExpression or Priority reads it
         if self.filter is not None or self.barrier is not None or self.priority is not None:
-            doc = parse_json(record.payload)
+            doc = self.document(record.payload)
         if self.filter is not None and not self.filter.matches(doc):
             return False
         owner = self.owner_of(record)
@@ -377,6 +381,7 @@ class QueueBook:
         journal: Callable[[str, bytes, int, Committed | None], None],
         on_expired: Callable[[ServedQueue, QueueMessage], None] | None = None,
         reachable: Callable[[], set[str]] | None = None,
+        types: MessageTypes | None = None,
     ) -> None:
         """Args:
         configs: the configured queues.
@@ -387,12 +392,15 @@ class QueueBook:
         on_expired: told of each message this instance expires (the action hook).
         reachable: the instances known reachable through replication now (for proxied
             transfer; None: none is).
+        types: the instance's message types (None: the defaults).
         """
-        self.queues = {c.name: ServedQueue(c, instance_name, compile_filter) for c in configs}
+        self.queues = {
+            c.name: ServedQueue(c, instance_name, compile_filter, types) for c in configs
+        }
         self._journal = journal
         self._on_expired = on_expired
         self._reachable = reachable or set
-        self._by_topic: dict[str, tuple[ServedQueue, ...]] = {}
+        self._by_topic: dict[str | tuple[str, str], tuple[ServedQueue, ...]] = {}
         self._wake = trio.Event()
         self.clock: Callable[[], float] = time.time
         self.journal: Journal | None = None
@@ -406,17 +414,28 @@ class QueueBook:
     def __bool__(self) -> bool:
         return bool(self.queues)
 
-    def get(self, name: str) -> ServedQueue | None:
-        return self.queues.get(name)
+    def get(self, name: str, message_type: str | None = None) -> ServedQueue | None:
+        """The queue ``name``; with ``message_type``, only when the queue is of that
+        type (a topic of another type is another topic, not the queue)."""
+        queue = self.queues.get(name)
+        if queue is not None and message_type not in (None, queue.config.message_type):
+            return None
+        return queue
 
-    def fed_by(self, topic: str) -> tuple[ServedQueue, ...]:
-        """The queues whose underlying topic ``topic`` is (cached per topic)."""
-        found = self._by_topic.get(topic)
+    def fed_by(self, topic: str, message_type: str = "json") -> tuple[ServedQueue, ...]:
+        """The queues whose underlying topic is ``topic`` of ``message_type`` (cached
+        per topic and type)."""
+        key = topic if message_type == "json" else (message_type, topic)
+        found = self._by_topic.get(key)
         if found is None:
-            found = tuple(q for q in self.queues.values() if q.config.covers(topic))
+            found = tuple(
+                q
+                for q in self.queues.values()
+                if q.config.message_type == message_type and q.config.covers(topic)
+            )
             if len(self._by_topic) > 100_000:
                 self._by_topic.clear()
-            self._by_topic[topic] = found
+            self._by_topic[key] = found
         return found
 
     # ---------------------------------------------------------------- the journal
@@ -520,8 +539,7 @@ class QueueBook:
                 )
         if why:
             log.warning(
-                "queue %s: its checkpoint is not used: %s; the queue is rebuilt from the "
-                "journal",
+                "queue %s: its checkpoint is not used: %s; the queue is rebuilt from the journal",
                 queue.name,
                 why,
                 extra=events.extra(events.QUEUES_REBUILT),
@@ -632,7 +650,7 @@ class QueueBook:
         for rec in records:
             kind = rec.kind
             if kind in _MESSAGE_KINDS:
-                for queue in self.fed_by(rec.topic):
+                for queue in self.fed_by(rec.topic, rec.message_type):
                     if queue.admit(rec, now):
                         changed.add(queue)
             elif kind == QUEUE_ACK:
@@ -1024,7 +1042,7 @@ def acknowledge(
 
         def selected(message: QueueMessage) -> bool:
             try:
-                return bool(flt.matches(parse_json(queue.payload_of(message))))
+                return bool(flt.matches(queue.document(queue.payload_of(message))))
             except CorruptRecord as exc:  # before anything was removed: nothing changes
                 raise CommandFailed(
                     reasons.JOURNAL_CORRUPT,

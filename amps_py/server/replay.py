@@ -191,11 +191,12 @@ def plan_subscription(
             "bookmark subscriptions need a transaction log; add a TransactionLog "
             "with a Topic that covers this topic",
         )
-    if sub.regex is None and not instance.journals_topic(sub.topic):
+    if sub.regex is None and not instance.journals_topic(sub.topic, sub.message_type):
         raise CommandFailed(
             reasons.INVALID_TOPIC,
-            f"topic {sub.topic!r} is not recorded in the transaction log, so it cannot "
-            "be replayed; add a TransactionLog/Topic whose Name matches it",
+            f"topic {sub.topic!r} ({sub.message_type}) is not recorded in the transaction "
+            "log, so it cannot be replayed; add a TransactionLog/Topic whose Name matches "
+            "it, with that MessageType",
         )
     try:
         spec = parse_bookmark_spec(str(header["bm"]))

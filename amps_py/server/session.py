@@ -85,6 +85,7 @@ from .logon import (
     check_authenticated,
     check_claimed,
     check_owner,
+    choose_message_type,
     logon_ack_fields,
     read_logon,
 )
@@ -164,6 +165,9 @@ class Session:
         self._deflater: Deflater | None = None
         self.pub_hash = 0
         self.logged_on = False
+        #: the type of every message this connection publishes and receives (its
+        #: transport's MessageType, else the logon's ``mt``, else json)
+        self.message_type = instance.transport_config(transport).message_type or "json"
         self.subscriptions: dict[str, Subscription] = {}
         # entitlement answers per topic for this session's user (fixed for its lifetime)
         self._entitled: dict[tuple[bool, str], bool] = {}
@@ -832,6 +836,12 @@ class Session:
         authenticator = instance.authenticator
         try:
             request = read_logon(header, journaled=instance.journal is not None)
+            message_type = choose_message_type(
+                header,
+                self.transport,
+                instance.transport_config(self.transport).message_type,
+                instance.message_types,
+            )
             # the password is used for this check only: never stored, logged or echoed
             verdict: GateVerdict | None = None
             with trio.move_on_at(self._logon_deadline):
@@ -858,6 +868,7 @@ class Session:
             self._fail(header, exc)
             raise Disconnect(exc.disconnect) from None
         assert verdict.result is not None  # accepted: the authenticator answered
+        self.message_type = message_type
         self._logged_on(header, acks, request, verdict.result)
 
     def _logged_on(
@@ -994,7 +1005,7 @@ class Session:
         if "completed" in acks:
             self.ack(header, "completed", s=seq)
         if outcome == "done":
-            journaled = self.instance.journals_topic(topic)
+            journaled = self.instance.journals_topic(topic, self.message_type)
             if ledger is not None:
                 self.persisted_progress(0 if journaled else seq)
             elif self.wants_persisted and not journaled:

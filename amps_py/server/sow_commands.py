@@ -39,7 +39,6 @@ from amps_py.sow.store import SowEntry, SowStoreError
 from txlog import CorruptRecord
 
 from .commands import CommandFailed, ack_types, options
-from .delivery import parse_json
 from .option_catalogue import check_options
 from .queues import acknowledge
 from .replay import run_replay
@@ -101,9 +100,13 @@ class Query:
         #: a topic expression limited to the topics this user may read
         self.restricted = isinstance(pattern, EntitledTopics)
         sow = session.instance.sow
-        self.topics: list[SowTopic] = sow.matching(pattern, topic) if sow else []
+        self.topics: list[SowTopic] = (
+            sow.matching(pattern, topic, session.message_type) if sow else []
+        )
         ftext = header.get("f")
         self.filter = session.instance.compile_filter(str(ftext)) if ftext else None
+        #: reads the topics' payloads (all of the session's message type) for the filter
+        self.document = session.instance.message_types[session.message_type].document
         try:
             self.orderby = parse_orderby(str(header.get("orderby") or opts.get("orderby") or ""))
         except ValueError as exc:
@@ -115,8 +118,7 @@ class Query:
         if self.batch_size > MAX_BATCH_SIZE:
             raise CommandFailed(
                 reasons.INVALID_OPTIONS,
-                f"batch size {self.batch_size} is above the largest AMPS allows "
-                f"({MAX_BATCH_SIZE})",
+                f"batch size {self.batch_size} is above the largest AMPS allows ({MAX_BATCH_SIZE})",
             )
         keys = header.get("sow_keys")
         self.keys = {k for k in str(keys).split(",") if k} if keys else None
@@ -129,7 +131,7 @@ class Query:
     def matches(self, entry: SowEntry) -> bool:
         if self.keys is not None and entry.key not in self.keys:
             return False
-        return self.filter is None or bool(self.filter.matches(parse_json(entry.payload)))
+        return self.filter is None or bool(self.filter.matches(self.document(entry.payload)))
 
     @property
     def streams(self) -> bool:
@@ -368,7 +370,7 @@ def on_sow(session: Session, frame: Frame) -> None:
     header = frame.header
     query = Query(session, header)
     queues = session.instance.queues
-    queue = queues.get(query.topic) if queues is not None else None
+    queue = queues.get(query.topic, session.message_type) if queues is not None else None
     snapshots: Sequence[tuple[Source, Any]]
     if queue is not None:
         snapshots = [(queue, QueueSnapshot(queue))]
@@ -448,7 +450,7 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     opts = options(header)
     check_options("sow_delete", opts)
     queues = session.instance.queues
-    queue = queues.get(topic) if queues else None
+    queue = queues.get(topic, session.message_type) if queues else None
     session.require_entitled(
         topic, write=True, action="acknowledge on" if queue is not None else "delete from"
     )
@@ -457,7 +459,7 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
         acknowledge(session, queue, header, frame.payload)
         return
     state = session.instance.sow
-    sow = state.get(topic) if state else None
+    sow = state.get(topic, session.message_type) if state else None
     if sow is None:
         raise CommandFailed(
             reasons.INVALID_TOPIC,
@@ -490,7 +492,9 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     else:
         # no seq: the delete must not take one of the publisher's (its next publish
         # would be a "duplicate"); the instance journals it under its own name
-        outcome = session.instance.publish_internal(topic, payload, kind=SOW_DELETE)
+        outcome = session.instance.publish_internal(
+            topic, payload, kind=SOW_DELETE, message_type=sow.message_type
+        )
         if "processed" in acks:
             session.ack(header, "processed", query_id=query_id)
     if "stats" not in acks:
@@ -543,7 +547,7 @@ def _delete_selection(
     seen: set[str] = set()
     for key, rec in sow.queued.items():
         seen.add(key)
-        if rec.kind != SOW_DELETE and flt.matches(parse_json(rec.payload)):
+        if rec.kind != SOW_DELETE and flt.matches(sow.reader.document(rec.payload)):
             found.append(key)
     snapshot = sow.store.snapshot()
     now_us = sow.clock()
@@ -551,7 +555,7 @@ def _delete_selection(
         for entry in snapshot:
             if entry.key in seen or is_expired(entry, now_us):
                 continue
-            if flt.matches(parse_json(entry.payload)):
+            if flt.matches(sow.reader.document(entry.payload)):
                 found.append(entry.key)
     finally:
         snapshot.close()

@@ -45,9 +45,9 @@ import orjson
 
 from amps_py import events, reasons
 from amps_py.config.model import SowTopicConfig
+from amps_py.message_types import JSON, MergeError, MessageType, MessageTypes, default_types
 from amps_py.sow.expiry import BadExpiration, expires_at, is_expired, parse_lifetime, wall_clock_us
 from amps_py.sow.keys import MAX_KEY_BYTES, SowKeyer, SowKeyError
-from amps_py.sow.merge import delta_merge
 from amps_py.sow.store import SowEntry, SowStore, SowStoreError
 from txlog import Journal, Record
 from txlog.record import Kind
@@ -64,19 +64,21 @@ SOW_DELETE: Final = int(Kind.SOW_DELETE)
 CATCH_UP_BATCH: Final = 4096
 
 
-def parse_document(payload: bytes, topic: str) -> Any:
-    """The JSON document of a message for a SOW topic with keys.
+def parse_document(payload: bytes, sow: SowTopic) -> Any:
+    """The document of a message for a SOW topic (read by the topic's message type).
 
     Raises:
-        CommandFailed: the payload is not JSON (its key cannot be read).
+        CommandFailed: the payload is not a well-formed message of the topic's type
+            (its key cannot be read).
     """
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
+    doc = sow.reader.document(payload)
+    if doc is None:
         raise CommandFailed(
             reasons.PARSE_ERROR,
-            f"SOW topic {topic!r} reads its key from the message, which is not JSON ({exc})",
-        ) from None
+            f"SOW topic {sow.name!r} reads its key from the message, which is not a "
+            f"well-formed {sow.reader.name} message: fix the payload",
+        )
+    return doc
 
 
 @dataclass
@@ -97,10 +99,18 @@ class SowTopic:
     """
 
     def __init__(
-        self, config: SowTopicConfig, store: SowStore, clock: Callable[[], int] = wall_clock_us
+        self,
+        config: SowTopicConfig,
+        store: SowStore,
+        clock: Callable[[], int] = wall_clock_us,
+        reader: MessageType | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
+        #: the topic's message type (only messages of that type are its records)
+        self.message_type = config.message_type
+        #: reads and merges payloads of that type (None: the default reader of the type)
+        self.reader: MessageType = reader or default_types().get(config.message_type, JSON)
         self.store = store
         self.clock = clock
         self.keyer = SowKeyer(config.name, config.keys, config.key_domain)
@@ -163,8 +173,15 @@ class SowTopic:
 class SowState:
     """The instance's SOW topics (none when the config has no ``SOW``)."""
 
-    def __init__(self, configs: Sequence[SowTopicConfig], journal_directory: Path) -> None:
+    def __init__(
+        self,
+        configs: Sequence[SowTopicConfig],
+        journal_directory: Path,
+        types: MessageTypes | None = None,
+    ) -> None:
         self.configs = tuple(configs)
+        #: the instance's message types (SOW keys and deltas read payloads by type)
+        self.types = types if types is not None else default_types()
         self.base = journal_directory / "sow"
         self.topics: dict[str, SowTopic] = {}
         #: the newest SOW record queued for the journal (a sow_delete waits for it)
@@ -219,7 +236,8 @@ class SowState:
                     extra=events.extra(events.SOW_STORE_REBUILT),
                 )
                 store = SowStore(directory, config.name, transient=transient)
-            self.topics[config.name] = SowTopic(config, store, self.now_us)
+            reader = self.types.get(config.message_type, JSON)
+            self.topics[config.name] = SowTopic(config, store, self.now_us, reader)
 
     def stamp(self) -> int:
         """Record in every store that lags :attr:`applied_txid` that it is current
@@ -268,16 +286,34 @@ class SowState:
         for topic in self.topics.values():
             topic.store.close()
 
-    def get(self, topic: str) -> SowTopic | None:
-        return self.topics.get(topic)
+    def get(self, topic: str, message_type: str = "json") -> SowTopic | None:
+        """The SOW topic ``topic`` of ``message_type`` (a topic of another type is
+        another topic: None)."""
+        found = self.topics.get(topic)
+        if found is None or found.message_type != message_type:
+            return None
+        return found
 
-    def matching(self, pattern: Any, topic: str) -> list[SowTopic]:
-        """The SOW topics a query on ``topic`` covers, in configuration order: the one
-        named ``topic``, or every one a regex topic matches."""
+    def matching(self, pattern: Any, topic: str, message_type: str = "json") -> list[SowTopic]:
+        """The SOW topics of ``message_type`` a query on ``topic`` covers, in
+        configuration order: the one named ``topic``, or every one a regex topic
+        matches."""
         if pattern is None:
-            found = self.topics.get(topic)
+            found = self.get(topic, message_type)
             return [found] if found is not None else []
-        return [t for t in self.topics.values() if pattern.search(t.name)]
+        return [
+            t
+            for t in self.topics.values()
+            if t.message_type == message_type and pattern.search(t.name)
+        ]
+
+    def of_record(self, record: Record) -> SowTopic | None:
+        """The SOW topic a journal record belongs to (its topic and message type), or
+        None."""
+        found = self.topics.get(record.topic)
+        if found is None or found.message_type != record.message_type:
+            return None
+        return found
 
     # ---------------------------------------------------------------- publishing
     def prepare(
@@ -287,21 +323,34 @@ class SowState:
         is merged onto the newest message of its key here, so the merged message is
         what is journaled, replicated and delivered; a delta to no record is an insert.
         """
-        doc = parse_document(payload, sow.name) if (sow.config.keys or delta) else None
+        reader = sow.reader
+        if delta and not reader.supports_delta:
+            raise CommandFailed(
+                reasons.PARSE_ERROR,
+                f"SOW topic {sow.name!r} holds {reader.name} messages, which have no "
+                "delta merge: publish the whole message instead of delta_publish",
+            )
+        doc = parse_document(payload, sow) if sow.config.keys else None
         key = sow.key_of(header, doc)
         if not delta:
             return PUBLISH, key, payload
         stored = sow.current(key)
         if stored is None:
+            if not sow.config.keys:
+                parse_document(payload, sow)  # a delta must be a well-formed message
             return DELTA_PUBLISH, key, payload
-        merged = delta_merge(parse_document(stored, sow.name), doc)
-        return DELTA_PUBLISH, key, orjson.dumps(merged)
+        try:
+            return DELTA_PUBLISH, key, reader.merge(stored, payload)
+        except MergeError as exc:
+            raise CommandFailed(
+                reasons.PARSE_ERROR, f"SOW topic {sow.name!r}: delta not merged: {exc}"
+            ) from None
 
     def queued(self, record: Record, lifetime: float | None = None) -> None:
         """``record`` (of a SOW topic) was queued for the journal: until it commits, it
         is the newest message of its key(s) (a delta merges onto it). ``lifetime``:
         the seconds its publish's ``e`` asked for (:meth:`SowTopic.lifetime`)."""
-        sow = self.topics.get(record.topic)
+        sow = self.of_record(record)
         if sow is not None:
             for key in _keys_of(record):
                 sow.queued[key] = record
@@ -313,7 +362,7 @@ class SowState:
         """These queued records will never commit (the commit failed)."""
         for rec in records:
             self._take_lifetime(rec)
-            sow = self.topics.get(rec.topic)
+            sow = self.of_record(rec)
             if sow is not None:
                 for key in _keys_of(rec):
                     if sow.queued.get(key) is rec:
@@ -337,7 +386,7 @@ class SowState:
         return what deletes removed, for ``oof`` messages."""
         by_topic: dict[str, list[Record]] = {}
         for rec in records:
-            if rec.topic in self.topics:
+            if self.of_record(rec) is not None:
                 by_topic.setdefault(rec.topic, []).append(rec)
         removed: list[Removed] = []
         for name, recs in by_topic.items():
@@ -419,11 +468,11 @@ class SowState:
                 break
             after = batch[-1].txid
             read += len(batch)
-            fresh = [
-                rec
-                for rec in batch
-                if rec.topic in self.topics and rec.txid > self.topics[rec.topic].store.applied_txid
-            ]
+            fresh = []
+            for rec in batch:
+                owner = self.of_record(rec)
+                if owner is not None and rec.txid > owner.store.applied_txid:
+                    fresh.append(rec)
             if fresh:
                 self.apply(fresh)
                 applied += len(fresh)
@@ -482,9 +531,7 @@ def _delete_keys(record: Record) -> list[str]:
         keys = orjson.loads(record.payload).get("keys", [])
     except (orjson.JSONDecodeError, AttributeError):
         keys = None
-    if not isinstance(keys, list) or not all(
-        isinstance(k, str) and usable_key(k) for k in keys
-    ):
-        _unreadable(record, "its payload is not {\"keys\": [SOW keys]}; nothing removed")
+    if not isinstance(keys, list) or not all(isinstance(k, str) and usable_key(k) for k in keys):
+        _unreadable(record, 'its payload is not {"keys": [SOW keys]}; nothing removed')
         return []
     return keys

@@ -22,6 +22,7 @@ import trio
 from amps_py import auth, events
 from amps_py.config import InstanceConfig, TransactionLogConfig
 from amps_py.config.model import SowTopicConfig
+from amps_py.message_types import MessageTypes
 from amps_py.sow.store import SowStoreError
 from txlog import Journal, JournalError, JournalNoSpace
 from txlog.opening import is_full_disk
@@ -260,7 +261,10 @@ def open_access_control(config: InstanceConfig) -> AccessControl:
 
 
 async def open_sow(
-    topics: tuple[SowTopicConfig, ...], journal: Journal, tl: TransactionLogConfig
+    topics: tuple[SowTopicConfig, ...],
+    journal: Journal,
+    tl: TransactionLogConfig,
+    types: MessageTypes | None = None,
 ) -> SowState:
     """Open the SOW topics' stores and apply what of the journal they lack (a missing
     store is rebuilt from the journal), before anything new commits.
@@ -270,7 +274,7 @@ async def open_sow(
             well): one line naming its directory; on a full disk, with the bytes free
             and the fix.
     """
-    sow = SowState(topics, tl.journal_directory)
+    sow = SowState(topics, tl.journal_directory, types)
     try:
         await trio.to_thread.run_sync(sow.open)
         await trio.to_thread.run_sync(sow.catch_up, journal)

@@ -14,6 +14,7 @@ publish path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,8 @@ def build_subscription(session: Session, header: dict[str, Any]) -> Subscription
     sub = Subscription(session, sub_id, topic, regex, flt, frozenset(opts), acks, bookmark)
     if conflation is not None:
         queues = session.instance.queues
-        if queues and not bookmark and regex is None and queues.get(topic) is not None:
+        queue = queues.get(topic, session.message_type) if queues else None
+        if not bookmark and regex is None and queue is not None:
             raise CommandFailed(
                 reasons.INVALID_OPTIONS,
                 f"{topic!r} is a queue: its messages are leased one by one and cannot be "
@@ -88,6 +90,10 @@ def build_subscription(session: Session, header: dict[str, Any]) -> Subscription
             )
         if not conflation.paths:
             _check_sow_key(session, topic, regex)
+        if conflation.paths and session.message_type != "json":
+            # conflation_key paths read the payload as its type's document
+            reader = session.instance.message_types[session.message_type]
+            conflation = dataclasses.replace(conflation, document=reader.document)
         sub.conflation = ConflatedDelivery(session, conflation)
     return sub
 
@@ -100,7 +106,7 @@ def _check_sow_key(session: Session, topic: str, regex: object) -> None:
         CommandFailed: ``invalid options``, saying to add ``conflation_key``.
     """
     sow = session.instance.sow
-    if regex is None and sow is not None and sow.get(topic) is not None:
+    if regex is None and sow is not None and sow.get(topic, session.message_type) is not None:
         return
     what = "a regex topic" if regex is not None else f"{topic!r}, not a SOW topic"
     raise CommandFailed(
@@ -127,7 +133,7 @@ def on_subscribe(session: Session, frame: Frame) -> None:
         session.end_subscription(old)
     queues = session.instance.queues
     if queues and not sub.bookmark and sub.regex is None:
-        queue = queues.get(sub.topic)
+        queue = queues.get(sub.topic, session.message_type)
         if queue is not None:
             # a bookmark subscription to a queue replays its topic, as in AMPS
             subscribe_to_queue(session, queue, sub, header)
@@ -172,7 +178,7 @@ def _is_sow_query(session: Session, topic: str, header: dict[str, Any]) -> bool:
     sow = session.instance.sow
     if not sow:
         return False
-    return bool(sow.matching(pattern, topic))
+    return bool(sow.matching(pattern, topic, session.message_type))
 
 
 def _start_bookmark_subscription(

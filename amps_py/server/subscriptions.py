@@ -96,6 +96,7 @@ class Subscription:
         "fully_durable",
         "head_suffix",
         "live",
+        "message_type",
         "oof_filtered",
         "options",
         "queue",
@@ -138,6 +139,9 @@ class Subscription:
         #: told when a SOW record leaves its filter (oof ``match``)
         self.oof_filtered = "oof" in options and filter is not None
         self.head_suffix = sub_id_part(sub_id)
+        #: the message type of its session: it receives messages of that type only
+        #: (in AMPS each message type has its own topics)
+        self.message_type: str = session.message_type
         #: the queue (a ServedQueue) when this is a queue subscription: it is not in
         #: the registry, the queue sends to it
         self.queue: Any = None
@@ -160,7 +164,7 @@ class SubscriptionRegistry:
     def __init__(self) -> None:
         self._exact: dict[str, list[Subscription]] = {}
         self._regex: list[Subscription] = []
-        self._cache: dict[str, tuple[Subscription, ...]] = {}
+        self._cache: dict[str | tuple[str, str], tuple[Subscription, ...]] = {}
         self.count = 0
         #: live subscriptions with option fully_durable (they wait for sync destinations)
         self.fully_durable = 0
@@ -198,16 +202,24 @@ class SubscriptionRegistry:
         """Call after a subscription's ``live`` flag flips."""
         self._cache.clear()
 
-    def match(self, topic: str) -> tuple[Subscription, ...]:
-        """Live subscriptions whose topic matches ``topic`` (cached per topic)."""
-        found = self._cache.get(topic)
+    def match(self, topic: str, message_type: str = "json") -> tuple[Subscription, ...]:
+        """Live subscriptions of ``message_type`` whose topic matches ``topic`` (cached
+        per topic and type)."""
+        key = topic if message_type == "json" else (message_type, topic)
+        found = self._cache.get(key)
         if found is None:
-            subs = [s for s in self._exact.get(topic, ()) if s.live]
-            subs.extend(s for s in self._regex if s.live and s.regex.search(topic))  # type: ignore[union-attr]
+            subs = [
+                s for s in self._exact.get(topic, ()) if s.live and s.message_type == message_type
+            ]
+            subs.extend(
+                s
+                for s in self._regex
+                if s.live and s.message_type == message_type and s.regex.search(topic)  # type: ignore[union-attr]
+            )
             found = tuple(subs)
             if len(self._cache) > 100_000:
                 self._cache.clear()
-            self._cache[topic] = found
+            self._cache[key] = found
         return found
 
     def all(self) -> list[Subscription]:
