@@ -191,6 +191,7 @@ class Delivery:
                 session.send(b"".join(parts))
             sub.resume_bookmark = f"{last.pub_hash}|{last.seq}|"
         session.messages_out += n
+        sub.replayed += n
         self._counters.count_delivered(n)
 
 

@@ -1014,6 +1014,8 @@ def subscribe_to_queue(
     session.subscriptions[sub.sub_id] = sub
     if "processed" in sub.acks:
         session.ack(header, "processed", sub_id=sub.sub_id, opts=f"max_backlog={backlog}")
+    if "stats" in sub.acks:
+        session.ack(header, "stats", sub_id=sub.sub_id, records_returned=0)
     book.pump(queue)
 
 

@@ -266,6 +266,8 @@ async def run_replay(
                     instance.registry.changed()
                     if "completed" in sub.acks:
                         _completed_ack(session, sub, completed_header, fields)
+                    if "stats" in sub.acks:
+                        _stats_ack(session, sub, completed_header)
                     return
                 # a range whose end lies in the future: wait for new commits
                 await instance.wait_for_commit(cursor, durable=sub.fully_durable)
@@ -320,4 +322,12 @@ def _finish_range(
 ) -> None:
     if "completed" in sub.acks:
         _completed_ack(session, sub, header, extra)
+    if "stats" in sub.acks:
+        _stats_ack(session, sub, header)
     session.end_subscription(sub)
+
+
+def _stats_ack(session: Session, sub: Subscription, header: dict[str, Any]) -> None:
+    """The ``stats`` ack of a bookmark subscription, once its replay reached the seam
+    (or its range end): ``records_returned`` = the messages it replayed."""
+    session.ack(header, "stats", sub_id=sub.sub_id, records_returned=sub.replayed)

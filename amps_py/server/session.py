@@ -165,6 +165,8 @@ class Session:
         self._deflater: Deflater | None = None
         self.pub_hash = 0
         self.logged_on = False
+        #: when ``start_timer`` ran (monotonic seconds; None: no timer running)
+        self._timer_started: float | None = None
         #: the type of every message this connection publishes and receives (its
         #: transport's MessageType, else the logon's ``mt``, else json)
         self.message_type = instance.transport_config(transport).message_type or "json"
@@ -563,6 +565,8 @@ class Session:
             "unsubscribe": partial(on_unsubscribe, self),
             "heartbeat": self._on_heartbeat,
             "flush": self._on_flush,
+            "start_timer": self._on_start_timer,
+            "stop_timer": self._on_stop_timer,
             "sow": partial(on_sow, self),
             "sow_delete": partial(on_sow_delete, self),
         }
@@ -1099,6 +1103,34 @@ class Session:
                 )
                 self.close("heartbeat")
                 return
+
+    def _on_start_timer(self, frame: Frame) -> None:
+        """``start_timer``: start (or restart) this connection's timer; answered in the
+        ack types asked for (``processed`` when none)."""
+        header = frame.header
+        self._timer_started = time.monotonic()
+        for kind in ack_types(header) or frozenset({"processed"}):
+            self.ack(header, kind)
+
+    def _on_stop_timer(self, frame: Frame) -> None:
+        """``stop_timer``: stop the timer and answer with the time since
+        ``start_timer`` in the ack's ``reason`` (``elapsed <seconds> s``), in the ack
+        types asked for (``completed`` when none).
+
+        Raises:
+            CommandFailed: no ``start_timer`` came first on this connection.
+        """
+        header = frame.header
+        started = self._timer_started
+        if started is None:
+            raise CommandFailed(
+                reasons.INVALID_OPTIONS,
+                "stop_timer needs a start_timer first on this connection",
+            )
+        self._timer_started = None
+        elapsed = time.monotonic() - started
+        for kind in ack_types(header) or frozenset({"completed"}):
+            self.ack(header, kind, reason=f"elapsed {elapsed:.6f} s")
 
     def _on_flush(self, frame: Frame) -> None:
         header = frame.header

@@ -146,11 +146,20 @@ def on_subscribe(session: Session, frame: Frame) -> None:
     start_conflation(session, sub)
     if "processed" in sub.acks:
         session.ack(header, "processed", sub_id=sub.sub_id)
+    if "stats" in sub.acks:
+        # a live subscription has nothing to count yet: the ack says it is in place
+        session.ack(header, "stats", sub_id=sub.sub_id, records_returned=0)
 
 
 def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
-    """``sow_and_subscribe``: no SOW topics exist yet, so the query part is an empty
-    group, then the subscription."""
+    """``sow_and_subscribe``: the query of a SOW topic (or of the SOW topics a regex
+    matches) then the subscription, with no update lost or repeated at the seam. On a
+    queue, the query part is an empty group and the subscription consumes the queue.
+
+    Raises:
+        CommandFailed: ``invalid topic`` for a topic with no State of the World (as
+            ``sow`` answers), or no topic.
+    """
     header = frame.header
     topic = header.get("t")
     if topic and isinstance(topic, str) and _is_sow_query(session, topic, header):
@@ -161,6 +170,15 @@ def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
         start_sow_and_subscribe(session, header, sub)
         start_conflation(session, sub)
         return
+    queues = session.instance.queues
+    if not (queues and isinstance(topic, str) and queues.get(topic, session.message_type)):
+        if not topic or not isinstance(topic, str):
+            raise CommandFailed(reasons.NO_TOPIC, "sow_and_subscribe needs a topic (t)")
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            f"topic {topic!r} has no State of the World, so there is nothing to query: "
+            "add a SOW/Topic for it to the config, or send subscribe instead",
+        )
     query_id = str(header.get("query_id") or header.get("sub_id") or header.get("cid") or "")
     session.send(messages.group_begin(query_id))
     session.send(messages.group_end(query_id))

@@ -101,6 +101,7 @@ class Subscription:
         "options",
         "queue",
         "regex",
+        "replayed",
         "resume_bookmark",
         "session",
         "sub_id",
@@ -133,6 +134,8 @@ class Subscription:
         #: the bookmark of the last message replayed to it, or the one its replay
         #: resumed after: what its ``completed`` ack carries
         self.resume_bookmark = ""
+        #: messages its bookmark replay sent (its ``stats`` ack)
+        self.replayed = 0
         self.want_bookmark = bookmark or "bookmark" in options
         self.want_timestamp = "timestamp" in options
         self.fully_durable = "fully_durable" in options
