@@ -122,15 +122,24 @@ def txlog_info(path: str) -> None:
 @click.option("--from-txid", type=int, default=0, help="Start after this txid.")
 @click.option("--limit", type=int, default=0, help="Stop after this many records (0 = all).")
 def txlog_dump(path: str, from_txid: int, limit: int) -> None:
-    """Print records as JSON lines; a damaged record stops the dump with an error."""
+    """Print records as JSON lines; a damaged record stops the dump with an error.
+    Records of a message type other than json and binary (fix, nvfix, xml, bson,
+    msgpack) also carry ``decoded``: their fields as JSON (null when the payload is
+    not a well-formed message of its type)."""
+    from amps_py.message_types import default_types
     from txlog import Journal
 
+    types = default_types()
     count = 0
     with journal_tool(path), Journal(path, readonly=True) as journal, _reader_may_leave():
         if journal.damage is not None:
             raise journal.damage  # LMDB would abort on the damaged page
         for rec in journal.iter_records(from_txid):
-            sys.stdout.write(orjson.dumps(rec.to_json()).decode() + "\n")
+            line = rec.to_json()
+            reader = types.get(rec.message_type)
+            if reader is not None and rec.message_type not in ("json", "binary"):
+                line["decoded"] = reader.to_jsonable(rec.payload)
+            sys.stdout.write(orjson.dumps(line).decode() + "\n")
             count += 1
             if limit and count >= limit:
                 break
