@@ -252,9 +252,11 @@ class _Member:
     xml_body_fn: Callable[[InstanceView], str] | None
     replication_transport: bool
     server: ServerProcess
-    journal_topics: tuple[str, ...] = (".*",)
+    journal_topics: tuple[str | tuple[str, str], ...] = (".*",)
     replication_tls: tuple[Path, Path] | None = None
     journal_extra: str = ""
+    #: the client transport's MessageType (None: every type, chosen by the URI)
+    client_message_type: str | None = "json"
     #: 0 until the first start has bound one (then kept for restarts)
     client_port: int = 0
     #: 0 until the first start has bound one or a peer's config reserved one
@@ -309,9 +311,10 @@ class Cluster:
         xml_body_fn: Callable[[InstanceView], str] | None = None,
         *,
         replication_transport: bool | None = None,
-        journal_topics: tuple[str, ...] = (".*",),
+        journal_topics: tuple[str | tuple[str, str], ...] = (".*",),
         replication_tls: tuple[Path, Path] | None = None,
         journal_extra: str = "",
+        client_message_type: str | None = "json",
     ) -> None:
         """Add an instance (not started); its ports are chosen when it starts.
 
@@ -324,11 +327,14 @@ class Cluster:
                 can be referred to. None: a standalone instance.
             replication_transport: whether the config has the incoming
                 ``amps-replication`` transport; defaults to ``xml_body_fn is not None``.
-            journal_topics: TransactionLog Topic names (message type json).
+            journal_topics: TransactionLog Topic names (message type json), or
+                (name, message type) pairs.
             replication_tls: (certificate chain PEM, private key PEM): the incoming
                 replication transport is ``amps-replication-secure`` with these files;
                 None (the default): plain ``amps-replication``.
             journal_extra: XML placed inside ``TransactionLog`` (e.g. JournalSize).
+            client_message_type: the client transport's MessageType; None accepts
+                every type (clients choose by their URI's ``/amps/<type>``).
         """
         if name in self._members:
             raise ValueError(f"instance {name!r} was already added")
@@ -344,6 +350,7 @@ class Cluster:
             journal_topics,
             replication_tls,
             journal_extra,
+            client_message_type,
         )
 
     def _member(self, name: str) -> _Member:
@@ -372,7 +379,7 @@ class Cluster:
             member.server.workdir,
             name,
             member.client_port,
-            topics=tuple((t, "json") for t in member.journal_topics),
+            topics=tuple((t, "json") if isinstance(t, str) else t for t in member.journal_topics),
             extra_transport=(
                 replication_transport_xml(member.replication_port, tls=member.replication_tls)
                 if member.replication_transport
@@ -380,6 +387,7 @@ class Cluster:
             ),
             extra=f"<Group>{escape(member.group)}</Group>{body}",
             journal_extra=member.journal_extra,
+            client_message_type=member.client_message_type,
         )
 
     def write_configs(self, names: Iterable[str]) -> list[Path]:

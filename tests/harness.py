@@ -71,10 +71,12 @@ def write_config(
     max_message_size: str | None = None,
     journal_extra: str = "",
     transport_extra: str = "",
+    client_message_type: str | None = "json",
 ) -> Path:
     """Write ``<directory>/<name>.xml`` for an instance with one client transport
     (``journal_extra`` goes inside ``TransactionLog``, ``transport_extra`` inside that
-    client ``Transport``)."""
+    client ``Transport``, whose MessageType is ``client_message_type``: None accepts
+    every type)."""
     directory.mkdir(parents=True, exist_ok=True)
     topic_xml = "".join(
         f"<Topic><Name>{n}</Name><MessageType>{m}</MessageType></Topic>" for n, m in topics
@@ -86,13 +88,14 @@ def write_config(
         else ""
     )
     mms = f"<MaxMessageSize>{max_message_size}</MaxMessageSize>" if max_message_size else ""
+    client_type = f"<MessageType>{client_message_type}</MessageType>" if client_message_type else ""
     xml = f"""<?xml version="1.0"?>
 <AMPSConfig>
   <Name>{name}</Name>
   <Transports>
     <Transport>
       <Name>json-tcp</Name><Type>tcp</Type><InetAddr>127.0.0.1:{port}</InetAddr>
-      <Protocol>amps</Protocol><MessageType>json</MessageType>{mms}{transport_extra}
+      <Protocol>amps</Protocol>{client_type}{mms}{transport_extra}
     </Transport>
     {extra_transport}
   </Transports>
