@@ -46,8 +46,15 @@ __all__ = [
 
 #: the modules amps-py builds, in the order AMPS's documentation lists them
 BUILT_MODULES: Final = ("fix", "nvfix", "xml", "json", "msgpack", "bson", "binary")
-#: modules AMPS has that amps-py does not build (yet)
-AMPS_ONLY_MODULES: Final = ("bflat", "protobuf", "struct", "composite-local", "composite-global")
+#: modules AMPS has that amps-py does not build (yet); soapfix is in older AMPS releases
+AMPS_ONLY_MODULES: Final = (
+    "bflat",
+    "protobuf",
+    "struct",
+    "composite-local",
+    "composite-global",
+    "soapfix",
+)
 #: the modules whose messages are tag=value fields with configurable separators
 SEPARATED_MODULES: Final = ("fix", "nvfix")
 
