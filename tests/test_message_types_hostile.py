@@ -140,3 +140,39 @@ def test_merge_returns_a_message_or_raises_merge_error(name: str, data: st.DataO
     stored = data.draw(st.sampled_from(SAMPLES[name]) | payloads(name))
     delta = data.draw(st.sampled_from(SAMPLES[name]) | payloads(name))
     check_merge(TYPES[name], stored, delta)
+
+
+def reference_fields(payload: bytes, sep: bytes) -> dict[str, object] | None:
+    """FIX/NVFIX fields the plain way: split the bytes, then decode each field."""
+    doc: dict[str, object] = {}
+    for raw in payload.split(sep):
+        if not raw:
+            continue
+        tag, eq, value = raw.partition(b"=")
+        if not eq or not tag:
+            return None
+        key, text = tag.decode("utf-8", "replace"), value.decode("utf-8", "replace")
+        previous = doc.get(key)
+        doc[key] = (
+            text
+            if previous is None
+            else [*previous, text]
+            if isinstance(previous, list)
+            else [previous, text]
+        )
+    return doc
+
+
+@SETTINGS
+@given(
+    payload=st.lists(
+        st.sampled_from([b"=", b"|", b"\x01", b"a", b"\xc3", b"\xa9", b"\xff", b"\xe2\x82"]),
+        max_size=40,
+    ).map(b"".join),
+    sep=st.sampled_from([b"|", b"\x01", b"\xa9"]),
+)
+def test_nvfix_fields_are_the_bytes_split_at_the_separator(payload: bytes, sep: bytes) -> None:
+    """Decoding before splitting (the fast path for an ASCII separator) must cut the
+    fields where the bytes are cut, whatever invalid UTF-8 surrounds the separator."""
+    nvfix = make_type("nv", "nvfix", field_separator=sep)
+    assert nvfix.document(payload) == reference_fields(payload, sep)

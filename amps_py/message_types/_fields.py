@@ -66,23 +66,27 @@ class TagValueType:
         """``{tag: value}`` with string values (a list for a repeated tag); None when
         a field has no ``=``, an empty tag, or (FIX) a tag that is not a number.
         Never raises."""
+        if self.field_separator.isascii():
+            # An ASCII byte is never part of a UTF-8 sequence (nor of a replaced invalid
+            # one), so decoding first and splitting the text gives the same fields.
+            fields = payload.decode("utf-8", "replace").split(self.field_separator.decode())
+        else:
+            fields = [f.decode("utf-8", "replace") for f in payload.split(self.field_separator)]
         doc: dict[str, object] = {}
         numeric = self.numeric_tags
-        for raw in payload.split(self.field_separator):
-            if not raw:
+        for field in fields:
+            if not field:
                 continue
-            tag, eq, value = raw.partition(b"=")
+            tag, eq, value = field.partition("=")
             if not eq or not tag or (numeric and not (tag.isdigit() and tag.isascii())):
                 return None
-            key = tag.decode("utf-8", "replace")
-            text = value.decode("utf-8", "replace")
-            previous = doc.get(key)
+            previous = doc.get(tag)
             if previous is None:
-                doc[key] = text
+                doc[tag] = value
             elif type(previous) is list:
-                previous.append(text)
+                previous.append(value)
             else:
-                doc[key] = [previous, text]
+                doc[tag] = [previous, value]
         return doc
 
     def merge(self, stored: bytes, delta: bytes) -> bytes:

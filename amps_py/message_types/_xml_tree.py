@@ -62,30 +62,22 @@ def local_name(tag: str) -> str:
     return tag.rpartition("}")[2] if tag[:1] == "{" else tag
 
 
-def _own_text(el: etree._Element) -> str:
+def _own_text(el: etree._Element, children: list[etree._Element]) -> str:
     """The element's own text: as written when it has no child elements; else the text
-    before, between and after them, joined, without the indentation around it ('' when
-    that is only whitespace)."""
-    if not any(isinstance(child.tag, str) for child in el):
+    before, between and after them (``children``), joined, without the indentation
+    around it ('' when that is only whitespace)."""
+    if not children:
         text = el.text or ""
         return text if text.strip() else ""
     parts = [el.text or ""]
-    parts.extend(child.tail or "" for child in el)
+    parts.extend(child.tail or "" for child in children)
     return "".join(parts).strip()
 
 
-def _value_shell(el: etree._Element) -> object:
-    """An element's value, children not yet added: its text when it has neither
-    attributes nor child elements, else an object of its attributes (a TextNode when
-    it also has text of its own)."""
-    has_children = any(isinstance(child.tag, str) for child in el)
-    if not has_children and not len(el.attrib):
-        return el.text or ""
-    text = _own_text(el)
-    node: dict[str, object] = TextNode(text) if text else {}
-    for name, value in el.attrib.items():
-        _attach(node, ATTRIBUTE_PREFIX + local_name(str(name)), str(value))
-    return node
+def _elements(el: etree._Element) -> list[etree._Element]:
+    """The child elements (the parser drops comments and processing instructions, and
+    a document with entity declarations is refused, so this is every child)."""
+    return [child for child in el if type(child.tag) is str]
 
 
 def _attach(parent: dict[str, object], key: str, value: object) -> None:
@@ -104,16 +96,30 @@ _ABSENT: Final = object()
 
 def to_document(root: etree._Element) -> dict[str, object]:
     """``{root name: value}``: see :mod:`amps_py.message_types.xml` for the mapping.
-    Iterative, so any depth the parser accepted converts."""
+
+    An element with neither attributes nor child elements is its text; any other is
+    an object of ``@attribute`` values and child values (a TextNode when it has text
+    of its own). Iterative, so any depth the parser accepted converts.
+    """
     doc: dict[str, object] = {}
     stack: list[tuple[etree._Element, dict[str, object]]] = [(root, doc)]
     while stack:
         el, parent = stack.pop()
-        value = _value_shell(el)
-        _attach(parent, local_name(str(el.tag)), value)
-        if isinstance(value, dict):
-            children = [child for child in el if isinstance(child.tag, str)]
-            stack.extend((child, value) for child in reversed(children))
+        tag = str(el.tag)
+        name = tag.rpartition("}")[2] if tag[0] == "{" else tag
+        attributes = el.items()
+        children = _elements(el) if len(el) else []
+        if not children and not attributes:
+            _attach(parent, name, el.text or "")
+            continue
+        text = _own_text(el, children)
+        node: dict[str, object] = TextNode(text) if text else {}
+        for attribute, value in attributes:
+            key = str(attribute)
+            key = key.rpartition("}")[2] if key[0] == "{" else key
+            _attach(node, ATTRIBUTE_PREFIX + key, str(value))
+        _attach(parent, name, node)
+        stack.extend((child, node) for child in reversed(children))
     return doc
 
 
@@ -149,13 +155,13 @@ def _merge_element(
     still need merging."""
     for name, value in changes.attrib.items():
         target.set(name, value)
-    change_children = [c for c in changes if isinstance(c.tag, str)]
+    change_children = _elements(changes)
     if not change_children:  # a leaf in the delta replaces the element's content
         for child in list(target):
             target.remove(child)
         target.text = changes.text
         return []
-    own = _own_text(changes)
+    own = _own_text(changes, change_children)
     if own:
         target.text = own
     pending: list[tuple[etree._Element, etree._Element]] = []
