@@ -17,8 +17,10 @@ class MessageType(Protocol):
         name: the name clients and configuration use (``json``, ``fix``, or a name
             ``<MessageTypes>`` gives to a configured module).
         module: the AMPS module it is built on (``json``, ``fix``, ...).
-        supports_delta: whether :meth:`merge` is defined (AMPS refuses
-            ``delta_publish`` for the other types).
+        supports_delta: whether :meth:`merge` is defined. Every type AMPS ships but
+            binary (and protobuf 3, struct) supports it; for the others AMPS accepts a
+            ``delta_publish`` and stores the delta as the whole message ("Delta
+            Publish Support", AMPS User Guide).
     """
 
     @property
