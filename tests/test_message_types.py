@@ -577,3 +577,20 @@ def test_an_object_with_text_is_its_text_where_a_path_ends() -> None:
     assert compile_expression("/o/legs").value(doc) == "a"  # '' and a plain object: no value
     assert compile_expression("ARRAY_COUNT(/o/legs)").value(doc) == 3
     assert compile_filter("/o IS NULL").matches(doc)
+
+
+def test_message_types_survive_pickling_and_copying() -> None:
+    """A configuration may be copied or sent to another process: its types stay equal."""
+    import copy
+    import pickle
+
+    types = MessageTypes(
+        (
+            *default_types().values(),
+            make_type("j2", "json"),
+            make_type("fix-pipe", "fix", field_separator=b"|"),
+        )
+    )
+    for clone in (pickle.loads(pickle.dumps(types)), copy.deepcopy(types)):
+        assert clone == types and hash(clone) == hash(types)
+        assert clone["fix-pipe"].document(b"55=IBM|") == {"55": "IBM"}

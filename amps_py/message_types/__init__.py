@@ -59,7 +59,20 @@ AMPS_ONLY_MODULES: Final = (
 SEPARATED_MODULES: Final = ("fix", "nvfix")
 
 
-class _Json:
+class _Singleton:
+    """Equal to any instance of its own class (a copy or an unpickled one too)."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__.strip('_').lower()} type"
+
+
+class _Json(_Singleton):
     name = "json"
     module = "json"
     supports_delta = True
@@ -84,7 +97,7 @@ class _Json:
         return self.document(payload)
 
 
-class _Binary:
+class _Binary(_Singleton):
     name = "binary"
     module = "binary"
     supports_delta = False
@@ -216,7 +229,7 @@ class _Renamed:
         return self._base.to_jsonable(payload)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is _Renamed and other.name == self.name and other._base is self._base
+        return type(other) is _Renamed and other.name == self.name and other._base == self._base
 
     def __hash__(self) -> int:
         return hash((self.name, self._base.module))
