@@ -594,3 +594,7 @@ def test_message_types_survive_pickling_and_copying() -> None:
     for clone in (pickle.loads(pickle.dumps(types)), copy.deepcopy(types)):
         assert clone == types and hash(clone) == hash(types)
         assert clone["fix-pipe"].document(b"55=IBM|") == {"55": "IBM"}
+
+
+def test_xml_predefined_entities_and_character_references_are_text() -> None:
+    assert XML.document(b"<a><b>&amp;&lt;&#65;&#x42;</b></a>") == {"a": {"b": "&<AB"}}

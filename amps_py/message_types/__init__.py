@@ -8,7 +8,14 @@ only ever see documents, so a path such as ``/55`` (FIX tag 55), ``/Symbol`` (NV
 or ``/Order/@id`` (an XML attribute) is looked up the same way for every type.
 
 :class:`MessageTypes` is an instance's set of types: the AMPS defaults plus what
-``<MessageTypes>`` in the configuration adds or changes (:func:`default_types`).
+``<MessageTypes>`` in the configuration adds or changes (:func:`default_types`,
+:func:`make_type`).
+
+One module per type, each with its document mapping in its docstring: ``fix`` and
+``nvfix`` (over ``_fields``, the shared tag=value format), ``xml`` (over ``_xml_tree``,
+which holds lxml and is imported on first use), ``bson`` and ``msgpack`` (over
+``_trees``); json and binary live here. Every ``document()`` takes any bytes without
+raising (``tests/test_message_types_hostile.py``).
 """
 
 from __future__ import annotations
