@@ -341,8 +341,8 @@ def _name_and_topic_cases() -> list[Case]:
         Case("a regular expression as the queue name", doc(*named("orders.*")),
              "queue name 'orders.*' contains '*'", FIRST + 1, "put the pattern in "
              "<UnderlyingTopic>"),
-        Case("an AMPS-only message type", doc(*named("jobs", "xml")),
-             "MessageType 'xml' is recognised by AMPS but not supported by amps-py yet",
+        Case("an AMPS-only message type", doc(*named("jobs", "protobuf")),
+             "MessageType 'protobuf' is recognised by AMPS but not supported by amps-py yet",
              FIRST + 2),
         Case("UnderlyingTopic that is not a regular expression",
              doc(*named("q", "json", "<UnderlyingTopic>orders/(</UnderlyingTopic>")),

@@ -357,8 +357,8 @@ CASES = [
     ),
     Case(
         "an AMPS-only message type",
-        doc(*topic("<Name>orders</Name>", "<MessageType>xml</MessageType>")),
-        "MessageType 'xml' is recognised by AMPS but not supported by amps-py yet",
+        doc(*topic("<Name>orders</Name>", "<MessageType>bflat</MessageType>")),
+        "MessageType 'bflat' is recognised by AMPS but not supported by amps-py yet",
         11,
     ),
     Case(

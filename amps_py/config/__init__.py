@@ -37,7 +37,8 @@ The package, one module per step or section:
 - ``xmltree``, ``values``  element helpers; text -> durations, sizes, names, addresses;
 - ``parsing``          steps 1-2 (XML, ``${VAR}``, entities, namespaces);
 - ``schema``, ``structure``  the model of amps.xsd, the structural walk, the XSD backstop;
-- ``transports``, ``tls``, ``transaction_log``, ``log_targets``, ``replication``,
+- ``message_types`` (``MessageTypes``, and every ``MessageType`` checked against them),
+  ``transports``, ``tls``, ``transaction_log``, ``log_targets``, ``replication``,
   ``access`` (authentication, entitlement, link authenticators), ``actions``, ``sow``,
   ``queue``: step 4, one ``_build_<section>`` per section;
 - ``loader``           :func:`parse_config` and :func:`load_config`, which run them all.

@@ -15,6 +15,7 @@ from amps_py import __version__
 from amps_py.config.access import _build_authentication, _build_entitlement
 from amps_py.config.actions import _build_actions
 from amps_py.config.log_targets import _build_logging
+from amps_py.config.message_types import _build_message_types, _check_references
 from amps_py.config.model import REPLICATION_TRANSPORT_TYPES, InstanceConfig
 from amps_py.config.parsing import (
     _drop_entity_references,
@@ -46,6 +47,8 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     group = _check_name(group_el, problems) if group_el is not None else name
     description = _text(_first(root, "Description"), problems) or ""
     process_name = _text(_first(root, "ProcessName"), problems)
+    message_types = _build_message_types(root, problems)
+    _check_references(root, message_types, problems)
     transports = _build_transports(root, problems)
     transaction_log = _build_transaction_log(root, problems)
     logging_targets = _build_logging(root, problems)
@@ -65,13 +68,14 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     entitlement = _build_entitlement(root, problems)
     memory_limit, capacity, incomplete_limit = _build_memory_limits(root, transports, problems)
     disk_limit, disk_path, age_limit = _build_disk_limits(root, problems)
-    sow_topics = _build_sow(root, transaction_log, problems)
+    sow_topics = _build_sow(root, transaction_log, problems, message_types)
     queues = _build_queues(root, transaction_log, problems)
     return InstanceConfig(
         name=name or "",
         group=group or "",
         description=description,
         transports=transports,
+        message_types=message_types,
         transaction_log=transaction_log,
         logging=logging_targets,
         source=source,

@@ -37,6 +37,7 @@ from amps_py.config.credentials import LinkCredentialsError as LinkCredentialsEr
 from amps_py.config.credentials import read_password_file as read_password_file
 from amps_py.config.queue_model import QueueConfig as QueueConfig
 from amps_py.config.sow_model import SowTopicConfig as SowTopicConfig
+from amps_py.message_types import MessageTypes, default_types
 
 # ----------------------------------------------------------------------------- constants
 
@@ -512,7 +513,7 @@ class ReplicationTopic:
 
     Attributes:
         name: the topic or topic regex, or ``None`` for every topic.
-        message_type: ``json`` or ``binary``.
+        message_type: a name in :attr:`InstanceConfig.message_types`, e.g. ``json``.
         filter: a content filter (checked to compile when loaded); only messages that
             match it are replicated. ``None`` replicates every message of the topic.
         exclude_validation: validation checks (from
@@ -675,6 +676,9 @@ class InstanceConfig:
         entitlement: the per-user rights; the default module allows everything.
         sow_topics: the SOW topics (see :meth:`sow_topic`).
         queues: the queues (see :meth:`queue`).
+        message_types: every message type the instance knows, by name: AMPS's
+            defaults (fix, nvfix, xml, json, msgpack, bson, binary) and what
+            ``MessageTypes`` adds or changes.
     """
 
     name: str
@@ -716,6 +720,8 @@ class InstanceConfig:
     #: ``SOW/Queue`` (or ``QueueDefinition``), ``SOW/GroupLocalQueue`` and
     #: ``SOW/LocalQueue``, in file order (names are unique, and no SOW topic's)
     queues: tuple[QueueConfig, ...] = ()
+    #: ``MessageTypes`` added to the defaults (:func:`amps_py.message_types.default_types`)
+    message_types: MessageTypes = field(default_factory=default_types)
     _sow_by_name: dict[str, SowTopicConfig] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )

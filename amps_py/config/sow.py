@@ -4,8 +4,9 @@ Beyond what the schema checks, a SOW topic must:
 
 * have a literal ``Name`` (or its pre-5.0 synonym ``Topic``, not both), unique among
   the SOW topics;
-* give its ``Key`` paths as identifier paths (``/id``, ``/order/id``), each once, and
-  only for a message type amps-py reads fields from (json);
+* give its ``Key`` paths as identifier paths (``/id``, ``/order/id``, ``/55``,
+  ``/Order/@id``), each once, and only for a message type amps-py reads fields from
+  (every type but one built on the binary module);
 * give ``Durability`` or its synonym ``Duration``, not both;
 * give ``Expiration`` as ``disabled``, ``enabled`` or a duration above 0;
 * give ``RecoveryPoint`` as ``epoch`` only: amps-py rebuilds a missing store from the
@@ -28,10 +29,11 @@ from amps_py.config.problems import _Problems
 from amps_py.config.sow_model import SowTopicConfig
 from amps_py.config.values import _text
 from amps_py.config.xmltree import _children, _closest, _first, _line
+from amps_py.message_types import MessageType, MessageTypes, default_types
 from amps_py.units import UnitError, parse_duration
 
-#: message types whose messages amps-py can read a Key field from
-KEYED_MESSAGE_TYPES = frozenset({"json"})
+#: the modules whose messages have no fields, so no Key can be read from them
+UNKEYED_MODULES = frozenset({"binary"})
 #: characters that would make a SOW topic Name look like a pattern; SOW names are literal
 _PATTERN_CHARACTERS = frozenset("*+?[](){}|^$\\")
 _EXPIRATION_FORMS = (
@@ -90,10 +92,12 @@ def _build_sow(
     root: etree._Element,
     transaction_log: TransactionLogConfig | None,
     problems: _Problems,
+    message_types: MessageTypes | None = None,
 ) -> tuple[SowTopicConfig, ...]:
     """The ``SOW/Topic`` entries that are right, in file order (the others are
     reported); ``transaction_log`` is the built TransactionLog, ``None`` when absent
-    or itself faulty."""
+    or itself faulty; ``message_types`` the instance's (None: the defaults)."""
+    types = default_types() if message_types is None else message_types
     sow = _first(root, "SOW")
     topic_els = _children(sow, "Topic")
     if sow is None or not topic_els:
@@ -113,7 +117,7 @@ def _build_sow(
     names: dict[str, etree._Element] = {}
     stores: dict[str, tuple[str, etree._Element]] = {}
     for topic_el in topic_els:
-        built = _build_topic(topic_el, problems)
+        built = _build_topic(topic_el, types, problems)
         if built is None:
             continue
         topic, name_el = built
@@ -168,7 +172,7 @@ def _message_type(topic_el: etree._Element) -> str:
 
 
 def _build_topic(
-    topic_el: etree._Element, problems: _Problems
+    topic_el: etree._Element, types: MessageTypes, problems: _Problems
 ) -> tuple[SowTopicConfig, etree._Element] | None:
     """One SowTopicConfig and the element naming it, or None (and problems)."""
     name_el = _synonym(topic_el, "Name", "Topic", problems)
@@ -185,7 +189,7 @@ def _build_topic(
     if not name or not message_type:
         return None
     ok = _literal_name(name_el, name, problems)
-    keys = _keys(topic_el, message_type, problems)
+    keys = _keys(topic_el, types.get(message_type), problems)
     durability_el = _synonym(topic_el, "Durability", "Duration", problems)
     durability = "persistent" if durability_el is None else _text(durability_el, problems)
     expiration = _expiration(_first(topic_el, "Expiration"), problems)
@@ -251,17 +255,21 @@ def _literal_name(name_el: etree._Element, name: str, problems: _Problems) -> bo
 
 
 def _keys(
-    topic_el: etree._Element, message_type: str, problems: _Problems
+    topic_el: etree._Element, message_type: MessageType | None, problems: _Problems
 ) -> tuple[str, ...] | None:
-    """The Key paths in order; None (and problems) when one is wrong."""
+    """The Key paths in order; None (and problems) when one is wrong, or when the
+    message type is unknown (reported where it is named)."""
     key_els = _children(topic_el, "Key")
-    if key_els and message_type not in KEYED_MESSAGE_TYPES:
+    if message_type is None:
+        return None
+    if key_els and message_type.module in UNKEYED_MODULES:
         problems.add(
             key_els[0],
-            f"this SOW topic has MessageType {message_type} and Key elements, but amps-py "
-            f"reads key fields only from {', '.join(sorted(KEYED_MESSAGE_TYPES))} messages",
+            f"this SOW topic has MessageType {message_type.name} and Key elements, but "
+            f"{message_type.module} messages have no fields to read a key from",
             "remove the Key elements (publishers then send each record's key in the k "
-            "header), or use MessageType json",
+            "header), or use a message type with fields (json, fix, nvfix, xml, bson, "
+            "msgpack)",
         )
         return None
     keys: list[str] = []

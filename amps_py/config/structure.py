@@ -26,7 +26,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "ConfigIncludeCommentDefault",
             "Environment",
             "Include",
-            "MessageTypes",
             "MiniDumpDirectory",
             "Modules",
             "Protocols",
@@ -34,6 +33,12 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "SuggestedMinimumVersion",
             "Tuning",
             "UserDefinedFunctions",
+        }
+    ),
+    "AMPSConfig/MessageTypes/MessageType": frozenset(
+        {
+            "AMPSVersionCompliance",
+            "Options",
         }
     ),
     "AMPSConfig/Transports/Transport": frozenset(
@@ -104,6 +109,12 @@ UNSUPPORTED_AMPS_NOTES: Final[Mapping[str, str]] = {
             ("GroupLocalQueueDomain", "InitialOwner alone names a group-local queue's owner"),
         )
     },
+    "AMPSConfig/MessageTypes/MessageType/Options": (
+        "Options configure protobuf and composite types, which amps-py does not build"
+    ),
+    "AMPSConfig/MessageTypes/MessageType/AMPSVersionCompliance": (
+        "it shapes the FIX messages of /AMPS/SOWStats, which amps-py does not publish"
+    ),
     "AMPSConfig/SOW/View": "views come in a later amps-py release",
     "AMPSConfig/SOW/ConflatedTopic": "conflated topics come in a later amps-py release",
     "AMPSConfig/SOW/ReplicaDefinition": (
@@ -112,34 +123,14 @@ UNSUPPORTED_AMPS_NOTES: Final[Mapping[str, str]] = {
     ),
 }
 
-_AMPS_ONLY_MESSAGE_TYPES = frozenset(
-    {
-        "bflat",
-        "bson",
-        "composite-global",
-        "composite-local",
-        "fix",
-        "msgpack",
-        "nvfix",
-        "protobuf",
-        "struct",
-        "xml",
-    }
-)
-
 #: Values AMPS accepts for an element that amps-py does not support yet, by element path.
 UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/Transports/Transport/Type": frozenset({"amps-unix"}),
     "AMPSConfig/Transports/Transport/Protocol": frozenset(
         {"websocket", "fix", "nvfix", "xml", "soap", "fix-session"}
     ),
-    "AMPSConfig/Transports/Transport/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
-    "AMPSConfig/TransactionLog/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
-    "AMPSConfig/Replication/Destination/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
-    "AMPSConfig/SOW/Topic/MessageType": _AMPS_ONLY_MESSAGE_TYPES,
-    **{
-        f"AMPSConfig/SOW/{queue}/MessageType": _AMPS_ONLY_MESSAGE_TYPES for queue in _QUEUE_ELEMENTS
-    },
+    # (MessageType values are names, checked against the instance's message types by
+    # amps_py/config/message_types.py, which names AMPS's types amps-py does not build.)
     **{
         f"AMPSConfig/SOW/{queue}/ExpirationModel": frozenset({"queue", "latest", "earliest"})
         for queue in _QUEUE_ELEMENTS

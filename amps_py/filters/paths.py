@@ -9,7 +9,9 @@ Semantics (the JSON reading of AMPS's XPath-like identifiers):
   first element of ``arr``; an element that is itself an array is entered, so
   ``/m[0][1]`` indexes a matrix.
 * At the end, arrays are flattened; objects, JSON null and empty strings are dropped
-  (they have no scalar value). No values is NULL, one value is a scalar, more is a list.
+  (they have no scalar value), except an object that carries text (an XML element with
+  attributes and text, :class:`~amps_py.filters.values.TextNode`), whose value is its
+  text. No values is NULL, one value is a scalar, more is a list.
 
 Walking never raises, whatever the document holds.
 """

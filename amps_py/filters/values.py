@@ -3,6 +3,8 @@
 A value is one of:
 
 * ``None``: NULL (missing field, empty string, empty array, an object, JSON null);
+  an object that carries text (:class:`TextNode`, an XML element with attributes and
+  text) has that text as its value;
 * a scalar: ``bool``, ``int``, ``float`` or a non-empty ``str`` (exact types, never
   subclasses);
 * a ``list`` of two or more scalars: a field that occurs more than once (a JSON array, or a
@@ -51,12 +53,31 @@ def to_number(text: str) -> int | float | None:
     return float(text)
 
 
+class TextNode(dict[str, object]):
+    """An object that also has a value of its own: an XML element with attributes or
+    child elements *and* text, e.g. ``<Price currency="USD">10.5</Price>``.
+
+    Paths step into it like any object (``/Order/Price/@currency``), and where a path
+    ends on it the value is its text (``/Order/Price`` is ``'10.5'``), as XPath reads
+    an element. Every other object (a plain ``dict``) has no value (NULL).
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
 def scalar_of(leaf: object) -> Scalar | None:
-    """Normalise one JSON leaf to a scalar; '' and non-scalars (objects, arrays) are NULL."""
+    """Normalise one JSON leaf to a scalar; '' and non-scalars (objects, arrays) are NULL,
+    except a :class:`TextNode`, whose value is its text."""
     if type(leaf) is str:
         return leaf or None
     if type(leaf) is int or type(leaf) is float or type(leaf) is bool:
         return leaf
+    if type(leaf) is TextNode:
+        return leaf.text or None
     # Subclasses (IntEnum, str subclasses, numpy-like floats) from hand-built documents.
     if isinstance(leaf, bool):
         return bool(leaf)

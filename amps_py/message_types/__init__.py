@@ -8,57 +8,78 @@ only ever see documents, so a path such as ``/55`` (FIX tag 55), ``/Symbol`` (NV
 or ``/Order/@id`` (an XML attribute) is looked up the same way for every type.
 
 :class:`MessageTypes` is an instance's set of types: the AMPS defaults plus what
-``<MessageTypes>`` in the configuration adds or changes (:func:`default_types`).
+``<MessageTypes>`` in the configuration adds or changes (:func:`default_types`,
+:func:`make_type`).
+
+One module per type, each with its document mapping in its docstring: ``fix`` and
+``nvfix`` (over ``_fields``, the shared tag=value format), ``xml`` (over ``_xml_tree``,
+which holds lxml and is imported on first use), ``bson`` and ``msgpack`` (over
+``_trees``); json and binary live here. Every ``document()`` takes any bytes without
+raising (``tests/test_message_types_hostile.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Final, Protocol
+from typing import Final
 
 import orjson
 
+from amps_py.message_types._base import MergeError, MessageType
+from amps_py.message_types._fields import TagValueType
+from amps_py.message_types.bson import BSON, BsonType
+from amps_py.message_types.fix import FIX, FixType
+from amps_py.message_types.msgpack import MSGPACK, MsgpackType
+from amps_py.message_types.nvfix import NVFIX, NvfixType
+from amps_py.message_types.xml import XML, XmlType
 
-class MergeError(ValueError):
-    """A ``delta_publish`` could not be merged; ``str()`` says why and what to do."""
+__all__ = [
+    "AMPS_ONLY_MODULES",
+    "BINARY",
+    "BSON",
+    "BUILT_MODULES",
+    "FIX",
+    "JSON",
+    "MSGPACK",
+    "NVFIX",
+    "SEPARATED_MODULES",
+    "XML",
+    "MergeError",
+    "MessageType",
+    "MessageTypes",
+    "default_types",
+    "make_type",
+]
+
+#: the modules amps-py builds, in the order AMPS's documentation lists them
+BUILT_MODULES: Final = ("fix", "nvfix", "xml", "json", "msgpack", "bson", "binary")
+#: modules AMPS has that amps-py does not build (yet); soapfix is in older AMPS releases
+AMPS_ONLY_MODULES: Final = (
+    "bflat",
+    "protobuf",
+    "struct",
+    "composite-local",
+    "composite-global",
+    "soapfix",
+)
+#: the modules whose messages are tag=value fields with configurable separators
+SEPARATED_MODULES: Final = ("fix", "nvfix")
 
 
-class MessageType(Protocol):
-    """One message type. Implementations are immutable and shared by every thread.
+class _Singleton:
+    """Equal to any instance of its own class (a copy or an unpickled one too)."""
 
-    Attributes:
-        name: the name clients and configuration use (``json``, ``fix``, or a name
-            ``<MessageTypes>`` gives to a configured module).
-        module: the AMPS module it is built on (``json``, ``fix``, ...).
-        supports_delta: whether :meth:`merge` is defined (AMPS refuses
-            ``delta_publish`` for the other types).
-    """
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
 
-    name: str
-    module: str
-    supports_delta: bool
+    def __hash__(self) -> int:
+        return hash(type(self))
 
-    def document(self, payload: bytes) -> object | None:
-        """The payload as a document, or None when it is not a well-formed message of
-        this type (every filter path is then NULL). Never raises."""
-        ...
-
-    def merge(self, stored: bytes, delta: bytes) -> bytes:
-        """The message that results from applying ``delta`` to ``stored`` (AMPS
-        ``delta_publish`` rules for this type).
-
-        Raises:
-            MergeError: the type has no delta merge, or a payload is malformed.
-        """
-        ...
-
-    def to_jsonable(self, payload: bytes) -> object | None:
-        """A JSON-serialisable view of the payload for people and tools (``txlog
-        dump``, the pipeline's decoded column); None when it cannot be decoded."""
-        ...
+    def __repr__(self) -> str:
+        return f"{type(self).__name__.strip('_').lower()} type"
 
 
-class _Json:
+class _Json(_Singleton):
     name = "json"
     module = "json"
     supports_delta = True
@@ -83,7 +104,7 @@ class _Json:
         return self.document(payload)
 
 
-class _Binary:
+class _Binary(_Singleton):
     name = "binary"
     module = "binary"
     supports_delta = False
@@ -106,7 +127,12 @@ BINARY: Final[MessageType] = _Binary()
 
 
 class MessageTypes(Mapping[str, MessageType]):
-    """The message types an instance knows, by name (immutable)."""
+    """The message types an instance knows, by name (immutable; hashable).
+
+    Built from an iterable of types; when two share a name the later one wins, so
+    ``MessageTypes((*default_types().values(), *configured))`` is the defaults with the
+    configured types added or replacing them (as ``<MessageTypes>`` does in AMPS).
+    """
 
     def __init__(self, types: Iterable[MessageType]) -> None:
         self._types = {t.name: t for t in types}
@@ -120,6 +146,12 @@ class MessageTypes(Mapping[str, MessageType]):
     def __len__(self) -> int:
         return len(self._types)
 
+    def __hash__(self) -> int:
+        return hash(frozenset(self._types.items()))
+
+    def __repr__(self) -> str:
+        return f"MessageTypes({', '.join(self._types)})"
+
     def document(self, name: str, payload: bytes) -> object | None:
         """The document of a payload of type ``name``; None for an unknown type or a
         malformed payload. Never raises."""
@@ -127,6 +159,94 @@ class MessageTypes(Mapping[str, MessageType]):
         return None if t is None else t.document(payload)
 
 
+def make_type(
+    name: str,
+    module: str,
+    *,
+    field_separator: bytes | None = None,
+    header_separator: bytes | None = None,
+    message_separator: bytes | None = None,
+) -> MessageType:
+    """A message type called ``name`` built on ``module`` (what one
+    ``<MessageTypes><MessageType>`` declares).
+
+    Args:
+        name: the name topics, transports and clients use.
+        module: one of :data:`BUILT_MODULES`.
+        field_separator, header_separator, message_separator: one byte each, for the
+            :data:`SEPARATED_MODULES` only; None keeps the module's default.
+
+    Raises:
+        ValueError: an unknown module, a separator for a module that has none, or a
+            separator that is not one byte (or is ``=``). The configuration loader
+            checks all of these first and reports them with the element's line.
+    """
+    separators = {
+        "field_separator": field_separator,
+        "header_separator": header_separator,
+        "message_separator": message_separator,
+    }
+    given = {label: sep for label, sep in separators.items() if sep is not None}
+    if module in SEPARATED_MODULES:
+        kind: type[TagValueType] = FixType if module == "fix" else NvfixType
+        return kind(name, **given)
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} apply to the {' and '.join(SEPARATED_MODULES)} modules "
+            f"only, not to {module}"
+        )
+    built: dict[str, MessageType] = {
+        "json": JSON,
+        "binary": BINARY,
+        "xml": XmlType(name),
+        "bson": BsonType(name),
+        "msgpack": MsgpackType(name),
+    }
+    if module not in built:
+        raise ValueError(f"unknown message type module {module!r}: use one of {BUILT_MODULES}")
+    if module in ("json", "binary") and name != module:
+        return _Renamed(name, built[module])
+    return built[module]
+
+
+class _Renamed:
+    """A json or binary type under another name (those two are singletons)."""
+
+    __slots__ = ("_base", "name")
+
+    def __init__(self, name: str, base: MessageType) -> None:
+        self.name = name
+        self._base = base
+
+    @property
+    def module(self) -> str:
+        return self._base.module
+
+    @property
+    def supports_delta(self) -> bool:
+        return self._base.supports_delta
+
+    def document(self, payload: bytes) -> object | None:
+        return self._base.document(payload)
+
+    def merge(self, stored: bytes, delta: bytes) -> bytes:
+        return self._base.merge(stored, delta)
+
+    def to_jsonable(self, payload: bytes) -> object | None:
+        return self._base.to_jsonable(payload)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Renamed and other.name == self.name and other._base == self._base
+
+    def __hash__(self) -> int:
+        return hash((self.name, self._base.module))
+
+    def __repr__(self) -> str:
+        return f"{self._base.module} type {self.name!r}"
+
+
 def default_types() -> MessageTypes:
-    """The types every instance loads without configuration (as AMPS does)."""
-    return MessageTypes((JSON, BINARY))
+    """The types every instance loads without configuration, as AMPS does: fix, nvfix,
+    xml, json, msgpack, bson and binary (AMPS's bflat is not built; see
+    :data:`AMPS_ONLY_MODULES`)."""
+    return MessageTypes((FIX, NVFIX, XML, JSON, MSGPACK, BSON, BINARY))
