@@ -192,7 +192,9 @@ def json_refusal(problem: str, where: str, sent: int = 0) -> str:
 
 
 # ------------------------------------------------------------------ persisted-ack waits
-def admin_url_for(uri: str, admin_url: str | None, environ: Mapping[str, str]) -> tuple[str, bool]:
+def admin_url_for(
+    uri: str, admin_url: str | None, environ: Mapping[str, str]
+) -> tuple[str, bool]:
     """Where to look for the admin API of the instance at ``uri``, and whether the user
     named it: ``admin_url``, else ``$AMPS_PY_ADMIN_URL`` (named), else a guess: port
     8085 (the embedded default's) on the URI's host, which only an instance started

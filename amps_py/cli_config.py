@@ -114,7 +114,9 @@ def config_examples(name: str | None, to: str) -> None:
         width = max(len(e.name) for e in known)
         for example in known:
             click.echo(f"{example.name:<{width}}  {example.description}")
-        click.echo("\nWrite one out with `amps-py config examples NAME [--to DIR]`.", err=True)
+        click.echo(
+            "\nWrite one out with `amps-py config examples NAME [--to DIR]`.", err=True
+        )
         return
     try:
         written = write_example(name, Path(to))

@@ -174,6 +174,7 @@ def finish_run(store_dir: Path) -> None:
     fsync_directory(store_dir)
 
 
+
 def claim_store(store_dir: Path, name: str) -> None:
     """Tie ``store_dir`` to the client name ``name`` (the first use records it).
 
@@ -433,7 +434,9 @@ async def publish(
                     await explain_timeout(str(exc) + kept, ha.uri or uris[0])
                     raise
                 done.not_journaled = done.last > 0 and ha.not_journaled_seq == done.last
-                done.refused = {seq: ack for seq, ack in ha.failed_publishes.items() if first < seq}
+                done.refused = {
+                    seq: ack for seq, ack in ha.failed_publishes.items() if first < seq
+                }
                 done.first = first
             if run is not None and store_dir is not None:
                 finish_run(store_dir)

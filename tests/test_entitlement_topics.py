@@ -29,14 +29,10 @@ from amps_py.server.subscriptions import EntitledTopics, compile_topic
 TOPICS = ("public.x", "public.y", "public.book", "audit", "secret", "orders", "prices")
 SOW_TOPICS = ("public.book", "orders", "prices")
 
-SOW_XML = (
-    "<SOW>"
-    + "".join(
-        f"<Topic><Name>{t}</Name><MessageType>json</MessageType><Key>/id</Key></Topic>"
-        for t in SOW_TOPICS
-    )
-    + "</SOW>"
-)
+SOW_XML = "<SOW>" + "".join(
+    f"<Topic><Name>{t}</Name><MessageType>json</MessageType><Key>/id</Key></Topic>"
+    for t in SOW_TOPICS
+) + "</SOW>"
 
 #: pieces random rules and topic expressions are made of
 PIECES = (

@@ -66,10 +66,9 @@ async def test_oversized_fields_are_refused_with_the_limit(instance: ServerProce
             pass
     assert info.value.reason == "invalid client name"
     assert instance.alive
-    async with (
-        open_client(instance.uri, "reader") as reader,
-        reader.subscribe("orders", bookmark="0") as replay,
-    ):
+    async with open_client(instance.uri, "reader") as reader, reader.subscribe(
+        "orders", bookmark="0"
+    ) as replay:
         first = await replay.get(10)
         assert first.json() == {"ok": 1}
         with trio.fail_after(60):
@@ -173,10 +172,9 @@ async def fill_the_disk_and_recover(server: ServerProcess, disk: Path) -> None:
         await wait_until(resumed, 60)
         await pub.publish("orders", b'{"after":1}', seq=stored + 1)
         await pub.wait_persisted(stored + 1)
-    async with (
-        open_client(server.uri, "checker") as checker,
-        checker.subscribe("orders", bookmark="0") as replay,
-    ):
+    async with open_client(server.uri, "checker") as checker, checker.subscribe(
+        "orders", bookmark="0"
+    ) as replay:
         seqs = [int((await replay.get(10)).bookmark.split("|")[1]) for _ in range(stored + 1)]
         assert seqs == list(range(1, stored + 2))
     text = server.log_file.read_text()
@@ -223,10 +221,9 @@ async def test_a_downstream_with_a_full_disk_resyncs_once_space_returns(
             await pub.wait_persisted(sent, timeout=60)
             assert sent > stalled_at
         for name in "AB":
-            async with (
-                open_client(cluster.uri(name), "check") as checker,
-                checker.subscribe("orders", bookmark="0") as replay,
-            ):
+            async with open_client(cluster.uri(name), "check") as checker, checker.subscribe(
+                "orders", bookmark="0"
+            ) as replay:
                 seqs = [int((await replay.get(10)).bookmark.split("|")[1]) for _ in range(sent)]
                 assert seqs == list(range(1, sent + 1)), name
                 with trio.move_on_after(0.3):

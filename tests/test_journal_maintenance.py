@@ -71,7 +71,9 @@ def metrics_text(base: str) -> str:
 
 
 def post_error(base: str, path: str) -> tuple[int, str]:
-    request = urllib.request.Request(f"{base}{path}", method="POST", headers={"X-AMPS-Admin": "1"})
+    request = urllib.request.Request(
+        f"{base}{path}", method="POST", headers={"X-AMPS-Admin": "1"}
+    )
     try:
         urllib.request.urlopen(request, timeout=10)
     except urllib.error.HTTPError as exc:
@@ -257,7 +259,9 @@ async def test_archived_and_compressed_journals_replay_and_removal_waits_for_des
 
 
 def post(base: str, path: str) -> Any:
-    request = urllib.request.Request(f"{base}{path}", method="POST", headers={"X-AMPS-Admin": "1"})
+    request = urllib.request.Request(
+        f"{base}{path}", method="POST", headers={"X-AMPS-Admin": "1"}
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 

@@ -327,10 +327,9 @@ def _unit_graph() -> dict[str, dict[str, list[str]]]:
                 target = _unit_of(imported)
                 if target is None or target == unit or target == "amps_py.__init__":
                     continue
-                if (
-                    not (ROOT / Path(*target.split(".")).with_suffix(".py")).exists()
-                    and not (ROOT / Path(*target.split("."))).is_dir()
-                ):
+                if not (ROOT / Path(*target.split(".")).with_suffix(".py")).exists() and not (
+                    ROOT / Path(*target.split("."))
+                ).is_dir():
                     continue  # "from amps_py import x" where x is a unit: counted as x
                 where = f"{path.relative_to(ROOT)}:{line} imports {imported}"
                 graph.setdefault(unit, {}).setdefault(target, []).append(where)

@@ -417,11 +417,9 @@ async def test_journal_removal_keeps_what_a_queue_still_holds(tmp_path: Path) ->
         )
         # the last acknowledgement's record commits, then a checkpoint covers it
         await wait_until(
-            lambda: (
-                None
-                if queues.applied_txid == served.instance.committed_txid
-                else f"queues applied txid {queues.applied_txid} of {served.instance.committed_txid}"
-            ),
+            lambda: None
+            if queues.applied_txid == served.instance.committed_txid
+            else f"queues applied txid {queues.applied_txid} of {served.instance.committed_txid}",
             timeout=60,
         )
         await queues.checkpoint()

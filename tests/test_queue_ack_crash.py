@@ -60,7 +60,9 @@ class Consumer(threading.Thread):
         try:
             sock.sendall(encode_frame({"c": "logon", "cid": "logon", "client_name": self.name}))
             sock.sendall(
-                encode_frame({"c": "subscribe", "t": QUEUE, "sub_id": "q", "o": "max_backlog=20"})
+                encode_frame(
+                    {"c": "subscribe", "t": QUEUE, "sub_id": "q", "o": "max_backlog=20"}
+                )
             )
             while not self.stopping.is_set():
                 try:

@@ -57,7 +57,9 @@ def test_a_queue_delivers_around_a_damaged_record_and_its_sow_fails_clearly(
         assert failure.get("reason") == "journal corrupt", failure
         assert f"txids {first} to {last} unreadable" in str(failure), failure
         sock.sendall(
-            encode_frame({"c": "subscribe", "t": "orders", "sub_id": "q", "o": "max_backlog=10000"})
+            encode_frame(
+                {"c": "subscribe", "t": "orders", "sub_id": "q", "o": "max_backlog=10000"}
+            )
         )
         got: set[int] = set()
         while len(got) < RECORDS - hidden:

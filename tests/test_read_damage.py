@@ -298,12 +298,10 @@ def test_replication_catch_up_reports_a_damaged_range_once_and_goes_on(
     cluster.add_instance(
         "A",
         "g",
-        lambda view: (
-            replication_xml(
-                destination_xml("B", "g", False, view.addr("B"), exclude=("replicate",))
-            )
-            + ADMIN
-        ),
+        lambda view: replication_xml(
+            destination_xml("B", "g", False, view.addr("B"), exclude=("replicate",))
+        )
+        + ADMIN,
     )
     cluster.add_instance("B", "g", lambda view: "")
     a_journal = cluster.root / "A" / "A-journal"

@@ -239,7 +239,6 @@ GOOD_HELLO = {
     "back": True,
 }
 
-
 #: a hello field change that removes the field
 class _Delete:
     """Marks a hello field to leave out; its repr is the test id, the same in every

@@ -187,11 +187,9 @@ def test_a_clean_stop_checkpoints_every_queue_through_the_last_commit(tmp_path: 
         server.start(timeout=60)
         # the first checkpoint (the rebuild's messages) is written before the traffic
         wait_until_sync(
-            lambda: (
-                None
-                if instance_tree(server)["queues"]["work"]["checkpoint_txid"] == 12_000
-                else "the first checkpoint is not written yet"
-            ),
+            lambda: None
+            if instance_tree(server)["queues"]["work"]["checkpoint_txid"] == 12_000
+            else "the first checkpoint is not written yet",
             timeout=30,
         )
         publish_persisted(server.port, "plain-feed", [("trades", b'{"px": 1}')] * 200)

@@ -186,6 +186,9 @@ def queues_tree(instance: AdminHost) -> dict[str, dict[str, Any]]:
     return tree
 
 
+
+
+
 def journals_tree(instance: AdminHost) -> dict[str, Any]:
     """The journal segments (AMPS's journal files) by id, with the log's time span and
     the maintenance state: ``journals``, ``min_timestamp``, ``max_timestamp``,

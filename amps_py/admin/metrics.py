@@ -70,7 +70,8 @@ class InstanceCollector(Collector):
             )
             yield gauge(
                 "amps_startup_journal_records_read",
-                "Journal records the last start read past the SOW stores' and queues' checkpoints",
+                "Journal records the last start read past the SOW stores' and queues' "
+                "checkpoints",
                 stats.startup["journal_records_read"],
             )
         yield gauge("amps_clients", "Connected clients", stats.clients)
@@ -88,8 +89,7 @@ class InstanceCollector(Collector):
             gate.failures,
         )
         yield counter(
-            "amps_auth_checks",
-            "Password checks run (each one scrypt, on a worker thread)",
+            "amps_auth_checks", "Password checks run (each one scrypt, on a worker thread)",
             gate.checks_run,
         )
         yield counter(

@@ -45,7 +45,6 @@ def ready_key(message: QueueMessage) -> int:
     priority = message.priority
     return message.txid - priority * TXIDS if priority else message.txid
 
-
 Matcher = Callable[[QueueSub, QueueMessage], bool]
 
 

@@ -152,7 +152,8 @@ class ReplicationManager:
         dials the peer, offering the stream back, and its name sorts first. The peer
         then closes the connection it opened as soon as this one reaches it."""
         return peer_name > self.instance.name and any(
-            d.config.inet_addrs and peer_name in (d.name, d.remote_name) for d in self.destinations
+            d.config.inet_addrs and peer_name in (d.name, d.remote_name)
+            for d in self.destinations
         )
 
     def back_destination(self, name: str, group: str) -> Destination | None:

@@ -80,7 +80,7 @@ class Destination:
         self.instance = instance
         self.config = config
         self.name = config.name
-        self.route = Route(config, getattr(instance.config, "message_types", None))
+        self.route = Route(config, instance.config.message_types)
         #: sync, downgraded or upgrade pending; the resync of the current connection
         self.ack_mode = AckMode(config.sync)
         self.remote_name = ""

@@ -433,7 +433,9 @@ def _queue_failures(
                         "check cannot be excluded)",
                     )
                 )
-            problems, changes = _differences(q, mine, UNDERLYING_FIELDS, upstream_name, local.name)
+            problems, changes = _differences(
+                q, mine, UNDERLYING_FIELDS, upstream_name, local.name
+            )
             if problems:
                 failures.append(
                     ValidationFailure(
@@ -450,7 +452,9 @@ def _queue_failures(
             f"<Topic><Name>{escape(underlying)}</Name><MessageType>{q.message_type}"
             "</MessageType></Topic>"
         )
-        if not any(t.message_type == q.message_type and covers(t.name, underlying) for t in topics):
+        if not any(
+            t.message_type == q.message_type and covers(t.name, underlying) for t in topics
+        ):
             failures.append(
                 ValidationFailure(
                     "queue_underlying",

@@ -48,7 +48,7 @@ from amps_py.config import (
     security_warnings,
 )
 from amps_py.errors import JournalMaintenanceError
-from amps_py.message_types import MessageTypes, default_types
+from amps_py.message_types import MessageTypes
 from amps_py.queue import QueueMessage
 from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
@@ -105,9 +105,7 @@ class Instance:
         self._conn_ids = itertools.count(1)
         self._journaled: dict[tuple[str, str], bool] = {}
         #: the message types this instance loads (the defaults and <MessageTypes>)
-        self.message_types: MessageTypes = getattr(config, "message_types", None) or (
-            default_types()
-        )
+        self.message_types: MessageTypes = config.message_types
         self._filters: dict[str, Any] = {}
         self.replication: ReplicationManager | None = None
         #: journal segment maintenance (with a TransactionLog, once serving)

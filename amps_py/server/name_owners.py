@@ -111,7 +111,9 @@ class NameOwners:
         """Every (name, owner), in name order."""
         with self._env.begin(db=self._db) as txn:
             for key, value in txn.cursor():
-                yield bytes(key).decode("utf-8", "replace"), bytes(value).decode("utf-8", "replace")
+                yield bytes(key).decode("utf-8", "replace"), bytes(value).decode(
+                    "utf-8", "replace"
+                )
 
     def forget_stateless(self, holds_state: Callable[[str], bool]) -> int:
         """Forget the owners of names for which ``holds_state(name)`` is false (their

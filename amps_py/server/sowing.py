@@ -325,11 +325,9 @@ class SowState:
         """
         reader = sow.reader
         if delta and not reader.supports_delta:
-            raise CommandFailed(
-                reasons.PARSE_ERROR,
-                f"SOW topic {sow.name!r} holds {reader.name} messages, which have no "
-                "delta merge: publish the whole message instead of delta_publish",
-            )
+            # as in AMPS: a type without a delta merge stores the delta as the whole
+            # message
+            delta = False
         doc = parse_document(payload, sow) if sow.config.keys else None
         key = sow.key_of(header, doc)
         if not delta:
