@@ -354,6 +354,12 @@ def _client_errors(
         fail(str(exc))
 
 
+async def _delimited(lines: Any, delimiter: bytes, file_: Any) -> Any:
+    """``lines(file_)`` with ``delimiter`` written as SOH, the FIX field separator."""
+    async for line, done in lines(file_):
+        yield line.replace(delimiter, b"\x01"), done
+
+
 async def _lines(file_: Any, check_json: bool = False) -> Any:
     """The non-blank lines of ``file_`` (binary) without their line ends, with the
     bytes read so far: ``(line, bytes_read)``. A regular file is read directly; a pipe
@@ -510,6 +516,13 @@ def _file_size(file_: Any) -> int | None:
     "$AMPS_PY_ADMIN_URL, else port 8085 on the URI's host when that is this instance's); "
     "an https:// one is verified with --ca-file.",
 )
+@click.option(
+    "--delimiter",
+    default=None,
+    metavar="CHAR",
+    help="FIX and NVFIX: the character DATA and the lines use between fields (e.g. "
+    "'|'); it is sent as the field separator, SOH (as AMPS's spark -delimiter).",
+)
 def publish(
     uri: str,
     topic: str,
@@ -523,6 +536,7 @@ def publish(
     password_env: str,
     raw: bool,
     admin_url: str | None,
+    delimiter: str | None,
 ) -> None:
     """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted.
 
@@ -577,6 +591,12 @@ def publish(
         )
     check_lines = not raw and _json_transport(uri) and _check_payloads(data, file_)
     lines = partial(_lines, check_json=check_lines)
+    if delimiter is not None:
+        if len(delimiter) != 1 or delimiter == "\x01":
+            fail(f"--delimiter takes one character other than SOH, e.g. '|'; got {delimiter!r}")
+        if data is not None:
+            data = data.replace(delimiter, "\x01")
+        lines = partial(_delimited, lines, delimiter.encode())
     if store is not None or "," in uri:
         _publish_ha(
             uri,
@@ -878,7 +898,7 @@ def subscribe(
         return
     from amps_py.cli_client import stderr_is_terminal
     from amps_py.cli_ha import message_line
-    from amps_py.client import AMPSError, open_client
+    from amps_py.client import AMPSError, open_client, parse_uri
     from amps_py.trio_util import unwrapping_groups
 
     out = sys.stdout
@@ -960,7 +980,7 @@ def subscribe(
                         ) from None
                     break
                 n += 1
-                out.write(message_line(msg, raw))
+                out.write(message_line(msg, raw, parse_uri(uri).message_type))
                 if ack:
                     out.flush()  # printed before it leaves the queue
                     await msg.ack()

@@ -43,6 +43,7 @@ import trio
 
 from amps_py.client import BadURI, parse_uri
 from amps_py.client.bookmark_store import fsync_directory
+from amps_py.message_types import default_types
 
 __all__ = [
     "FileRun",
@@ -537,7 +538,7 @@ async def subscribe(
                             raise sub.failure from None
                         break
                     n += 1
-                    out.write(message_line(msg, raw))
+                    out.write(message_line(msg, raw, parse_uri(uris[0]).message_type))
                     if start is not None:
                         out.flush()  # printed before it counts as processed
                         msg.processed()
@@ -550,17 +551,24 @@ async def subscribe(
     return n
 
 
-def message_line(msg: Any, raw: bool) -> str:
+def message_line(msg: Any, raw: bool, message_type: str = "json") -> str:
     """One printed message: its payload (``raw``), or the JSON envelope ``{topic,
     bookmark, data}`` (``bookmark`` only when the message has one) with
     ``"possible_duplicate": true`` added when the HA client flags it (it may have
-    been printed before: redelivered after a reconnect or a restart)."""
+    been printed before: redelivered after a reconnect or a restart). ``data`` is the
+    payload as JSON: a JSON message as it is, a fix, nvfix, xml, bson or msgpack one
+    (``message_type``, from the URI) as its fields, else the payload as text."""
     if raw:
         return str(msg.data.decode(errors="replace")) + "\n"
-    try:
-        data: Any = orjson.loads(msg.data)
-    except orjson.JSONDecodeError:
-        data = msg.data.decode(errors="replace")
+    data: Any = None
+    if message_type != "json":
+        reader = default_types().get(message_type)
+        data = reader.to_jsonable(msg.data) if reader is not None else None
+    if data is None:
+        try:
+            data = orjson.loads(msg.data)
+        except orjson.JSONDecodeError:
+            data = msg.data.decode(errors="replace")
     env: dict[str, Any] = {"topic": msg.topic}
     if msg.bookmark:  # a live subscription's messages carry none
         env["bookmark"] = msg.bookmark

@@ -75,6 +75,36 @@ def test_serve_embedded_default_runs_the_readme_commands(tmp_path: Path) -> None
         assert res.stdout.splitlines() == ['{"id": 2, "qty": 5}', '{"id": 3, "qty": 70}']
         # the embedded default journals under ./amps-data
         assert (tmp_path / "amps-data" / "data.mdb").exists()
+        # the README's NVFIX lines: another type, its own topic, its paths
+        nvfix = uri.replace("/amps/json", "/amps/nvfix")
+        res = run(
+            "publish",
+            nvfix,
+            "quotes",
+            "Symbol=IBM|Price=140.5|",
+            "--delimiter",
+            "|",
+            cwd=tmp_path,
+        )
+        assert res.returncode == 0, res.stderr
+        res = run(
+            "subscribe",
+            nvfix,
+            "quotes",
+            "--bookmark",
+            "0",
+            "--filter",
+            "/Price > 100",
+            "--count",
+            "1",
+            cwd=tmp_path,
+        )
+        assert res.returncode == 0, res.stderr
+        (row,) = [json.loads(line) for line in res.stdout.splitlines()]
+        assert row["data"] == {"Symbol": "IBM", "Price": "140.5"}, row
+        # a json subscriber of the same topic name sees none of it
+        res = run("subscribe", uri, "quotes", "--bookmark", "0", "--timeout", "1", cwd=tmp_path)
+        assert res.returncode == 0 and res.stdout == "", (res.stdout, res.stderr)
     finally:
         code = serve.stop()
     assert code == 0, serve.log()

@@ -98,10 +98,12 @@ def test_default_config_contents() -> None:
     assert cfg.name == cfg.group == "amps-py"
     assert cfg.source == "<embedded default>"
     (only,) = cfg.transports
-    assert only == TransportConfig("json-tcp", "tcp", "127.0.0.1", 9007, "amps", "json")
+    # no MessageType: every type, each client's from its URI (json when it names none)
+    assert only == TransportConfig("json-tcp", "tcp", "127.0.0.1", 9007, "amps", None)
     assert cfg.transaction_log is not None
     assert cfg.transaction_log.journal_directory == Path("/srv/amps")
-    assert cfg.transaction_log.journals("any/topic", "json")
+    for message_type in ("json", "fix", "nvfix", "xml", "bson", "msgpack"):
+        assert cfg.transaction_log.journals("any/topic", message_type), message_type
     assert not cfg.transaction_log.journals("any/topic", "binary")
     assert cfg.logging == (LogTarget("stdout", "info"),)
 
