@@ -237,9 +237,9 @@ class DurableWindow:
             if state is not None and state.routing_key == key and acked >= state.acked:
                 if acked > state.acked:
                     state.acked = acked
-                    queue = state.held
-                    while queue and queue[0].txid <= acked:
-                        self._unhold(queue.popleft(), release)
+                    held = state.held
+                    if held and held[0].txid <= acked:
+                        self._acknowledged(held, acked, release)
                 continue
             # new (first seen, or sync again), routed differently, or acked moved back:
             # what it holds now is what of the records not durable yet it is routed
@@ -260,6 +260,30 @@ class DurableWindow:
                 # no longer sync (downgraded): it holds nothing any more
                 for rec in states.pop(name).held:
                     self._unhold(rec, release)
+
+    def _acknowledged(self, queue: deque[Record], acked: int, release: Release) -> None:
+        """A destination acknowledged through ``acked``: it stops holding the records
+        at the front of its ``queue`` up to there (:meth:`_unhold`, inlined: this is
+        the per-record path of every acknowledgement)."""
+        holds = self._holds
+        settled = release.settled
+        duplicates = self._duplicates
+        while queue and queue[0].txid <= acked:
+            rec = queue.popleft()
+            txid = rec.txid
+            left = holds[txid] - 1
+            if left:
+                holds[txid] = left
+                continue
+            del holds[txid]
+            seqs = settled.get(rec.pub_hash)
+            if seqs is None:
+                settled[rec.pub_hash] = [rec.seq]
+            else:
+                seqs.append(rec.seq)
+            if duplicates and txid in duplicates:
+                for pub_hash, seq in duplicates.pop(txid):
+                    _settle(settled, pub_hash, seq)
 
     def _unhold(self, rec: Record, release: Release) -> None:
         """One destination stops holding ``rec``; durable when none holds it any more."""
