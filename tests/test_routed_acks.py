@@ -104,6 +104,12 @@ async def test_only_messages_routed_to_a_down_sync_destination_wait_for_it(
         # a later message not routed to B is not held behind the one that is
         await acked(local, await local.publish("local", b'{"n":3}'))
         await waiting_for(cluster, "B", 1)
+
+        def b_down() -> str | None:
+            connected = cluster.server("A").destination("B")["is_connected"]
+            return "A still reports B connected" if connected else None
+
+        await wait_until(b_down, 30)
         assert "persisted acks wait for it (1 message routed to it not acknowledged)" in (
             status_of_b(cluster)
         )
