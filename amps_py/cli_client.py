@@ -241,9 +241,11 @@ def fetch_instance(
 
 
 def waiting_destinations(instance: Mapping[str, Any]) -> list[str]:
-    """The sync replication destinations that hold persisted acks back: not connected,
-    or connected but without the newest journaled record acknowledged; each as
-    ``"NAME (what is wrong)"``."""
+    """The sync replication destinations that hold persisted acks back: with messages
+    routed to them not acknowledged (``acks_waiting``), not connected or connected but
+    behind; each as ``"NAME (what is wrong)"``. (An instance that does not report
+    ``acks_waiting`` holds acks for every record a sync destination has not
+    acknowledged.)"""
     last_txid = int((instance.get("transaction_log") or {}).get("last_txid", 0) or 0)
     found = []
     destinations = (instance.get("replication") or {}).get("destinations") or {}
@@ -251,8 +253,19 @@ def waiting_destinations(instance: Mapping[str, Any]) -> list[str]:
         if d.get("replication_type") != "sync":
             continue
         address = d.get("address") or ""
+        where = f" to {address}" if address else ""
+        if "acks_waiting" in d:
+            waiting = int(d["acks_waiting"] or 0)
+            if not waiting:
+                continue  # nothing routed to it waits: it holds no persisted ack
+            state = "connected" if d.get("is_connected") else "not connected"
+            error = "" if d.get("is_connected") else d.get("last_error") or ""
+            found.append(
+                f"{name} ({state}{where}{f'; {error}' if error else ''}; {waiting} "
+                "message(s) routed to it not acknowledged)"
+            )
+            continue
         if not d.get("is_connected"):
-            where = f" to {address}" if address else ""
             error = d.get("last_error") or ""
             found.append(f"{name} (not connected{where}{f'; {error}' if error else ''})")
             continue

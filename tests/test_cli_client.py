@@ -319,6 +319,20 @@ def test_waiting_destinations_are_the_sync_ones_down_or_behind() -> None:
     document["replication"] = {"destinations": {"caught-up": dest("sync", True, 40)}}
     text = explain_persisted_wait("no persisted ack", "http://h:1", document, "pub")
     assert "no sync replication destination that is down or behind" in text
+    # an instance that says which destinations hold acks (acks follow routing): a sync
+    # destination down with nothing routed to it waiting is not blamed
+    document["replication"] = {
+        "destinations": {
+            "partial": dest("sync", False, 0, acks_waiting=0, last_error="refused"),
+            "full": dest("sync", False, 0, acks_waiting=3, last_error="refused"),
+            "busy": dest("sync", True, 39, acks_waiting=1),
+        }
+    }
+    assert waiting_destinations(document) == [
+        "busy (connected to 10.0.0.9:9100; 1 message(s) routed to it not acknowledged)",
+        "full (not connected to 10.0.0.9:9100; refused; 3 message(s) routed to it not "
+        "acknowledged)",
+    ]
 
 
 def test_publish_to_a_topic_that_is_not_journaled_says_it_is_not_stored(

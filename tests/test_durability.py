@@ -1,4 +1,5 @@
-"""PublisherLedger: the persisted-ack rules, without trio or a server."""
+"""PublisherLedger: the persisted-ack rules, without trio or a server (which records
+are durable: tests/test_durable_window.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amps_py.server.durability import DurableWindow, Ledgers, PublisherLedger
+from amps_py.server.durability import Ledgers, PublisherLedger
 from txlog import Record
 
 
@@ -93,46 +94,8 @@ def test_acks_only_cover_settled_seqs(order: list[int]) -> None:
     assert ledger.acked == max(order) and ledger.idle
 
 
-# ---------------------------------------------------------------------- the window
-
-
 def rec(txid: int, ph: int, seq: int) -> Record:
     return Record(topic="t", payload=b"{}", pub_hash=ph, seq=seq, txid=txid)
-
-
-def test_without_sync_destinations_a_commit_is_durable_at_once() -> None:
-    window = DurableWindow()
-    release = window.committed([rec(1, 7, 1), rec(2, 7, 2), rec(3, 8, 1)], [], 3, None)
-    assert release.settled == {7: [1, 2], 8: [1]}
-    assert [r.txid for r in release.records] == [1, 2, 3]
-    assert (window.durable_txid, window.waiting) == (3, False)
-
-
-def test_sync_destinations_hold_records_until_they_acknowledge() -> None:
-    window = DurableWindow(durable_txid=0)
-    release = window.committed([rec(1, 7, 1), rec(2, 7, 2)], [], 2, upto=0)
-    assert release.settled == {} and window.holds_records
-    release = window.committed([rec(3, 7, 3)], [], 3, upto=1)
-    assert release.settled == {7: [1]} and window.durable_txid == 1
-    release = window.advance(3)
-    assert release.settled == {7: [2, 3]}
-    assert [r.txid for r in release.records] == [2, 3]
-    assert not window.waiting
-
-
-def test_a_downgrade_releases_everything_held_with_the_next_commit() -> None:
-    window = DurableWindow()
-    window.committed([rec(1, 7, 1)], [], 1, upto=0)
-    release = window.committed([rec(2, 7, 2)], [], 2, upto=None)  # no sync destination now
-    assert release.settled == {7: [1, 2]} and window.durable_txid == 2
-
-
-def test_a_publish_found_already_stored_settles_once_the_copy_is_durable() -> None:
-    window = DurableWindow()
-    window.committed([rec(1, 7, 5)], [], 1, upto=0)  # the replicated copy, held
-    release = window.committed([], [rec(0, 7, 5)], 1, upto=0)  # the publish, dropped
-    assert release.settled == {}
-    assert window.advance(1).settled == {7: [5, 5]}
 
 
 def test_ledgers_are_built_on_need_and_dropped_when_idle() -> None:

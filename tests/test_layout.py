@@ -227,6 +227,7 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/destination_stats.py",
     # the server's decisions and bookkeeping (the trio driver is instance.py & co.)
     "amps_py/server/durability.py",
+    "amps_py/server/durable_window.py",
     "amps_py/server/delivery.py",
     "amps_py/server/counters.py",
     "amps_py/server/names.py",

@@ -119,11 +119,17 @@ def test_duration(seconds: float, words: str) -> None:
 
 def test_the_first_outage_line_says_how_it_retries_and_that_acks_wait() -> None:
     report = OutageReport(True, 1, 1, 0.0, "connect to h:1: Connection refused", True)
-    line = outage_line("B", "h:1", report, 0.0, sync=True)
+    line = outage_line("B", "h:1", report, 0.0, sync=True, waiting=3)
     assert line == (
         "replication to B (h:1) failed: connect to h:1: Connection refused; persisted acks "
-        "wait for it (sync destination); retrying on the ReconnectTimeout back-off, and "
-        "logging again at growing intervals while it fails"
+        "wait for it (sync destination, 3 messages routed to it not acknowledged); "
+        "retrying on the ReconnectTimeout back-off, and logging again at growing "
+        "intervals while it fails"
+    )
+    # nothing routed to it waits (a partial replica, say): no ack is held now
+    line = outage_line("B", "h:1", report, 0.0, sync=True)
+    assert "; persisted acks of messages routed to it will wait for it (sync destination);" in (
+        line
     )
 
 

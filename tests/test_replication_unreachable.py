@@ -81,9 +81,10 @@ def test_an_unreachable_sync_destination_is_reported_with_back_off(
     # for the first START_GRACE seconds
     assert "info: 15-0012 replication to B (127.0.0.1:" in lines[0], lines[0]
     assert (
-        f"is not up yet: {refused} (the peer may still be starting); persisted acks wait "
-        "for it (sync destination); retrying on the ReconnectTimeout back-off, logged as a "
-        f"warning if it is still down {START_GRACE:g} s after this first attempt"
+        f"is not up yet: {refused} (the peer may still be starting); persisted acks of "
+        "messages routed to it will wait for it (sync destination); retrying on the "
+        "ReconnectTimeout back-off, logged as a warning if it is still down "
+        f"{START_GRACE:g} s after this first attempt"
     ) in lines[0]
     # the admin API: down since when, how many attempts, the last error
     assert d["is_connected"] is False and d["last_error"] == refused, d
@@ -99,7 +100,8 @@ def test_an_unreachable_sync_destination_is_reported_with_back_off(
     assert row.split()[:3] == ["B", "sync", "NO"], row
     down = re.search(
         rf"B DOWN since {d['down_since']} \(\S+\), (\d+) failed attempts; last error: "
-        rf"{re.escape(refused)}; persisted acks wait for it",
+        rf"{re.escape(refused)}; sync, but no persisted ack waits for it \(nothing "
+        r"routed to it is unacknowledged\)",
         words(status.stdout),
     )
     assert down is not None, status.stdout
@@ -117,7 +119,7 @@ def test_an_unreachable_sync_destination_is_reported_with_back_off(
         r"(?:info|warning): 15-0012 replication to B still down since (\S+) \((\S+)\), "
         r"(\d+) failed attempts since the last report, (\d+) in all; last error: "
         + re.escape(refused)
-        + r"; persisted acks wait for it \(sync destination\)$",
+        + r"; persisted acks of messages routed to it will wait for it \(sync destination\)$",
         again,
     )
     assert counted is not None, again

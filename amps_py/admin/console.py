@@ -203,12 +203,13 @@ def destinations_table(replication: Mapping[str, Any], width: int | None = None)
 
 def down_lines(replication: Mapping[str, Any]) -> list[Text]:
     """One line per destination that is not connected: since when it is down, how
-    many attempts failed, the last error, and whether persisted acks wait for it."""
+    many attempts failed, the last error, and whether persisted acks wait for it (a
+    sync destination holds the acks of the messages routed to it only)."""
     lines = []
     for name, d in sorted(replication.get("destinations", {}).items()):
         if d["is_connected"]:
             continue
-        waits = "; persisted acks wait for it" if d["replication_type"] == "sync" else ""
+        waits = _acks_waiting(d)
         attempts = int(d.get("failed_attempts", 0))
         error = d.get("last_error") or ""
         if d.get("down_since"):
@@ -224,6 +225,22 @@ def down_lines(replication: Mapping[str, Any]) -> list[Text]:
             text += f"; last error: {error}"
         lines.append(Text(text + waits, style="red"))
     return lines
+
+
+def _acks_waiting(d: Mapping[str, Any]) -> str:
+    """What a destination that is down means for persisted acks, for
+    :func:`down_lines`."""
+    if d["replication_type"] != "sync":
+        return ""
+    if "acks_waiting" not in d:  # an instance from before acks followed routing
+        return "; persisted acks wait for it"
+    waiting = int(d["acks_waiting"] or 0)
+    if not waiting:
+        return "; sync, but no persisted ack waits for it (nothing routed to it is unacknowledged)"
+    return (
+        f"; persisted acks wait for it ({waiting} message{'s' if waiting != 1 else ''} "
+        "routed to it not acknowledged)"
+    )
 
 
 def hole_lines(replication: Mapping[str, Any]) -> list[Text]:

@@ -402,6 +402,12 @@ class InstanceCollector(Collector):
                 "Age of the oldest record the destination has not acknowledged",
                 labels=labels,
             ),
+            "acks_waiting": GaugeMetricFamily(
+                "amps_replication_acks_waiting",
+                "Committed messages routed to the destination whose persisted acks wait "
+                "for its acknowledgement (0 when async)",
+                labels=labels,
+            ),
             "down_seconds": GaugeMetricFamily(
                 "amps_replication_down_seconds",
                 "Seconds since the destination went down (lost its connection or failed "
@@ -440,6 +446,7 @@ class InstanceCollector(Collector):
             families["lag_bytes"].add_metric(key, lag_bytes)
             for family, field in (
                 ("seconds_behind", "seconds_behind"),
+                ("acks_waiting", "acks_waiting"),
                 ("down_seconds", "down_s"),
                 ("failed_attempts", "failed_attempts"),
                 ("messages_out", "messages_out"),

@@ -30,8 +30,9 @@ def default_config(data_dir: Path = Path("amps-data")) -> InstanceConfig:
     A standalone instance ``amps-py`` with one transport ``json-tcp`` (tcp, amps
     protocol; json messages unless a client's URI names another type, e.g.
     ``/amps/nvfix``) on 127.0.0.1:9007, a transaction log journaling every topic of
-    json, fix, nvfix, xml, bson and msgpack into ``data_dir`` (archived journal segments in ``data_dir/archive``), the
-    admin interface on 127.0.0.1:8085, and info-level logging to stdout. It is the same
+    json, fix, nvfix, xml, bson and msgpack into ``data_dir`` (archived journal
+    segments in ``data_dir/archive``), the admin interface on 127.0.0.1:8085, and
+    info-level logging to stdout. It is the same
     configuration as :func:`default_config_xml` describes.
     """
     return InstanceConfig(

@@ -34,6 +34,9 @@ class DestinationStatistics:
     pass_through: tuple[str, ...]
     last_error: str
     downgrades: int = 0
+    #: committed records routed to it that wait for its acknowledgement before their
+    #: persisted acks (0 while it is async, or when nothing routed to it is unacked)
+    acks_waiting: int = 0
     upgrades: int = 0
     upgrade_pending: bool = False
     #: the reconnect back-off wait in progress (seconds); 0 while connected or dialling

@@ -115,3 +115,8 @@ class ReplicationHost(Protocol):
     def replication_acked(self) -> None:
         """A destination acknowledged more."""
         ...
+
+    def acks_waiting_for(self, destination: str) -> int:
+        """How many committed records routed to sync destination ``destination`` wait
+        for its acknowledgement before they are durable."""
+        ...

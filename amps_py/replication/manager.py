@@ -1,9 +1,20 @@
 """The replication manager: an instance's destinations and accepted upstreams, and
-the durable watermark that persisted acks follow.
+which of them persisted acks wait for.
 
-``durable_txid`` = the highest local txid that is committed here AND acknowledged by
-every destination that is currently ``sync``. Persisted acks to publishers (and
-``fully_durable`` delivery) advance with it; async destinations never hold it back.
+A record is durable once it is committed here and acknowledged by every destination
+that is currently ``sync`` *and that the record is routed to*
+(:meth:`.routing.Route.accepts`: topic, message type, content filter, passthrough,
+loop prevention). :meth:`ReplicationManager.sync_holders` names the sync destinations;
+the server's :class:`~amps_py.server.durable_window.DurableWindow` asks each
+(:meth:`.outgoing.Destination.routed`) which records it holds and follows their
+``acked_txid``. Persisted acks to publishers advance per record; ``fully_durable``
+delivery, bookmark replay for it and the bookmark subscriptions' persisted acks follow
+the watermark below which every record is durable. Async (and downgraded)
+destinations, and sync ones a record is not routed to, never hold it.
+
+Acknowledgements to this instance's own upstreams are not held by its sync
+destinations: a received record is acknowledged upstream once it is committed here
+(:mod:`.incoming`).
 """
 
 from __future__ import annotations
@@ -34,17 +45,10 @@ class ReplicationManager:
         #: bytes buffered by connections to the replication port before their handshake
         self.prehello = PreHelloMemory()
 
-    @property
-    def has_sync(self) -> bool:
-        return any(d.sync for d in self.destinations)
-
-    def durable_txid(self, committed: int) -> int:
-        """The highest txid durable everywhere it must be (see module doc)."""
-        low = committed
-        for d in self.destinations:
-            if d.sync and d.acked_txid < low:
-                low = d.acked_txid
-        return low
+    def sync_holders(self) -> list[Destination]:
+        """The destinations persisted acks wait for now: sync, not downgraded (each
+        holds only the records routed to it; see the module doc)."""
+        return [d for d in self.destinations if d.sync]
 
     async def run(self) -> None:
         """Run every outgoing destination, and the return of memory left by

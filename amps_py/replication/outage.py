@@ -175,14 +175,24 @@ def outage_line(
     down_since: float | None,
     *,
     sync: bool,
+    waiting: int = 0,
     grace: float | None = None,
 ) -> str:
     """The log line of one :class:`OutageReport` of destination ``name`` (at
-    ``address``), down since ``down_since`` (epoch seconds); a ``sync`` destination's
-    line says that persisted acks wait for it. ``grace``: the destination has not
-    connected since the instance started, and is reported as a warning only after
-    that many seconds (the first line says so)."""
-    acks = "; persisted acks wait for it (sync destination)" if sync else ""
+    ``address``), down since ``down_since`` (epoch seconds). A ``sync`` destination's
+    line says whether persisted acks wait for it: they do for the ``waiting`` committed
+    messages routed to it that it has not acknowledged, and will for the next ones
+    routed to it. ``grace``: the destination has not connected since the instance
+    started, and is reported as a warning only after that many seconds (the first line
+    says so)."""
+    acks = ""
+    if sync and waiting:
+        acks = (
+            f"; persisted acks wait for it (sync destination, {waiting} message"
+            f"{'s' if waiting != 1 else ''} routed to it not acknowledged)"
+        )
+    elif sync:
+        acks = "; persisted acks of messages routed to it will wait for it (sync destination)"
     if report.first and grace is not None:
         return (
             f"replication to {name} ({address}) is not up yet: {report.error} (the peer "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -353,6 +354,7 @@ class Destination:
                 report,
                 self._outage.down_since,
                 sync=self.sync,
+                waiting=self.acks_waiting,
                 grace=START_GRACE if starting else None,
             ),
             extra=events.extra(code if report.new_error else events.REPLICATION_UNREACHABLE),
@@ -627,8 +629,27 @@ class Destination:
     # ---------------------------------------------------------------- info
     @property
     def sync(self) -> bool:
-        """Whether persisted acks wait for this destination now (see :class:`AckMode`)."""
+        """Whether persisted acks wait for this destination now (see :class:`AckMode`),
+        for the records routed to it."""
         return self.ack_mode.sync
+
+    @property
+    def routing_key(self) -> object:
+        """What :meth:`routed` depends on besides the config: the remote instance's
+        name (loop prevention), learned at connect ("" before: nothing is excluded)."""
+        return self.remote_name
+
+    def routed(self, records: Sequence[Record]) -> list[int]:
+        """The indexes, ascending, of the committed ``records`` this destination is
+        sent (the persisted acks of exactly those wait for it while it is sync); the
+        same decision as the send loop's (:meth:`Route.select`)."""
+        return self.route.select(records, range(len(records)), self.remote_name, _record_payload)
+
+    @property
+    def acks_waiting(self) -> int:
+        """How many committed records routed to this destination wait for its
+        acknowledgement before their persisted acks (0 while it is async)."""
+        return self.instance.acks_waiting_for(self.name) if self.sync else 0
 
     @property
     def upgrade_pending(self) -> bool:
@@ -770,6 +791,7 @@ class Destination:
             raw_bytes_out=self.raw_bytes_out,
             sent_txid=self.sent_txid,
             acked_txid=self.acked_txid,
+            acks_waiting=self.acks_waiting,
             seconds_behind=self.seconds_behind(),
             disconnect_count=self.disconnect_count,
             resyncs=self.resyncs,

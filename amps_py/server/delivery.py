@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import orjson
-
 from amps_py.message_types import MessageTypes, default_types
 from amps_py.protocol.messages import (
     bookmark_part,
@@ -46,14 +44,6 @@ class _Unparsed:
 
 
 _UNPARSED: Any = _Unparsed()
-
-
-def parse_json(payload: bytes) -> Any:
-    """The payload as JSON for content filters (None when it is not JSON)."""
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
 
 
 class Delivery:

@@ -16,14 +16,15 @@ The rules it keeps (docs/GUARANTEES.md, "Persisted acks"):
 - ``high`` bounds every seq this instance holds or has queued for the publisher (from
   any source), so the server's own next seq (a publish without ``s``) never names an
   existing message.
+
+Which records are durable, and when, is :mod:`.durable_window`'s to say; the ledgers
+take the seqs it settles.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from txlog import Record
 
@@ -208,100 +209,3 @@ class Ledgers:
         ledger = self._by_hash.get(pub_hash)
         if ledger is not None and ledger.idle:
             del self._by_hash[pub_hash]
-
-
-@dataclass
-class Release:
-    """What became durable: per publisher the seqs (for persisted acks), and the
-    records in txid order (for ``fully_durable`` subscriptions)."""
-
-    settled: dict[int, list[int]] = field(default_factory=dict)
-    records: list[Record] = field(default_factory=list)
-
-
-class DurableWindow:
-    """The records committed here that are not yet durable by the persisted-ack rule
-    (committed here and acknowledged by every sync destination), in txid order, and
-    the publishes the journal found already stored, waiting for the copy it holds.
-
-    In: each commit (:meth:`committed`) and each advance of the sync destinations'
-    acknowledgements (:meth:`advance`, with the txid through which every sync
-    destination has acknowledged). Out: :class:`Release` of what became durable.
-    ``durable_txid`` and ``last_bookmark`` say how far that is.
-    """
-
-    def __init__(self, durable_txid: int = 0, last_bookmark: str = "") -> None:
-        self.durable_txid = durable_txid
-        self.last_bookmark = last_bookmark
-        self._pending: deque[Record] = deque()
-        #: (txid bound, publisher, seq): settled once the bound is durable
-        self._dropped: deque[tuple[int, int, int]] = deque()
-
-    @property
-    def waiting(self) -> bool:
-        """Whether anything waits for the sync destinations."""
-        return bool(self._pending or self._dropped)
-
-    @property
-    def holds_records(self) -> bool:
-        return bool(self._pending)
-
-    def committed(
-        self, records: list[Record], dropped: list[Record], committed_txid: int, upto: int | None
-    ) -> Release:
-        """A commit stored ``records`` (in txid order) and found ``dropped`` (published
-        here) already stored. ``upto``: the txid through which every sync destination
-        has acknowledged, or None when there is no sync destination (then everything
-        committed is durable)."""
-        for rec in dropped:
-            # the copy it duplicates was committed before: durable by this bound
-            self._dropped.append((committed_txid, rec.pub_hash, rec.seq))
-        if upto is None:
-            upto = committed_txid
-            if not self._pending:
-                return self._all_durable(records)
-        self._pending.extend(records)
-        return self.advance(upto)
-
-    def advance(self, upto: int) -> Release:
-        """Every record through txid ``upto`` is durable now."""
-        release = Release()
-        pending = self._pending
-        settled = release.settled
-        if pending and pending[0].txid <= upto:
-            out = release.records
-            while pending and pending[0].txid <= upto:
-                rec = pending.popleft()
-                out.append(rec)
-                seqs = settled.get(rec.pub_hash)
-                if seqs is None:
-                    settled[rec.pub_hash] = [rec.seq]
-                else:
-                    seqs.append(rec.seq)
-            self.durable_txid = out[-1].txid
-            self.last_bookmark = out[-1].bookmark
-        self._settle_dropped(settled)
-        return release
-
-    def _all_durable(self, records: list[Record]) -> Release:
-        """No sync destination and nothing waiting: the commit is durable as it is (the
-        common case, without touching the window)."""
-        release = Release(records=records)
-        settled = release.settled
-        for rec in records:
-            seqs = settled.get(rec.pub_hash)
-            if seqs is None:
-                settled[rec.pub_hash] = [rec.seq]
-            else:
-                seqs.append(rec.seq)
-        if records:
-            self.durable_txid = records[-1].txid
-            self.last_bookmark = records[-1].bookmark
-        self._settle_dropped(settled)
-        return release
-
-    def _settle_dropped(self, settled: dict[int, list[int]]) -> None:
-        dropped = self._dropped
-        while dropped and dropped[0][0] <= self.durable_txid:
-            _, ph, seq = dropped.popleft()
-            settled.setdefault(ph, []).append(seq)

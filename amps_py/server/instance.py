@@ -11,10 +11,13 @@ The whole path of a publish (docs/ARCHITECTURE.md, "The picture")::
            Delivery.fan_out -> live subscriptions (subscriptions.py), not yet the
                fully_durable ones while sync destinations have not acknowledged
            replication Destinations wake (replication/outgoing.py): send, get acks
-           DurableWindow (durability.py): durable = committed here and acknowledged
-               by every sync destination (Instance.replication_acked -> advance)
+           DurableWindow (durable_window.py): durable = committed here and
+               acknowledged by every sync destination the record is routed to
+               (Instance.replication_acked -> advance); the watermark below which
+               every record is durable
            Ledgers.settle -> Session.persisted_progress: the persisted acks
-      bookmark replays (replay.py) read the journal up to the same visible txid,
+      bookmark replays (replay.py) read the journal up to the same visible txid
+      (the watermark for fully_durable ones),
       then go live with no gap and no duplicate at the seam.
 
 Records from upstream instances (replication/incoming.py) enter at the writer
@@ -386,6 +389,11 @@ class Instance:
     def replication_changed(self) -> None:
         """A destination connected, disconnected or changed sync/async."""
         self.publishing.advance_durable()
+
+    def acks_waiting_for(self, destination: str) -> int:
+        """How many committed records routed to sync destination ``destination`` wait
+        for its acknowledgement before they are durable."""
+        return self.publishing.acks_waiting_for(destination)
 
     def _setting(self, setting: str, flag: str) -> str:
         """``setting`` as a startup error names it; for the embedded default (no config

@@ -5,15 +5,17 @@
     Session._on_publish -> PublishPath.publish (dedup against the ledgers)
         journaled:     JournalWriter.submit -> one commit (one fsync) -> on_commit
                        -> Delivery.fan_out to live subscriptions (fully_durable ones
-                          wait for the sync destinations)
-                       -> DurableWindow: the durable watermark (local commit, and the
-                          sync destinations' acks via ``replication_acked``)
+                          wait for the durable watermark)
+                       -> DurableWindow: which records are durable (committed here and
+                          acknowledged by the sync destinations they are routed to;
+                          the acks arrive via ``replication_acked``), and the watermark
                        -> Ledgers.settle -> Session.persisted_progress (persisted acks)
         not journaled: Delivery.fan_out at once; the publish is done
 
 The decisions (dedup, what is durable, which acks advance) are pure and live in
-:mod:`.durability`; this module wires them to the writer, the subscriptions and the
-sessions, and wakes whoever waits for a commit (bookmark replays, destinations).
+:mod:`.durability` and :mod:`.durable_window`; this module wires them to the writer,
+the subscriptions and the sessions, and wakes whoever waits for a commit (bookmark
+replays, destinations).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from txlog import Journal, Record, publisher_hash
 from .commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
-from .durability import DurableWindow, Ledgers, PublisherLedger, Release
+from .durability import Ledgers, PublisherLedger
+from .durable_window import DurableWindow, Release, SyncHolder
 from .queues import QUEUE_ACK, QueueBook
 from .sowing import PUBLISH, SOW_DELETE, Removed, SowState, SowTopic
 from .subscriptions import SubscriptionRegistry
@@ -64,10 +67,9 @@ class PublisherSession(Publisher, Protocol):
 class SyncAcks(Protocol):
     """What the publish path needs of replication: the sync destinations' acks."""
 
-    @property
-    def has_sync(self) -> bool: ...
-
-    def durable_txid(self, committed: int) -> int: ...
+    def sync_holders(self) -> Sequence[SyncHolder]:
+        """The destinations persisted acks wait for now (sync, not downgraded)."""
+        ...
 
     def reset_upstreams(self, why: str) -> None: ...
 
@@ -142,9 +144,7 @@ class PublishPath:
             on_recovered=self.on_writes_resumed,
             keep_recent=keep_recent,
         )
-        if journal.last_txid:
-            self.window.last_bookmark = self.bookmark_of(journal.last_txid)
-        self.window.durable_txid = journal.last_txid
+        self.window = DurableWindow(journal.last_txid, self.bookmark_of(journal.last_txid))
         return self.writer
 
     # ---------------------------------------------------------------- what is where
@@ -155,19 +155,21 @@ class PublishPath:
 
     @property
     def durable_txid(self) -> int:
-        """The newest txid durable by the persisted-ack rule."""
+        """The durable watermark: every record through it is durable by the
+        persisted-ack rule (:mod:`.durable_window`)."""
         return self.window.durable_txid
 
     def visible_txid(self, durable: bool) -> int:
         """The newest txid a subscription may see: committed, or for ``fully_durable``
-        subscriptions, committed and acknowledged by every sync destination."""
+        subscriptions the durable watermark (every record through it committed and
+        acknowledged by each sync destination it is routed to)."""
         if durable and self.window.holds_records:
             return self.window.durable_txid
         return self.committed_txid
 
     async def wait_for_commit(self, after_txid: int, *, durable: bool = False) -> None:
         """Wait until a txid after ``after_txid`` is committed (or, with ``durable``,
-        acknowledged by every sync destination too)."""
+        until the durable watermark passes it)."""
         assert self.writer is not None
         while self.visible_txid(durable) <= after_txid:
             await self._commit_event.wait()
@@ -264,7 +266,7 @@ class PublishPath:
                 held = self._held_txid(ph, seq)
                 if held is not None:
                     self.counters.count_duplicate()
-                    if held <= self.durable_txid:
+                    if self.window.is_durable(held):
                         return "done"
                     ledger.accept(seq)  # settled when that record is durable
                     return "pending"
@@ -336,12 +338,14 @@ class PublishPath:
         return txid
 
     # ---------------------------------------------------------------- after a commit
+    def sync_holders(self) -> Sequence[SyncHolder]:
+        """The replication destinations persisted acks wait for now."""
+        replication = self.replication
+        return replication.sync_holders() if replication is not None else ()
+
     def on_commit(self, records: list[Record], dropped: list[Record]) -> None:
         """After a journal commit: fan out, then advance persisted acks."""
-        replication = self.replication
-        upto = None
-        if replication is not None and replication.has_sync:
-            upto = replication.durable_txid(self.committed_txid)
+        holders = self.sync_holders()
         if records:
             changes = None
             if self.sow_topics:
@@ -350,7 +354,7 @@ class PublishPath:
                 removed = self.sow.apply(records)
                 if removed:
                     self.out_of_focus(removed)
-            skip_durable = upto is not None and self.registry.fully_durable > 0
+            skip_durable = bool(holders) and self.registry.fully_durable > 0
             if changes:
                 self._deliver_with_focus(records, skip_durable, changes)
             else:
@@ -359,16 +363,26 @@ class PublishPath:
                 self.queues.on_commit(records)
             if self._commit_callbacks:
                 self._run_commit_callbacks(records, True, "")
-        self._released(self.window.committed(records, dropped, self.committed_txid, upto))
+        copies = [(rec.pub_hash, rec.seq, self._copy_txid(rec)) for rec in dropped]
+        self._released(self.window.committed(records, copies, self.committed_txid, holders))
+
+    def _copy_txid(self, rec: Record) -> int | None:
+        """The txid of the stored copy of ``rec`` (a publish the journal found already
+        stored): 0 when journal removal deleted it, ``None`` if it cannot be found."""
+        if self.journal is None:
+            return None
+        return self._held_txid(rec.pub_hash, rec.seq)
 
     def advance_durable(self) -> None:
         """The sync destinations acknowledged more, or changed: release what is
         durable now."""
         if self.window.waiting:
-            upto = self.committed_txid
-            if self.replication is not None and self.replication.has_sync:
-                upto = self.replication.durable_txid(upto)
-            self._released(self.window.advance(upto))
+            self._released(self.window.advance(self.sync_holders()))
+
+    def acks_waiting_for(self, destination: str) -> int:
+        """How many committed records routed to ``destination`` wait for its
+        acknowledgement before they are durable (0 unless it is sync)."""
+        return self.window.held_by(destination)
 
     def _deliver(self, records: list[Record], skip_durable: bool, durable_only: bool) -> None:
         """Fan committed records out to the live subscriptions of their topics: all,
