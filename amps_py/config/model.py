@@ -220,9 +220,14 @@ class TransportConfig:
         private_key: the PEM private key of ``certificate``, or ``None``.
         ciphers: an OpenSSL cipher string limiting the TLS 1.2 ciphers, or ``None``
             for OpenSSL's defaults.
-        authentication: for the replication transport: ``Transport/Authentication``,
-            who may replicate in; ``None``: ``AMPSConfig/Authentication`` applies (see
-            :attr:`InstanceConfig.replication_authentication`).
+        authentication: ``Transport/Authentication``: who may log on over this
+            transport (clients; on the replication transport, upstream instances);
+            ``None``: ``AMPSConfig/Authentication`` applies (see
+            :meth:`InstanceConfig.authentication_of`).
+        entitlement: ``Transport/Entitlement``: what users logged on over this
+            transport may do (on the replication transport: which may replicate in);
+            ``None``: ``AMPSConfig/Entitlement`` applies (see
+            :meth:`InstanceConfig.entitlement_of`).
         sequence_gap_threshold: for the replication transport
             (``SequenceGapThreshold``): a received record whose publisher seq is more
             than this above the highest this instance holds for that publisher is
@@ -261,6 +266,7 @@ class TransportConfig:
     private_key: Path | None = None
     ciphers: str | None = None
     authentication: AuthenticationConfig | None = None
+    entitlement: EntitlementConfig | None = None
     sequence_gap_threshold: int = DEFAULT_SEQUENCE_GAP_THRESHOLD
     logon_timeout: float = DEFAULT_LOGON_TIMEOUT
     incomplete_message_timeout: float = DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT
@@ -671,8 +677,10 @@ class InstanceConfig:
         source: the file the config came from, or ``"<embedded default>"``/``"<string>"``.
         process_name: ``ProcessName`` when given.
         replication: the outgoing replication links, in file order.
-        authentication: the logon check; the default module lets everyone on.
-        entitlement: the per-user rights; the default module allows everything.
+        authentication: the logon check of every transport without its own (and of
+            the admin API); the default module lets everyone on.
+        entitlement: the per-user rights on every transport without its own (and on
+            the admin API); the default module allows everything.
         sow_topics: the SOW topics (see :meth:`sow_topic`).
         queues: the queues (see :meth:`queue`).
     """
@@ -775,10 +783,28 @@ class InstanceConfig:
     def replication_authentication(self) -> AuthenticationConfig:
         """Who may replicate into this instance: the replication transport's own
         ``Authentication`` if it has one, else ``AMPSConfig/Authentication``."""
-        transport = self.replication_transport
+        return self.authentication_of(self.replication_transport)
+
+    @property
+    def replication_entitlement(self) -> EntitlementConfig:
+        """Which upstream users may replicate in (``replication_logon``): the
+        replication transport's own ``Entitlement`` if it has one, else
+        ``AMPSConfig/Entitlement``."""
+        return self.entitlement_of(self.replication_transport)
+
+    def authentication_of(self, transport: TransportConfig | None) -> AuthenticationConfig:
+        """The Authentication that checks logons over ``transport``: its own, else the
+        instance's (as in AMPS; ``None``: the instance's)."""
         if transport is not None and transport.authentication is not None:
             return transport.authentication
         return self.authentication
+
+    def entitlement_of(self, transport: TransportConfig | None) -> EntitlementConfig:
+        """The Entitlement that decides for users logged on over ``transport``: its
+        own, else the instance's (as in AMPS; ``None``: the instance's)."""
+        if transport is not None and transport.entitlement is not None:
+            return transport.entitlement
+        return self.entitlement
 
     @property
     def client_transports(self) -> tuple[TransportConfig, ...]:

@@ -75,6 +75,14 @@ class SessionHost(ReplayHost, Protocol):
     def auth_gate(self) -> AuthGate: ...
     @property
     def entitler(self) -> Entitler: ...
+    def authenticator_for(self, transport: str) -> Authenticator:
+        """The module that checks logons over client transport ``transport``."""
+        ...
+
+    def entitler_for(self, transport: str) -> Entitler:
+        """The module that decides for users logged on over ``transport``."""
+        ...
+
     @property
     def last_durable_bookmark(self) -> str: ...
     @property
@@ -83,6 +91,7 @@ class SessionHost(ReplayHost, Protocol):
     def sow(self) -> SowState:
         """The SOW topics and their stores (empty without SOW)."""
         ...
+
     @property
     def queues(self) -> QueueBook | None:
         """The message queues (None when none is configured)."""
