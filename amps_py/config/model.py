@@ -588,6 +588,13 @@ class DestinationConfig:
             connected to.
         authenticator: the credentials the link logs on with
             (``Transport/Authenticator``); ``None``: none are sent.
+        archived_queues: (queue name, message type) of this instance's queues that the
+            destination carries as an archive (:meth:`QueueConfig.carried_by`): its
+            Topic entries cover a queue's underlying topic but not the queue's name.
+            The queue's acknowledgement and ownership records (journaled on the queue's
+            name) go to it with the messages, so the archive holds what left the queue
+            as well as what entered it. Derived by the loader from the queues
+            (:func:`archived_queues`); not written in the XML.
         line: the line of the ``<Destination>`` element, for messages; not compared.
     """
 
@@ -605,6 +612,7 @@ class DestinationConfig:
     ca_file: Path | None = None
     server_name: str | None = None
     authenticator: LinkAuthenticator | None = None
+    archived_queues: tuple[tuple[str, str], ...] = ()
     line: int | None = field(default=None, compare=False)
     _passthrough_patterns: tuple[re.Pattern[str], ...] = field(
         init=False, repr=False, compare=False
@@ -631,6 +639,14 @@ class DestinationConfig:
         """Seconds to wait after failed round ``round_number`` (0-based) of attempts."""
         timeouts = self.reconnect_timeouts or DEFAULT_RECONNECT_TIMEOUTS
         return timeouts[min(max(round_number, 0), len(timeouts) - 1)]
+
+
+def archived_queues(
+    topics: tuple[ReplicationTopic, ...], queues: tuple[QueueConfig, ...]
+) -> tuple[tuple[str, str], ...]:
+    """(name, message type) of the ``queues`` a Destination with Topic entries
+    ``topics`` carries as an archive (see :attr:`DestinationConfig.archived_queues`)."""
+    return tuple((q.name, q.message_type) for q in queues if q.carried_by(topics) == "archive")
 
 
 @dataclass(frozen=True)
