@@ -257,27 +257,57 @@ CASES = [
             "  <Transports>",
             "    <Transport>",
             "      <Name>t</Name><Type>tcp</Type><InetAddr>9007</InetAddr>",
-            "      <Entitlement><Module>x</Module></Entitlement>",
+            "      <TransportFilter><Module>x</Module></TransportFilter>",
             "    </Transport>",
             "  </Transports>",
         ),
-        "<Entitlement> is a recognised AMPS element, not supported by amps-py yet",
+        "<TransportFilter> is a recognised AMPS element, not supported by amps-py yet",
         6,
     ),
     Case(
-        "Authentication on a client transport",
+        "SequenceGapThreshold on a client transport",
+        doc(
+            "  <Transports>",
+            "    <Transport>",
+            "      <Name>t</Name><Type>tcp</Type><InetAddr>9007</InetAddr>",
+            "      <SequenceGapThreshold>10</SequenceGapThreshold>",
+            "    </Transport>",
+            "  </Transports>",
+        ),
+        "<SequenceGapThreshold> is read on the amps-replication transport only, and this "
+        "transport's Type is tcp. Fix: remove it",
+        6,
+    ),
+    Case(
+        "unknown Entitlement module on a client transport",
+        doc(
+            "  <Transports>",
+            "    <Transport>",
+            "      <Name>t</Name><Type>tcp</Type><InetAddr>9007</InetAddr>",
+            "      <Entitlement><Module>amps-default-no-entitlement-module</Module></Entitlement>",
+            "    </Transport>",
+            "  </Transports>",
+        ),
+        "Module 'amps-default-no-entitlement-module' is recognised by AMPS but not "
+        "supported by amps-py yet. Fix: use one of: amps-default-entitlement-module, "
+        "amps-rule-entitlement",
+        6,
+    ),
+    Case(
+        "AllowSpoofing false on a transport's default Authentication",
         doc(
             "  <Transports>",
             "    <Transport>",
             "      <Name>t</Name><Type>tcp</Type><InetAddr>9007</InetAddr>",
             "      <Authentication><Module>amps-default-authentication-module</Module>",
-            "      </Authentication>",
+            "        <Options><AllowSpoofing>false</AllowSpoofing></Options></Authentication>",
             "    </Transport>",
             "  </Transports>",
         ),
-        "<Authentication> is read on the amps-replication transport only, and this "
-        "transport's Type is tcp. Fix: move it to AMPSConfig/Authentication",
-        6,
+        "AllowSpoofing false is recognised by AMPS but not supported by amps-py yet: with "
+        "amps-default-authentication-module, the user name a client logs on with is always "
+        "taken as its identity",
+        7,
     ),
     Case(
         "SequenceGapThreshold that is not a count",

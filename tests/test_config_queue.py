@@ -200,6 +200,31 @@ def test_queues_of_every_kind_beside_a_sow_topic_in_any_order() -> None:
     assert config.queue("blobs") is config.queues[2]
 
 
+def test_a_local_queues_underlying_topic_of_another_name_may_be_replicated() -> None:
+    """AMPS: "The data from the underlying topics for the queue can be replicated without
+    special restrictions. The queue topic itself, however, cannot be replicated." A
+    destination covering the underlying topic or the DefaultPublishTarget of a
+    LocalQueue, but not its name, is accepted; it carries no queue records (they are
+    the instance's own)."""
+    regex_queue = named(
+        "q", "json", "<UnderlyingTopic>^orders/</UnderlyingTopic>",
+        "<DefaultPublishTarget>orders/new</DefaultPublishTarget>", tag="LocalQueue",
+    )  # fmt: skip
+    literal_queue = named(
+        "jobs", "json", "<UnderlyingTopic>orders/jobs</UnderlyingTopic>", tag="LocalQueue"
+    )
+    for queue, topic in (
+        (regex_queue, "orders/eu"),
+        (regex_queue, ".*new"),
+        (literal_queue, "orders/jobs"),
+    ):
+        config = load(
+            doc(*queue, replicated=(f"<Name>{topic}</Name><MessageType>json</MessageType>",))
+        )
+        (destination,) = config.replication
+        assert destination.archived_queues == (), topic
+
+
 def test_a_local_queue_whose_topic_no_destination_replicates() -> None:
     """Destinations replicating other topics (or other message types) leave a
     LocalQueue alone; a distributed queue's topic may be replicated."""
@@ -432,7 +457,8 @@ def _journal_cases() -> list[Case]:
 def _replicated_local_cases() -> list[Case]:
     fix = (
         "a LocalQueue must not be replicated; use Queue or GroupLocalQueue, or remove the "
-        "topic from the destination"
+        "topic from the destination (to replicate its messages alone, give the LocalQueue an "
+        "UnderlyingTopic of another name and replicate only that topic)"
     )
     regex_queue = named(
         "q", "json", "<UnderlyingTopic>^orders/</UnderlyingTopic>",
@@ -444,8 +470,8 @@ def _replicated_local_cases() -> list[Case]:
         Case("LocalQueue replicated by a literal destination topic",
              doc(*named("jobs", tag="LocalQueue"),
                  replicated=("<Name>jobs</Name><MessageType>json</MessageType>",)),
-             "LocalQueue 'jobs' is replicated: its underlying topic 'jobs' is replicated to "
-             f"Destination 'amps-2' by the Topic on line {first_topic}", FIRST, fix),
+             "LocalQueue 'jobs' is replicated: Destination 'amps-2' replicates its topic "
+             f"'jobs' by the Topic on line {first_topic}", FIRST, fix),
         Case("LocalQueue replicated by a regular destination topic",
              doc(*named("orders/new", tag="LocalQueue"),
                  replicated=("<Name>orders.*</Name><MessageType>json</MessageType>",)),
@@ -455,14 +481,11 @@ def _replicated_local_cases() -> list[Case]:
                  replicated=("<MessageType>binary</MessageType>",
                              "<MessageType>json</MessageType>")),
              f"by the Topic on line {first_topic + 1}", FIRST, fix),
-        Case("regular LocalQueue over a literal replicated topic",
+        Case("regular LocalQueue whose name a regular destination topic covers",
              doc(*regex_queue,
-                 replicated=("<Name>orders/eu</Name><MessageType>json</MessageType>",)),
-             "LocalQueue 'q' is replicated: its underlying topic '^orders/'", FIRST, fix),
-        Case("regular LocalQueue whose publish target a regular destination covers",
-             doc(*regex_queue,
-                 replicated=("<Name>.*new</Name><MessageType>json</MessageType>",)),
-             "LocalQueue 'q' is replicated", FIRST, fix),
+                 replicated=("<Name>q|orders/eu</Name><MessageType>json</MessageType>",)),
+             "LocalQueue 'q' is replicated: Destination 'amps-2' replicates its topic 'q'",
+             FIRST, fix),
     ]  # fmt: skip
 
 

@@ -682,8 +682,8 @@ CASES = [
                 REPL_TYPE, inet("h:9204"), "<Authenticator><Module>m</Module></Authenticator>"
             )
         ),
-        "'m' is not a valid Module. Fix: use one of: amps-default-authenticator, "
-        "amps-password-authenticator",
+        "'m' is not a valid Module. Fix: use one of: amps-default-authenticator-module, "
+        "amps-default-authenticator, amps-password-authenticator",
         17,
     ),
     Case(

@@ -180,7 +180,8 @@ CASES = [
             "<Username>repl</Username>",
             f"<Password>{SECRET}</Password>",
         ),
-        "<Username> is only used by the amps-password-authenticator module",
+        "<Username> is only used by the amps-password-authenticator and "
+        "amps-default-authenticator-module modules",
         AUTH_LINE + 3,
         id="options-on-default-module",
     ),

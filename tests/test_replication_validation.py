@@ -682,9 +682,12 @@ def test_the_hello_describes_the_queues_each_entry_covers() -> None:
     described = Route(upstream.replication[0]).describe_topics(upstream.sow_topics, upstream.queues)
     assert [[q["name"] for q in d.get("queues", ())] for d in described] == [
         ["work"],  # by its name
-        ["batch"],  # by its underlying topic
+        ["batch"],  # by its underlying topic only: archived, not replicated
         [],  # covers no queue: the key is left out
     ]
+    assert [q["archived"] for d in described[:2] for q in d["queues"]] == [False, True]
+    # batch's acknowledgement and ownership records go with its underlying topic
+    assert upstream.replication[0].archived_queues == (("batch", "json"),)
     assert "queues" not in described[2]
     assert described[0]["queues"][0]["semantics"] == "at-most-once"
     assert described[0]["queues"][0]["expiration"] == 30.0
@@ -692,7 +695,7 @@ def test_the_hello_describes_the_queues_each_entry_covers() -> None:
     hello = parse_hello({"version": PROTOCOL_VERSION, "name": "A", "topics": described})
     descriptors = [TopicDescriptor.from_wire(t) for t in hello.topics]
     assert descriptors[0].queues == (QueueFacts.from_config(work),)
-    assert descriptors[1].queues == (QueueFacts.from_config(batch),)
+    assert descriptors[1].queues == (QueueFacts.from_config(batch, archived=True),)
     assert descriptors[1].queues[0].initial_owner == "A"
 
 

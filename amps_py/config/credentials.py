@@ -15,9 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-#: Destination Transport Authenticator modules: send no credentials / a user and password.
+#: Destination Transport Authenticator modules: send no credentials (amps-py's own
+#: name) / a user and password (amps-py extension) / AMPS's default authenticator,
+#: which sends a user name (``User``, else the user the process runs as) and the
+#: password of its options, if any
 DEFAULT_LINK_AUTHENTICATOR: Final = "amps-default-authenticator"
 PASSWORD_LINK_AUTHENTICATOR: Final = "amps-password-authenticator"
+AMPS_DEFAULT_LINK_AUTHENTICATOR: Final = "amps-default-authenticator-module"
+
+
+def process_user(environ: Mapping[str, str] | None = None) -> str:
+    """The name of the user this process runs as, as AMPS's default authenticator
+    derives it: the system's answer, else ``$USER``; ``""`` when neither is known."""
+    try:
+        import pwd  # POSIX only
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, AttributeError):  # no pwd, or a uid without an entry
+        env = os.environ if environ is None else environ
+        return env.get("USER", "")
 
 
 class LinkCredentialsError(Exception):
@@ -35,14 +51,21 @@ class LinkAuthenticator:
     ``repr()`` never shows the password.
 
     Attributes:
-        module: ``amps-default-authenticator`` (send no credentials) or
-            ``amps-password-authenticator`` (send ``username`` and a password).
-        username: for the password module: the user to log on as.
+        module: ``amps-default-authenticator`` (send no credentials),
+            ``amps-password-authenticator`` (send ``username`` and a password), or
+            ``amps-default-authenticator-module`` (AMPS's default: send ``username``,
+            else the user this process runs as, and the password of the one source
+            set, else an empty password).
+        username: the user to log on as (``Options/Username`` of the password module,
+            ``Options/User`` of AMPS's default module, where ``None`` means the
+            process's user).
         password: the literal password (``Options/Password``), or ``None``.
-        password_file: a file whose first line is the password, read at each connect.
+        password_file: a file whose first line is the password, read at each connect
+            (``PasswordFile``, or ``PasswordFileName`` of AMPS's default module).
         password_env: an environment variable holding the password, read at each
-            connect. Exactly one of the three password sources is set for the
-            password module; none for the default module.
+            connect (``PasswordEnv``, or ``PasswordEnvironmentVariable``). Exactly one
+            of the three password sources is set for the password module, at most one
+            for AMPS's default module, none for ``amps-default-authenticator``.
     """
 
     module: str = DEFAULT_LINK_AUTHENTICATOR
@@ -68,27 +91,44 @@ class LinkAuthenticator:
         return f"LinkAuthenticator({', '.join(fields)})"
 
     def credentials(self, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-        """(user, password) to send, or ``None`` for the default module.
+        """(user, password) to send, or ``None`` for ``amps-default-authenticator``.
+
+        AMPS's default module sends its ``User`` (else :func:`process_user`) with the
+        password of its source, or an empty password when it has none.
 
         Raises:
             LinkCredentialsError: the password file cannot be read or is empty, or the
                 environment variable is unset.
         """
+        if self.module == AMPS_DEFAULT_LINK_AUTHENTICATOR:
+            user = self.username if self.username is not None else process_user(environ)
+            if self._has_password_source:
+                return user, self._password(environ, "PasswordEnvironmentVariable")
+            return user, ""
         if self.module != PASSWORD_LINK_AUTHENTICATOR or self.username is None:
             return None
+        return self.username, self._password(environ, "PasswordEnv")
+
+    @property
+    def _has_password_source(self) -> bool:
+        return (self.password, self.password_file, self.password_env) != (None, None, None)
+
+    def _password(self, environ: Mapping[str, str] | None, env_option: str) -> str:
+        """The password of the one source set (``env_option``: how the environment
+        variable option is spelt in the config, for the error)."""
         if self.password is not None:
-            return self.username, self.password
+            return self.password
         if self.password_file is not None:
-            return self.username, read_password_file(self.password_file)
+            return read_password_file(self.password_file)
         if self.password_env is not None:
             env = os.environ if environ is None else environ
             value = env.get(self.password_env)
             if not value:
                 raise LinkCredentialsError(
-                    f"environment variable {self.password_env} (Authenticator PasswordEnv) "
+                    f"environment variable {self.password_env} (Authenticator {env_option}) "
                     "is not set or empty; set it in the environment amps-py runs in"
                 )
-            return self.username, value
+            return value
         raise LinkCredentialsError("the Authenticator has no password source")
 
 

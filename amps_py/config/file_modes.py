@@ -6,14 +6,14 @@ the machine:
 
 * **secret files** (group or others may read or write them, ``mode & 0o077``): the
   ``PasswordFile`` of every ``amps-password-file`` Authentication (the instance's and
-  the replication transport's: users and password hashes, which an attacker can
+  each transport's: users and password hashes, which an attacker can
   guess against offline), the ``PrivateKey`` of every TLS transport and of the admin
-  interface, and the ``PasswordFile`` of every Destination's Authenticator (a password
+  interface, and the password file of every Destination's Authenticator (a password
   in clear). Fix:
   ``chmod 600 FILE``;
-* **rules files** (group or others may write them, ``mode & 0o022``): the
-  Entitlement ``RulesFile`` is not secret, but whoever may change it grants rights.
-  Fix: ``chmod 644 FILE``.
+* **rules files** (group or others may write them, ``mode & 0o022``): an
+  Entitlement ``RulesFile`` (the instance's or a transport's) is not secret, but
+  whoever may change it grants rights. Fix: ``chmod 644 FILE``.
 
 They are warnings, never errors: ``amps-py config check`` prints them (exit status
 unchanged) and the instance logs them when it starts. A file that cannot be examined
@@ -65,6 +65,15 @@ def named_files(config: InstanceConfig) -> list[NamedFile]:
                     f"PasswordFile of transport {transport.name}'s Authentication",
                     auth.password_file,
                     True,
+                )
+            )
+        rules = transport.entitlement
+        if rules is not None and rules.rules_file is not None:
+            found.append(
+                NamedFile(
+                    f"RulesFile of transport {transport.name}'s Entitlement",
+                    rules.rules_file,
+                    False,
                 )
             )
     if config.admin_tls is not None:

@@ -4,6 +4,7 @@ builders in a fixed order (which is the order of problems on the same line)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from amps_py.config.access import _build_authentication, _build_entitlement
 from amps_py.config.actions import _build_actions
 from amps_py.config.log_targets import _build_logging
 from amps_py.config.message_types import _build_message_types, _check_references
-from amps_py.config.model import REPLICATION_TRANSPORT_TYPES, InstanceConfig
+from amps_py.config.model import REPLICATION_TRANSPORT_TYPES, InstanceConfig, archived_queues
 from amps_py.config.parsing import (
     _drop_entity_references,
     _parse_xml,
@@ -70,6 +71,12 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     disk_limit, disk_path, age_limit = _build_disk_limits(root, problems)
     sow_topics = _build_sow(root, transaction_log, problems, message_types)
     queues = _build_queues(root, transaction_log, problems)
+    replication = tuple(
+        dataclasses.replace(d, archived_queues=archived)
+        if (archived := archived_queues(d.topics, queues))
+        else d
+        for d in replication
+    )
     return InstanceConfig(
         name=name or "",
         group=group or "",

@@ -221,9 +221,14 @@ class TransportConfig:
         private_key: the PEM private key of ``certificate``, or ``None``.
         ciphers: an OpenSSL cipher string limiting the TLS 1.2 ciphers, or ``None``
             for OpenSSL's defaults.
-        authentication: for the replication transport: ``Transport/Authentication``,
-            who may replicate in; ``None``: ``AMPSConfig/Authentication`` applies (see
-            :attr:`InstanceConfig.replication_authentication`).
+        authentication: ``Transport/Authentication``: who may log on over this
+            transport (clients; on the replication transport, upstream instances);
+            ``None``: ``AMPSConfig/Authentication`` applies (see
+            :meth:`InstanceConfig.authentication_of`).
+        entitlement: ``Transport/Entitlement``: what users logged on over this
+            transport may do (on the replication transport: which may replicate in);
+            ``None``: ``AMPSConfig/Entitlement`` applies (see
+            :meth:`InstanceConfig.entitlement_of`).
         sequence_gap_threshold: for the replication transport
             (``SequenceGapThreshold``): a received record whose publisher seq is more
             than this above the highest this instance holds for that publisher is
@@ -262,6 +267,7 @@ class TransportConfig:
     private_key: Path | None = None
     ciphers: str | None = None
     authentication: AuthenticationConfig | None = None
+    entitlement: EntitlementConfig | None = None
     sequence_gap_threshold: int = DEFAULT_SEQUENCE_GAP_THRESHOLD
     logon_timeout: float = DEFAULT_LOGON_TIMEOUT
     incomplete_message_timeout: float = DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT
@@ -583,6 +589,13 @@ class DestinationConfig:
             connected to.
         authenticator: the credentials the link logs on with
             (``Transport/Authenticator``); ``None``: none are sent.
+        archived_queues: (queue name, message type) of this instance's queues that the
+            destination carries as an archive (:meth:`QueueConfig.carried_by`): its
+            Topic entries cover a queue's underlying topic but not the queue's name.
+            The queue's acknowledgement and ownership records (journaled on the queue's
+            name) go to it with the messages, so the archive holds what left the queue
+            as well as what entered it. Derived by the loader from the queues
+            (:func:`archived_queues`); not written in the XML.
         line: the line of the ``<Destination>`` element, for messages; not compared.
     """
 
@@ -600,6 +613,7 @@ class DestinationConfig:
     ca_file: Path | None = None
     server_name: str | None = None
     authenticator: LinkAuthenticator | None = None
+    archived_queues: tuple[tuple[str, str], ...] = ()
     line: int | None = field(default=None, compare=False)
     _passthrough_patterns: tuple[re.Pattern[str], ...] = field(
         init=False, repr=False, compare=False
@@ -626,6 +640,14 @@ class DestinationConfig:
         """Seconds to wait after failed round ``round_number`` (0-based) of attempts."""
         timeouts = self.reconnect_timeouts or DEFAULT_RECONNECT_TIMEOUTS
         return timeouts[min(max(round_number, 0), len(timeouts) - 1)]
+
+
+def archived_queues(
+    topics: tuple[ReplicationTopic, ...], queues: tuple[QueueConfig, ...]
+) -> tuple[tuple[str, str], ...]:
+    """(name, message type) of the ``queues`` a Destination with Topic entries
+    ``topics`` carries as an archive (see :attr:`DestinationConfig.archived_queues`)."""
+    return tuple((q.name, q.message_type) for q in queues if q.carried_by(topics) == "archive")
 
 
 @dataclass(frozen=True)
@@ -672,8 +694,10 @@ class InstanceConfig:
         source: the file the config came from, or ``"<embedded default>"``/``"<string>"``.
         process_name: ``ProcessName`` when given.
         replication: the outgoing replication links, in file order.
-        authentication: the logon check; the default module lets everyone on.
-        entitlement: the per-user rights; the default module allows everything.
+        authentication: the logon check of every transport without its own (and of
+            the admin API); the default module lets everyone on.
+        entitlement: the per-user rights on every transport without its own (and on
+            the admin API); the default module allows everything.
         sow_topics: the SOW topics (see :meth:`sow_topic`).
         queues: the queues (see :meth:`queue`).
         message_types: every message type the instance knows, by name: AMPS's
@@ -781,10 +805,28 @@ class InstanceConfig:
     def replication_authentication(self) -> AuthenticationConfig:
         """Who may replicate into this instance: the replication transport's own
         ``Authentication`` if it has one, else ``AMPSConfig/Authentication``."""
-        transport = self.replication_transport
+        return self.authentication_of(self.replication_transport)
+
+    @property
+    def replication_entitlement(self) -> EntitlementConfig:
+        """Which upstream users may replicate in (``replication_logon``): the
+        replication transport's own ``Entitlement`` if it has one, else
+        ``AMPSConfig/Entitlement``."""
+        return self.entitlement_of(self.replication_transport)
+
+    def authentication_of(self, transport: TransportConfig | None) -> AuthenticationConfig:
+        """The Authentication that checks logons over ``transport``: its own, else the
+        instance's (as in AMPS; ``None``: the instance's)."""
         if transport is not None and transport.authentication is not None:
             return transport.authentication
         return self.authentication
+
+    def entitlement_of(self, transport: TransportConfig | None) -> EntitlementConfig:
+        """The Entitlement that decides for users logged on over ``transport``: its
+        own, else the instance's (as in AMPS; ``None``: the instance's)."""
+        if transport is not None and transport.entitlement is not None:
+            return transport.entitlement
+        return self.entitlement
 
     @property
     def client_transports(self) -> tuple[TransportConfig, ...]:

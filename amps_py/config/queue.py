@@ -19,8 +19,9 @@ Beyond what the schema checks (the elements, and the values of ``Semantics``,
 * have its underlying topic (with a regular expression: its ``DefaultPublishTarget``)
   recorded by the ``TransactionLog`` with the queue's MessageType: amps-py derives every
   queue from the journal, locally published and replicated messages alike;
-* as a LocalQueue, not have its underlying topic replicated by a
-  ``Replication/Destination/Topic``.
+* as a LocalQueue, not have its name (the queue topic) replicated by a
+  ``Replication/Destination/Topic``: its underlying topic, when it has another name,
+  may be replicated ("without special restrictions", as AMPS says), e.g. to an archive.
 
 An at-most-once queue is always round-robin, whatever ``FairnessModel`` says.
 """
@@ -43,7 +44,8 @@ from amps_py.units import UnitError, parse_duration
 _INTEGER = re.compile(r"\+?[0-9]+")
 _LOCAL_REPLICATED_FIX = (
     "a LocalQueue must not be replicated; use Queue or GroupLocalQueue, or remove the "
-    "topic from the destination"
+    "topic from the destination (to replicate its messages alone, give the LocalQueue an "
+    "UnderlyingTopic of another name and replicate only that topic)"
 )
 
 
@@ -473,25 +475,18 @@ def _local_is_not_replicated(
     replicated: list[tuple[etree._Element, ReplicationTopic]],
     problems: _Problems,
 ) -> bool:
-    """Whether a LocalQueue's underlying topic is replicated by no destination."""
+    """Whether no destination replicates a LocalQueue's name (its underlying topic may
+    be replicated when it has another name)."""
     if queue.kind != "local":
         return True
     for topic_el, topic in replicated:
-        if topic.message_type != queue.message_type:
-            continue
-        if queue.underlying_is_regex:
-            hit = topic.name is None or queue.covers(topic.name)
-            hit = hit or topic.matches(queue.publish_target, queue.message_type)
-        else:
-            hit = topic.matches(queue.underlying_topic, queue.message_type)
-        if hit:
+        if topic.matches(queue.name, queue.message_type):
             dest = topic_el.getparent()
             label = _text(_first(dest, "Name"), problems) if dest is not None else None
             problems.add(
                 queue_el,
-                f"LocalQueue {queue.name!r} is replicated: its underlying topic "
-                f"{queue.underlying_topic!r} is replicated to Destination {label or '?'!r} "
-                f"by the Topic on line {_line(topic_el)}",
+                f"LocalQueue {queue.name!r} is replicated: Destination {label or '?'!r} "
+                f"replicates its topic {queue.name!r} by the Topic on line {_line(topic_el)}",
                 _LOCAL_REPLICATED_FIX,
             )
             return False

@@ -9,8 +9,9 @@ replication can read it. ``amps_py.config.model`` re-exports it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal, Protocol
 
 #: ``QueueConfig.kind`` of each queue element (``QueueDefinition`` is AMPS's other
 #: name for ``Queue``)
@@ -24,6 +25,17 @@ QUEUE_KINDS: Final = {
 QUEUE_SEMANTICS: Final = ("at-least-once", "at-most-once")
 QUEUE_LEASING: Final = ("sublet", "strict")
 QUEUE_FAIRNESS: Final = ("proportional", "round-robin", "fast")
+
+
+class _TopicEntry(Protocol):
+    """A ``Replication/Destination/Topic`` as :meth:`QueueConfig.carried_by` reads it
+    (:class:`amps_py.config.model.ReplicationTopic`)."""
+
+    def matches(self, topic: str, message_type: str) -> bool: ...
+
+
+#: How a replication Destination carries a queue (see :meth:`QueueConfig.carried_by`)
+QueueCarriage = Literal["queue", "archive"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +162,31 @@ class QueueConfig:
         if self._pattern is None:
             return topic == self.underlying_topic
         return self._pattern.search(topic) is not None
+
+    def carried_by(self, topics: Iterable[_TopicEntry]) -> QueueCarriage | None:
+        """How a replication Destination whose Topic entries are ``topics`` carries
+        this queue:
+
+        * ``"queue"``: an entry covers the queue's own name, so the queue is replicated
+          (AMPS: "if the topic is a queue in this instance"): the downstream must host
+          the same queue (the ``queue`` and ``queue_underlying`` checks);
+        * ``"archive"``: no entry covers the name, but one covers the topic its
+          messages are journaled on (the underlying topic, or the DefaultPublishTarget)
+          - only possible when that topic has another name. AMPS replicates such
+          underlying topics "without replicating the queue itself", e.g. to an
+          archive or audit instance; amps-py sends the queue's acknowledgement and
+          ownership records along with them (see ``DestinationConfig.archived_queues``);
+        * ``None``: neither, and always for a LocalQueue that is not replicated (its
+          records are this instance's own; its underlying topic may be replicated).
+        """
+        entries = list(topics)
+        if any(t.matches(self.name, self.message_type) for t in entries):
+            return "queue"
+        if self.kind == "local":
+            return None
+        journaled = (self.underlying_topic, self.default_publish_target)
+        if any(
+            n is not None and t.matches(n, self.message_type) for t in entries for n in journaled
+        ):
+            return "archive"
+        return None

@@ -45,6 +45,21 @@ def security_warnings(config: InstanceConfig) -> list[str]:
             "with `amps-py users add FILE USER`) and an Authenticator with that user to "
             "each upstream's Destination/Transport; or listen on 127.0.0.1 only"
         )
+    for client in config.client_transports:
+        if (
+            config.authentication_of(client).module == auth.DEFAULT_AUTHENTICATION_MODULE
+            and config.authentication.module != auth.DEFAULT_AUTHENTICATION_MODULE
+            and not _loopback_only(client.host)
+        ):
+            warnings.append(
+                f"transport {client.name!r} ({client.type}) authenticates with "
+                f"{auth.DEFAULT_AUTHENTICATION_MODULE} while AMPSConfig/Authentication checks "
+                f"passwords: a client that reaches {client.address} may log on as any "
+                "user, the users of the password file included, and gets that user's "
+                "rights and client names (this module takes the user name as given, as "
+                "AMPS's does with AllowSpoofing). Fix: remove its <Authentication> so the "
+                "instance's applies, or set its InetAddr to 127.0.0.1:PORT"
+            )
     admin = config.admin
     if (
         admin is not None

@@ -43,7 +43,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "AMPSConfig/Transports/Transport": frozenset(
         {
-            "Entitlement",
             "FileName",
             "TransportFilter",
         }
@@ -123,6 +122,22 @@ UNSUPPORTED_AMPS_NOTES: Final[Mapping[str, str]] = {
     ),
 }
 
+_AMPS_ONLY_AUTHENTICATION_MODULES = frozenset(
+    {
+        "amps-implicit-authentication-module",
+        "amps-default-no-authentication-module",
+        "libamps_multi_authentication",
+        "libamps_oauth_authentication",
+    }
+)
+_AMPS_ONLY_ENTITLEMENT_MODULES = frozenset(
+    {
+        "amps-default-no-entitlement-module",
+        "libamps_http_entitlement",
+        "libamps_simple_access_entitlement",
+    }
+)
+
 #: Values AMPS accepts for an element that amps-py does not support yet, by element path.
 UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
     "AMPSConfig/Transports/Transport/Type": frozenset({"amps-unix"}),
@@ -136,21 +151,15 @@ UNSUPPORTED_AMPS_VALUES: Final[Mapping[str, frozenset[str]]] = {
         for queue in _QUEUE_ELEMENTS
     },
     "AMPSConfig/Logging/Target/Protocol": frozenset({"gzip", "syslog"}),
-    "AMPSConfig/Authentication/Module": frozenset(
-        {
-            "amps-implicit-authentication-module",
-            "amps-default-no-authentication-module",
-            "libamps_multi_authentication",
-            "libamps_oauth_authentication",
-        }
-    ),
-    "AMPSConfig/Entitlement/Module": frozenset(
-        {
-            "amps-default-no-entitlement-module",
-            "libamps_http_entitlement",
-            "libamps_simple_access_entitlement",
-        }
-    ),
+    # the instance's modules, and a Transport's own (which override them)
+    **{
+        f"{parent}Authentication/Module": _AMPS_ONLY_AUTHENTICATION_MODULES
+        for parent in ("AMPSConfig/", "AMPSConfig/Transports/Transport/")
+    },
+    **{
+        f"{parent}Entitlement/Module": _AMPS_ONLY_ENTITLEMENT_MODULES
+        for parent in ("AMPSConfig/", "AMPSConfig/Transports/Transport/")
+    },
 }
 
 

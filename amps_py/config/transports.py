@@ -9,7 +9,7 @@ from typing import Final, TypedDict
 
 from lxml import etree
 
-from amps_py.config.access import _authentication_config
+from amps_py.config.access import _transport_access
 from amps_py.config.model import (
     DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
     DEFAULT_LOGON_TIMEOUT,
@@ -19,6 +19,7 @@ from amps_py.config.model import (
     REPLICATION_TRANSPORT_TYPES,
     AuthenticationConfig,
     ClientCapacity,
+    EntitlementConfig,
     TransportConfig,
 )
 from amps_py.config.problems import _BadValue, _Problems
@@ -103,7 +104,8 @@ def _build_transport(
         private_key=tls[1],
         ciphers=tls[2],
         authentication=incoming[0],
-        sequence_gap_threshold=incoming[1],
+        entitlement=incoming[1],
+        sequence_gap_threshold=incoming[2],
         **limits,
         always_persisted_acks=always_acks,
         max_connections=max_connections,
@@ -282,35 +284,23 @@ def _client_limits(
 
 def _incoming_replication(
     transport: etree._Element, kind: str | None, problems: _Problems
-) -> tuple[AuthenticationConfig | None, int] | None:
-    """(``Authentication``, ``SequenceGapThreshold``) of a Transport: settings of the
-    replication listener only; None (and problems) when wrong."""
-    auth_el = _first(transport, "Authentication")
+) -> tuple[AuthenticationConfig | None, EntitlementConfig | None, int] | None:
+    """(``Authentication``, ``Entitlement``, ``SequenceGapThreshold``) of a Transport:
+    its own access modules (any transport; ``None``: the instance's) and a setting of
+    the replication listener only; None (and problems) when wrong."""
+    access = _transport_access(transport, problems)
     gap_el = _first(transport, "SequenceGapThreshold")
     if kind is not None and kind not in REPLICATION_TRANSPORT_TYPES:
-        for el, fix in (
-            (
-                auth_el,
-                "move it to AMPSConfig/Authentication (which every client transport "
-                "uses), or remove it",
-            ),
-            (gap_el, "remove it; it applies to records received by replication"),
-        ):
-            if el is not None:
-                problems.add(
-                    el,
-                    f"<{el.tag}> is read on the amps-replication transport only, and "
-                    f"this transport's Type is {kind}",
-                    fix,
-                )
-        if auth_el is not None or gap_el is not None:
+        if gap_el is not None:
+            problems.add(
+                gap_el,
+                "<SequenceGapThreshold> is read on the amps-replication transport only, and "
+                f"this transport's Type is {kind}",
+                "remove it; it applies to records received by replication",
+            )
             return None
-        return None, DEFAULT_SEQUENCE_GAP_THRESHOLD
-    ok = True
-    authentication = None
-    if auth_el is not None:
-        authentication = _authentication_config(auth_el, problems)
-        ok = not problems.faulty(auth_el)
+        return None if access is None else (*access, DEFAULT_SEQUENCE_GAP_THRESHOLD)
+    ok = access is not None
     threshold = DEFAULT_SEQUENCE_GAP_THRESHOLD
     gap_text = _text(gap_el, problems)
     if gap_el is not None and gap_text is not None:
@@ -323,7 +313,7 @@ def _incoming_replication(
                 f"{exc.accepted}; 100k is the default, 0 turns the check off",
             )
             ok = False
-    return (authentication, threshold) if ok else None
+    return (*access, threshold) if ok and access is not None else None
 
 
 def _capacity_value(el: etree._Element, problems: _Problems) -> ClientCapacity | None:

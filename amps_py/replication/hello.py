@@ -269,10 +269,11 @@ class _Fields:
     def _queues(self, where: str, value: object) -> None:
         """Check the ``queues`` of one Topic descriptor (``None``: absent): objects with
         ``name`` (a non-empty string), the strings ``kind``, ``message_type``,
-        ``underlying_topic`` and ``semantics``, ``underlying_is_regex`` (true or
-        false), the strings or nulls ``default_publish_target``, ``initial_owner``,
-        ``priority``, ``barrier_expression`` and ``filter``, and ``expiration`` (seconds
-        above 0, or null); a missing key takes the queue default."""
+        ``underlying_topic`` and ``semantics``, ``underlying_is_regex`` and
+        ``archived`` (true or false), the strings or nulls ``default_publish_target``,
+        ``initial_owner``, ``priority``, ``barrier_expression`` and ``filter``, and
+        ``expiration`` (seconds above 0, or null); a missing key takes the queue
+        default."""
         if value is None:
             return
         shape = 'a list of queues {"name": string, "kind": string, "message_type": string, ...}'
@@ -292,9 +293,10 @@ class _Fields:
             underlying = queue.get("underlying_topic")
             if underlying is not None and not isinstance(underlying, str):
                 raise self.bad(f"{at}.underlying_topic", "a topic or regex (string)", underlying)
-            regex = queue.get("underlying_is_regex", False)
-            if not isinstance(regex, bool):
-                raise self.bad(f"{at}.underlying_is_regex", "true or false", regex)
+            for key in ("underlying_is_regex", "archived"):
+                flag = queue.get(key, False)
+                if not isinstance(flag, bool):
+                    raise self.bad(f"{at}.{key}", "true or false", flag)
             for key in (
                 "default_publish_target",
                 "initial_owner",

@@ -85,7 +85,14 @@ class ReplicationHost(Protocol):
 
     @property
     def replication_authenticator(self) -> Authenticator:
-        """Checks upstream instances' credentials."""
+        """Checks upstream instances' credentials (the replication transport's own
+        Authentication, else the instance's)."""
+        ...
+
+    @property
+    def replication_entitler(self) -> Entitler:
+        """Decides which upstream users may replicate in (the replication transport's
+        own Entitlement, else the instance's)."""
         ...
 
     @property

@@ -30,7 +30,7 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.auth_backoff import MAX_USER_CHARS, shown_user
-from amps_py.config import DEFAULT_SEQUENCE_GAP_THRESHOLD
+from amps_py.config import DEFAULT_SEQUENCE_GAP_THRESHOLD, TransportConfig
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
 
@@ -337,18 +337,22 @@ class UpstreamConnection:
 
     async def _check_credentials(self, hello: Hello) -> tuple[str, str] | None:
         """Authenticate the upstream (through the instance's auth gate: off the event
-        loop, backed off after failures, the failure logged there) and check its
-        ``replication_logon`` entitlement."""
+        loop, backed off after failures, the failure logged there, naming the
+        replication transport and the module) and check its ``replication_logon``
+        entitlement, with the replication transport's own modules, else the
+        instance's. A refusal names the transport, the module and where it is set."""
         instance = self.instance
         user = hello.user_id
         shown = shown_user(user) if user else "(no credentials sent)"
+        transport = instance.config.replication_transport
+        listener = f"replication transport {transport.name!r}" if transport else "replication"
         authenticator = instance.replication_authenticator
         verdict = await instance.auth_gate.check(
             authenticator,
             user,
             hello.pw,
             self.peer,
-            f"replication hello of upstream {hello.name[:MAX_USER_CHARS]}",
+            f"replication hello of upstream {hello.name[:MAX_USER_CHARS]} on {listener}",
             events.REPLICATION_AUTH_FAILED,
         )
         if verdict.backed_off is not None:
@@ -356,19 +360,21 @@ class UpstreamConnection:
         if not verdict.ok:
             return (
                 reasons.AUTH_FAILURE,
-                f"upstream {hello.name} failed to authenticate as user {shown} with this "
-                f"instance's {authenticator.module} module (the replication transport's "
-                "Authentication, else AMPSConfig/Authentication); fix the Username and password of "
-                f"the Authenticator in {hello.name}'s Destination/Transport, or add the user "
-                "here with `amps-py users add FILE USER`",
+                f"upstream {hello.name} failed to authenticate as user {shown} on "
+                f"{instance.name}'s {listener} with the {authenticator.module} module "
+                f"({_set_where(transport, 'Authentication')}); fix the user and password of "
+                f"the Authenticator in {hello.name}'s Destination/Transport, or add the "
+                "user here with `amps-py users add FILE USER`",
             )
-        entitler = instance.entitler
+        entitler = instance.replication_entitler
         if not entitler.can_replicate(user):
+            # (logged with the refusal by run())
             return (
                 reasons.NOT_ENTITLED,
-                f"user {shown} of upstream {hello.name} may not replicate to this instance "
-                f"(no replication_logon under the {entitler.module} rules); grant it "
-                '"replication_logon": true in the rules file',
+                f"user {shown} of upstream {hello.name} may not replicate to "
+                f"{instance.name} over its {listener} (no replication_logon under the "
+                f"{entitler.module} module, {_set_where(transport, 'Entitlement')}); grant "
+                'it "replication_logon": true in the rules file',
             )
         return None
 
@@ -490,3 +496,18 @@ class UpstreamConnection:
             cursor_txid=self.cursor_txid,
             sequence_gaps=self.sequence_gaps,
         )
+
+
+def _set_where(transport: TransportConfig | None, element: str) -> str:
+    """Where the module deciding for the replication transport is configured: its own
+    ``element`` (``Authentication`` or ``Entitlement``), else the instance's."""
+    own = (
+        None
+        if transport is None
+        else transport.authentication
+        if element == "Authentication"
+        else transport.entitlement
+    )
+    if transport is not None and own is not None:
+        return f"the {element} of transport {transport.name!r}"
+    return f"AMPSConfig/{element}, used as the replication transport has no {element} of its own"

@@ -10,7 +10,11 @@ they are cheapest to check:
    from an instance whose Group matches one of the destination's ``PassThrough``
    regexes;
 4. its topic and message type match one of the destination's ``Topic`` entries, and
-   that entry's ``Filter`` (if any) matches the payload.
+   that entry's ``Filter`` (if any) matches the payload; or it is a record of a queue
+   the destination carries as an archive (its entries cover the queue's underlying
+   topic but not its name: ``DestinationConfig.archived_queues``): the queue's
+   acknowledgements and ownership transfers, journaled on the queue's name, follow its
+   messages, whatever the entry's Filter.
 
 The server's links, the fabric topology check and the Spark audit all call
 :meth:`Route.accepts`, so they can never disagree.
@@ -74,6 +78,8 @@ class Route:
             _TopicRule(t, compile_filter(t.filter) if t.filter else None)
             for t in destination.topics
         )
+        #: the queues whose records go with their underlying topic (rule 4)
+        self._archived = frozenset(destination.archived_queues)
         self._passes_group: dict[str, bool] = {}
         self._topic_cache: dict[tuple[str, str], tuple[_TopicRule, ...]] = {}
         self._verdicts: dict[tuple[str, str, str, tuple[tuple[str, str], ...], str], Any] = {}
@@ -91,6 +97,8 @@ class Route:
         rules = self._topic_cache.get(key)
         if rules is None:
             rules = tuple(r for r in self._topics if r.topic.matches(topic, message_type))
+            if not rules and key in self._archived:
+                rules = (_TopicRule(ReplicationTopic(None, message_type), None),)
             if len(self._topic_cache) > 100_000:
                 self._topic_cache.clear()
             self._topic_cache[key] = rules
@@ -221,7 +229,7 @@ class Route:
             covered = sow_facts(t, sow_topics)
             if covered:
                 entry["sow_topics"] = covered
-            replicated = queue_facts(t, queues)
+            replicated = queue_facts(t, queues, self.destination.topics)
             if replicated:
                 entry["queues"] = replicated
             described.append(entry)

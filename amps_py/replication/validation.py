@@ -42,7 +42,24 @@ them in ExcludeValidation, and an exclusion of them arriving in a hello is ignor
   the instance's own group too, or a message whose owner is elsewhere could become
   undeliverable. A downstream without destinations passes.
 
-A ``LocalQueue`` is never replicated (the config loader refuses it), so it is never
+These three checks apply to a queue the upstream *replicates*: an entry of its
+Destination covers the queue's own name. A queue whose underlying topic has another
+name and is the only one replicated is *archived* instead (``QueueFacts.archived``; AMPS
+replicates such an underlying topic "without replicating the queue itself", e.g. to an
+archive or audit instance): its messages go out as a plain topic, and its
+acknowledgement and ownership records go with them (see ``routing``). The downstream
+then needs no queue, and:
+
+- with no queue and no SOW topic of that name, it is an archive: nothing to check (the
+  ``txlog`` check still covers the underlying topic), it journals what it receives;
+- with a queue of that name, that queue would apply the upstream's acknowledgements
+  and transfers: it must be defined the same way (``queue``, ``queue_underlying``,
+  ``queue_passthrough`` as for a replicated queue);
+- with a SOW topic of that name, the queue's records would be journaled on a SOW topic
+  where they are no SOW records: the ``sow`` check fails (excludable).
+
+A ``LocalQueue`` is never replicated (the config loader refuses a destination that
+covers its name) nor archived (its records are its instance's own), so it is never
 described and never checked. A hello without SOW facts or queue facts (an older
 amps-py) describes no SOW topic or queue, so ``sow``, ``keys`` and the queue checks
 pass for it.
@@ -142,9 +159,12 @@ class QueueFacts:
     barrier_expression: str | None = None
     expiration: float | None = None
     filter: str | None = None
+    #: the upstream archives the queue to this downstream instead of replicating it:
+    #: no entry covers the queue's name, one covers its underlying topic
+    archived: bool = False
 
     @classmethod
-    def from_config(cls, q: QueueConfig) -> QueueFacts:
+    def from_config(cls, q: QueueConfig, *, archived: bool = False) -> QueueFacts:
         return cls(
             name=q.name,
             kind=q.kind,
@@ -158,6 +178,7 @@ class QueueFacts:
             barrier_expression=q.barrier_expression,
             expiration=q.expiration,
             filter=q.filter,
+            archived=archived,
         )
 
     @classmethod
@@ -179,6 +200,7 @@ class QueueFacts:
             barrier_expression=raw.get("barrier_expression"),
             expiration=None if expiration is None else float(expiration),
             filter=raw.get("filter"),
+            archived=bool(raw.get("archived", False)),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -264,17 +286,23 @@ def sow_facts(
     ]
 
 
-def queue_facts(entry: ReplicationTopic, queues: Iterable[QueueConfig]) -> list[dict[str, Any]]:
+def queue_facts(
+    entry: ReplicationTopic,
+    queues: Iterable[QueueConfig],
+    destination_topics: Sequence[ReplicationTopic] | None = None,
+) -> list[dict[str, Any]]:
     """The ``queues`` of a Topic descriptor: the queues ``entry`` (a Destination Topic
     of the upstream) covers by their name, underlying topic or DefaultPublishTarget,
-    as sent in the hello. A LocalQueue is never replicated and never described."""
+    as sent in the hello. ``destination_topics`` (default: ``entry`` alone) are every
+    Topic of the Destination: a queue whose name none of them covers is described as
+    ``archived`` (:meth:`QueueConfig.carried_by`). A LocalQueue is never described."""
+    every = (entry,) if destination_topics is None else destination_topics
     described = []
     for q in queues:
-        if q.kind == "local":
+        if q.kind == "local" or q.carried_by((entry,)) is None:
             continue
-        names = (q.name, q.underlying_topic, q.default_publish_target)
-        if any(n is not None and entry.matches(n, q.message_type) for n in names):
-            described.append(QueueFacts.from_config(q).to_wire())
+        archived = q.carried_by(every) == "archive"
+        described.append(QueueFacts.from_config(q, archived=archived).to_wire())
     return described
 
 
@@ -407,6 +435,9 @@ def _queue_failures(
             continue  # never replicated (the config loader refuses it)
         config = local.queue(q.name)
         mine = None if config is None else QueueFacts.from_config(config)
+        if q.archived and mine is None:
+            failures.extend(_archive_failures(topic, q, local, upstream_name))
+            continue
         if mine is None:
             failures.append(
                 ValidationFailure(
@@ -417,7 +448,7 @@ def _queue_failures(
                     f"{local.name}",
                     f"add <SOW>{_queue_xml(q)}</SOW> to {local.name}'s config, or stop "
                     f"replicating {q.name} from {upstream_name} to {local.name} (the queue "
-                    "check cannot be excluded)",
+                    f"check cannot be excluded). {_archive_hint(q, upstream_name, local.name)}",
                 )
             )
         else:
@@ -500,6 +531,49 @@ def _queue_failures(
                     )
                 )
     return failures
+
+
+def _archive_hint(q: QueueFacts, upstream_name: str, local_name: str) -> str:
+    """How to send a queue's messages to an instance that should only record them."""
+    if q.underlying_topic != q.name:
+        how = (
+            f"replicate only its underlying topic {q.journaled_topic} (a Destination "
+            f"Topic that does not cover {q.name})"
+        )
+    else:
+        how = (
+            f"give queue {q.name} an UnderlyingTopic of another name on {upstream_name} "
+            "(and every instance that hosts it), and replicate only that topic"
+        )
+    return (
+        f"If {local_name} only archives the queue's messages (an audit instance), {how}: "
+        f"{local_name} then journals them and the queue's acknowledgements as a plain "
+        "topic, without a queue"
+    )
+
+
+def _archive_failures(
+    topic: TopicDescriptor, q: QueueFacts, local: InstanceConfig, upstream_name: str
+) -> list[ValidationFailure]:
+    """What refuses an archive of queue ``q`` (the downstream has no queue of that
+    name): only a SOW topic of that name, where the queue's records would land."""
+    sow = local.sow_topic(q.name)
+    if sow is None or not topic.enforces("sow"):
+        return []
+    return [
+        ValidationFailure(
+            "sow",
+            q.label,
+            f"{q.name} is a queue on {upstream_name} whose acknowledgement and ownership "
+            f"records reach {local.name} with its underlying topic {q.journaled_topic}, "
+            f"but {q.name} is a SOW topic on {local.name}, where those records are no SOW "
+            "records",
+            f"give {local.name}'s SOW topic {q.name} another name, or stop replicating "
+            f"{q.journaled_topic} from {upstream_name} to {local.name}, or ExcludeValidation "
+            f"sow on {upstream_name}'s Destination Topic {topic.label} if the SOW topic is "
+            "meant to ignore them",
+        )
+    ]
 
 
 def covers(pattern: str | None, name: str | None) -> bool:

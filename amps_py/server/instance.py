@@ -152,6 +152,10 @@ class Instance:
         self.authenticator = access.authenticator
         self.entitler = access.entitler
         self.replication_authenticator = access.replication_authenticator
+        self.replication_entitler = access.replication_entitler
+        #: each transport's modules (its own, else the instance's)
+        self.authenticator_for = access.authenticator_for
+        self.entitler_for = access.entitler_for
         #: every password check (clients, replication hellos, the admin API)
         self.auth_gate = AuthGate()
         self._transports = {t.name: t for t in config.transports}

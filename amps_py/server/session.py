@@ -157,6 +157,9 @@ class Session:
         self.client_name = ""
         self.user_id = ""
         self.client_version = ""
+        #: the modules of this connection's transport (its own, else the instance's)
+        self.authenticator = instance.authenticator_for(transport)
+        self.entitler = instance.entitler_for(transport)
         # transport compression (see amps_py.protocol.compression): decided by the
         # connection's first two bytes
         self._sniffing = True
@@ -837,7 +840,7 @@ class Session:
         header = frame.header
         acks = ack_types(header)
         instance = self.instance
-        authenticator = instance.authenticator
+        authenticator = self.authenticator
         try:
             request = read_logon(header, journaled=instance.journal is not None)
             message_type = choose_message_type(
@@ -915,7 +918,7 @@ class Session:
         key = (write, topic)
         allowed = self._entitled.get(key)
         if allowed is None:
-            entitler = self.instance.entitler
+            entitler = self.entitler
             if write:
                 allowed = entitler.can_write(self.user_id, topic)
             else:
@@ -948,7 +951,7 @@ class Session:
         if regex is None:
             self.require_entitled(topic, write=False)
             return None
-        entitler = self.instance.entitler
+        entitler = self.entitler
         if entitler.reads_everything(self.user_id):
             return regex
         if entitler.reads_nothing(self.user_id):
@@ -974,7 +977,7 @@ class Session:
         raise CommandFailed(
             reasons.NOT_ENTITLED,
             f"user {self.user_id!r} may not {action} topic {topic!r}; the "
-            f"{self.instance.entitler.module} rules decide",
+            f"{self.entitler.module} rules decide",
         )
 
     def _on_publish(self, frame: Frame) -> None:

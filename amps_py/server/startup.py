@@ -13,7 +13,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -21,7 +22,7 @@ import trio
 
 from amps_py import auth, events
 from amps_py.config import InstanceConfig, TransactionLogConfig
-from amps_py.config.model import SowTopicConfig
+from amps_py.config.model import AuthenticationConfig, EntitlementConfig, SowTopicConfig
 from amps_py.message_types import MessageTypes
 from amps_py.sow.store import SowStoreError
 from txlog import Journal, JournalError, JournalNoSpace
@@ -227,37 +228,78 @@ def open_journal(tl: TransactionLogConfig, name: str, *, allow_empty: bool) -> J
 
 @dataclass(frozen=True)
 class AccessControl:
-    """Who may connect and what they may do."""
+    """Who may connect and what they may do, per transport.
 
-    #: checks clients' credentials (the instance's Authentication)
+    A Transport with its own ``Authentication`` or ``Entitlement`` uses that module for
+    the connections it accepts; every other transport, and the admin API, uses the
+    instance's (AMPS's rule). Modules configured alike are opened once and shared.
+    """
+
+    #: checks clients' credentials (the instance's Authentication; the admin API's)
     authenticator: auth.Authenticator
-    #: decides what a user may publish, subscribe to and administer
+    #: decides what a user may publish, subscribe to and administer (the instance's)
     entitler: auth.Entitler
     #: checks upstream instances' credentials (the replication transport's own
     #: Authentication, else the instance's)
     replication_authenticator: auth.Authenticator
+    #: decides which upstream users may replicate in (the replication transport's own
+    #: Entitlement, else the instance's)
+    replication_entitler: auth.Entitler
+    #: the modules of each transport, by transport name
+    by_transport: Mapping[str, tuple[auth.Authenticator, auth.Entitler]] = field(
+        default_factory=dict
+    )
+
+    def authenticator_for(self, transport: str) -> auth.Authenticator:
+        """The module that checks logons over ``transport`` (the instance's for a
+        transport not configured)."""
+        found = self.by_transport.get(transport)
+        return found[0] if found is not None else self.authenticator
+
+    def entitler_for(self, transport: str) -> auth.Entitler:
+        """The module that decides for users logged on over ``transport`` (the
+        instance's for a transport not configured)."""
+        found = self.by_transport.get(transport)
+        return found[1] if found is not None else self.entitler
 
 
 def open_access_control(config: InstanceConfig) -> AccessControl:
-    """Load the configured authentication and entitlement modules and their files.
+    """Load the configured authentication and entitlement modules and their files:
+    the instance's and each transport's own.
 
     Raises:
         ConfigurationError: a password or rules file cannot be read or is invalid.
     """
+    authenticators: dict[AuthenticationConfig, auth.Authenticator] = {}
+    entitlers: dict[EntitlementConfig, auth.Entitler] = {}
+
+    def authenticator(which: AuthenticationConfig) -> auth.Authenticator:
+        if which not in authenticators:
+            authenticators[which] = auth.open_authenticator(which.module, which.password_file)
+        return authenticators[which]
+
+    def entitler(which: EntitlementConfig) -> auth.Entitler:
+        if which not in entitlers:
+            entitlers[which] = auth.open_entitler(which.module, which.rules_file)
+        return entitlers[which]
+
     try:
-        authenticator = auth.open_authenticator(
-            config.authentication.module, config.authentication.password_file
-        )
-        entitler = auth.open_entitler(config.entitlement.module, config.entitlement.rules_file)
-        incoming = config.replication_authentication
-        replication = (
-            authenticator
-            if incoming is config.authentication
-            else auth.open_authenticator(incoming.module, incoming.password_file)
+        by_transport = {
+            t.name: (
+                authenticator(config.authentication_of(t)),
+                entitler(config.entitlement_of(t)),
+            )
+            for t in config.transports
+        }
+        return AccessControl(
+            authenticator(config.authentication),
+            entitler(config.entitlement),
+            authenticator(config.replication_authentication),
+            entitler(config.replication_entitlement),
+            by_transport,
         )
     except (auth.AuthFileError, ValueError) as exc:
         raise ConfigurationError(str(exc)) from None
-    return AccessControl(authenticator, entitler, replication)
 
 
 async def open_sow(
