@@ -248,5 +248,5 @@ async def test_the_slow_client_example_runs_with_its_bson_transport(
         await pub.publish("orders", order)
         await pub.wait_persisted(pub.seq, timeout=30)
     async with open_client(uri, "bson-sub") as sub_client:
-        async with sub_client.subscribe("orders", "/qty > 100", bookmark="0") as sub:
+        async with sub_client.subscribe("orders", filter="/qty > 100", bookmark="0") as sub:
             assert (await sub.get(30)).data == order
