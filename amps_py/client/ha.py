@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -74,7 +74,15 @@ from .ha_policy import Backoff, ServerChooser
 from .ha_subscription import HAMessage as HAMessage
 from .ha_subscription import HASubscription
 from .publish_store import MemoryPublishStore
-from .store_api import BookmarkStore, PublishStore, StoredPublish
+from .store_api import (
+    SOW_DELETE_BY_DATA,
+    SOW_DELETE_BY_FILTER,
+    SOW_DELETE_BY_KEYS,
+    SOW_DELETES,
+    BookmarkStore,
+    PublishStore,
+    StoredPublish,
+)
 from .subscription import CommandError, ConnectionLost
 
 __all__ = [
@@ -425,6 +433,63 @@ class HAClient:
         """As :meth:`publish`, for a delta the server merges into the SOW record."""
         return await self._publish("delta_publish", topic, data, sow_key)
 
+    async def sow_delete(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        data: bytes | str | None = None,
+    ) -> int:
+        """Delete records of the SOW topic ``topic`` through the publish store; returns
+        the delete's sequence number. Exactly one of ``filter`` (a content filter;
+        ``"1=1"`` deletes every record), ``keys`` (SOW keys, a list or a comma list)
+        or ``data`` (a message whose key fields name the record).
+
+        The delete is a message of this publisher like a publish: it takes the next
+        sequence number, is kept in the publish store and sent (now, or after the
+        next logon), and is sent again after every reconnect until a persisted ack
+        covers it, in sequence order with the publishes around it (a publish made
+        after the delete is never applied before it). The server that receives it
+        selects the records then; a copy it already holds (it was received before a
+        failover) is recognised by its sequence number and not applied twice.
+        :meth:`wait_persisted` (or :meth:`flush`) waits until it is persisted. The
+        server's counts (``records_deleted``) are not returned: a delete sent again
+        may be counted by an instance that did not apply it; use the plain client's
+        :meth:`Client.sow_delete` for them.
+
+        Raises:
+            ValueError: not exactly one selector, or an empty one.
+            OSError: a file store could not write.
+
+        A delete the server refuses (``invalid topic``: not a SOW topic; ``bad
+        filter``) is reported like a refused publish: :attr:`failed_publishes` and
+        :meth:`wait_persisted` raising :class:`CommandError`.
+        """
+        given = [
+            (name, value)
+            for name, value in (("filter", filter), ("keys", keys), ("data", data))
+            if value is not None
+        ]
+        if len(given) != 1:
+            got = ", ".join(f"{name}=" for name, _ in given) or "none"
+            raise ValueError(
+                "sow_delete needs exactly one of filter=, keys= or data= (got "
+                f"{got}); filter='1=1' deletes every record"
+            )
+        selector: str | bytes
+        if filter is not None:
+            command, selector = SOW_DELETE_BY_FILTER, filter
+        elif keys is not None:
+            command = SOW_DELETE_BY_KEYS
+            selector = keys if isinstance(keys, str) else ",".join(keys)
+        else:
+            assert data is not None
+            command, selector = SOW_DELETE_BY_DATA, data
+        if not selector:
+            raise ValueError(f"sow_delete: {given[0][0]}= is empty; it would select nothing")
+        return await self._publish(command, topic, selector, None)
+
     async def _publish(
         self, command: str, topic: str, data: bytes | str, sow_key: str | None
     ) -> int:
@@ -568,7 +633,20 @@ def _sync_is_concurrent(store: PublishStore) -> bool:
 
 
 def _publish_frame(kept: StoredPublish) -> bytes:
-    header: dict[str, Any] = {"c": kept.command, "t": kept.topic, "s": kept.seq, "a": "persisted"}
+    """The frame that (re)sends a stored publish or ``sow_delete``: its seq, asking
+    for persisted acks only (they are conflated per connection)."""
+    command = kept.command
+    if command in SOW_DELETES:
+        header: dict[str, Any] = {"c": "sow_delete", "t": kept.topic, "s": kept.seq}
+        header["a"] = "persisted"
+        if command == SOW_DELETE_BY_FILTER:
+            header["f"] = kept.data.decode()
+            return encode_frame(header)
+        if command == SOW_DELETE_BY_KEYS:
+            header["sow_keys"] = kept.data.decode()
+            return encode_frame(header)
+        return encode_frame(header, kept.data)
+    header = {"c": command, "t": kept.topic, "s": kept.seq, "a": "persisted"}
     if kept.sow_key:
         header["k"] = kept.sow_key
     return encode_frame(header, kept.data)
