@@ -37,6 +37,17 @@ message: after a reconnect the subscription resumes after the last message proce
 bookmark) is re-established as it was; what was published while it was down is not
 replayed.
 
+Queues: a subscription to a queue's name (``max_backlog=``, ``auto_ack=``) is renewed
+after a reconnect like any other and goes on consuming where it is, on the same server
+or the other one of a replicated-queue pair. What it had leased and not acknowledged
+went back to the queue when its connection dropped (the server does that; if the
+server died, its peers hold the messages: they deliver a dead owner's messages once
+proxied transfer is enabled there) and is delivered again. ``message.ack()`` sends a
+plain acknowledgement on the current connection; one the server had not confirmed when
+the connection was lost, or made while there was none, is sent on the next connection
+before the subscriptions are renewed. A cancel or expire of a message leased on a
+connection that is gone is not sent (see :meth:`HAClient.ack` for why each is safe).
+
 Heartbeats: with ``heartbeat=seconds`` the server is asked to heartbeat at that
 interval; a connection from which nothing arrives for two intervals (any frame
 re-arms the watchdog) is dropped and the client fails over.
@@ -57,6 +68,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -74,6 +86,8 @@ from .ha_policy import Backoff, ServerChooser
 from .ha_subscription import HAMessage as HAMessage
 from .ha_subscription import HASubscription
 from .publish_store import MemoryPublishStore
+from .queue import DEFAULT_ACK_BATCH_SIZE, DEFAULT_ACK_TIMEOUT
+from .queue import send_pending as send_pending_acks
 from .store_api import (
     SOW_DELETE_BY_DATA,
     SOW_DELETE_BY_FILTER,
@@ -83,7 +97,7 @@ from .store_api import (
     PublishStore,
     StoredPublish,
 )
-from .subscription import CommandError, ConnectionLost
+from .subscription import AMPSError, CommandError, ConnectionLost
 
 __all__ = [
     "CONNECTED",
@@ -141,6 +155,8 @@ class _Live:
     client: Client
     uri: str
     nursery: trio.Nursery
+    #: its number (:attr:`HAClient.connections` when it logged on)
+    connection: int
 
 
 class HAClient:
@@ -154,6 +170,10 @@ class HAClient:
             failure ack (a later persisted ack still discards them from the store).
         not_journaled_seq: the newest seq whose persisted ack said the topic is not
             journaled on that instance (acknowledged, not stored); 0 if none.
+        acks_resent: queue acknowledgements sent on a later connection than the one
+            they were made for (see :meth:`ack`).
+        stale_acks_dropped: cancels and expires not sent because the message's lease
+            ended with its connection (see :meth:`ack`).
     """
 
     def __init__(
@@ -168,8 +188,14 @@ class HAClient:
         max_reconnect_delay: float = 5.0,
         connect_timeout: float = 10.0,
         on_state: StateCallback | None = None,
+        ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         **logon_fields: Any,
     ) -> None:
+        if ack_batch_size < 1:
+            raise ValueError(f"ack_batch_size must be 1 or more, got {ack_batch_size}")
+        if ack_timeout <= 0:
+            raise ValueError(f"ack_timeout must be more than 0 seconds, got {ack_timeout:g}")
         if heartbeat is not None and heartbeat <= 0:
             raise ValueError(f"heartbeat must be a positive number of seconds, got {heartbeat:g}")
         if connect_timeout <= 0:
@@ -194,6 +220,13 @@ class HAClient:
         self.connections = 0
         self.failed_publishes: dict[int, dict[str, Any]] = {}
         self.not_journaled_seq = 0
+        self.ack_batch_size = ack_batch_size
+        self.ack_timeout = ack_timeout
+        self.acks_resent = 0
+        self.stale_acks_dropped = 0
+        #: queue acknowledgements for the next connection: topic -> bookmarks (a dict
+        #: for its order and to hold each once)
+        self._unsent_acks: dict[str, dict[str, None]] = {}
         self._live: _Live | None = None
         self._connected = trio.Event()
         self._subs: dict[str, HASubscription] = {}
@@ -275,32 +308,173 @@ class HAClient:
 
     async def _session(self, uri: str, on_logon: Callable[[], None]) -> None:
         """One connection, from logon until it is lost (raises why)."""
-        async with (
-            open_client(
-                uri, self.name, timeout=self.connect_timeout, **self.logon_fields
-            ) as client,
-            unwrapping_groups(_CONNECTION_ERRORS),
-            trio.open_nursery() as nursery,
-        ):
-            if self.heartbeat is not None:
-                nursery.start_soon(self._watchdog, client, uri, self.heartbeat)
-                await client.heartbeat(self.heartbeat)
-            held = int(client.logon_ack.get("s", 0) or 0)
-            republished, discarded = await self._replay(client, held)
-            self.uri = uri
-            self.connections += 1
-            reconnect = self.connections > 1
-            self._state(CONNECTED, uri=uri, held=held, republished=republished, discarded=discarded)
-            on_logon()
-            nursery.start_soon(self._sender, client)
-            nursery.start_soon(self._ack_watcher, client)
-            self._live = _Live(client, uri, nursery)
-            subs = list(self._subs.values())  # later ones subscribe themselves
-            for sub in subs:
-                await self._start_pump(nursery, client, sub, resubscribe=True)
-            if reconnect:
-                self._state(RESUBSCRIBED, uri=uri, subscriptions=len(subs))
-            self._connected.set()
+        async with open_client(
+            uri,
+            self.name,
+            timeout=self.connect_timeout,
+            ack_batch_size=self.ack_batch_size,
+            ack_timeout=self.ack_timeout,
+            **self.logon_fields,
+        ) as client:
+            try:
+                async with unwrapping_groups(_CONNECTION_ERRORS), trio.open_nursery() as nursery:
+                    await self._serve(client, uri, nursery, on_logon)
+            finally:
+                if client.closed is not None:
+                    self._take_over_acks(client)
+
+    async def _serve(
+        self, client: Client, uri: str, nursery: trio.Nursery, on_logon: Callable[[], None]
+    ) -> None:
+        """Bring a logged-on connection into service: heartbeats, the publish replay,
+        the queue acknowledgements kept from the last one, every subscription."""
+        if self.heartbeat is not None:
+            nursery.start_soon(self._watchdog, client, uri, self.heartbeat)
+            await client.heartbeat(self.heartbeat)
+        held = int(client.logon_ack.get("s", 0) or 0)
+        republished, discarded = await self._replay(client, held)
+        self.uri = uri
+        self.connections += 1
+        reconnect = self.connections > 1
+        self._state(CONNECTED, uri=uri, held=held, republished=republished, discarded=discarded)
+        on_logon()
+        nursery.start_soon(self._sender, client)
+        nursery.start_soon(self._ack_watcher, client)
+        # before the resubscribes, so that the server removes what the application
+        # processed before it could lease it again
+        await self._resend_acks(client)
+        live = self._live = _Live(client, uri, nursery, self.connections)
+        subs = list(self._subs.values())  # later ones subscribe themselves
+        for sub in subs:
+            await self._start_pump(live, sub, resubscribe=True)
+        if reconnect:
+            self._state(RESUBSCRIBED, uri=uri, subscriptions=len(subs))
+        self._connected.set()
+
+    # ---------------------------------------------------------------- queue acks
+    def _take_over_acks(self, client: Client) -> None:
+        """The connection of ``client`` is lost: keep the plain acknowledgements it had
+        not had confirmed (batched, or sent and not answered) to send on the next one
+        (see :meth:`ack`)."""
+        for topic, bookmarks in client._acks.unconfirmed().items():
+            kept = self._unsent_acks.setdefault(topic, {})
+            kept.update(dict.fromkeys(bookmarks))
+        client._acks.forget()
+
+    async def _resend_acks(self, client: Client) -> None:
+        """Send the acknowledgements kept from earlier connections (each topic's as one
+        batch through ``client``'s batching)."""
+        pending, self._unsent_acks = self._unsent_acks, {}
+        try:
+            for topic, marks in pending.items():
+                log.info(
+                    "HA client %r: acknowledging %d message(s) of %r on %s (made while no "
+                    "connection could take them, or not confirmed before one was lost)",
+                    self.name,
+                    len(marks),
+                    topic,
+                    redact_uris(self.uri),
+                )
+                for bookmark in marks:
+                    await client.ack(topic, bookmark)
+                self.acks_resent += len(marks)
+            await send_pending_acks(client)
+        except BaseException:
+            # lost meanwhile: keep them all (one acknowledged twice is harmless)
+            for topic, marks in pending.items():
+                self._unsent_acks.setdefault(topic, {}).update(marks)
+            raise
+
+    async def ack(
+        self, topic: str, bookmark: str, *, cancel: bool = False, expire: bool = False
+    ) -> None:
+        """Acknowledge the queue message ``bookmark`` of ``topic`` (``message.ack()``
+        of an :class:`HAMessage` calls this for its own connection).
+
+        A plain acknowledgement (processed: the message leaves the queue) goes through
+        the current connection's batching (``ack_batch_size``, ``ack_timeout``). When
+        there is no connection, or the connection is lost before the server confirmed
+        it, it is kept and sent again on the next connection, before the
+        subscriptions are renewed. That is harmless whatever happened meanwhile: the
+        server removes a message it still holds (it was processed: nobody needs it
+        again), and ignores a bookmark it no longer holds (acknowledged already).
+        The lease the message had ended with its connection, though: the server
+        returned it to the queue, and it may have been delivered again (to this
+        consumer or another) before the acknowledgement arrives.
+
+        ``cancel=True`` (return it to the queue) and ``expire=True`` (expire it) act
+        on the lease, so they are only sent for a message leased on the current
+        connection (see :meth:`HAMessage.ack`); through this method they go to the
+        current connection, or nowhere when there is none (counted in
+        :attr:`stale_acks_dropped`): the lease is gone, the message is back in the
+        queue and will be delivered again.
+
+        Raises:
+            CommandError: the server refused an earlier acknowledgement.
+            ValueError: no bookmark, or both ``cancel`` and ``expire``.
+        """
+        await self._ack(topic, bookmark, cancel, expire, None)
+
+    async def _ack(
+        self, topic: str, bookmark: str, cancel: bool, expire: bool, connection: int | None
+    ) -> None:
+        """:meth:`ack`; ``connection``: the connection (:attr:`connections` count) the
+        message was leased on, None when not known (the current one)."""
+        if not bookmark:
+            raise ValueError(
+                f"acknowledging a message of {topic!r} needs its bookmark (message.bookmark)"
+            )
+        if cancel and expire:
+            raise ValueError("give cancel=True or expire=True, not both")
+        live = self._live
+        current = live is not None and (connection is None or connection == live.connection)
+        if (cancel or expire) and not current:
+            self.stale_acks_dropped += 1
+            log.info(
+                "HA client %r: %s of %s on %r not sent: it was leased on a connection "
+                "that is gone, so the server has returned it to the queue already",
+                self.name,
+                "cancel" if cancel else "expire",
+                bookmark,
+                topic,
+            )
+            return
+        if live is not None:
+            try:
+                await live.client.ack(topic, bookmark, cancel=cancel, expire=expire)
+                return
+            except ConnectionLost:
+                if cancel or expire:
+                    self.stale_acks_dropped += 1
+                    return
+        self._unsent_acks.setdefault(topic, {})[bookmark] = None
+
+    async def flush_acks(self, *, timeout: float = 30) -> None:
+        """Wait until every acknowledgement made so far was sent and answered by the
+        server, across reconnects (those kept from a lost connection are sent on the
+        next one first).
+
+        Raises:
+            CommandError: the server refused an acknowledgement.
+            TimeoutError: not done within ``timeout`` seconds (e.g. no server).
+        """
+        with trio.move_on_after(timeout):
+            while True:
+                live = self._live
+                if live is None:
+                    await self._connected.wait()
+                    continue
+                try:
+                    await live.client.flush_acks(timeout=math.inf)
+                except ConnectionLost:
+                    await trio.lowlevel.checkpoint()
+                    continue
+                if not self._unsent_acks:
+                    return
+        raise TimeoutError(
+            f"{self.name}: acknowledgements not confirmed within {timeout:g} s "
+            f"({'connected to ' + self.uri if self.connected else 'not connected'})"
+        )
 
     async def _watchdog(self, client: Client, uri: str, interval: float) -> None:
         """Drop the connection when nothing arrived for ``SILENT_INTERVALS`` intervals;
@@ -542,11 +716,13 @@ class HAClient:
         bookmark: str | None = None,
         options: str | None = None,
         sub_id: str | None = None,
+        max_backlog: int | None = None,
+        auto_ack: bool = False,
     ) -> AsyncIterator[HASubscription]:
         """Subscribe, now and after every reconnect, until the block is left.
 
         Args:
-            topic: the topic (or regex).
+            topic: the topic (or regex), or a queue's name.
             filter: a content filter.
             bookmark: makes it a bookmark subscription starting there (``"0"``: EPOCH,
                 ``"0|1|"``: NOW, a bookmark, a timestamp); resubscribes resume after
@@ -556,6 +732,21 @@ class HAClient:
             sub_id: the subscription id, the bookmark store's key; give a stable one
                 for a durable bookmark store to resume after a restart (default: a
                 fresh one).
+            max_backlog: a queue subscription: how many unacknowledged messages the
+                server may lease to it at a time (as :meth:`Client.subscribe`).
+            auto_ack: a queue subscription: acknowledge each message when the loop
+                moves past it, or when the block exits normally; not when the block
+                exits with an exception (the message is delivered again).
+
+        Queues: a subscription to a queue's name (no ``bookmark``) leases messages;
+        acknowledge each with ``await message.ack()`` (see :meth:`HAMessage.ack`) or
+        ``auto_ack=True``. After a reconnect (to the same server or another of the
+        fabric) the subscription is renewed there and goes on consuming. What it had
+        leased and not acknowledged on the lost connection went back to the queue
+        (the server that leased it returns it when the connection drops; if that
+        server died, its peers hold the message) and is delivered again, to this
+        consumer or another; ``sub.max_backlog`` is the backlog the current server
+        put in force. Acknowledgements are as :meth:`ack` says.
 
         When connected, the subscribe is sent at once and the server's processed ack
         awaited; when not, it is sent after the next logon.
@@ -563,12 +754,35 @@ class HAClient:
         Raises:
             CommandError: the server refused it (bad filter, topic not journaled for a
                 bookmark subscription, ...).
-            ValueError: ``sub_id`` is already used by a subscription of this client.
+            AMPSError: ``auto_ack=True`` on a topic that is not a queue.
+            ValueError: ``sub_id`` is already used by a subscription of this client,
+                or ``max_backlog`` is less than 1.
         """
+        if max_backlog is not None and max_backlog < 1:
+            raise ValueError(f"max_backlog must be 1 or more, got {max_backlog}")
+        sid = self._new_sub_id(sub_id)
+        sub = HASubscription(
+            self, sid, topic, filter, bookmark, options, max_backlog=max_backlog, auto_ack=auto_ack
+        )
+        async with self._subscribed(sub):
+            try:
+                yield sub
+            except BaseException:
+                sub._current = None  # not processed: left to be delivered again
+                raise
+            await sub._ack_current()
+
+    def _new_sub_id(self, sub_id: str | None) -> str:
         sid = sub_id or f"ha{next(self._sub_ids)}"
         if sid in self._subs:
             raise ValueError(f"sub_id {sid!r} is already subscribed on this client; give another")
-        sub = HASubscription(self, sid, topic, filter, bookmark, options)
+        return sid
+
+    @asynccontextmanager
+    async def _subscribed(self, sub: HASubscription) -> AsyncIterator[None]:
+        """Keep ``sub`` subscribed (now if connected, and after every logon) for the
+        duration of the block."""
+        sid = sub.sub_id
         self._subs[sid] = sub
         try:
             live = self._live
@@ -577,21 +791,19 @@ class HAClient:
                 with contextlib.suppress(  # lost meanwhile: subscribed after the next logon
                     ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError
                 ):
-                    await self._start_pump(live.nursery, live.client, sub, resubscribe=False)
-            yield sub
+                    await self._start_pump(live, sub, resubscribe=False)
+            yield
         finally:
             self._subs.pop(sid, None)
             sub._end()
 
-    async def _start_pump(
-        self, nursery: trio.Nursery, client: Client, sub: HASubscription, *, resubscribe: bool
-    ) -> None:
-        """Subscribe ``sub`` on ``client`` and hand its messages over in the background
+    async def _start_pump(self, live: _Live, sub: HASubscription, *, resubscribe: bool) -> None:
+        """Subscribe ``sub`` on ``live`` and hand its messages over in the background
         (a refused resubscribe ends ``sub``; a refused first subscribe raises)."""
         try:
-            await nursery.start(self._pump, client, sub)
-        except CommandError as exc:
-            if not resubscribe:
+            await live.nursery.start(self._pump, live, sub)
+        except AMPSError as exc:
+            if isinstance(exc, ConnectionLost) or not resubscribe:
                 raise
             log.error("HA client %r: resubscribe of %s refused: %s", self.name, sub.sub_id, exc)
             self._subs.pop(sub.sub_id, None)
@@ -599,26 +811,16 @@ class HAClient:
 
     async def _pump(
         self,
-        client: Client,
+        live: _Live,
         sub: HASubscription,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        client = live.client
         with trio.CancelScope() as scope:
             sub._scope = scope
-            async with client.subscribe(
-                sub.topic,
-                filter=sub.filter,
-                bookmark=sub._subscribe_bookmark(),
-                options=sub.options,
-                sub_id=sub.sub_id,
-            ) as raw:
-                sub.subscribes += 1
-                task_status.started()
-                async for message in raw:
-                    sub._deliver(message)
-            if raw.failure is not None and client.closed is None:
-                failure = CommandError("subscribe", raw.failure)
+            failure = await sub._serve(client, live.connection, task_status)
+            if failure is not None and client.closed is None:
                 log.error("HA client %r: subscription %s ended: %s", self.name, sub.sub_id, failure)
                 self._subs.pop(sub.sub_id, None)
                 sub._end(failure)
@@ -664,6 +866,8 @@ async def open_ha_client(
     max_reconnect_delay: float = 5.0,
     connect_timeout: float = 10.0,
     on_state: StateCallback | None = None,
+    ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE,
+    ack_timeout: float = DEFAULT_ACK_TIMEOUT,
     **logon_fields: Any,
 ) -> AsyncIterator[HAClient]:
     """An :class:`HAClient` connecting in the background for as long as the block runs.
@@ -683,6 +887,10 @@ async def open_ha_client(
         connect_timeout: seconds allowed for each connect and logon.
         on_state: called as ``on_state(state, detail)`` on each state change (see the
             module doc); an exception it raises is logged and ignored.
+        ack_batch_size: queue acknowledgements sent in one command (default 1: each
+            at once); see :meth:`HAClient.ack`.
+        ack_timeout: seconds a partial batch of acknowledgements waits before it is
+            sent (default 1.0).
         logon_fields: further logon header fields (also ``ca_file`` and friends of
             :func:`open_client`).
 
@@ -704,6 +912,8 @@ async def open_ha_client(
         max_reconnect_delay=max_reconnect_delay,
         connect_timeout=connect_timeout,
         on_state=on_state,
+        ack_batch_size=ack_batch_size,
+        ack_timeout=ack_timeout,
         **logon_fields,
     )
     try:
