@@ -58,7 +58,10 @@ them), the default in-memory ones are dropped. Publishes not yet persisted stay 
 publish store: call :meth:`HAClient.flush` first to wait for them.
 
 Error handling: losing a connection, failing to connect or log on, and a silent
-server are never raised to the caller: the client retries. A subscription the server
+server are never raised to the caller: the client retries, for as long as the block
+runs, or until ``failover_timeout`` seconds pass without a logon: then the block ends
+with :class:`NoServerReachable` (what waited is cancelled; the publish store keeps what
+was not acknowledged). A subscription the server
 refuses raises :class:`CommandError` from :meth:`HAClient.subscribe`, or, when the
 refusal comes at a resubscribe, ends that subscription's iterator (``sub.failure``).
 """
@@ -83,11 +86,13 @@ from amps_py.trio_util import unwrapping_groups
 from .bookmark_store import MemoryBookmarkStore
 from .client import Client, open_client
 from .ha_policy import Backoff, ServerChooser
+from .ha_sow import HASowSubscription
 from .ha_subscription import HAMessage as HAMessage
 from .ha_subscription import HASubscription
 from .publish_store import MemoryPublishStore
 from .queue import DEFAULT_ACK_BATCH_SIZE, DEFAULT_ACK_TIMEOUT
 from .queue import send_pending as send_pending_acks
+from .sow import MAX_BATCH_SIZE
 from .store_api import (
     SOW_DELETE_BY_DATA,
     SOW_DELETE_BY_FILTER,
@@ -106,7 +111,9 @@ __all__ = [
     "RESUBSCRIBED",
     "HAClient",
     "HAMessage",
+    "HASowSubscription",
     "HASubscription",
+    "NoServerReachable",
     "ServerSilent",
     "open_ha_client",
 ]
@@ -146,6 +153,11 @@ _CONNECTION_ERRORS: Final = (
 
 class ServerSilent(ConnectionLost):
     """Nothing arrived from the server for two heartbeat intervals."""
+
+
+class NoServerReachable(ConnectionLost):
+    """No server could be reached for ``failover_timeout`` seconds: the HA client gave
+    up (the message names each server and why its last attempt failed)."""
 
 
 @dataclass
@@ -190,8 +202,13 @@ class HAClient:
         on_state: StateCallback | None = None,
         ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        failover_timeout: float | None = None,
         **logon_fields: Any,
     ) -> None:
+        if failover_timeout is not None and failover_timeout <= 0:
+            raise ValueError(
+                f"failover_timeout must be a positive number of seconds, got {failover_timeout:g}"
+            )
         if ack_batch_size < 1:
             raise ValueError(f"ack_batch_size must be 1 or more, got {ack_batch_size}")
         if ack_timeout <= 0:
@@ -222,6 +239,7 @@ class HAClient:
         self.not_journaled_seq = 0
         self.ack_batch_size = ack_batch_size
         self.ack_timeout = ack_timeout
+        self.failover_timeout = failover_timeout
         self.acks_resent = 0
         self.stale_acks_dropped = 0
         #: queue acknowledgements for the next connection: topic -> bookmarks (a dict
@@ -264,30 +282,44 @@ class HAClient:
 
     # ---------------------------------------------------------------- connecting
     async def _run(self) -> None:
-        """Connect, serve the connection until it is lost, and again, forever."""
+        """Connect, serve the connection until it is lost, and again; forever, or until
+        ``failover_timeout`` passes without a logon (then raise
+        :class:`NoServerReachable`)."""
         failures = 0
         previous = ""
+        down_since = trio.current_time()
+        errors: dict[str, str] = {}  # uri -> why its last attempt failed
         while True:
+            deadline = math.inf
+            if self.failover_timeout is not None:
+                deadline = down_since + self.failover_timeout
             delay = self.backoff.delay(failures)
             if delay:
-                await trio.sleep(delay)
+                await trio.sleep_until(min(trio.current_time() + delay, deadline))
+            if trio.current_time() >= deadline:
+                raise self._unreachable(errors)
             uri = self.chooser.choose()
             logged_on = False
             logged_on_at = 0.0
+            attempt = trio.CancelScope(deadline=deadline)
 
-            def on_logon(uri: str = uri) -> None:
+            def on_logon(uri: str = uri, attempt: trio.CancelScope = attempt) -> None:
                 nonlocal logged_on, logged_on_at, previous
                 logged_on = True
                 logged_on_at = trio.current_time()
+                attempt.deadline = math.inf  # in service: no failover deadline
                 if previous and uri != previous:
                     self._state(FAILED_OVER, uri=uri, previous=previous)
                 previous = uri
 
-            try:
-                await self._session(uri, on_logon)
-                reason: BaseException = ConnectionLost("connection ended")
-            except _CONNECTION_ERRORS as exc:
-                reason = exc
+            reason: BaseException = ConnectionLost("connection ended")
+            with attempt:
+                try:
+                    await self._session(uri, on_logon)
+                except _CONNECTION_ERRORS as exc:
+                    reason = exc
+            if attempt.cancelled_caught:
+                reason = TimeoutError("still trying when failover_timeout ran out")
             self._live = None
             if self._connected.is_set():  # (an unset one has waiters: keep it)
                 self._connected = trio.Event()
@@ -296,15 +328,37 @@ class HAClient:
                 self._state(DISCONNECTED, uri=uri, reason=str(reason))
                 lasted = trio.current_time() - logged_on_at
                 failures = 0 if lasted >= HEALTHY_CONNECTION else failures + 1
+                down_since = trio.current_time()
+                errors.clear()
             else:
                 failures += 1
+                errors[uri] = str(reason)
                 log.warning(
                     "HA client %r: cannot use %s (%s); next attempt in %.3g s",
                     self.name,
-                    uri,
+                    redact_uris(uri),
                     reason,
                     self.backoff.delay(failures),
                 )
+
+    def _unreachable(self, errors: dict[str, str]) -> NoServerReachable:
+        """The error that ends the client when ``failover_timeout`` ran out."""
+        tried = "; ".join(f"{redact_uris(uri)}: {why}" for uri, why in errors.items())
+        kept = len(self.publish_store)
+        exc = NoServerReachable(
+            f"{self.name}: no server could be reached for {self.failover_timeout:g} s "
+            f"(failover_timeout): {tried or 'no attempt finished'}. "
+            + (
+                f"The publish store keeps {kept} publish(es) not acknowledged: open the "
+                "client again with the same store to send them. "
+                if kept
+                else ""
+            )
+            + "Check that the servers run and that their client transports listen "
+            "where the URIs say."
+        )
+        log.error("HA client %r: %s", self.name, exc)
+        return exc
 
     async def _session(self, uri: str, on_logon: Callable[[], None]) -> None:
         """One connection, from logon until it is lost (raises why)."""
@@ -772,6 +826,79 @@ class HAClient:
                 raise
             await sub._ack_current()
 
+    @asynccontextmanager
+    async def sow_and_subscribe(
+        self,
+        topic: str,
+        filter: str | None = None,
+        *,
+        options: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int = 10,
+        sub_id: str | None = None,
+    ) -> AsyncIterator[HASowSubscription]:
+        """Query ``topic``'s State of the World and subscribe to it, atomically, and
+        keep the application's view of it current across reconnects, until the block
+        is left.
+
+        Iterate the subscription for the snapshot records (``message.snapshot``),
+        then the live messages (``publish``; ``oof`` with option ``oof``), as with
+        :meth:`Client.sow_and_subscribe`; ``sub.snapshot_done`` is set once the whole
+        snapshot was handed over. Each message carries its bookmark (option
+        ``bookmark`` is added).
+
+        After a reconnect (to the same server or another of the fabric) it is not
+        issued again as it was, which would hand the whole snapshot over again as new
+        records (AMPS's HAClient re-issues a command as it was first issued, unless it
+        is a bookmark subscription: this is not one, but every SOW topic is journaled,
+        so it can resume like one). It resumes with a bookmark subscription from what
+        it had handed over (each publisher's last message), so the application gets
+        every update it missed, in order, and nothing it already had:
+
+        * a replayed message it was given, or that a message it was given overtook, is
+          dropped (``sub.duplicates_dropped``); so is one older than the version of
+          its record it holds from another publisher (``sub.superseded_dropped``);
+        * deletes are not replayed (and a record that stopped matching the filter
+          just stops coming): once the replay reached the live stream the
+          subscription's records are queried once (``sow``), and a record that
+          differs from the version the application holds is handed over as an
+          update (a ``publish`` message; ``possible_duplicate`` set if its publisher's
+          message may have been handed over before), and, with option ``oof``, a
+          record it holds that is gone comes as an ``oof`` (reason ``deleted``, or
+          ``match`` when the record is still there but no longer matches the filter;
+          its data is empty). ``sub.resynced`` counts them.
+
+        Nothing handed over yet (an empty snapshot, no live message): it is issued
+        again as it was. ``top_n`` and ``orderby`` shape the first snapshot only; with
+        ``top_n`` a record the application never held is not added by the check.
+        What the application holds lives in memory (``sub.view``): a restarted
+        process starts with a new snapshot.
+
+        Args: as :meth:`Client.sow_and_subscribe` (``sub_id``: default a fresh one).
+
+        Raises:
+            CommandError: the server refused it (``invalid topic``, ``bad filter``).
+            ValueError: ``sub_id`` is already used by a subscription of this client,
+                or ``batch_size``/``top_n`` out of range.
+        """
+        if top_n is not None and top_n < 0:
+            raise ValueError(f"top_n must be 0 or more, got {top_n}")
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+        sub = HASowSubscription(
+            self,
+            self._new_sub_id(sub_id),
+            topic,
+            filter,
+            options,
+            top_n=top_n,
+            orderby=orderby,
+            batch_size=batch_size,
+        )
+        async with self._subscribed(sub):
+            yield sub
+
     def _new_sub_id(self, sub_id: str | None) -> str:
         sid = sub_id or f"ha{next(self._sub_ids)}"
         if sid in self._subs:
@@ -868,6 +995,7 @@ async def open_ha_client(
     on_state: StateCallback | None = None,
     ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE,
     ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+    failover_timeout: float | None = None,
     **logon_fields: Any,
 ) -> AsyncIterator[HAClient]:
     """An :class:`HAClient` connecting in the background for as long as the block runs.
@@ -891,6 +1019,11 @@ async def open_ha_client(
             at once); see :meth:`HAClient.ack`.
         ack_timeout: seconds a partial batch of acknowledgements waits before it is
             sent (default 1.0).
+        failover_timeout: give up when no server could be logged on to for this many
+            seconds (from the start, or from the loss of a connection): the block
+            ends with :class:`NoServerReachable`, naming each server and why its last
+            attempt failed. None (the default): keep trying for as long as the block
+            runs.
         logon_fields: further logon header fields (also ``ca_file`` and friends of
             :func:`open_client`).
 
@@ -901,6 +1034,7 @@ async def open_ha_client(
     Raises:
         ValueError: ``servers`` is empty or holds a malformed URI, or an argument is
             out of range.
+        NoServerReachable: (from the block) ``failover_timeout`` ran out.
     """
     ha = HAClient(
         name,
@@ -914,6 +1048,7 @@ async def open_ha_client(
         on_state=on_state,
         ack_batch_size=ack_batch_size,
         ack_timeout=ack_timeout,
+        failover_timeout=failover_timeout,
         **logon_fields,
     )
     try:
