@@ -12,6 +12,8 @@ What a user relies on:
   (also ones leased on the dead connection: that is harmless, the application
   processed them) and never delivers them again; ``cancel``/``expire`` of a message
   leased on the dead connection are not sent (its lease is gone) and are counted;
+- ``amps-py subscribe URI1,URI2 QUEUE --ack`` consumes on the HA client (a dead
+  first server does not stop it) and acknowledges what it printed;
 - killed -9 mid-stream, an owner's messages wait on its peer until proxied transfer
   is enabled there (the server's rule); the consumer, failed over to the peer, then
   gets them, those it held unacknowledged on the dead owner included, and every
@@ -28,9 +30,10 @@ from typing import Any
 
 import orjson
 import trio
+from clirun import run
 from cluster import Cluster, InstanceView, destination_xml, replication_xml
 from faultproxy import open_fault_proxy
-from harness import wait_until
+from harness import start_instance, wait_until, wait_until_sync
 from inprocess import InProcessInstance
 from test_queue import QUEUE, queue_instance, queue_xml
 
@@ -168,6 +171,31 @@ async def test_auto_ack_acknowledges_what_the_loop_moved_past_across_a_reconnect
         assert seen[3] in seen[4:]
         assert len(seen) - len(set(seen)) <= 2
         assert stats(served)["depth"] == 0
+
+
+def test_the_cli_consumes_a_queue_through_a_uri_list(tmp_path: Path) -> None:
+    server = start_instance(tmp_path, "q", extra=queue_xml(BACKLOG_10))
+    try:
+        trio.run(publish_numbers, server.uri, "producer", range(10))
+        uris = f"tcp://127.0.0.1:1/amps/json,{server.uri}"  # the first one is dead
+        res = run(
+            "subscribe", uris, QUEUE, "--ack", "--count", "6", "--max-backlog", "4",
+            "--raw", cwd=tmp_path,
+        )  # fmt: skip
+        print(res.stderr)
+        assert res.returncode == 0, res.stderr
+        assert [orjson.loads(line)["n"] for line in res.stdout.splitlines()] == list(range(6))
+        assert f"acknowledged 6 message(s) on {QUEUE}" in res.stderr
+
+        def acked() -> str | None:  # the statistics file is written now and then
+            queues = server.statistics()["queues"][QUEUE]
+            return None if (queues["depth"], queues["acked"]) == (4, 6) else str(queues)
+
+        wait_until_sync(acked, timeout=30)
+        refused = run("subscribe", uris, QUEUE, "--ack", "--store", "st", cwd=tmp_path)
+        assert refused.returncode != 0 and "drop --store" in refused.stderr
+    finally:
+        server.stop()
 
 
 # ---------------------------------------------------------------------- a pair
