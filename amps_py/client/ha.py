@@ -74,7 +74,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import trio
@@ -151,6 +151,10 @@ _CONNECTION_ERRORS: Final = (
 )
 
 
+#: what a send on a connection that is going raises
+_LOST: Final = (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
 class ServerSilent(ConnectionLost):
     """Nothing arrived from the server for two heartbeat intervals."""
 
@@ -169,6 +173,8 @@ class _Live:
     nursery: trio.Nursery
     #: its number (:attr:`HAClient.connections` when it logged on)
     connection: int
+    #: set once the connection is over
+    ended: trio.Event = field(default_factory=trio.Event)
 
 
 class HAClient:
@@ -320,6 +326,8 @@ class HAClient:
                     reason = exc
             if attempt.cancelled_caught:
                 reason = TimeoutError("still trying when failover_timeout ran out")
+            if self._live is not None:
+                self._live.ended.set()
             self._live = None
             if self._connected.is_set():  # (an unset one has waiters: keep it)
                 self._connected = trio.Event()
@@ -374,6 +382,10 @@ class HAClient:
                 async with unwrapping_groups(_CONNECTION_ERRORS), trio.open_nursery() as nursery:
                     await self._serve(client, uri, nursery, on_logon)
             finally:
+                live = self._live
+                if live is not None and live.client is client:
+                    self._live = None  # from here on, acks are kept for the next one
+                    live.ended.set()
                 if client.closed is not None:
                     self._take_over_acks(client)
 
@@ -394,10 +406,10 @@ class HAClient:
         on_logon()
         nursery.start_soon(self._sender, client)
         nursery.start_soon(self._ack_watcher, client)
-        # before the resubscribes, so that the server removes what the application
-        # processed before it could lease it again
-        await self._resend_acks(client)
         live = self._live = _Live(client, uri, nursery, self.connections)
+        # before the resubscribes, so that the server removes what the application
+        # processed before it could lease it again (new acks go to ``client`` now)
+        await self._resend_acks(client)
         subs = list(self._subs.values())  # later ones subscribe themselves
         for sub in subs:
             await self._start_pump(live, sub, resubscribe=True)
@@ -451,7 +463,10 @@ class HAClient:
         it, it is kept and sent again on the next connection, before the
         subscriptions are renewed. That is harmless whatever happened meanwhile: the
         server removes a message it still holds (it was processed: nobody needs it
-        again), and ignores a bookmark it no longer holds (acknowledged already).
+        again; under ``Leasing`` ``strict`` not one leased to another consumer
+        meanwhile, which then acknowledges it itself), and ignores a bookmark it no
+        longer holds (acknowledged already). Bookmarks name the same message on every
+        instance, so this holds on the server failed over to as well.
         The lease the message had ended with its connection, though: the server
         returned it to the queue, and it may have been delivered again (to this
         consumer or another) before the acknowledgement arrives.
@@ -497,10 +512,15 @@ class HAClient:
             try:
                 await live.client.ack(topic, bookmark, cancel=cancel, expire=expire)
                 return
-            except ConnectionLost:
+            except _LOST:
                 if cancel or expire:
                     self.stale_acks_dropped += 1
                     return
+                if self._live is not live:  # the session is over: keep it for the next
+                    self._unsent_acks.setdefault(topic, {})[bookmark] = None
+                else:  # the session ends soon and takes over what its client holds
+                    live.client._acks.keep(topic, [bookmark])
+                return
         self._unsent_acks.setdefault(topic, {})[bookmark] = None
 
     async def flush_acks(self, *, timeout: float = 30) -> None:
@@ -519,12 +539,13 @@ class HAClient:
                     await self._connected.wait()
                     continue
                 try:
+                    if self._unsent_acks:
+                        await self._resend_acks(live.client)
                     await live.client.flush_acks(timeout=math.inf)
-                except ConnectionLost:
-                    await trio.lowlevel.checkpoint()
+                except _LOST:
+                    await live.ended.wait()  # then the next connection sends them
                     continue
-                if not self._unsent_acks:
-                    return
+                return
         raise TimeoutError(
             f"{self.name}: acknowledgements not confirmed within {timeout:g} s "
             f"({'connected to ' + self.uri if self.connected else 'not connected'})"

@@ -110,6 +110,11 @@ class AckState:
             found.setdefault(topic, []).extend(bookmarks)
         return found
 
+    def keep(self, topic: str, bookmarks: list[str]) -> None:
+        """Put plain acknowledgements back among the batched ones (not sent: sent by
+        the next send of ``topic``'s batch, or taken over with :meth:`unconfirmed`)."""
+        self.batches.setdefault(topic, _Batch()).bookmarks.extend(bookmarks)
+
     def forget(self) -> None:
         """Drop every batch and every record of unanswered commands (the connection is
         gone and someone else took them over: :meth:`unconfirmed`)."""
@@ -288,9 +293,10 @@ async def _send_acks(client: Client, topic: str, bookmarks: list[str], option: s
     except BaseException:
         state.outstanding.pop(cid, None)
         state.unanswered.pop(cid, None)
-        if not option and client.closed is not None:
-            # not sent: the connection is gone; keep them for whoever takes over
-            state.batches.setdefault(topic, _Batch()).bookmarks.extend(bookmarks)
+        if not option:
+            # not sent (or not wholly): keep them batched, for a later send or for
+            # whoever takes over from a lost connection (sending one twice is harmless)
+            state.keep(topic, bookmarks)
         raise
     state.sent += len(bookmarks)
 
