@@ -9,8 +9,9 @@ What a user relies on:
 - a replayed message older than the version of its record the application holds (it
   was overwritten by another publisher before the snapshot) is never handed over;
 - a delete made while the client was away comes as an ``oof`` (reason ``deleted``),
-  found by the check that follows the replay; in the end the application's view
-  equals the server's State of the World.
+  and a record updated out of the filter as one with reason ``match``, found by the
+  check that follows the replay; in the end the application's view equals the
+  server's State of the World.
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ def doc(i: int, v: int) -> bytes:
     return orjson.dumps({"id": i, "v": v})
 
 
+#: SOW key -> id, as the messages handed over showed them (an oof has no data)
+IDS: dict[str, int] = {}
+
+
 def summary(message: HAMessage) -> tuple[str, int, Any]:
     """(command, id, v or the oof reason) of a message handed over."""
     if message.command == "oof":
-        return ("oof", -1, message.reason)
+        return ("oof", IDS.get(message.key, -1), message.reason)
     body = orjson.loads(message.data)
+    IDS[message.key] = body["id"]
     return (message.command, body["id"], body["v"])
 
 
@@ -64,6 +70,7 @@ class View:
         self.handed: list[HAMessage] = []
 
     def apply(self, message: HAMessage) -> None:
+        summary(message)  # learns the id of each key
         self.handed.append(message)
         if message.command == "oof":
             self.records.pop(message.key, None)
@@ -127,10 +134,49 @@ async def test_a_resumed_sow_subscription_drops_what_it_had_and_what_was_superse
             nursery.cancel_scope.cancel()
         after = [summary(m) for m in view.handed[2:]]
         print("handed over after the reconnect:", after)
-        assert after == [("publish", 3, 30), ("publish", 1, 12), ("oof", -1, "deleted")]
+        assert after == [("publish", 3, 30), ("publish", 1, 12), ("oof", 2, "deleted")]
         assert (sub.resumes, sub.superseded_dropped, sub.duplicates_dropped) == (1, 1, 1)
         assert sub.resynced == 1
         assert view.by_id() == await sow_by_id(inst.uri)
+
+
+async def test_a_record_that_left_the_filter_while_away_comes_as_an_oof_match(
+    tmp_path: Path,
+) -> None:
+    """The replay carries only matching messages, so a record updated out of the
+    filter while the client was away is found by the check: an ``oof`` with reason
+    ``match`` (it still exists), next to one deleted (``deleted``)."""
+    async with (
+        serve_instance(tmp_path, "sow", extra=SOW_XML) as inst,
+        open_fault_proxy("127.0.0.1", inst.port, seed=4) as proxy,
+        open_client(inst.uri, "pub") as pub,
+    ):
+        for i in (1, 2, 3):
+            await pub.publish(TOPIC, doc(i, i))
+        await pub.flush()
+        view = View()
+        uri = f"tcp://127.0.0.1:{proxy.listen_port}/amps/json"
+        async with (
+            open_ha_client("filtered", [uri]) as ha,
+            ha.sow_and_subscribe(TOPIC, "/v < 100", options="oof") as sub,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(consume, sub, view)
+            await wait_until(lambda: None if len(view.handed) == 3 else "snapshot", 10)
+            proxy.refuse(True)
+            proxy.cut()
+            await wait_until(lambda: None if not ha.connected else "still connected", 10)
+            await pub.publish(TOPIC, doc(1, 150))  # out of the filter
+            await pub.sow_delete(TOPIC, data=doc(2, 0))
+            await pub.publish(TOPIC, doc(3, 30))  # still in it
+            await pub.flush()
+            proxy.refuse(False)
+            await wait_until(lambda: None if view.by_id() == {3: 30} else view.by_id(), 10)
+            nursery.cancel_scope.cancel()
+        after = sorted(summary(m) for m in view.handed[3:])
+        print("handed over after the reconnect:", after)
+        assert after == [("oof", 1, "match"), ("oof", 2, "deleted"), ("publish", 3, 30)]
+        assert sub.resynced == 2
 
 
 # ---------------------------------------------------------------------- a pair
