@@ -859,8 +859,9 @@ def subscribe(
     continues where the last run with DIR stopped (the first time from EPOCH);
     `--store DIR --bookmark B` starts a new position at B (refused when DIR holds one:
     resume it, or use another DIR). A message counts as done once its line is printed
-    and flushed. With a URI list or --store, the replay-complete line is not printed,
-    and --ack and --max-backlog are not available.
+    and flushed. With a URI list or --store, the replay-complete line is not printed.
+    On a queue with a URI list, --ack goes on after a failover: what was printed and
+    not acknowledged when a server was lost is delivered again (not with --store).
     """
     if resume and store is None:
         fail(
@@ -874,10 +875,10 @@ def subscribe(
         )
     if store is not None or "," in uri:
         for flag, given in (("--ack", ack), ("--max-backlog", max_backlog is not None)):
-            if given:
+            if given and store is not None:
                 fail(
-                    f"{flag} is for queues, which a URI list or --store (the HA client) "
-                    "does not subscribe to; give one URI without --store"
+                    f"{flag} is for queues, and --store keeps the position of a bookmark "
+                    "subscription; drop --store (a URI list alone fails over across it)"
                 )
         _subscribe_ha(
             uri,
@@ -894,6 +895,9 @@ def subscribe(
             ca_file,
             user,
             password_env,
+            ack=ack,
+            ack_batch=ack_batch,
+            max_backlog=max_backlog,
         )
         return
     from amps_py.cli_client import stderr_is_terminal
@@ -1019,6 +1023,10 @@ def _subscribe_ha(
     ca_file: str | None,
     user: str | None,
     password_env: str,
+    *,
+    ack: bool = False,
+    ack_batch: int = 1,
+    max_backlog: int | None = None,
 ) -> None:
     """``subscribe`` with a URI list or --store: on the HA client
     (``cli_ha.subscribe``)."""
@@ -1041,6 +1049,9 @@ def _subscribe_ha(
             name=client_name,
             store_dir=Path(store) if store is not None else None,
             logon_fields={"ca_file": ca_file, **credentials.logon_fields()},
+            ack=ack,
+            ack_batch=ack_batch,
+            max_backlog=max_backlog,
         )
 
     with (

@@ -459,10 +459,16 @@ async def subscribe(
     name: str,
     store_dir: Path | None,
     logon_fields: Mapping[str, Any],
+    ack: bool = False,
+    ack_batch: int = 1,
+    max_backlog: int | None = None,
 ) -> int:
     """Print the messages of ``topic`` as ``amps-py subscribe`` does, through the HA
     client; with a bookmark, each message is marked processed once it is printed and
-    flushed. Returns how many were printed.
+    flushed. On a queue (``max_backlog``, ``ack``), each message is acknowledged once
+    it is printed and flushed (``ack``), across failovers; at the end every
+    acknowledgement is confirmed and a stderr line says how many. Returns how many
+    were printed.
 
     Raises:
         StoreMisuse: ``--store`` without a position to start from, or a fresh start
@@ -470,9 +476,10 @@ async def subscribe(
         CommandError: the server refused the subscription.
         TimeoutError: no server accepted a logon in time, or --count messages did
             not come within --timeout.
+        AMPSError: ``ack`` on a topic that is not a queue.
     """
     from amps_py.cli_client import stderr_is_terminal
-    from amps_py.client import FileBookmarkStore, open_ha_client
+    from amps_py.client import AMPSError, FileBookmarkStore, open_ha_client
     from amps_py.trio_util import unwrapping_groups
 
     out = sys.stdout
@@ -509,13 +516,26 @@ async def subscribe(
                 uris,
                 bookmark_store=store,
                 on_state=_state_reporter(_echo_err),
+                ack_batch_size=ack_batch,
                 **logon_fields,
             ) as ha,
         ):
             await _first_logon(ha, uris, SUBSCRIBE_CONNECT_TIMEOUT)
+            acked = 0
             async with ha.subscribe(
-                topic, filter=filter_, bookmark=start, options=options, sub_id=sub_id
+                topic,
+                filter=filter_,
+                bookmark=start,
+                options=options,
+                sub_id=sub_id,
+                max_backlog=max_backlog,
             ) as sub:
+                if ack and sub.subscribes and sub.max_backlog is None:
+                    raise AMPSError(
+                        f"--ack acknowledges queue messages, and {topic!r} is not a queue on "
+                        f"{ha.uri} (its subscribe ack reported no max_backlog); drop --ack, "
+                        "or give the queue's name"
+                    )
                 started = last_report = time.monotonic()
                 rate_lines = stderr_is_terminal()  # nothing extra when piped
                 while not count or n < count:
@@ -542,12 +562,19 @@ async def subscribe(
                     if start is not None:
                         out.flush()  # printed before it counts as processed
                         msg.processed()
+                    if ack:
+                        out.flush()  # printed before it leaves the queue
+                        await msg.ack()
+                        acked += 1
                     now = time.monotonic()
                     if rate_lines and now - last_report >= 5:
                         out.flush()
                         _echo_err(f"[{n} messages, {n / (now - started):,.0f} msg/s]")
                         last_report = now
                 out.flush()
+            if ack:
+                await ha.flush_acks()
+                _echo_err(f"amps-py: acknowledged {acked} message(s) on {topic}")
     return n
 
 

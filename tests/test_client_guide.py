@@ -6,7 +6,8 @@ ports); the others against a standalone instance with the SOW topic ``orders`` a
 queue ``work`` of config/examples/standalone.xml. What a user relies on: the guaranteed
 publisher ends with an empty store; the durable subscriber's second run continues
 after the messages its first run processed; the failover example connects and gets a
-persisted ack; the queue consumer and the plain client print what the guide says.
+persisted ack; the queue consumers, the SOW view and the plain client print what the
+guide says.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def test_every_example_is_tested() -> None:
         "failover_states",
         "queue_consumer",
         "plain_client",
+        "ha_sow_view",
+        "ha_queue_consumer",
     }
 
 
@@ -108,5 +111,12 @@ def test_the_standalone_examples_run(tmp_path: Path) -> None:
         out = run_example(code["plain_client"], uris)
         assert 'first order in the journal: {"id": 7, "qty": 70}' in out, out
         assert "1 orders over 10" in out, out
+        out = run_example(code["ha_sow_view"], uris)
+        lines = out.splitlines()
+        assert 'record {"id": 1, "qty": 10}' in lines and 'record {"id": 2, "qty": 20}' in lines
+        assert not any('"id": 3' in line for line in lines), out  # deleted
+        assert lines[-1] == 'publish {"id": 2, "qty": 25}', out
+        out = run_example(code["ha_queue_consumer"], uris)
+        assert out.splitlines() == ["job 0", "job 1", "job 2"], out
     finally:
         server.stop()

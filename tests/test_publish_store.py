@@ -28,7 +28,13 @@ from amps_py.client.publish_store import (
     PublishStoreError,
     PublishStoreInUse,
 )
-from amps_py.client.store_api import PublishStore, StoredPublish
+from amps_py.client.store_api import (
+    SOW_DELETE_BY_DATA,
+    SOW_DELETE_BY_FILTER,
+    SOW_DELETE_BY_KEYS,
+    PublishStore,
+    StoredPublish,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,11 +148,37 @@ def test_unacked_is_what_was_kept_when_called_minus_what_is_discarded_meanwhile(
     assert [p.seq for p in replay] == [4, 5, 6]
 
 
-def test_only_publish_commands_are_kept(open_store: Opener) -> None:
+def test_only_publish_and_sow_delete_commands_are_kept(open_store: Opener) -> None:
     store = open_store()
-    with pytest.raises(ValueError, match="publish and delta_publish"):
-        store.store("sow_delete", "t", b"x")
+    with pytest.raises(ValueError, match="publish, delta_publish, sow_delete_filter"):
+        store.store("sow_delete", "t", b"x")  # a delete is kept with what selects
     assert store.store("publish", "t", b"x") == 1
+
+
+def test_sow_deletes_are_kept_in_sequence_with_the_publishes(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    """A sow_delete takes the publisher's next seq; each kind keeps its selector, and
+    a file store gives them back after a reopen."""
+    store = open_store()
+    store.store("publish", "orders", b'{"id":1}')
+    store.store(SOW_DELETE_BY_FILTER, "orders", b"/id > 0")
+    store.store(SOW_DELETE_BY_KEYS, "orders", b"k1,k2")
+    store.store(SOW_DELETE_BY_DATA, "orders", b'{"id":1}')
+    store.store("publish", "orders", b'{"id":2}')
+    expected = [
+        StoredPublish(1, "publish", "orders", b'{"id":1}'),
+        StoredPublish(2, SOW_DELETE_BY_FILTER, "orders", b"/id > 0"),
+        StoredPublish(3, SOW_DELETE_BY_KEYS, "orders", b"k1,k2"),
+        StoredPublish(4, SOW_DELETE_BY_DATA, "orders", b'{"id":1}'),
+        StoredPublish(5, "publish", "orders", b'{"id":2}'),
+    ]
+    assert list(store.unacked()) == expected
+    store.discard_through(2)
+    if isinstance(store, FilePublishStore):
+        store.close()
+        with FilePublishStore(tmp_path / "store", segment_bytes=300) as again:
+            assert list(again.unacked()) == expected[2:]
 
 
 # ---------------------------------------------------------------- file store: reopening

@@ -1,7 +1,8 @@
 """The amps-py trio client: :func:`open_client`, :class:`Client`, subscriptions, SOW
 queries (:class:`SowRecord`), queue consumers (``Client.ack``, ``message.ack()``,
 ``subscribe(..., auto_ack=True)``: :class:`QueueSubscription`), URIs, and the HA client
-(:func:`open_ha_client`: failover, publish and bookmark stores, heartbeats)."""
+(:func:`open_ha_client`: failover, publish and bookmark stores, heartbeats, resumed
+``sow_and_subscribe``, queue consumers)."""
 
 from amps_py.protocol import SowRecord
 
@@ -24,7 +25,9 @@ from .ha import (
     RESUBSCRIBED,
     HAClient,
     HAMessage,
+    HASowSubscription,
     HASubscription,
+    NoServerReachable,
     ServerSilent,
     open_ha_client,
 )
@@ -46,10 +49,12 @@ __all__ = [
     "FilePublishStore",
     "HAClient",
     "HAMessage",
+    "HASowSubscription",
     "HASubscription",
     "MemoryBookmarkStore",
     "MemoryPublishStore",
     "Message",
+    "NoServerReachable",
     "QueueSubscription",
     "ServerSilent",
     "ServerURI",

@@ -301,6 +301,7 @@ class Client:
                 if sub.replayed is None:
                     sub.replayed = sub.delivered
                 sub.completed.set()
+                sub._mark({"c": "ack", "a": "completed", "bm": sub.completed_bookmark})
             elif ack_type == "persisted" and cid is None:
                 sub.persisted_bookmark = header.get("bm", "")
             if header.get("status") == "failure":
@@ -453,6 +454,7 @@ class Client:
         timeout: float = 30,
         max_backlog: int | None = None,
         auto_ack: bool = False,
+        markers: bool = False,
     ) -> AsyncIterator[Subscription]:
         """Subscribe (a bookmark subscription when ``bookmark`` is given).
 
@@ -475,6 +477,9 @@ class Client:
         or a disconnect) and is delivered again, to this or another consumer. A
         message acknowledged by hand (``message.ack()``) is not acknowledged again.
 
+        ``markers``: the iterator also yields the ``completed`` ack in its place among
+        the messages (see :class:`Subscription`).
+
         Raises:
             CommandError: the server refused the subscription.
             AMPSError: ``auto_ack=True`` on a topic that is not a queue (the subscribe
@@ -482,7 +487,11 @@ class Client:
             ValueError: ``max_backlog`` is less than 1.
         """
         sid = sub_id or f"s{next(self._cids)}"
-        sub = QueueSubscription(self, sid, buffer) if auto_ack else Subscription(self, sid, buffer)
+        sub = (
+            QueueSubscription(self, sid, buffer, markers)
+            if auto_ack
+            else Subscription(self, sid, buffer, markers)
+        )
         header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sid, "a": acks}
         if filter:
             header["f"] = filter

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .subscription import CommandError, Message
+from .subscription import AMPSError, CommandError, Message
 
 if TYPE_CHECKING:
+    from .client import Client
     from .ha import HAClient
 
 __all__ = ["HAMessage", "HASubscription"]
@@ -27,16 +28,25 @@ class HAMessage(Message):
     Attributes:
         possible_duplicate: it may have been delivered before (redelivered after a
             reconnect, at or before the last message seen from its publisher).
+        connection: the HA client's connection it arrived on (its
+            :attr:`~amps_py.client.ha.HAClient.connections` count then); a queue
+            message is leased to that connection only.
     """
 
-    __slots__ = ("_ha_sub", "possible_duplicate")
+    __slots__ = ("_ha_sub", "connection", "possible_duplicate")
 
     def __init__(
-        self, header: dict[str, Any], data: bytes, sub: HASubscription, possible_duplicate: bool
+        self,
+        header: dict[str, Any],
+        data: bytes,
+        sub: HASubscription,
+        possible_duplicate: bool,
+        connection: int = 0,
     ) -> None:
         super().__init__(header, data)
         self._ha_sub = sub
         self.possible_duplicate = possible_duplicate
+        self.connection = connection
 
     def processed(self) -> None:
         """The application is done with this message: a resubscribe (after a
@@ -47,6 +57,36 @@ class HAMessage(Message):
         if sub.bookmark is not None and self.bookmark:
             sub._ha.bookmark_store.processed(sub.sub_id, self.bookmark)
 
+    async def ack(self, *, cancel: bool = False, expire: bool = False) -> None:
+        """Acknowledge this queue message (:meth:`HAClient.ack`).
+
+        A plain acknowledgement is sent on the current connection, also when the
+        message came on an earlier one (its lease ended with that connection, but the
+        server removes a message it still holds and ignores one it does not: the
+        acknowledgement is never harmful, and it saves a redelivery when it arrives
+        first), and kept for the next connection while there is none.
+        ``cancel=True`` and ``expire=True`` act on the lease: for a message of an
+        earlier connection they are not sent (the server returned it to the queue
+        when that connection dropped; it is delivered again) and
+        ``HAClient.stale_acks_dropped`` counts them. On an ``auto_ack`` subscription a
+        message acknowledged here is not acknowledged again.
+
+        Raises:
+            AMPSError: the message is not from a queue subscription (as
+                :meth:`Message.ack`).
+            CommandError: the server refused an earlier acknowledgement.
+        """
+        sub = self._ha_sub
+        if sub.max_backlog is None:
+            raise AMPSError(
+                f"{self!r} came from subscription {sub.sub_id!r}, which is not a queue "
+                "subscription (its subscribe ack reported no max_backlog); only queue "
+                "messages are acknowledged"
+            )
+        if sub._current is self:
+            sub._current = None  # acknowledged here, not again automatically
+        await sub._ha._ack(self.topic, self.bookmark, cancel, expire, self.connection)
+
 
 class HASubscription:
     """A subscription that survives reconnects: iterate it for :class:`HAMessage`.
@@ -56,6 +96,10 @@ class HASubscription:
         failure: the server's refusal of a resubscribe (the iterator then ends).
         duplicates_dropped: redelivered messages dropped as already processed.
         subscribes: how many times it was (re)subscribed.
+        max_backlog: for a queue subscription, the backlog the server of the current
+            (or last) connection put in force; None for other subscriptions (and
+            before the first subscribe).
+        auto_ack: acknowledge each queue message when the loop moves past it.
     """
 
     def __init__(
@@ -66,6 +110,9 @@ class HASubscription:
         filter: str | None,
         bookmark: str | None,
         options: str | None,
+        *,
+        max_backlog: int | None = None,
+        auto_ack: bool = False,
     ) -> None:
         self._ha = ha
         self.sub_id = sub_id
@@ -73,11 +120,16 @@ class HASubscription:
         self.filter = filter
         self.bookmark = bookmark
         self.options = options
-        self.failure: CommandError | None = None
+        self.requested_backlog = max_backlog
+        self.auto_ack = auto_ack
+        self.max_backlog: int | None = None
+        self.failure: AMPSError | None = None
         self.duplicates_dropped = 0
         self.subscribes = 0
         self._send, self._receive = trio.open_memory_channel[HAMessage](math.inf)
         self._scope: trio.CancelScope | None = None  # of the pump of the current connection
+        #: with auto_ack: the message the iterator yielded last, not acknowledged yet
+        self._current: HAMessage | None = None
 
     def _subscribe_bookmark(self) -> str | None:
         """The ``bm`` of the next (re)subscribe: where the bookmark store says to
@@ -88,7 +140,40 @@ class HASubscription:
         store.reconnected(self.sub_id)
         return store.resume_bookmark(self.sub_id) or self.bookmark
 
-    def _deliver(self, message: Message) -> None:
+    async def _serve(
+        self, client: Client, connection: int, task_status: trio.TaskStatus[None]
+    ) -> AMPSError | None:
+        """Subscribe on ``client`` (connection number ``connection``), report
+        ``task_status.started()`` once the server accepted, then hand every message
+        over until the subscription or the connection ends; returns the server's
+        failure that ended it, if any.
+
+        Raises:
+            CommandError: the server refused the subscribe.
+            AMPSError: ``auto_ack`` on a topic that is not a queue.
+        """
+        async with client.subscribe(
+            self.topic,
+            filter=self.filter,
+            bookmark=self._subscribe_bookmark(),
+            options=self.options,
+            sub_id=self.sub_id,
+            max_backlog=self.requested_backlog,
+        ) as raw:
+            self.subscribes += 1
+            self.max_backlog = raw.max_backlog
+            if self.auto_ack and raw.max_backlog is None:
+                raise AMPSError(
+                    f"auto_ack=True needs a queue: {self.topic!r} is not a queue on this "
+                    "server (its subscribe ack reported no max_backlog); subscribe "
+                    "without auto_ack, or to the queue's name"
+                )
+            task_status.started()
+            async for message in raw:
+                self._deliver(message, connection)
+        return None if raw.failure is None else CommandError("subscribe", raw.failure)
+
+    def _deliver(self, message: Message, connection: int = 0) -> None:
         possible = False
         if self.bookmark is not None and message.bookmark:
             verdict = self._ha.bookmark_store.delivered(self.sub_id, message.bookmark)
@@ -96,25 +181,40 @@ class HASubscription:
                 self.duplicates_dropped += 1
                 return
             possible = verdict.possible_duplicate
-        ha_message = HAMessage(message.header, message.data, self, possible)
-        with contextlib.suppress(trio.ClosedResourceError):  # the application left it
-            self._send.send_nowait(ha_message)
+        self._hand_over(HAMessage(message.header, message.data, self, possible, connection))
 
-    def _end(self, failure: CommandError | None = None) -> None:
+    def _hand_over(self, message: HAMessage) -> None:
+        """Queue ``message`` for the iterator (dropped when the application left it)."""
+        with contextlib.suppress(trio.ClosedResourceError):
+            self._send.send_nowait(message)
+
+    def _end(self, failure: AMPSError | None = None) -> None:
         if failure is not None:
             self.failure = failure
         self._send.close()
         if self._scope is not None:
             self._scope.cancel()
 
+    async def _ack_current(self) -> None:
+        """With ``auto_ack``: acknowledge the message the iterator yielded last (the
+        application moved past it, or left the block normally)."""
+        current, self._current = self._current, None
+        if current is not None:
+            await self._ha._ack(current.topic, current.bookmark, False, False, current.connection)
+
     def __aiter__(self) -> HASubscription:
         return self
 
     async def __anext__(self) -> HAMessage:
+        if self._current is not None:
+            await self._ack_current()
         try:
-            return await self._receive.receive()
+            message = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise StopAsyncIteration from None
+        if self.auto_ack:
+            self._current = message
+        return message
 
     async def get(self, timeout: float) -> HAMessage:
         """The next message.

@@ -11,7 +11,8 @@ integers big-endian)::
     4      4     body length (topic + sow_key + payload bytes)
     8      4     body CRC32
     12     8     seq
-    20     1     command: 1 = publish, 2 = delta_publish
+    20     1     command: 1 = publish, 2 = delta_publish, 3 = sow_delete_filter,
+                 4 = sow_delete_keys, 5 = sow_delete_data (see store_api.StoredPublish)
     21     2     topic length (UTF-8 bytes)
     23     2     sow_key length (UTF-8 bytes)
     25     ...   body: topic, sow_key, payload
@@ -60,8 +61,15 @@ SEGMENT_MAGIC: Final = b"APSSEG1\n"
 HEADER: Final = struct.Struct(">IIIQBHH")
 _HEADER_REST: Final = struct.Struct(">IIQBHH")
 
-#: command name -> its code on disk
-COMMANDS: Final = {"publish": 1, "delta_publish": 2}
+#: command name -> its code on disk (codes 3-5 came with sow_delete: a store holding
+#: them is refused as damaged by an amps-py from before them)
+COMMANDS: Final = {
+    "publish": 1,
+    "delta_publish": 2,
+    "sow_delete_filter": 3,
+    "sow_delete_keys": 4,
+    "sow_delete_data": 5,
+}
 _NAMES: Final = {code: name for name, code in COMMANDS.items()}
 
 _MAX_FIELD: Final = 0xFFFF
@@ -116,7 +124,7 @@ def encode_record(seq: int, command: str, topic: str, sow_key: str, data: bytes)
     code = COMMANDS.get(command)
     if code is None:
         raise ValueError(
-            f"a publish store keeps only {' and '.join(COMMANDS)} commands, not {command!r}"
+            f"a publish store keeps only {', '.join(COMMANDS)} commands, not {command!r}"
         )
     topic_b = topic.encode()
     key_b = sow_key.encode()

@@ -127,7 +127,7 @@ def _check_sizes(max_bytes: int) -> None:
 def _check_command(command: str) -> None:
     if command not in codec.COMMANDS:
         raise ValueError(
-            f"a publish store keeps only {' and '.join(codec.COMMANDS)} commands, not {command!r}"
+            f"a publish store keeps only {', '.join(codec.COMMANDS)} commands, not {command!r}"
         )
 
 

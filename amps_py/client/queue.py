@@ -64,6 +64,10 @@ class AckState:
         self.batches: dict[str, _Batch] = {}
         #: cid of an acknowledgement command sent -> how many bookmarks it carried
         self.outstanding: dict[str, int] = {}
+        #: cid of a plain acknowledgement command sent and not answered -> (topic, its
+        #: bookmarks): what a lost connection may not have applied (see
+        #: :meth:`unconfirmed`)
+        self.unanswered: dict[str, tuple[str, list[str]]] = {}
         self.failure: CommandError | None = None
         self.changed = trio.Event()
         self.sent = 0
@@ -79,6 +83,7 @@ class AckState:
     def answered(self, header: dict[str, Any]) -> None:
         """The server's ack for an acknowledgement command (from the reader task)."""
         count = self.outstanding.pop(str(header["cid"]), 0)
+        self.unanswered.pop(str(header["cid"]), None)
         if header.get("status") == "failure":
             if self.failure is None:
                 self.failure = CommandError("sow_delete", header)
@@ -92,6 +97,32 @@ class AckState:
         if failure is not None:
             self.failure = None
             raise failure
+
+    def unconfirmed(self) -> dict[str, list[str]]:
+        """Topic -> the bookmarks of plain acknowledgements not confirmed by the server:
+        batched and not sent, or sent and not answered. Once the connection is lost,
+        those are what it may not have applied (the HA client sends them again on its
+        next connection); cancel and expire are not included."""
+        found: dict[str, list[str]] = {}
+        for topic, batch in self.batches.items():
+            found.setdefault(topic, []).extend(batch.bookmarks)
+        for topic, bookmarks in self.unanswered.values():
+            found.setdefault(topic, []).extend(bookmarks)
+        return found
+
+    def keep(self, topic: str, bookmarks: list[str]) -> None:
+        """Put plain acknowledgements back among the batched ones (not sent: sent by
+        the next send of ``topic``'s batch, or taken over with :meth:`unconfirmed`)."""
+        self.batches.setdefault(topic, _Batch()).bookmarks.extend(bookmarks)
+
+    def forget(self) -> None:
+        """Drop every batch and every record of unanswered commands (the connection is
+        gone and someone else took them over: :meth:`unconfirmed`)."""
+        for batch in self.batches.values():
+            if batch.timer is not None:
+                batch.timer.cancel()
+        self.batches.clear()
+        self.unanswered.clear()
 
     @property
     def pending(self) -> int:
@@ -255,10 +286,17 @@ async def _send_acks(client: Client, topic: str, bookmarks: list[str], option: s
     if option:
         header["o"] = option
     state.outstanding[cid] = len(bookmarks)
+    if not option:
+        state.unanswered[cid] = (topic, bookmarks)
     try:
         await client._send(header)
     except BaseException:
         state.outstanding.pop(cid, None)
+        state.unanswered.pop(cid, None)
+        if not option:
+            # not sent (or not wholly): keep them batched, for a later send or for
+            # whoever takes over from a lost connection (sending one twice is harmless)
+            state.keep(topic, bookmarks)
         raise
     state.sent += len(bookmarks)
 

@@ -80,8 +80,11 @@ class SowSubscription(Subscription):
     snapshot's size; ``stats`` holds the ``stats`` ack's counters once it came.
     """
 
-    def __init__(self, client: Client, sub_id: str, buffer: float) -> None:
-        super().__init__(client, sub_id, buffer)
+    def __init__(
+        self, client: Client, sub_id: str, buffer: float, markers: bool = False, topic: str = ""
+    ) -> None:
+        super().__init__(client, sub_id, buffer, markers)
+        self.topic = topic
         self.snapshot_done = trio.Event()
         self.snapshot_size = 0
         self.stats: dict[str, int] = {}
@@ -124,6 +127,7 @@ def end_snapshot(target: _SowQuery | SowSubscription) -> None:
         target.ended = True
     else:
         target.snapshot_done.set()
+        target._mark({"c": "group_end", "t": target.topic})
 
 
 async def sow(
@@ -250,6 +254,7 @@ async def sow_and_subscribe(
     sub_id: str | None = None,
     buffer: float = math.inf,
     timeout: float = 30,
+    markers: bool = False,
 ) -> AsyncIterator[SowSubscription]:
     """Query ``topic`` and subscribe to it in one atomic step: no update is lost
     or duplicated between the snapshot and the live stream.
@@ -260,7 +265,8 @@ async def sow_and_subscribe(
     processed ack, so a refused query (``invalid topic``, ``bad filter``) raises
     :class:`CommandError` here; leaving it unsubscribes.
 
-    Args: as :meth:`Client.sow` and :meth:`Client.subscribe` (``options``: e.g. ``"oof"``).
+    Args: as :meth:`Client.sow` and :meth:`Client.subscribe` (``options``: e.g.
+    ``"oof"``; ``markers``: see :class:`Subscription`).
     """
     header = query_header("sow_and_subscribe", topic, filter, top_n, orderby, None, batch_size)
     sid = sub_id or f"s{next(client._cids)}"
@@ -270,7 +276,7 @@ async def sow_and_subscribe(
     if sow_keys is not None:
         header["sow_keys"] = _comma_list(sow_keys)
     _add_options(header, options)
-    sub = SowSubscription(client, sid, buffer)
+    sub = SowSubscription(client, sid, buffer, markers, topic)
     async with client._subscribed(sub, header, timeout):
         yield sub
 

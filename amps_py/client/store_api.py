@@ -12,7 +12,10 @@ Publish store contract:
 
 * :meth:`PublishStore.store` assigns the next sequence number (1, 2, ... across
   restarts of a file store: it continues after the highest ever stored) and keeps the
-  message until :meth:`PublishStore.discard_through` covers it.
+  message until :meth:`PublishStore.discard_through` covers it. Messages are
+  ``publish`` and ``delta_publish``, and ``sow_delete`` commands, which share the
+  publisher's sequence numbers and persisted acks (one of :data:`SOW_DELETES`, the
+  selector in ``data``; see :class:`StoredPublish`).
 * Order: :meth:`PublishStore.unacked` yields what is kept in sequence order; after a
   reconnect the client republishes exactly that, before any new publish.
 * Space: ``max_bytes`` bounds the payload bytes kept; :meth:`PublishStore.has_room`
@@ -43,20 +46,42 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
-__all__ = ["BookmarkStore", "Delivery", "PublishStore", "StoredPublish"]
+__all__ = [
+    "SOW_DELETES",
+    "SOW_DELETE_BY_DATA",
+    "SOW_DELETE_BY_FILTER",
+    "SOW_DELETE_BY_KEYS",
+    "BookmarkStore",
+    "Delivery",
+    "PublishStore",
+    "StoredPublish",
+]
+
+#: a stored ``sow_delete`` whose ``data`` is a content filter (header ``f``)
+SOW_DELETE_BY_FILTER: Final = "sow_delete_filter"
+#: a stored ``sow_delete`` whose ``data`` is a comma list of SOW keys (``sow_keys``)
+SOW_DELETE_BY_KEYS: Final = "sow_delete_keys"
+#: a stored ``sow_delete`` whose ``data`` is a message naming the record by its key
+#: fields (the payload)
+SOW_DELETE_BY_DATA: Final = "sow_delete_data"
+#: the stored command names of ``sow_delete`` (on the wire all are ``sow_delete``)
+SOW_DELETES: Final = frozenset({SOW_DELETE_BY_FILTER, SOW_DELETE_BY_KEYS, SOW_DELETE_BY_DATA})
 
 
 @dataclass(frozen=True)
 class StoredPublish:
-    """One publish kept until a persisted ack covers it.
+    """One publish (or ``sow_delete``) kept until a persisted ack covers it.
 
     Attributes:
         seq: its sequence number (``s``), assigned by the store.
-        command: ``publish`` or ``delta_publish``.
+        command: ``publish``, ``delta_publish``, or a ``sow_delete`` by what selects
+            the records: :data:`SOW_DELETE_BY_FILTER`, :data:`SOW_DELETE_BY_KEYS` or
+            :data:`SOW_DELETE_BY_DATA`.
         topic: its topic.
-        data: its payload.
+        data: its payload; for a ``sow_delete`` the selector (the filter's text, the
+            comma list of keys, or the message).
         sow_key: the explicit SOW key (``k``), or ``""``.
     """
 

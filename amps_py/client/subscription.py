@@ -133,15 +133,22 @@ class Subscription:
     ``max_backlog`` is, for a queue subscription, the backlog in force (how many
     unacknowledged messages the server leases to it at a time) that the server
     reported in its subscribe ack; ``None`` for a subscription that is not to a queue.
+
+    ``markers`` (off by default; the HA client sets it): the iterator also yields the
+    points where a snapshot ended and where a replay reached the live stream, in
+    their place among the messages: a message whose ``command`` is ``group_end`` (a
+    ``sow_and_subscribe``'s snapshot is complete) or ``ack`` (the ``completed`` ack;
+    its ``bookmark`` is the ack's ``bm``). They do not count in ``delivered``.
     """
 
     #: the message an ``auto_ack`` subscription yielded last and has not acknowledged
     #: yet (see :class:`amps_py.client.queue.QueueSubscription`); always None here
     _current: Message | None = None
 
-    def __init__(self, client: Client, sub_id: str, buffer: float) -> None:
+    def __init__(self, client: Client, sub_id: str, buffer: float, markers: bool = False) -> None:
         self.client = client
         self.sub_id = sub_id
+        self.markers = markers
         self._send, self._receive = trio.open_memory_channel[Message | None](buffer)
         self.completed = trio.Event()
         self.completed_bookmark = ""
@@ -163,6 +170,18 @@ class Subscription:
             self._send.close()
         except trio.ClosedResourceError:
             pass
+
+    def _mark(self, header: dict[str, Any]) -> None:
+        """With ``markers``: put a marker (``header``) among the messages, uncounted
+        (from the reader task)."""
+        if self.markers:
+            try:
+                self._send.send_nowait(Message({**header, "sub_id": self.sub_id}, b"", self))
+            except trio.WouldBlock:
+                self.failure = {"reason": "client buffer full"}
+                self._send.close()
+            except trio.ClosedResourceError:
+                pass
 
     def __aiter__(self) -> Subscription:
         return self
