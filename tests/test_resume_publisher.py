@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 import trio
+from harness import wait_until
 from inprocess import InProcessInstance
 
 from amps_py.client import Client, CommandError, open_client
+from amps_py.server import replay, replay_plan
 from amps_py.server.bookmark_spec import parse_bookmark_spec
 from amps_py.server.replay_plan import BookmarkNotFound, plan_replay
 from txlog import EarliestAbove, Journal, Record, publisher_hash
@@ -210,11 +212,20 @@ async def nothing_more(sub) -> None:  # type: ignore[no-untyped-def]
 
 
 async def processed_reason(client: Client, bm: str) -> str:
-    """The reason of the processed ack of a raw bookmark subscribe (then unsubscribed)."""
-    header = {"c": "subscribe", "t": "orders", "bm": bm, "a": "processed", "sub_id": "probe"}
-    (ack,) = await client.command(header, wait={"processed"})
+    """The reason of the processed ack of a raw bookmark subscribe, checked to be the
+    completed ack's too (then unsubscribed)."""
+    header = {
+        "c": "subscribe",
+        "t": "orders",
+        "bm": bm,
+        "a": "processed,completed",
+        "sub_id": "probe",
+    }
+    acks = await client.command(header, wait={"processed", "completed"})
     await client.unsubscribe("probe")
-    return str(ack.get("reason", ""))
+    reasons = {ack["a"]: str(ack.get("reason", "")) for ack in acks}
+    assert reasons["processed"] == reasons["completed"], reasons
+    return reasons["processed"]
 
 
 async def test_resume_from_a_seq_not_held_with_newer_seqs_held(inproc: InProcessInstance) -> None:
@@ -249,6 +260,26 @@ async def test_resume_before_the_seq_arrives(inproc: InProcessInstance) -> None:
                 await s.completed.wait()
             await publish(pub, 16, 11, 12, 13, 14, 15)
             assert await receive(s, 4) == [16, 13, 14, 15]
+            await nothing_more(s)
+
+
+async def test_a_search_the_replay_task_finishes(
+    inproc: InProcessInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler reads one index entry, the replay task one at a time after that: the
+    replay still starts at the earliest record above the seq (15, stored first)."""
+    monkeypatch.setattr(replay_plan, "PLAN_SEARCH_ENTRIES", 1)
+    monkeypatch.setattr(replay, "SEARCH_STEP", 1)
+    async with open_client(inproc.uri, "pub-p") as pub, open_client(inproc.uri, "sub") as sub:
+        await publish(pub, *range(1, 11), 15, 16, 14, 13)
+        journal = inproc.instance.journal
+        assert journal is not None
+        # in LMDB's index, not only the staged tail (which a search reads at its end)
+        await wait_until(lambda: "records staged" if journal.has_staged else None, 30)
+        async with sub.subscribe("orders", bookmark=f"{P}|12|") as s:
+            assert await receive(s, 4) == [15, 16, 14, 13]
+            await publish(pub, 11, 12, 17)
+            assert await receive(s, 1) == [17]
             await nothing_more(s)
 
 

@@ -256,16 +256,16 @@ def plan_replay(
     spec: BookmarkSpec,
     committed_txid: int,
     not_found: str,
-    search_budget: int = PLAN_SEARCH_ENTRIES,
+    search_budget: int | None = None,
 ) -> ReplayPlan:
     """Where a replay starts (exclusive txid), ends (inclusive txid or None), and what
     it skips per publisher (see the module doc).
 
     Runs in the session's handler, before the processed ack, so a bookmark that is not
     found with ``bookmark_not_found=fail`` fails the subscribe command itself. Cheap:
-    index lookups, at most ``search_budget`` bookmark-index entries of searches (the
-    rest is left in :attr:`ReplayPlan.searches`), plus at most one time-index step of
-    records.
+    index lookups, at most ``search_budget`` (default :data:`PLAN_SEARCH_ENTRIES`)
+    bookmark-index entries of searches (the rest is left in
+    :attr:`ReplayPlan.searches`), plus at most one time-index step of records.
 
     Raises:
         BookmarkNotFound: no bookmark of the list is held and not_found is fail.
@@ -280,8 +280,9 @@ def plan_replay(
     elif start.kind == "time":
         plan = ReplayPlan(min(journal.txid_before_time(start.time_us), committed_txid), None)
     else:
+        budget = PLAN_SEARCH_ENTRIES if search_budget is None else search_budget
         plan = _resolve_bookmarks(
-            journal, start, spec.start_inclusive, committed_txid, not_found, search_budget
+            journal, start, spec.start_inclusive, committed_txid, not_found, budget
         )
         if spec.start_inclusive:
             plan = ReplayPlan(
