@@ -232,6 +232,7 @@ PURE_REPLICATION_MODULES = (
     "amps_py/server/counters.py",
     "amps_py/server/names.py",
     "amps_py/server/bookmark_spec.py",
+    "amps_py/server/replay_plan.py",
     "amps_py/server/subscriptions.py",
     "amps_py/server/host.py",
     "amps_py/server/commands.py",

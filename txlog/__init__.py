@@ -8,6 +8,7 @@ from .errors import JournalDamaged, JournalError, JournalNoSpace
 from .identity import BadBookmark, format_bookmark, parse_bookmark, publisher_hash
 from .inspection import JournalStatistics, VerifyProblem
 from .journal import DURABILITY_MODES, Journal
+from .reading import EarliestAbove
 from .record import (
     CorruptRecord,
     Flags,
@@ -23,6 +24,7 @@ __all__ = [
     "DURABILITY_MODES",
     "BadBookmark",
     "CorruptRecord",
+    "EarliestAbove",
     "Flags",
     "Journal",
     "JournalDamaged",

@@ -100,6 +100,7 @@ from .opening import (
 from .opening import lmdb_damage as lmdb_damage  # re-exported
 from .opening import lmdb_error as lmdb_error  # re-exported
 from .pending import PendingTail as _PendingTail
+from .reading import EarliestAbove as EarliestAbove  # re-exported
 from .reading import RecordReader
 from .record import (
     CorruptRecord,
@@ -1251,6 +1252,12 @@ class Journal:
     def lookup_bookmark(self, pub_hash: int, seq: int) -> int | None:
         """See :meth:`RecordReader.lookup_bookmark`."""
         return self._reader.lookup_bookmark(pub_hash, seq)
+
+    def earliest_above(self, pub_hash: int, seq: int, through_txid: int) -> EarliestAbove:
+        """A search for the earliest record held of ``pub_hash`` with a seq above
+        ``seq`` (txid at most ``through_txid``); run it with :meth:`EarliestAbove.step`.
+        See :class:`txlog.reading.EarliestAbove` for its cost and contract."""
+        return EarliestAbove(self, pub_hash, seq, through_txid)
 
     def publisher_last_seq(self, pub_hash: int) -> int:
         """See :meth:`RecordReader.publisher_last_seq`."""

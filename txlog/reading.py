@@ -339,6 +339,121 @@ class RecordReader:
             after = batch[-1].txid
 
 
+class EarliestAbove:
+    """A search of the bookmark index for the earliest record (lowest txid) the
+    journal holds of publisher ``pub_hash`` with a seq above ``seq``, in bounded steps.
+
+    Why a search: a publisher's records need not arrive in seq order (a failover
+    publisher sends new seqs, then resends its older tail; replication interleaves
+    them), so the record with the smallest seq above ``seq`` may have a later txid
+    than one with a larger seq. The index is ordered by (publisher, seq), not txid:
+    the answer is the minimum txid over every entry of the publisher above ``seq``.
+
+    Contract:
+
+    - Each :meth:`step` reads at most ``max_entries`` index entries (one search each,
+      never a step to the next page: see the module doc) in one short read
+      transaction, so a caller on an event loop can interleave other work.
+    - Cost: the publisher's index entries above ``seq`` (one search each) plus one
+      search per :meth:`step` that finds the end, and once, at the end, the journal's
+      staged tail (what LMDB has not committed yet, a bounded amount); never the
+      entries at or below ``seq`` nor those of other publishers, so it does not grow
+      with the journal's length. :attr:`entries_read` counts the index entries.
+    - Only records at or below ``through_txid`` and not removed count: the caller
+      delivers every later record anyway (it replays or fans out everything after
+      ``through_txid``). Every record at or below ``through_txid`` is in LMDB or in
+      the staged tail taken when the search began (taken first: see
+      :mod:`txlog.pending`), so none is missed whatever commits happen between steps.
+    - :attr:`earliest` is the lowest such txid found so far (None: none yet); once
+      :attr:`done`, the lowest there is.
+
+    Raises (from :meth:`step`):
+        UnreadableRecords: LMDB reports a damaged page of the bookmark index.
+    """
+
+    __slots__ = (
+        "_after",
+        "_journal",
+        "_pending",
+        "done",
+        "earliest",
+        "entries_read",
+        "pub_hash",
+        "seq",
+        "through_txid",
+    )
+
+    def __init__(self, journal: Journal, pub_hash: int, seq: int, through_txid: int) -> None:
+        self._journal = journal
+        self._pending = journal._pending  # before any transaction: see txlog.pending
+        self.pub_hash = pub_hash
+        self.seq = seq
+        self.through_txid = through_txid
+        self.earliest: int | None = None
+        self.entries_read = 0
+        self.done = seq >= _U64_MAX
+        self._after = seq  # the highest seq examined so far
+
+    def _found(self, txid: int) -> None:
+        held = self._journal._removed_through < txid <= self.through_txid
+        if held and (self.earliest is None or txid < self.earliest):
+            self.earliest = txid
+
+    def step(self, max_entries: int) -> bool:
+        """Read up to ``max_entries`` more index entries (at least one); True once
+        the search is over (then :attr:`earliest` is final)."""
+        if self.done:
+            return True
+        j = self._journal
+        pack, unpack = _U64x2.pack, _U64x2.unpack
+        ph = self.pub_hash
+        after = self._after
+        read = 0
+        ended = False
+        with _Index("bookmarks"), j._env.begin(db=j._bookmarks) as txn:
+            cur = txn.cursor()
+            set_range, key, value = cur.set_range, cur.key, cur.value
+            while read < max(max_entries, 1):
+                # a search for the next entry of this publisher, never a step
+                if after >= _U64_MAX or not set_range(pack(ph, after + 1)):
+                    ended = True
+                    break
+                raw = key()
+                if len(raw) != 16:
+                    raise lmdb.CorruptedError(f"a bookmark key of {len(raw)} bytes")
+                found_ph, found_seq = unpack(raw)
+                if found_ph != ph:
+                    ended = True
+                    break
+                if found_seq <= after:  # a damaged page LMDB did not notice
+                    raise lmdb.CorruptedError(
+                        f"a search after seq {after} of publisher {ph} found seq {found_seq}"
+                    )
+                read += 1
+                after = found_seq
+                self._found(int(_U64.unpack(value())[0]))
+        self._after = after
+        self.entries_read += read
+        if ended:
+            self._staged()
+            self.done = True
+        return self.done
+
+    def _staged(self) -> None:
+        """The staged tail taken when the search began: entries LMDB lacked then."""
+        unpack = _U64x2.unpack
+        for key, txid in list(self._pending.marks.items()):
+            found_ph, found_seq = unpack(key)
+            if found_ph == self.pub_hash and found_seq > self.seq:
+                self._found(txid)
+
+    def __repr__(self) -> str:
+        return (
+            f"EarliestAbove(publisher {self.pub_hash} above seq {self.seq}: "
+            f"earliest {self.earliest}, {self.entries_read} entries, done={self.done})"
+        )
+
+
 class _Index:
     """``with _Index(name):`` around a read of the journal's ``name`` index: LMDB's
     report of a damaged page there leaves as :class:`UnreadableRecords` naming the

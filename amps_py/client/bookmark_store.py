@@ -28,13 +28,16 @@ bookmark ``<publisher hash>|<seq>|``):
   not processed yet.
 * :meth:`resume_bookmark` is the comma list of ``<publisher>|<mark>|`` of every
   publisher with a mark (in publisher hash order: the same before and after a
-  restart). The server replays from the earliest of those it finds, so no publisher's
-  unprocessed message is skipped; what is replayed again below a mark is dropped as a
-  duplicate. One exception: when a publisher has delivered messages but
-  none of them processed (its mark is 0), no bookmark of it can name a point before
-  its first message, so the answer is ``""``: the subscriber's own starting bookmark
-  applies (replay from there; duplicates are dropped), rather than a list that could
-  start after that publisher's unprocessed messages.
+  restart). The server replays from the earliest point of the list (for a publisher
+  whose bookmark it does not hold yet: its first record above the mark), so no
+  publisher's unprocessed message is skipped; an amps-py server skips each
+  publisher's records at or below its mark, and what another server replays again
+  below a mark is dropped here as a duplicate. One exception: when a publisher has
+  delivered messages but none of them processed (its mark is 0), no bookmark of it
+  can name a point before its first message, so the answer is ``""``: the
+  subscriber's own starting bookmark applies (replay from there; duplicates are
+  dropped), rather than a list that could start after that publisher's unprocessed
+  messages.
 
 Bookmarks that are not a delivered message's ``<publisher hash>|<seq>|`` (a timestamp,
 ``0``, ``0|1|``, a list, garbage) make :meth:`delivered` and :meth:`processed` raise

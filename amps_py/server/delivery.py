@@ -75,15 +75,21 @@ class Delivery:
         local_ts: int,
         sow_key: str = "",
         message_type: str = "json",
+        pub_hash: int = 0,
+        seq: int = 0,
     ) -> None:
         """Deliver one message to the matching live subscriptions (all of
         ``message_type``: :meth:`SubscriptionRegistry.match` chose them).
 
         ``txid`` (0 for a topic that is not journaled) guards against delivering a
         record twice across the replay/live seam; ``local_ts`` (µs) is the journal
-        time, or 0 (then "now" is used for the ``timestamp`` option).
+        time, or 0 (then "now" is used for the ``timestamp`` option). ``pub_hash`` and
+        ``seq`` (of a journaled record) leave out the subscriptions that resumed past
+        that seq of that publisher (``Subscription.skip_seqs``).
         """
-        chosen = _matching(subs, payload, txid, topic, self._counters, self.types, message_type)
+        chosen = _matching(
+            subs, payload, txid, topic, self._counters, self.types, message_type, pub_hash, seq
+        )
         if not chosen:
             return
         head = self.topic_head(topic)
@@ -137,8 +143,10 @@ class Delivery:
 
     def replay(self, sub: Subscription, views: list[DeliveryView]) -> None:
         """Send replayed records (already read from the journal) that ``sub`` wants,
-        in one buffer; remember the last one as its resume point."""
+        in one buffer; remember the last one as its resume point. A record of a
+        publisher at or below the seq ``sub`` resumed from (``skip_seqs``) is not sent."""
         session = sub.session
+        skip = sub.skip_seqs
         flt = sub.filter
         want_ts = sub.want_timestamp
         exact = sub.regex is None
@@ -156,6 +164,8 @@ class Delivery:
                 # a SOW delete or queue ack is not a message (oof: live only); a
                 # message of another type is on another topic
                 continue
+            if skip is not None and view.seq <= skip.get(view.pub_hash, -1):
+                continue  # the subscriber has it (it resumed past it)
             payload = view.payload
             if flt is not None and not flt.matches(
                 self._replay_doc(topic, view.txid, payload, mtype)
@@ -193,15 +203,21 @@ def _matching(
     counters: Counters,
     types: MessageTypes,
     message_type: str,
+    pub_hash: int,
+    seq: int,
 ) -> list[Subscription]:
-    """The subscriptions that take this message: not delivered to yet (``txid``), and
-    their content filter matches (the payload is parsed once, only if needed; when it
-    is not JSON, that is counted for ``topic`` once and every filter sees None)."""
+    """The subscriptions that take this message: not delivered to yet (``txid``), not
+    resumed past its seq (``skip_seqs``), and their content filter matches (the
+    payload is parsed once, only if needed; when it is not JSON, that is counted for
+    ``topic`` once and every filter sees None)."""
     doc: Any = _UNPARSED
     chosen: list[Subscription] = []
     for sub in subs:
         if txid and txid <= sub.delivered_upto:
             continue
+        skip = sub.skip_seqs
+        if skip is not None and txid and seq <= skip.get(pub_hash, -1):
+            continue  # the subscriber has it (it resumed past it)
         if sub.filter is not None:
             if doc is _UNPARSED:
                 doc = types.document(message_type, payload)

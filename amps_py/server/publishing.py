@@ -406,6 +406,8 @@ class PublishPath:
                     rec.local_ts,
                     rec.sow_key,
                     rec.message_type,
+                    rec.pub_hash,
+                    rec.seq,
                 )
 
     def _focus_changes(self, records: list[Record]) -> dict[int, list[tuple[Any, Record]]]:

@@ -11,17 +11,18 @@ has no gap and no duplicate. ``Subscription.delivered_upto`` guards the same rul
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from amps_py import events, reasons
 from amps_py.protocol import messages
-from txlog import CorruptRecord, Journal
+from txlog import CorruptRecord, EarliestAbove
 
-from .bookmark_spec import BadBookmarkSpec, BookmarkSpec, Point, parse_bookmark_spec
+from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
 from .commands import CommandFailed, bookmark_not_found
+from .replay_plan import BookmarkNotFound, ReplayPlan, plan_replay
 
 if TYPE_CHECKING:
     from .host import SessionHost
@@ -55,121 +56,10 @@ class ActiveReplays:
 
 #: records per journal read; about a millisecond of event-loop time
 REPLAY_BATCH: Final = 512
+#: bookmark-index entries a replay's search for its start reads between checkpoints
+SEARCH_STEP: Final = 2048
 #: how often bookmark subscriptions that asked for persisted acks get one
 PERSISTED_ACK_INTERVAL: Final = 1.0
-
-
-class BookmarkNotFound(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class ReplayPlan:
-    """Where a bookmark replay starts and ends, and what to tell the client.
-
-    Attributes:
-        start: replay the records after this txid.
-        end: the last txid to deliver (a range), or None (then go live).
-        resumed_from: the bookmark the replay resumes after (the earliest of the
-            requested ones that the journal holds), or "".
-        not_found: when none of the requested bookmarks is in the journal and
-            ``bookmark_not_found`` chose where to start, a sentence saying so; else "".
-    """
-
-    start: int
-    end: int | None
-    resumed_from: str = ""
-    not_found: str = ""
-
-
-def _resolve_point(
-    journal: Journal, point: Point, last_txid: int, not_found: str
-) -> tuple[int, str, str]:
-    """The txid after which replay starts for ``point``, the bookmark it resumes
-    after ("" if none), and the not-found sentence ("" if found)."""
-    if point.kind == "epoch":
-        return 0, "", ""
-    if point.kind == "now":
-        return last_txid, "", ""
-    if point.kind == "time":
-        return min(journal.txid_before_time(point.time_us), last_txid), "", ""
-    found = [
-        (txid, f"{h}|{s}|")
-        for h, s in point.bookmarks
-        if (txid := journal.lookup_bookmark(h, s)) is not None
-    ]
-    if found:
-        txid, bookmark = min(found)
-        return min(txid, last_txid), bookmark, ""
-    if _removed(journal, point):
-        # older than what the journal keeps: everything still held comes after it
-        return journal.removed_through, "", ""
-    asked = ",".join(f"{h}|{s}|" for h, s in point.bookmarks)
-    if not_found == "fail":
-        raise BookmarkNotFound()
-    if not_found == "epoch":
-        return (
-            0,
-            "",
-            (
-                f"bookmark {asked} is not in this instance's journal; replaying from the "
-                "start (bookmark_not_found=epoch)"
-            ),
-        )
-    return (
-        last_txid,
-        "",
-        (
-            f"bookmark {asked} is not in this instance's journal; starting with new messages "
-            "(bookmark_not_found=now, the default; use epoch to replay everything held, or "
-            "fail to refuse)"
-        ),
-    )
-
-
-def _resolve_end(journal: Journal, point: Point, inclusive: bool, last_txid: int) -> int | None:
-    """The last txid to deliver for a range end, or None for "never ends"."""
-    if point.kind == "epoch":
-        return 0
-    if point.kind == "now":
-        return last_txid
-    if point.kind == "time":
-        return journal.txid_before_time(point.time_us)
-    found = [journal.lookup_bookmark(h, s) for h, s in point.bookmarks]
-    txids = [t for t in found if t is not None]
-    if not txids:
-        # an end older than what the journal keeps: nothing held is before it
-        return journal.removed_through if _removed(journal, point) else None
-    end = max(txids)
-    return end if inclusive else end - 1
-
-
-def _removed(journal: Journal, point: Point) -> bool:
-    """Whether a bookmark of ``point`` is one the journal had and removed (its seq is at
-    or below what removal deleted of its publisher)."""
-    return any(0 < s <= journal.publisher_floor(h) for h, s in point.bookmarks)
-
-
-def plan_replay(
-    journal: Journal, spec: BookmarkSpec, committed_txid: int, not_found: str
-) -> ReplayPlan:
-    """Where a replay starts (exclusive txid) and ends (inclusive txid or None).
-
-    Runs in the session's handler, before the processed ack, so a bookmark that is not
-    found with ``bookmark_not_found=fail`` fails the subscribe command itself. Cheap:
-    index lookups plus at most one time-index step of records.
-
-    Raises:
-        BookmarkNotFound: none of the bookmarks is in the journal and not_found is fail.
-    """
-    start, resumed_from, missing = _resolve_point(journal, spec.start, committed_txid, not_found)
-    if spec.start_inclusive and spec.start.kind in ("bookmarks", "now") and start > 0:
-        start -= 1
-        resumed_from = ""  # the replay includes it: it resumes before it
-    end = None
-    if spec.end is not None:
-        end = _resolve_end(journal, spec.end, spec.end_inclusive, committed_txid)
-    return ReplayPlan(start, end, resumed_from, missing)
 
 
 def plan_subscription(
@@ -236,9 +126,13 @@ async def run_replay(
     end: int | None,
     cid: Any,
     completed_fields: dict[str, Any] | None = None,
+    searches: Sequence[EarliestAbove] = (),
 ) -> None:
     """Replay ``sub`` after txid ``cursor``, then make it live (or end it at ``end``);
-    ``completed_fields`` go into its ``completed`` ack."""
+    ``completed_fields`` go into its ``completed`` ack. ``searches`` (a plan's
+    unfinished :attr:`ReplayPlan.searches`) are finished first, in steps between which
+    other tasks run, and the replay starts no later than just before each one's
+    earliest record."""
     instance = session.instance
     journal = instance.journal
     assert journal is not None
@@ -250,6 +144,13 @@ async def run_replay(
     # while it runs, the session is never offlined (see flow.disconnect_slow_clients)
     session.replaying += 1
     try:
+        if searches:
+            # nothing may be removed while the start is not known yet
+            replays.reading(key, min(cursor, journal.removed_through))
+            cursor = await _finish_searches(searches, cursor)
+            if session.subscriptions.get(sub.sub_id) is not sub:
+                return
+            replays.reading(key, cursor)
         while True:
             if session.subscriptions.get(sub.sub_id) is not sub:
                 return  # unsubscribed meanwhile
@@ -302,6 +203,21 @@ async def run_replay(
     finally:
         session.replaying -= 1
         replays.ended(key)
+
+
+async def _finish_searches(searches: Sequence[EarliestAbove], cursor: int) -> int:
+    """Finish each search, :data:`SEARCH_STEP` index entries at a time; the replay
+    start: ``cursor``, or just before the earliest record a search found if lower.
+
+    Raises:
+        CorruptRecord: a damaged page of the bookmark index.
+    """
+    for search in searches:
+        while not search.step(SEARCH_STEP):
+            await trio.lowlevel.checkpoint()
+        if search.earliest is not None:
+            cursor = min(cursor, search.earliest - 1)
+    return cursor
 
 
 def _completed_ack(

@@ -204,6 +204,7 @@ def _start_bookmark_subscription(
 ) -> None:
     plan = plan_subscription(session.instance, sub, header)
     sub.resume_bookmark = plan.resumed_from
+    sub.skip_seqs = dict(plan.skip) or None
     session.subscriptions[sub.sub_id] = sub
     session.instance.registry.add(sub)
     start_conflation(session, sub)
@@ -220,7 +221,9 @@ def _start_bookmark_subscription(
         )
     if "processed" in sub.acks:
         session.ack(header, "processed", sub_id=sub.sub_id, **extra)
-    session.start_soon(run_replay, session, sub, plan.start, plan.end, header.get("cid"), extra)
+    session.start_soon(
+        run_replay, session, sub, plan.start, plan.end, header.get("cid"), extra, plan.searches
+    )
     if "persisted" in sub.acks:
         session.start_soon(persisted_acks, session, sub)
 

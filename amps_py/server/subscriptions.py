@@ -104,6 +104,7 @@ class Subscription:
         "replayed",
         "resume_bookmark",
         "session",
+        "skip_seqs",
         "sub_id",
         "topic",
         "want_bookmark",
@@ -134,6 +135,10 @@ class Subscription:
         #: the bookmark of the last message replayed to it, or the one its replay
         #: resumed after: what its ``completed`` ack carries
         self.resume_bookmark = ""
+        #: per publisher hash, the highest seq its subscriber already has (from the
+        #: bookmarks it resumed from): records at or below it are never delivered,
+        #: replayed or live (None: no such skip, the usual case)
+        self.skip_seqs: dict[int, int] | None = None
         #: messages its bookmark replay sent (its ``stats`` ack)
         self.replayed = 0
         self.want_bookmark = bookmark or "bookmark" in options
