@@ -22,6 +22,7 @@ from inprocess import InProcessInstance, serve_instance
 from amps_py.actions.runner import on_selects
 from amps_py.client import Client, CommandError, open_client
 from amps_py.config import ActionModule, SowTopicConfig
+from amps_py.message_types import default_types
 from amps_py.protocol import encode_frame
 from amps_py.server.sow_commands import Query
 from amps_py.server.sow_expiry import action_variables, sweep
@@ -306,6 +307,8 @@ class _Session:
     def __init__(self, state: SowState) -> None:
         self.instance = self
         self.sow = state
+        self.message_type = "json"
+        self.message_types = default_types()
 
     def topics_to_read(self, topic: str, non_regex: bool) -> None:
         return None  # an exact topic this user may read
