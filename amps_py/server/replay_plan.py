@@ -185,9 +185,12 @@ def _resolve_bookmarks(
     searching = tuple(placed.searching)
     known = bool(placed.known or placed.searching)
     if placed.held and not known:
-        # as AMPS: the earliest held bookmark (one of an unknown publisher has no point)
+        # as AMPS: the earliest held bookmark (one of an unknown publisher has no point).
+        # Every bookmark is held: nothing is skipped, as before (the client drops the
+        # repeats of a list, as its bookmark store does; the HA client's
+        # sow_and_subscribe resumption reads them to order the records it holds)
         txid, bookmark = min(placed.held)
-        return ReplayPlan(txid, None, bookmark, "", skip)
+        return ReplayPlan(txid, None, bookmark, "", {})
     if not placed.held and not_found != "now":
         if not_found == "fail":
             raise BookmarkNotFound()
