@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .subscription import AMPSError, CommandError, Message
+from .subscription import AMPSError, CommandError, Message, claim_for_ack
 
 if TYPE_CHECKING:
     from .client import Client
@@ -77,14 +77,7 @@ class HAMessage(Message):
             CommandError: the server refused an earlier acknowledgement.
         """
         sub = self._ha_sub
-        if sub.max_backlog is None:
-            raise AMPSError(
-                f"{self!r} came from subscription {sub.sub_id!r}, which is not a queue "
-                "subscription (its subscribe ack reported no max_backlog); only queue "
-                "messages are acknowledged"
-            )
-        if sub._current is self:
-            sub._current = None  # acknowledged here, not again automatically
+        claim_for_ack(sub, self)
         await sub._ha._ack(self.topic, self.bookmark, cancel, expire, self.connection)
 
 

@@ -38,6 +38,24 @@ class ConnectionLost(AMPSError):
     """The connection closed while a command or iterator was waiting."""
 
 
+def claim_for_ack(sub: Any, message: object) -> None:
+    """Before ``message`` of subscription ``sub`` (a client's or the HA client's) is
+    acknowledged by hand: it must be a queue subscription's, and it is no longer
+    acknowledged automatically (``auto_ack``).
+
+    Raises:
+        AMPSError: ``sub`` is not a queue subscription.
+    """
+    if sub.max_backlog is None:
+        raise AMPSError(
+            f"{message!r} came from subscription {sub.sub_id!r}, which is not a queue "
+            "subscription (its subscribe ack reported no max_backlog); only queue "
+            "messages are acknowledged"
+        )
+    if sub._current is message:
+        sub._current = None  # acknowledged here, not again automatically
+
+
 class Message:
     """A message delivered to a subscription.
 
@@ -78,14 +96,7 @@ class Message:
                 f"{self!r} did not come from a subscription; acknowledge it with "
                 "client.ack(topic, bookmark)"
             )
-        if sub.max_backlog is None:
-            raise AMPSError(
-                f"{self!r} came from subscription {sub.sub_id!r}, which is not a queue "
-                "subscription (its subscribe ack reported no max_backlog); only queue "
-                "messages are acknowledged"
-            )
-        if sub._current is self:
-            sub._current = None  # acknowledged here, not again automatically
+        claim_for_ack(sub, self)
         await sub.client.ack(self.topic, self.bookmark, cancel=cancel, expire=expire)
 
     @property
