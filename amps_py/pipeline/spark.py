@@ -27,6 +27,8 @@ QUIET_DEFAULTS: Final = (
     ("spark.sql.session.timeZone", "UTC"),
     ("spark.sql.execution.arrow.pyspark.enabled", "true"),
     ("spark.sql.shuffle.partitions", "8"),
+    # pyspark's daemon, minus the traceback of a worker whose task Spark cancelled
+    ("spark.python.daemon.module", "amps_py.pipeline.spark_daemon"),
 )
 
 
