@@ -29,11 +29,21 @@ from __future__ import annotations
 import bisect
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, TypeVar
 
 import lmdb
 
+from .holdings import (
+    Bucket,
+    Holdings,
+    OriginHoldings,
+    decode_bucket,
+    decode_origin,
+    next_origin_key,
+    origin_key,
+    split_key,
+)
 from .opening import LMDB_READ_DAMAGE_ERRORS
 from .record import CorruptRecord, Record, UnreadableRecords
 from .segments import Segment, SegmentFile, SegmentFileError
@@ -297,6 +307,74 @@ class RecordReader:
             if otx > found.get(origin, 0):
                 found[origin] = otx
         return found
+
+    def holdings(self, origins: Iterable[str] | None = None, buckets: int = 0) -> Holdings | None:
+        """What the journal holds of each origin (see :mod:`txlog.holdings`), as of
+        the newest txid LMDB has committed (staged records do not count yet), read in
+        one transaction; ``None`` when the journal does not keep holdings
+        (:attr:`Journal.holdings_valid`).
+
+        Args:
+            origins: the origins wanted (None: every origin held); one not held is
+                left out.
+            buckets: per origin, read up to this many of its highest buckets into
+                :attr:`OriginHoldings.top` (0: none).
+
+        Raises:
+            UnreadableRecords: LMDB reports a damaged page in the index.
+        """
+        j = self._journal
+        db = j._holdings_db
+        if not j._holdings_valid or db is None:
+            return None
+        found: dict[str, OriginHoldings] = {}
+        try:
+            with _Index("holdings"), j._env.begin(db=db) as txn:
+                raw = txn.get(b"holdings_through", db=j._meta)
+                through = int(_U64.unpack(raw)[0]) if raw is not None else 0
+                cur = txn.cursor()
+                names = list(origins) if origins is not None else None
+                if names is None:  # every summary: one search per origin
+                    names = []
+                    found_key = cur.first()
+                    while found_key:
+                        origin, index = split_key(cur.key())
+                        if index is None:
+                            names.append(origin)
+                        found_key = cur.set_range(next_origin_key(origin))
+                for origin in names:
+                    value = txn.get(origin_key(origin))
+                    if value is None:
+                        continue
+                    held = decode_origin(origin, bytes(value))
+                    if buckets > 0:
+                        held = self._top_buckets(cur, held, buckets)
+                    found[origin] = held
+        except (ValueError, struct.error) as exc:  # a key or value of the wrong shape
+            raise UnreadableRecords(None, None, str(exc), "holdings") from None
+        return Holdings(through, found)
+
+    @staticmethod
+    def _top_buckets(cur: lmdb.Cursor, held: OriginHoldings, limit: int) -> OriginHoldings:
+        """``held`` with up to ``limit`` of its highest buckets (stepping back through a
+        small index, as the origins index does)."""
+        top: list[Bucket] = []
+        origin = held.origin
+        ok = cur.set_range(next_origin_key(origin))
+        ok = cur.prev() if ok else cur.last()
+        complete = True
+        while ok:
+            name, index = split_key(cur.key())
+            if name != origin or index is None:
+                break
+            if len(top) == limit:
+                complete = False
+                break
+            top.append(decode_bucket(index, bytes(cur.value())))
+            ok = cur.prev()
+        return OriginHoldings(
+            held.origin, held.first_txid, held.high, held.total, tuple(top), complete
+        )
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
         """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
