@@ -237,7 +237,8 @@ def plan(
         if bound:
             proven[origin] = bound
             held += count
-        first = holding.first_txid_from(bound >> BUCKET_BITS)
+        # (everything held of it proven: nothing of it to send)
+        first = None if bound > holding.high else holding.first_txid_from(bound >> BUCKET_BITS)
         if first is not None:
             after = min(after, first - 1)
     return ResyncPlan(max(after, 0), mine.through, proven, held)

@@ -63,7 +63,7 @@ from .outage import OutageLog, duration, outage_line
 from .routing import Route
 
 if TYPE_CHECKING:
-    from txlog import Record
+    from txlog import Journal, Record
     from txlog.record import RouteView
 
     from .host import ReplicationHost
@@ -530,7 +530,7 @@ class Destination:
             if compared is None or every is None:
                 return None
             mine = Holdings(compared.through, {**every.origins, **compared.origins})
-            partial = self._scanned(scans(reported, mine), mine.through)
+            partial = scanned(journal, scans(reported, mine), mine.through)
             return plan(reported, mine, welcome.name, partial)
 
         try:
@@ -559,28 +559,6 @@ class Destination:
                 extra=events.extra(events.REPLICATION_CONNECTED),
             )
         return found
-
-    def _scanned(self, wanted: list[Scan], through: int) -> dict[str, Fingerprint]:
-        """The fingerprints of the records :func:`.exchange.scans` asks for, read from
-        the journal up to ``through`` (on a worker thread). A damaged record on the way
-        leaves them all out: those origins are then compared at their cuts only."""
-        journal = self.instance.journal
-        if not wanted or journal is None:
-            return {}
-        origins = {s.origin for s in wanted}
-        found: list[tuple[str, int, bytes]] = []
-        after = min(s.after for s in wanted)
-        while after < through:
-            batch, damage = journal.read_route_views(after, SEND_BATCH, through)
-            if damage is not None:
-                return {}
-            if not batch:
-                break
-            for view in batch:
-                if view.origin in origins:
-                    found.append((view.origin, view.origin_txid, _bookmark_key(view.bookmark)))
-            after = batch[-1].txid
-        return partial_fingerprints(wanted, found)
 
     def _unheld(
         self, messages: Sequence[Record] | Sequence[RouteView], routed: list[int]
@@ -960,6 +938,29 @@ class Destination:
             messages_out_per_sec=messages_rate,
             bytes_out_per_sec=bytes_rate,
         )
+
+
+def scanned(journal: Journal, wanted: list[Scan], through: int) -> dict[str, Fingerprint]:
+    """The fingerprints of the records :func:`.exchange.scans` asks for, read from
+    ``journal`` up to ``through`` (blocking: call it on a worker thread). A damaged
+    record on the way leaves them all out: those origins are then compared at their
+    cuts only."""
+    if not wanted:
+        return {}
+    origins = {s.origin for s in wanted}
+    found: list[tuple[str, int, bytes]] = []
+    after = min(s.after for s in wanted)
+    while after < through:
+        batch, damage = journal.read_route_views(after, SEND_BATCH, through)
+        if damage is not None:
+            return {}
+        if not batch:
+            break
+        for view in batch:
+            if view.origin in origins:
+                found.append((view.origin, view.origin_txid, _bookmark_key(view.bookmark)))
+        after = batch[-1].txid
+    return partial_fingerprints(wanted, found)
 
 
 def _bookmark_key(bookmark: str) -> bytes:
