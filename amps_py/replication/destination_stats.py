@@ -60,8 +60,9 @@ class DestinationStatistics:
     disconnect_time: str = ""
     messages_out_per_sec: float = 0.0
     bytes_out_per_sec: float = 0.0
-    #: records routed to it that a resync without a cursor did not send, the peer being
-    #: proven to hold them (the resync exchange); counted since the instance started
+    #: records of this journal a resync without a cursor did not send again, the peer
+    #: being proven to hold them (the resync exchange); counted since the instance
+    #: started
     resync_skipped: int = 0
 
 

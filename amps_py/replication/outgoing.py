@@ -455,6 +455,7 @@ class Destination:
             self._plan = await self._exchanged(welcome)
             if self._plan is not None:
                 start = self._plan.after
+                self.resync_skipped += self._plan.held
         self.sent_txid = self.acked_txid = self._sending_upto = self._frame_upto = start
         self._frame_sent_at = trio.current_time()
         self._owed = None
@@ -564,17 +565,15 @@ class Destination:
         self, messages: Sequence[Record] | Sequence[RouteView], routed: list[int]
     ) -> list[int]:
         """Of the ``routed`` indexes of ``messages``, those the peer is not proven to
-        hold (the resync exchange's plan); counts the others as skipped."""
+        hold (the resync exchange's plan)."""
         found = self._plan
         assert found is not None
         holds = found.holds
-        kept = [
+        return [
             i
             for i in routed
             if not holds(messages[i].txid, messages[i].origin, messages[i].origin_txid)
         ]
-        self.resync_skipped += len(routed) - len(kept)
-        return kept
 
     async def _send_loop(self, stream: RoleStream, link: UpstreamLink, resync_end: int) -> None:
         instance = self.instance
