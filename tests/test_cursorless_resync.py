@@ -118,20 +118,20 @@ async def test_a_failover_to_a_member_holding_the_records_sends_only_what_it_lac
     cluster.add_instance("B2", "site-b", body(("B1", True, ("^site-a$",))))
     cluster.start_all()
     await wait_remote(cluster, "A", "site-b", "B1")
-    await publish(cluster.uri("A"), "pa", 300)
-    await wait_stored(cluster, {"B1": 300, "B2": 300})
-    before = await wait_sent(cluster, "A", "site-b", 300)
+    await publish(cluster.uri("A"), "pa", 1300)
+    await wait_stored(cluster, {"B1": 1300, "B2": 1300})
+    before = await wait_sent(cluster, "A", "site-b", 1300)
     cluster.kill("B1")
-    await publish(cluster.uri("A"), "pa", 40, start=300)
+    await publish(cluster.uri("A"), "pa", 40, start=1300)
     await wait_remote(cluster, "A", "site-b", "B2")
-    await wait_stored(cluster, {"B2": 340})
+    await wait_stored(cluster, {"B2": 1340})
     after = await wait_sent(cluster, "A", "site-b", before["messages_out"] + 40)
     moved = delta(after, before)
     print(f"A -> site-b across the failover: {moved}")
     assert moved["messages_out"] == 40, f"B2 was sent {moved['messages_out']} messages, not 40"
-    assert moved["resync_skipped"] == 300, moved
-    in_order(await replay(cluster.uri("B2")), "pa", 340)
-    assert "no usable cursor, but B2 is proven to hold 300" in cluster.log("A")
+    assert moved["resync_skipped"] == 1300, moved
+    in_order(await replay(cluster.uri("B2")), "pa", 1340)
+    assert "no usable cursor, but B2 is proven to hold 1300" in cluster.log("A")
 
 
 async def test_a_downstream_that_lost_its_cursor_gets_only_the_missing_tail(
@@ -140,20 +140,22 @@ async def test_a_downstream_that_lost_its_cursor_gets_only_the_missing_tail(
     cluster.add_instance("A", "g", body(("B", False, ())))
     cluster.add_instance("B", "g", body())
     cluster.start_all()
-    await publish(cluster.uri("A"), "pa", 500)
-    await wait_stored(cluster, {"B": 500})
-    before = await wait_sent(cluster, "A", "B", 500)
+    await publish(cluster.uri("A"), "pa", 2500)
+    await wait_stored(cluster, {"B": 2500})
+    before = await wait_sent(cluster, "A", "B", 2500)
     cluster.stop("B")
     await wait_link_down(cluster, "A", "B")
     forget_cursor(cluster, "B", "A")
-    await publish(cluster.uri("A"), "pa", 60, start=500)
+    await publish(cluster.uri("A"), "pa", 60, start=2500)
     cluster.start("B")
-    await wait_stored(cluster, {"B": 560})
+    await wait_stored(cluster, {"B": 2560})
     after = await wait_sent(cluster, "A", "B", before["messages_out"] + 60)
     moved = delta(after, before)
     print(f"A -> B after B lost its cursor: {moved}")
-    assert moved == {"messages_out": 60, "resync_records": 60, "resync_skipped": 500}
-    in_order(await replay(cluster.uri("B")), "pa", 560)
+    assert moved == {"messages_out": 60, "resync_records": 60, "resync_skipped": 2500}
+    # the stream resumed in the bucket of B's high, past the first 2048 records
+    assert "resuming after txid 2047, without those" in cluster.log("A")
+    in_order(await replay(cluster.uri("B")), "pa", 2560)
     assert "replication from A" in cluster.log("B")
     assert_journal_sound(cluster.journal_dir("B"))
 

@@ -457,6 +457,10 @@ class Destination:
                 start = self._plan.after
                 self.resync_skipped += self._plan.held
         self.sent_txid = self.acked_txid = self._sending_upto = self._frame_upto = start
+        if self._plan is not None:
+            # the first frame follows on from the peer's own position: what lies between
+            # it and the start is what the exchange proved it holds, not frames lost
+            self._frame_upto = welcome.cursor_txid
         self._frame_sent_at = trio.current_time()
         self._owed = None
         self.connected = True
