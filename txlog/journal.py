@@ -85,7 +85,6 @@ from .commitlog import CommitLog, LoggedBatch, encode_batch, log_files, read_log
 from .errors import JournalDamaged as JournalDamaged  # re-exported
 from .errors import JournalError as JournalError  # re-exported
 from .holdings import (
-    BatchHoldings,
     Holdings,
     batch_holdings,
     bucket_key,
@@ -164,7 +163,6 @@ class _Puts:
     __slots__ = (
         "bookmarks",
         "cursors",
-        "holdings",
         "origins",
         "others",
         "publishers",
@@ -189,8 +187,6 @@ class _Puts:
         #: (index in the batch, origin, origin txid) of each record that is not this
         #: instance's own with origin txid = txid (see txlog.holdings.batch_holdings)
         self.others: list[tuple[int, str, int]] = []
-        #: what the batch adds to the holdings, computed at its first put
-        self.holdings: BatchHoldings | None = None
 
 
 class Staging:
@@ -458,6 +454,9 @@ class Journal:
         self._removed_through = removed_through(self._segments)
         self._maintenance = SegmentMaintenance(self)
         self._holdings_valid = self._check_holdings(readonly)
+        #: the batches with records put in the write transaction being built, whose
+        #: holdings go in with one update before it commits (see _put_holdings)
+        self._holding_puts: list[_Puts] = []
 
     def _check_holdings(self, readonly: bool) -> bool:
         """Whether the ``holdings`` database accounts for every record (see
@@ -634,6 +633,7 @@ class Journal:
         if todo:
             count = 0
             txn = self._env.begin(write=True)
+            self._holding_puts = []
             try:
                 for batch in todo:
                     skip = self._last_txid - batch.first_txid + 1
@@ -643,6 +643,7 @@ class Journal:
                         )
                     self._apply_logged(txn, batch)
                     count += len(batch.values)
+                self._put_holdings(txn)
                 txn.commit()
             except lmdb.MapFullError:
                 txn.abort()
@@ -926,6 +927,7 @@ class Journal:
                 # a big batch (or no commit log): LMDB itself is the durability point
                 assert txn is not None
                 self._put(txn, puts)
+                self._put_holdings(txn)
                 if on_staged is not None:
                     on_staged()
                 self._txn = None
@@ -980,21 +982,30 @@ class Journal:
             for key, value in puts.segments:
                 txn.put(key, value, db=self._segments_db)
             if self._holdings_valid:
-                self._put_holdings(txn, puts)
+                self._holding_puts.append(puts)  # see _put_holdings
         if puts.cursors:
             for name, (up_txid, up_bm) in puts.cursors.items():
                 txn.put(name.encode(), _U64.pack(up_txid) + up_bm.encode(), db=self._upstreams)
 
-    def _put_holdings(self, txn: lmdb.Transaction, puts: _Puts) -> None:
-        """Add one batch to the ``holdings`` database (a few entries: one per origin
-        and bucket it touches) and move ``holdings_through`` to its last txid."""
-        batch = puts.holdings
-        if batch is None:
-            first = _U64.unpack(puts.records[0][0])[0]
-            batch = puts.holdings = batch_holdings(
-                first, puts.bookmarks, puts.others, self.instance_name
-            )
+    def _put_holdings(self, txn: lmdb.Transaction) -> None:
+        """Add what the batches put in ``txn`` hold to the ``holdings`` database and
+        move ``holdings_through`` to their last txid: once per transaction (a commit
+        takes every staged batch), a few entries (one per origin and bucket touched)."""
+        batches, self._holding_puts = self._holding_puts, []
+        if not batches:
+            return
         db = self._holdings_db
+        first = _U64.unpack(batches[0].records[0][0])[0]
+        marks: list[tuple[bytes, bytes]] = []
+        others: list[tuple[int, str, int]] = []
+        for puts in batches:
+            if _U64.unpack(puts.records[0][0])[0] != first + len(marks):
+                raise AssertionError("the batches of one LMDB transaction do not follow on")
+            if puts.others:
+                base = len(marks)
+                others.extend((base + i, origin, otx) for i, origin, otx in puts.others)
+            marks.extend(puts.bookmarks)
+        batch = batch_holdings(first, marks, others, self.instance_name)
         for (origin, index), add in batch.buckets.items():
             key = bucket_key(origin, index)
             txn.put(key, merged_bucket(txn.get(key, db=db), add), db=db)
@@ -1003,7 +1014,7 @@ class Journal:
             key = origin_key(origin)
             stored = txn.get(key, db=db)
             txn.put(key, merged_origin(stored, first_txid, high, totals[origin]), db=db)
-        txn.put(b"holdings_through", puts.records[-1][0], db=self._meta)
+        txn.put(b"holdings_through", batches[-1].records[-1][0], db=self._meta)
 
     def finish_stage(self, staging: Staging) -> list[int]:
         """The last step of :meth:`stage`, once ``staging.sync()`` returned: the
@@ -1061,6 +1072,7 @@ class Journal:
         """A new write transaction (on the calling thread, which must also end it)
         holding every staged batch: whatever LMDB commits next goes on after them."""
         txn = self._env.begin(write=True)
+        self._holding_puts = []
         try:
             for puts in self._staged:
                 self._put(txn, puts)
@@ -1113,6 +1125,7 @@ class Journal:
         through = self._last_txid
         try:
             txn = self._write_txn()
+            self._put_holdings(txn)
             if on_staged is not None:
                 on_staged()
             self._txn = None
