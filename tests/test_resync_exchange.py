@@ -195,6 +195,17 @@ def test_a_batch_counts_its_own_records_in_runs_and_the_others_one_by_one() -> N
     assert batch.origins[""] == [3999, 12]
 
 
+def test_parts_of_a_transaction_merge_into_what_the_whole_holds() -> None:
+    marks = [(_KEY.pack(1, s), b"") for s in range(1, 2001)]
+    others = [(i, "X", 3 * i) for i in range(500, 1500)]
+    whole = batch_holdings(100, marks, others, "A")
+    parts = batch_holdings(100, marks[:900], others[:400], "A")
+    parts.merge(
+        batch_holdings(1000, marks[900:], [(i - 900, o, t) for i, o, t in others[400:]], "A")
+    )
+    assert parts == whole
+
+
 def test_the_index_matches_a_count_from_scratch_whatever_the_order(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     j = journal(tmp_path, "A")
@@ -231,7 +242,9 @@ def test_the_index_follows_records_written_back_from_the_commit_log(tmp_path: Pa
     for part in path.iterdir():
         if part.is_file() and part.name != "lock.mdb":
             shutil.copy(part, image / part.name)
-    j.close()
+    j.close()  # commits the two staged batches in one transaction
+    with Journal(path, instance_name="A") as stopped:
+        assert kept(stopped) == from_scratch(stopped)
     with Journal(image, instance_name="A") as crashed:
         assert crashed.last_txid == 1629
         assert crashed.holdings_valid and kept(crashed) == from_scratch(crashed)

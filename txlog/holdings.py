@@ -197,6 +197,24 @@ class BatchHoldings:
         elif high > known[1]:
             known[1] = high
 
+    def merge(self, other: BatchHoldings) -> None:
+        """Add what ``other`` (a later part of the same transaction) holds."""
+        for key, (first_txid, count, total, squares) in other.buckets.items():
+            acc = self.buckets.get(key)
+            if acc is None:
+                self.buckets[key] = [first_txid, count, total, squares]
+            else:
+                acc[0] = min(acc[0], first_txid)
+                acc[1] += count
+                acc[2] += total
+                acc[3] += squares
+        for origin, (first_txid, high) in other.origins.items():
+            known = self.origins.get(origin)
+            if known is None:
+                self.origins[origin] = [first_txid, high]
+            else:
+                known[0], known[1] = min(known[0], first_txid), max(known[1], high)
+
     def add_own_run(self, origin: str, first_txid: int, crcs: Sequence[int]) -> None:
         """Records of ``origin`` at the consecutive local txids from ``first_txid``,
         whose origin txid is their txid (first journaled here)."""
