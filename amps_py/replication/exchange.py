@@ -79,8 +79,10 @@ MAX_CUTS: Final = 14
 #: whole origin unproven)
 MAX_BUCKETS: Final = 4096
 #: records the upstream reads at most to check an exact report (from the first local
-#: txid of the bucket it ends in to the newest); beyond, only the cuts are compared
-MAX_SCAN: Final = 1_000_000
+#: txid of the bucket it ends in to the newest); beyond, only the cuts are compared.
+#: About a second of reading: the plan is made before the stream starts, and the
+#: downstream closes a link silent for five heartbeat intervals
+MAX_SCAN: Final = 200_000
 
 
 def cut_points(top: int, limit: int = MAX_CUTS) -> list[int]:
