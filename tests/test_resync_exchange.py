@@ -191,8 +191,8 @@ def test_a_batch_counts_its_own_records_in_runs_and_the_others_one_by_one() -> N
     assert total == Fingerprint.of(own)
     # own records are bucketed by their txid: 1000..3998 span buckets 0 to 3
     assert sorted(i for o, i in batch.buckets if o == "A") == [0, 1, 2, 3]
-    assert batch.origins["X"] == [2000, 51_009]
-    assert batch.origins[""] == [3999, 12]
+    assert batch.origins["X"][:3] == [2000, 51_009, 10]
+    assert batch.origins[""][:3] == [3999, 12, 1]
 
 
 def test_parts_of_a_transaction_merge_into_what_the_whole_holds() -> None:

@@ -168,8 +168,8 @@ class Holdings:
 @dataclass(slots=True)
 class BatchHoldings:
     """What one stored batch adds: per (origin, bucket) ``[first txid, count, sum,
-    squares]`` and per origin ``[first txid, high]`` (the journal merges them into its
-    stored ones)."""
+    squares]`` and per origin ``[first txid, high, count, sum, squares]`` (the journal
+    merges them into its stored ones; the sums are not reduced modulo 2**64 yet)."""
 
     buckets: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     origins: dict[str, list[int]] = field(default_factory=dict)
@@ -183,19 +183,23 @@ class BatchHoldings:
         if not crcs:
             return
         key = (origin, index)
-        add = (len(crcs), sum(crcs), sum(map(operator.mul, crcs, crcs)))
+        count, total, squares = len(crcs), sum(crcs), sum(map(operator.mul, crcs, crcs))
         acc = self.buckets.get(key)
         if acc is None:
-            self.buckets[key] = [first_txid, *add]
+            self.buckets[key] = [first_txid, count, total, squares]
         else:
-            acc[1] += add[0]
-            acc[2] += add[1]
-            acc[3] += add[2]
+            acc[1] += count
+            acc[2] += total
+            acc[3] += squares
         known = self.origins.get(origin)
         if known is None:
-            self.origins[origin] = [first_txid, high]
-        elif high > known[1]:
-            known[1] = high
+            self.origins[origin] = [first_txid, high, count, total, squares]
+        else:
+            if high > known[1]:
+                known[1] = high
+            known[2] += count
+            known[3] += total
+            known[4] += squares
 
     def merge(self, other: BatchHoldings) -> None:
         """Add what ``other`` (a later part of the same transaction) holds."""
@@ -208,12 +212,15 @@ class BatchHoldings:
                 acc[1] += count
                 acc[2] += total
                 acc[3] += squares
-        for origin, (first_txid, high) in other.origins.items():
+        for origin, (first_txid, high, count, total, squares) in other.origins.items():
             known = self.origins.get(origin)
             if known is None:
-                self.origins[origin] = [first_txid, high]
+                self.origins[origin] = [first_txid, high, count, total, squares]
             else:
                 known[0], known[1] = min(known[0], first_txid), max(known[1], high)
+                known[2] += count
+                known[3] += total
+                known[4] += squares
 
     def add_own_run(self, origin: str, first_txid: int, crcs: Sequence[int]) -> None:
         """Records of ``origin`` at the consecutive local txids from ``first_txid``,
@@ -317,26 +324,16 @@ def decode_origin(origin: str, value: bytes) -> OriginHoldings:
     return OriginHoldings(origin, first, high, Fingerprint(count, total, squares))
 
 
-def merged_origin(
-    stored: bytes | memoryview | None, first_txid: int, high: int, add: Fingerprint
-) -> bytes:
-    """The stored summary of an origin after a batch added ``add`` (its lowest local
-    txid ``first_txid``, its highest origin txid ``high``)."""
+def merged_origin(stored: bytes | memoryview | None, add: Sequence[int]) -> bytes:
+    """The stored summary of an origin after adding a batch's ``[first txid, high,
+    count, sum, squares]``."""
     if stored is None:
-        fp = add
+        first, high, count, total, squares = add
     else:
-        old_first, old_high, count, total, squares = _ORIGIN_VALUE.unpack(stored)
-        first_txid, high = min(first_txid, old_first), max(high, old_high)
-        fp = Fingerprint(count, total, squares) + add
-    return _ORIGIN_VALUE.pack(first_txid, high, fp.count, fp.total, fp.squares)
-
-
-def origin_totals(batch: BatchHoldings) -> dict[str, Fingerprint]:
-    """Per origin, what the batch adds to its fingerprint."""
-    totals: dict[str, Fingerprint] = {}
-    for (origin, _), (_, count, total, squares) in batch.buckets.items():
-        totals[origin] = totals.get(origin, Fingerprint()) + Fingerprint(count, total, squares)
-    return totals
+        first, high, count, total, squares = _ORIGIN_VALUE.unpack(stored)
+        first, high = min(first, add[0]), max(high, add[1])
+        count, total, squares = count + add[2], total + add[3], squares + add[4]
+    return _ORIGIN_VALUE.pack(first, high, count, total & _MASK, squares & _MASK)
 
 
 def sorted_buckets(buckets: Iterable[Bucket]) -> tuple[Bucket, ...]:
@@ -359,7 +356,6 @@ __all__ = [
     "merged_origin",
     "next_origin_key",
     "origin_key",
-    "origin_totals",
     "sorted_buckets",
     "split_key",
 ]

@@ -92,7 +92,6 @@ from .holdings import (
     merged_bucket,
     merged_origin,
     origin_key,
-    origin_totals,
 )
 from .inspection import JournalStatistics as JournalStatistics  # re-exported
 from .inspection import VerifyProblem as VerifyProblem  # re-exported
@@ -996,29 +995,30 @@ class Journal:
         if not batches:
             return
         db = self._holdings_db
-        # the batches follow on from each other (txids are never skipped): one run
-        batch = BatchHoldings()
+        own = self.instance_name
         first = _U64.unpack(batches[0].records[0][0])[0]
-        marks: list[tuple[bytes, bytes]] = []
-        others: list[tuple[int, str, int]] = []
-        for puts in batches:
-            start = _U64.unpack(puts.records[0][0])[0]
-            if start != first + len(marks):  # never expected; counted apart if it happens
-                batch.merge(batch_holdings(first, marks, others, self.instance_name))
-                first, marks, others = start, [], []
-            if puts.others:
-                base = len(marks)
-                others.extend((base + i, origin, otx) for i, origin, otx in puts.others)
-            marks.extend(puts.bookmarks)
-        batch.merge(batch_holdings(first, marks, others, self.instance_name))
+        if len(batches) == 1:  # a direct batch (page-cache durability, a big one)
+            batch = batch_holdings(first, batches[0].bookmarks, batches[0].others, own)
+        else:  # the staged batches of a commit: they follow on from each other
+            batch = BatchHoldings()
+            marks: list[tuple[bytes, bytes]] = []
+            others: list[tuple[int, str, int]] = []
+            for puts in batches:
+                start = _U64.unpack(puts.records[0][0])[0]
+                if start != first + len(marks):  # never expected; counted apart if so
+                    batch.merge(batch_holdings(first, marks, others, own))
+                    first, marks, others = start, [], []
+                if puts.others:
+                    base = len(marks)
+                    others.extend((base + i, origin, otx) for i, origin, otx in puts.others)
+                marks.extend(puts.bookmarks)
+            batch.merge(batch_holdings(first, marks, others, own))
         for (origin, index), add in batch.buckets.items():
             key = bucket_key(origin, index)
             txn.put(key, merged_bucket(txn.get(key, db=db), add), db=db)
-        totals = origin_totals(batch)
-        for origin, (first_txid, high) in batch.origins.items():
+        for origin, add in batch.origins.items():
             key = origin_key(origin)
-            stored = txn.get(key, db=db)
-            txn.put(key, merged_origin(stored, first_txid, high, totals[origin]), db=db)
+            txn.put(key, merged_origin(txn.get(key, db=db), add), db=db)
         txn.put(b"holdings_through", batches[-1].records[-1][0], db=self._meta)
 
     def finish_stage(self, staging: Staging) -> list[int]:

@@ -18,14 +18,27 @@ amps-py downstream does, and A resends its whole journal, the behaviour before t
 exchange. ``--compare`` runs both, exchange first. Each case starts from a fresh copy
 of B's journal. The padding of the payloads comes from ``--seed``.
 
+``--write-cost`` measures instead what keeping holdings costs the journal's writer:
+CPU seconds (``process_time``) per record to stage ``--records`` records in batches of
+16 into a journal and commit LMDB every 1,024 records: with ``fsync`` durability
+behind the commit log (as the server's event loop stages and its writer thread
+commits; the fsync's own CPU time counts, and varies), then with ``page-cache``
+durability (no commit log: each batch is its own LMDB transaction, the worst case for
+holdings, updated once per transaction); into a journal that keeps holdings and into
+one marked as from before them (which keeps none), alternately, ``--rounds`` rounds;
+records published here, then received from another origin. The minimum of each is
+printed.
+
     python tools/bench/bench_cursorless_resync.py
     python tools/bench/bench_cursorless_resync.py --records 1000000 --compare
+    python tools/bench/bench_cursorless_resync.py --write-cost --records 50000
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import random
 import shutil
 import sys
@@ -149,6 +162,59 @@ def run_case(a: argparse.Namespace, work: Path, pristine: Path, exchange: bool) 
         A.stop()
 
 
+def write_cost(work: Path, n: int, durability: str, *, holdings: bool, received: bool) -> float:
+    """CPU µs per record to stage ``n`` records 16 at a time, committing every 1,024."""
+    path = work / f"cost-{holdings}-{received}"
+    shutil.rmtree(path, ignore_errors=True)
+    Journal(path, instance_name="A").close()
+    if not holdings:
+        forget_holdings(path)
+    ph = publisher_hash("feed")
+    cpu = 0.0
+    with Journal(path, instance_name="A", durability=durability) as j:
+        assert j.holdings_valid == holdings
+        for start in range(0, n, 16):
+            batch = [
+                Record(
+                    topic="bench",
+                    payload=b'{"id":%d,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}' % k,
+                    pub_hash=ph,
+                    seq=k + 1,
+                    client_name="feed",
+                    origin="X" if received else "A",
+                    origin_txid=k + 1 if received else 0,
+                    path=(("X", "gx"),) if received else (),
+                )
+                for k in range(start, min(n, start + 16))
+            ]
+            t0 = time.process_time()
+            j.stage(batch, 1)
+            if (start // 16) % 64 == 63:
+                j.commit()
+            cpu += time.process_time() - t0
+    shutil.rmtree(path, ignore_errors=True)
+    return cpu / n * 1e6
+
+
+def bench_write_cost(a: argparse.Namespace, work: Path) -> None:
+    for durability, received in itertools.product(("fsync", "page-cache"), (False, True)):
+        best = {True: float("inf"), False: float("inf")}
+        for _ in range(a.rounds):
+            for holdings in (True, False):
+                cost = write_cost(work, a.records, durability, holdings=holdings, received=received)
+                best[holdings] = min(best[holdings], cost)
+        result = {
+            "bench": "holdings_write_cost",
+            "records": a.records,
+            "durability": durability,
+            "received": received,
+            "cpu_us_per_record_with_holdings": round(best[True], 2),
+            "cpu_us_per_record_without": round(best[False], 2),
+            "difference_us": round(best[True] - best[False], 2),
+        }
+        emit(result, a.out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -160,6 +226,10 @@ def main() -> None:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--no-exchange", action="store_true", help="the resync before it")
     mode.add_argument("--compare", action="store_true", help="with and without the exchange")
+    mode.add_argument(
+        "--write-cost", action="store_true", help="what keeping holdings costs the writer"
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="--write-cost: rounds (min taken)")
     ap.add_argument("--timeout", type=float, default=900, help="give up after (s)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--out", type=Path, default=None, help="append JSON lines here")
@@ -169,6 +239,12 @@ def main() -> None:
     print("#", env_info(), flush=True)
     print("# command:", " ".join(["python", *sys.argv]), flush=True)
     work = Path(tempfile.mkdtemp(prefix="amps-bench-cursorless-"))
+    if a.write_cost:
+        try:
+            bench_write_cost(a, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         own = records(a.records + a.new, a.size, a.seed, replicas=False)
         fill_a = build(work / "A-journal", "A", own)
