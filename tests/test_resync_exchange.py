@@ -26,6 +26,7 @@ from amps_py.replication.exchange import (
     MAX_BUCKETS,
     ResyncPlan,
     cut_points,
+    floors,
     hello_holdings,
     plan,
     report,
@@ -105,9 +106,10 @@ def kept(j: Journal) -> dict[str, tuple[int, int, Fingerprint, dict[int, Fingerp
     }
 
 
-def exchange(up: Journal, down: Journal) -> ResyncPlan:
+def exchange(up: Journal, down: Journal, buckets: int = MAX_BUCKETS) -> ResyncPlan:
     """The handshake's exchange between journals ``up`` and ``down``, the hello and
-    welcome through their codec (JSON and back), the plan as the upstream makes it."""
+    welcome through their codec (JSON and back), the plan as the upstream makes it
+    (``buckets``: how many each side reads at most where no floor is set)."""
     up_name, down_name = up.instance_name, down.instance_name
     mine = up.holdings()
     assert mine is not None
@@ -122,14 +124,14 @@ def exchange(up: Journal, down: Journal) -> ResyncPlan:
     )
     asked = hello.parse_hello(orjson.loads(orjson.dumps(body))).holdings
     assert asked is not None
-    theirs = down.holdings(list(asked), MAX_BUCKETS)
+    theirs = down.holdings(list(asked), buckets)
     assert theirs is not None
     welcome_body = hello.welcome_body(
         name=down_name, group=down_name, cursor=(0, ""), holdings=report(asked, theirs)
     )
     welcome = hello.parse_welcome(orjson.loads(orjson.dumps(welcome_body)))
     assert welcome.holdings is not None
-    compared = up.holdings(list(welcome.holdings), MAX_BUCKETS)
+    compared = up.holdings(list(welcome.holdings), buckets, floors(welcome.holdings))
     every = up.holdings()
     assert compared is not None and every is not None
     both = Holdings(compared.through, {**every.origins, **compared.origins})
@@ -301,6 +303,18 @@ def test_a_downstream_behind_is_sent_exactly_its_missing_tail(tmp_path: Path) ->
     assert [r.txid for r in out] == list(range(4322, 5001))
     # from the first record of the bucket the downstream's high is in
     assert found.after == ((4321 >> BUCKET_BITS) << BUCKET_BITS) - 1
+
+
+def test_a_downstream_far_behind_is_compared_where_it_stands(tmp_path: Path) -> None:
+    """The upstream reads its buckets down to the downstream's report, however far
+    below its newest (here 20 buckets behind, with at most 4 read elsewhere: the
+    downstream's own reads stay bounded, the upstream's follow what it sends)."""
+    up, down = journal(tmp_path, "A"), journal(tmp_path, "B")
+    store(up, [rec("A", 0, 1, s) for s in range(1, 25_001)], batch=1000)
+    store(down, copies(up.read(0, 3000)))
+    found = exchange(up, down, buckets=4)
+    assert found.proven == {"A": 3001}
+    assert len(assert_sound(up, down, found)) == 22_000
 
 
 def test_a_few_records_of_an_origin_are_compared_exactly_too(tmp_path: Path) -> None:

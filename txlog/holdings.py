@@ -48,6 +48,8 @@ _BUCKET_VALUE = struct.Struct(">QQQQ")  # first txid, count, sum, sum of squares
 _ORIGIN_VALUE = struct.Struct(">QQQQQ")  # first txid, high, count, sum, sum of squares
 #: separates the origin name from the bucket in a key (names hold no control character)
 _SEP: Final = b"\x00"
+#: :attr:`OriginHoldings.floor` when no bucket was read
+NOTHING_READ: Final = 1 << 64
 _bookmark_of = operator.itemgetter(0)
 
 
@@ -105,7 +107,8 @@ class OriginHoldings:
     """What a journal holds of one origin, as of one moment (see :class:`Holdings`).
 
     ``top`` lists its highest buckets, highest first, as many as the reader asked for;
-    ``complete`` says whether that is all of them.
+    every bucket numbered ``floor`` or above is in it (``floor`` 0: all of them;
+    :data:`NOTHING_READ`: none was read).
     """
 
     origin: str
@@ -115,11 +118,11 @@ class OriginHoldings:
     high: int
     total: Fingerprint
     top: tuple[Bucket, ...] = ()
-    complete: bool = False
+    floor: int = 1 << 64
 
     def reaches(self, index: int) -> bool:
         """Whether every bucket at or above ``index`` is in :attr:`top`."""
-        return self.complete or (bool(self.top) and self.top[-1].index <= index)
+        return index >= self.floor
 
     def prefix(self, cut: int) -> Fingerprint | None:
         """The fingerprint of the records whose origin txid is below
@@ -343,6 +346,7 @@ def sorted_buckets(buckets: Iterable[Bucket]) -> tuple[Bucket, ...]:
 
 __all__ = [
     "BUCKET_BITS",
+    "NOTHING_READ",
     "BatchHoldings",
     "Bucket",
     "Fingerprint",

@@ -1379,9 +1379,14 @@ class Journal:
         """See :meth:`RecordReader.origin_high_water`."""
         return self._reader.origin_high_water()
 
-    def holdings(self, origins: Iterable[str] | None = None, buckets: int = 0) -> Holdings | None:
+    def holdings(
+        self,
+        origins: Iterable[str] | None = None,
+        buckets: int = 0,
+        down_to: Mapping[str, int] | None = None,
+    ) -> Holdings | None:
         """See :meth:`RecordReader.holdings`."""
-        return self._reader.holdings(origins, buckets)
+        return self._reader.holdings(origins, buckets, down_to)
 
     def txid_before_time(self, ts_us: int) -> int:
         """See :meth:`RecordReader.txid_before_time`."""

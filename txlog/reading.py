@@ -29,12 +29,13 @@ from __future__ import annotations
 import bisect
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Final, TypeVar
 
 import lmdb
 
 from .holdings import (
+    NOTHING_READ,
     Bucket,
     Holdings,
     OriginHoldings,
@@ -308,7 +309,12 @@ class RecordReader:
                 found[origin] = otx
         return found
 
-    def holdings(self, origins: Iterable[str] | None = None, buckets: int = 0) -> Holdings | None:
+    def holdings(
+        self,
+        origins: Iterable[str] | None = None,
+        buckets: int = 0,
+        down_to: Mapping[str, int] | None = None,
+    ) -> Holdings | None:
         """What the journal holds of each origin (see :mod:`txlog.holdings`), as of
         the newest txid LMDB has committed (staged records do not count yet), read in
         one transaction; ``None`` when the journal does not keep holdings
@@ -319,6 +325,9 @@ class RecordReader:
                 left out.
             buckets: per origin, read up to this many of its highest buckets into
                 :attr:`OriginHoldings.top` (0: none).
+            down_to: per origin, read its buckets from the highest down to this bucket
+                number instead, however many (what must be compared costs at most one
+                entry per 1,024 origin txids above it).
 
         Raises:
             UnreadableRecords: LMDB reports a damaged page in the index.
@@ -328,6 +337,7 @@ class RecordReader:
         if not j._holdings_valid or db is None:
             return None
         found: dict[str, OriginHoldings] = {}
+        floors = down_to or {}
         try:
             with _Index("holdings"), j._env.begin(db=db) as txn:
                 raw = txn.get(b"holdings_through", db=j._meta)
@@ -347,33 +357,42 @@ class RecordReader:
                     if value is None:
                         continue
                     held = decode_origin(origin, bytes(value))
-                    if buckets > 0:
-                        held = self._top_buckets(cur, held, buckets)
+                    floor = floors.get(origin)
+                    if floor is not None:
+                        held = self._top_buckets(cur, held, NOTHING_READ, floor)
+                    elif buckets > 0:
+                        held = self._top_buckets(cur, held, buckets, 0)
                     found[origin] = held
         except (ValueError, struct.error) as exc:  # a key or value of the wrong shape
             raise UnreadableRecords(None, None, str(exc), "holdings") from None
         return Holdings(through, found)
 
     @staticmethod
-    def _top_buckets(cur: lmdb.Cursor, held: OriginHoldings, limit: int) -> OriginHoldings:
-        """``held`` with up to ``limit`` of its highest buckets (stepping back through a
-        small index, as the origins index does)."""
+    def _top_buckets(
+        cur: lmdb.Cursor, held: OriginHoldings, limit: int, floor: int
+    ) -> OriginHoldings:
+        """``held`` with its highest buckets, down to bucket ``floor`` or ``limit`` of
+        them, whichever comes first (stepping back through a small index, as the origins
+        index does)."""
         top: list[Bucket] = []
         origin = held.origin
         ok = cur.set_range(next_origin_key(origin))
         ok = cur.prev() if ok else cur.last()
-        complete = True
+        reached = 0  # every bucket at or above it is read
         while ok:
             name, index = split_key(cur.key())
             if name != origin or index is None:
                 break
+            if index < floor:
+                reached = floor
+                break
             if len(top) == limit:
-                complete = False
+                reached = top[-1].index if top else NOTHING_READ
                 break
             top.append(decode_bucket(index, bytes(cur.value())))
             ok = cur.prev()
         return OriginHoldings(
-            held.origin, held.first_txid, held.high, held.total, tuple(top), complete
+            held.origin, held.first_txid, held.high, held.total, tuple(top), reached
         )
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:

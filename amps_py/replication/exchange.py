@@ -38,9 +38,11 @@ upstream never routes to the downstream are not looked at, but they are part of 
 comparison (an origin the downstream holds only part of, behind a filter, is not
 proven).
 
-Costs follow the live state: each side reads a summary per origin and at most
-:data:`MAX_BUCKETS` buckets per origin compared (an index entry per 1,024 origin
-txids), and the upstream at most one bucket's spread of records per origin; never the
+Costs follow the live state: each side reads a summary per origin, and buckets (an
+index entry per 1,024 origin txids) of the origins compared: the downstream at most
+:data:`MAX_BUCKETS` per origin, the upstream those above the points reported
+(:func:`floors`: one entry per 1,024 origin txids it sends anyway); and the upstream
+reads at most one bucket's spread of records per origin (:data:`MAX_SCAN`); never the
 journal from its start.
 """
 
@@ -62,6 +64,7 @@ __all__ = [
     "ResyncPlan",
     "Scan",
     "cut_points",
+    "floors",
     "hello_holdings",
     "partial_fingerprints",
     "plan",
@@ -130,6 +133,21 @@ def report(asked: Mapping[str, int], mine: Holdings) -> dict[str, HeldOrigin]:
             out[origin] = HeldOrigin(held.high, held.total.digest(), tuple(cuts))
         elif cuts:
             out[origin] = HeldOrigin(None, 0, tuple(cuts))
+    return out
+
+
+def floors(reported: Mapping[str, HeldOrigin]) -> dict[str, int]:
+    """Per origin reported, the lowest bucket the upstream must read its buckets down
+    to (from its newest) to check every point reported: as many entries as there are
+    buckets above the downstream's report, one per 1,024 origin txids it must send
+    anyway (a downstream far behind is still compared, at that cost)."""
+    out = {}
+    for origin, held in reported.items():
+        points = [cut for cut, _ in held.cuts]
+        if held.upto is not None:
+            points.append(held.upto >> BUCKET_BITS)
+        if points:
+            out[origin] = min(points)
     return out
 
 
@@ -204,8 +222,9 @@ def plan(
     partial: Mapping[str, Fingerprint] | None = None,
 ) -> ResyncPlan:
     """The resync of a downstream (instance ``remote_name``) that reported
-    ``reported`` in its welcome, from this journal's holdings ``mine`` (read with
-    :data:`MAX_BUCKETS` buckets per origin reported) and the fingerprints of the
+    ``reported`` in its welcome, from this journal's holdings ``mine`` (with the
+    buckets of each origin reported read down to its :func:`floors`) and the
+    fingerprints of the
     :func:`scans` it asked for (``partial``; a scan not done only leaves its report
     unchecked).
 

@@ -50,6 +50,7 @@ from .exchange import (
     MAX_BUCKETS,
     ResyncPlan,
     Scan,
+    floors,
     hello_holdings,
     partial_fingerprints,
     plan,
@@ -530,7 +531,7 @@ class Destination:
             return None
 
         def read() -> ResyncPlan | None:
-            compared = journal.holdings(list(reported), MAX_BUCKETS)
+            compared = journal.holdings(list(reported), MAX_BUCKETS, floors(reported))
             every = journal.holdings()
             if compared is None or every is None:
                 return None
