@@ -47,6 +47,11 @@ Contract:
   :meth:`append` returns ``0`` for it. A seq below the publisher's highest that is not
   stored is stored (exact dedup; the high-water mark only makes higher seqs cheap).
 - Opening costs the same whatever the journal size: no scan happens at start.
+- Every LMDB transaction that stores records also adds them to the ``holdings`` index
+  (:mod:`txlog.holdings`: per origin and bucket of origin txids, a fingerprint of the
+  bookmarks held) and records the txid it covers; a journal that was written without
+  keeping it (before it existed, or by an older amps-py since) is marked and never
+  keeps or reports it again (:attr:`Journal.holdings_valid`).
 - Segment maintenance (:mod:`txlog.maintenance`, reached through
   :meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
   :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
