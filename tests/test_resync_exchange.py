@@ -277,6 +277,18 @@ def test_a_journal_from_before_holdings_never_reports_them(tmp_path: Path) -> No
 # ------------------------------------------------------------------ the comparison
 
 
+def test_origins_a_peer_would_refuse_to_read_are_never_named(tmp_path: Path) -> None:
+    """A record whose origin is no instance name (written by a tool) is not compared,
+    so it never makes a hello or a welcome malformed: it is sent."""
+    up, down = journal(tmp_path, "A"), journal(tmp_path, "B")
+    odd = "x" * 70
+    store(up, [rec("A", 0, 1, s) for s in range(1, 11)] + [rec(odd, 5, 2, 1)])
+    store(down, copies(up.iter_records()))
+    found = exchange(up, down)
+    assert found.proven == {"A": 11}
+    assert [r.origin for r in assert_sound(up, down, found)] == [odd]
+
+
 def test_cut_points_are_dense_at_the_top_and_sparse_below() -> None:
     assert cut_points(100) == [100, 99, 98, 96, 92, 84, 68, 36]
     assert cut_points(3) == [3, 2, 1]

@@ -54,7 +54,7 @@ from typing import Final
 
 from txlog.holdings import BUCKET_BITS, Fingerprint, Holdings
 
-from .hello import HeldOrigin
+from .hello import MAX_NAME_LENGTH, HeldOrigin
 
 __all__ = [
     "MAX_BUCKETS",
@@ -63,6 +63,7 @@ __all__ = [
     "MAX_SCAN",
     "ResyncPlan",
     "Scan",
+    "comparable",
     "cut_points",
     "floors",
     "hello_holdings",
@@ -104,10 +105,21 @@ def cut_points(top: int, limit: int = MAX_CUTS) -> list[int]:
     return cuts
 
 
+def comparable(origin: str) -> bool:
+    """Whether ``origin`` may be named in a hello or welcome: what a peer accepts of an
+    instance name there (at most 64 printable characters). Records of another origin
+    (written by a tool, say) are never compared: they are sent."""
+    return len(origin) <= MAX_NAME_LENGTH and origin.isprintable()
+
+
 def hello_holdings(mine: Holdings) -> dict[str, int]:
     """What an upstream's hello says it holds: per origin, the highest origin txid (the
     :data:`MAX_ORIGINS` origins holding the most records)."""
-    held = sorted(mine.origins.values(), key=lambda o: o.total.count, reverse=True)
+    held = sorted(
+        (o for o in mine.origins.values() if comparable(o.origin)),
+        key=lambda o: o.total.count,
+        reverse=True,
+    )
     return {o.origin: o.high for o in held[:MAX_ORIGINS]}
 
 
@@ -121,7 +133,7 @@ def report(asked: Mapping[str, int], mine: Holdings) -> dict[str, HeldOrigin]:
     out: dict[str, HeldOrigin] = {}
     for origin, their_high in list(asked.items())[:MAX_ORIGINS]:
         held = mine.origins.get(origin)
-        if held is None:
+        if held is None or not comparable(origin):
             continue
         cuts: list[tuple[int, int]] = []
         for cut in cut_points(min(their_high, held.high) >> BUCKET_BITS):
