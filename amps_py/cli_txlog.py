@@ -78,7 +78,9 @@ def txlog_info(path: str) -> None:
     publishers (with records held; publishers_known also counts those whose records
     were all removed, whose last seq logon acks still report), segments. A figure that
     is an estimate is named in "about" with the reason (e.g. while a removal is still
-    being purged); "about" is empty when every figure is exact.
+    being purged); "about" is empty when every figure is exact. "holdings_kept" says
+    whether the journal keeps what it holds per origin (false for one written before
+    amps-py kept it: its resyncs without a cursor send everything).
     """
     from txlog import Journal
 
@@ -111,6 +113,9 @@ def txlog_info(path: str) -> None:
             "segment_file_bytes": segment_file_bytes,
             "about": about,
             "origins": journal.origin_high_water(),
+            # whether it keeps what it holds per origin (the resync exchange): false for
+            # a journal written before holdings, which resyncs without a cursor in full
+            "holdings_kept": journal.holdings_valid,
             "segment_table": [seg.__dict__ for seg in held],
             "pending_removal_through": journal.pending_removal(),
         }

@@ -225,6 +225,7 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/host.py",
     "amps_py/replication/outage.py",
     "amps_py/replication/destination_stats.py",
+    "amps_py/replication/exchange.py",
     # the server's decisions and bookkeeping (the trio driver is instance.py & co.)
     "amps_py/server/durability.py",
     "amps_py/server/durable_window.py",

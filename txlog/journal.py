@@ -15,6 +15,8 @@ name            key                         value
 ``segments``    segment id (u64 BE)         :class:`txlog.segments.Segment` row
 ``destinations`` destination name           txid u64 it has acknowledged (removal)
 ``floors``      pub_hash u64                highest seq of its records removed
+``holdings``    origin, or origin + bucket  what is held of each origin (resync
+                                            without a cursor, :mod:`txlog.holdings`)
 ==============  ==========================  =====================================
 
 Records are grouped into numbered segments (AMPS's journal files, see
@@ -45,6 +47,11 @@ Contract:
   :meth:`append` returns ``0`` for it. A seq below the publisher's highest that is not
   stored is stored (exact dedup; the high-water mark only makes higher seqs cheap).
 - Opening costs the same whatever the journal size: no scan happens at start.
+- Every LMDB transaction that stores records also adds them to the ``holdings`` index
+  (:mod:`txlog.holdings`: per origin and bucket of origin txids, a fingerprint of the
+  bookmarks held) and records the txid it covers; a journal that was written without
+  keeping it (before it existed, or by an older amps-py since) is marked and never
+  keeps or reports it again (:attr:`Journal.holdings_valid`).
 - Segment maintenance (:mod:`txlog.maintenance`, reached through
   :meth:`Journal.mark_offloaded`, :meth:`Journal.mark_removed`,
   :meth:`Journal.purge_step`, :meth:`Journal.save_destination_positions`) is writing:
@@ -72,7 +79,7 @@ import operator
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -82,6 +89,15 @@ from . import preflight
 from .commitlog import CommitLog, LoggedBatch, encode_batch, log_files, read_log, remove_log
 from .errors import JournalDamaged as JournalDamaged  # re-exported
 from .errors import JournalError as JournalError  # re-exported
+from .holdings import (
+    BatchHoldings,
+    Holdings,
+    batch_holdings,
+    bucket_key,
+    merged_bucket,
+    merged_origin,
+    origin_key,
+)
 from .inspection import JournalStatistics as JournalStatistics  # re-exported
 from .inspection import VerifyProblem as VerifyProblem  # re-exported
 from .inspection import journal_statistics, verify_journal
@@ -154,6 +170,7 @@ class _Puts:
         "bookmarks",
         "cursors",
         "origins",
+        "others",
         "publishers",
         "records",
         "segments",
@@ -173,6 +190,9 @@ class _Puts:
         self.origins: list[tuple[bytes, int]] = []
         self.time_entry: tuple[bytes, bytes] | None = None
         self.segments: list[tuple[bytes, bytes]] = []
+        #: (index in the batch, origin, origin txid) of each record that is not this
+        #: instance's own with origin txid = txid (see txlog.holdings.batch_holdings)
+        self.others: list[tuple[int, str, int]] = []
 
 
 class Staging:
@@ -416,6 +436,7 @@ class Journal:
         self._segments_db = self._open_optional_db(b"segments", create)
         self._destinations_db = self._open_optional_db(b"destinations", create)
         self._floors_db = self._open_optional_db(b"floors", create)
+        self._holdings_db = self._open_optional_db(b"holdings", create)
         self._codec = RecordCodec(compress=compression == "zstd")
         self.instance_name = check_format_and_owner(
             self._env, self._meta, self.path, instance_name, readonly
@@ -438,6 +459,39 @@ class Journal:
         )
         self._removed_through = removed_through(self._segments)
         self._maintenance = SegmentMaintenance(self)
+        self._holdings_valid = self._check_holdings(readonly)
+        #: the batches with records put in the write transaction being built, whose
+        #: holdings go in with one update before it commits (see _put_holdings)
+        self._holding_puts: list[_Puts] = []
+
+    def _check_holdings(self, readonly: bool) -> bool:
+        """Whether the ``holdings`` database accounts for every record (see
+        :mod:`txlog.holdings`): it does when every write since the journal was created
+        kept it, which the ``holdings_through`` meta entry shows (the newest txid it
+        covers). A journal written before holdings existed, or written since by an
+        amps-py that did not keep them, never has them again (marked ``off``): a
+        resync without a cursor then sends everything, as before."""
+        if self._holdings_db is None:
+            return False
+        with self._env.begin(db=self._meta) as txn:
+            state = txn.get(b"holdings")
+            raw = txn.get(b"holdings_through")
+        if state == b"off":
+            return False
+        through = _U64.unpack(raw)[0] if raw is not None and len(raw) == 8 else None
+        valid = through == self._last_txid if through is not None else self._last_txid == 0
+        if not readonly:
+            with self._env.begin(write=True, db=self._meta) as txn:
+                if valid:
+                    txn.put(b"holdings_through", _U64.pack(self._last_txid))
+                else:
+                    txn.put(b"holdings", b"off")
+        return valid
+
+    @property
+    def holdings_valid(self) -> bool:
+        """Whether :meth:`holdings` can answer (see :meth:`_check_holdings`)."""
+        return self._holdings_valid
 
     def _newest_key(self, db: lmdb._Database, readonly: bool) -> int:
         """The highest (u64) key of ``db``, 0 when empty. A read-only open (the tools)
@@ -585,6 +639,7 @@ class Journal:
         if todo:
             count = 0
             txn = self._env.begin(write=True)
+            self._holding_puts = []
             try:
                 for batch in todo:
                     skip = self._last_txid - batch.first_txid + 1
@@ -594,6 +649,7 @@ class Journal:
                         )
                     self._apply_logged(txn, batch)
                     count += len(batch.values)
+                self._put_holdings(txn)
                 txn.commit()
             except lmdb.MapFullError:
                 txn.abort()
@@ -751,6 +807,8 @@ class Journal:
         origin_updates: dict[str, int] = {}
         cache = self._pub_cache
         cached_seq = cache.get
+        own_name = self.instance_name
+        others: list[tuple[int, str, int]] = []
         # bookmarks stored by this batch; built only when an out-of-order copy shows up
         marks: set[bytes] | None = None
         segments = self._segments
@@ -835,7 +893,12 @@ class Journal:
                 txids.append(txid)
                 rec_items.append((key, value))
                 origin = rec.origin
-                if own_origin or not origin:
+                if own_origin:
+                    if origin != own_name:
+                        others.append((len(rec_items) - 1, origin, txid))
+                    continue
+                others.append((len(rec_items) - 1, origin, rec.origin_txid))
+                if not origin:
                     continue
                 if rec.origin_txid > origin_updates.get(origin, 0):
                     origin_updates[origin] = rec.origin_txid
@@ -851,6 +914,7 @@ class Journal:
                     txn = None
                     txn = self._write_txn()
             puts = _Puts(rec_items, bm_items, cursors)
+            puts.others = others
             if rec_items:
                 puts.publishers = [
                     (_U64.pack(ph), _U64.pack(high.seq) + high.client_name.encode())
@@ -869,6 +933,7 @@ class Journal:
                 # a big batch (or no commit log): LMDB itself is the durability point
                 assert txn is not None
                 self._put(txn, puts)
+                self._put_holdings(txn)
                 if on_staged is not None:
                     on_staged()
                 self._txn = None
@@ -922,9 +987,45 @@ class Journal:
                 txn.put(*puts.time_entry, db=self._times, overwrite=False)
             for key, value in puts.segments:
                 txn.put(key, value, db=self._segments_db)
+            if self._holdings_valid:
+                self._holding_puts.append(puts)  # see _put_holdings
         if puts.cursors:
             for name, (up_txid, up_bm) in puts.cursors.items():
                 txn.put(name.encode(), _U64.pack(up_txid) + up_bm.encode(), db=self._upstreams)
+
+    def _put_holdings(self, txn: lmdb.Transaction) -> None:
+        """Add what the batches put in ``txn`` hold to the ``holdings`` database and
+        move ``holdings_through`` to their last txid: once per transaction (a commit
+        takes every staged batch), a few entries (one per origin and bucket touched)."""
+        batches, self._holding_puts = self._holding_puts, []
+        if not batches:
+            return
+        db = self._holdings_db
+        own = self.instance_name
+        first = _U64.unpack(batches[0].records[0][0])[0]
+        if len(batches) == 1:  # a direct batch (page-cache durability, a big one)
+            batch = batch_holdings(first, batches[0].bookmarks, batches[0].others, own)
+        else:  # the staged batches of a commit: they follow on from each other
+            batch = BatchHoldings()
+            marks: list[tuple[bytes, bytes]] = []
+            others: list[tuple[int, str, int]] = []
+            for puts in batches:
+                start = _U64.unpack(puts.records[0][0])[0]
+                if start != first + len(marks):  # never expected; counted apart if so
+                    batch.merge(batch_holdings(first, marks, others, own))
+                    first, marks, others = start, [], []
+                if puts.others:
+                    base = len(marks)
+                    others.extend((base + i, origin, otx) for i, origin, otx in puts.others)
+                marks.extend(puts.bookmarks)
+            batch.merge(batch_holdings(first, marks, others, own))
+        for (origin, index), add in batch.buckets.items():
+            key = bucket_key(origin, index)
+            txn.put(key, merged_bucket(txn.get(key, db=db), add), db=db)
+        for origin, add in batch.origins.items():
+            key = origin_key(origin)
+            txn.put(key, merged_origin(txn.get(key, db=db), add), db=db)
+        txn.put(b"holdings_through", batches[-1].records[-1][0], db=self._meta)
 
     def finish_stage(self, staging: Staging) -> list[int]:
         """The last step of :meth:`stage`, once ``staging.sync()`` returned: the
@@ -982,6 +1083,7 @@ class Journal:
         """A new write transaction (on the calling thread, which must also end it)
         holding every staged batch: whatever LMDB commits next goes on after them."""
         txn = self._env.begin(write=True)
+        self._holding_puts = []
         try:
             for puts in self._staged:
                 self._put(txn, puts)
@@ -1034,6 +1136,7 @@ class Journal:
         through = self._last_txid
         try:
             txn = self._write_txn()
+            self._put_holdings(txn)
             if on_staged is not None:
                 on_staged()
             self._txn = None
@@ -1094,9 +1197,12 @@ class Journal:
         origins: dict[str, int] = {}
         rec_items: list[tuple[bytes, bytes]] = []
         bm_items: list[tuple[bytes, bytes]] = []
+        others: list[tuple[int, str, int]] = []
         for offset, value in enumerate(batch.values):
             txid = batch.first_txid + offset
             rec = decode(value, txid)
+            if rec.origin != self.instance_name or rec.origin_txid != txid:
+                others.append((offset, rec.origin, rec.origin_txid))
             key = _U64.pack(txid)
             rec_items.append((key, value))
             bm_items.append((_U64x2.pack(rec.pub_hash, rec.seq), key))
@@ -1111,6 +1217,7 @@ class Journal:
             if rec.origin and rec.origin != self.instance_name:
                 origins[rec.origin] = max(origins.get(rec.origin, 0), rec.origin_txid)
         puts = _Puts(rec_items, bm_items, batch.cursors)
+        puts.others = others
         if rec_items:
             puts.publishers = [
                 (_U64.pack(ph), _U64.pack(highs[ph][0]) + highs[ph][1].encode()) for ph in changed
@@ -1283,6 +1390,15 @@ class Journal:
     def origin_high_water(self) -> dict[str, int]:
         """See :meth:`RecordReader.origin_high_water`."""
         return self._reader.origin_high_water()
+
+    def holdings(
+        self,
+        origins: Iterable[str] | None = None,
+        buckets: int = 0,
+        down_to: Mapping[str, int] | None = None,
+    ) -> Holdings | None:
+        """See :meth:`RecordReader.holdings`."""
+        return self._reader.holdings(origins, buckets, down_to)
 
     def txid_before_time(self, ts_us: int) -> int:
         """See :meth:`RecordReader.txid_before_time`."""

@@ -29,11 +29,22 @@ from __future__ import annotations
 import bisect
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Final, TypeVar
 
 import lmdb
 
+from .holdings import (
+    NOTHING_READ,
+    Bucket,
+    Holdings,
+    OriginHoldings,
+    decode_bucket,
+    decode_origin,
+    next_origin_key,
+    origin_key,
+    split_key,
+)
 from .opening import LMDB_READ_DAMAGE_ERRORS
 from .record import CorruptRecord, Record, UnreadableRecords
 from .segments import Segment, SegmentFile, SegmentFileError
@@ -297,6 +308,92 @@ class RecordReader:
             if otx > found.get(origin, 0):
                 found[origin] = otx
         return found
+
+    def holdings(
+        self,
+        origins: Iterable[str] | None = None,
+        buckets: int = 0,
+        down_to: Mapping[str, int] | None = None,
+    ) -> Holdings | None:
+        """What the journal holds of each origin (see :mod:`txlog.holdings`), as of
+        the newest txid LMDB has committed (staged records do not count yet), read in
+        one transaction; ``None`` when the journal does not keep holdings
+        (:attr:`Journal.holdings_valid`).
+
+        Args:
+            origins: the origins wanted (None: every origin held); one not held is
+                left out.
+            buckets: per origin, read up to this many of its highest buckets into
+                :attr:`OriginHoldings.top` (0: none).
+            down_to: per origin, read its buckets from the highest down to this bucket
+                number instead, however many (what must be compared costs at most one
+                entry per 1,024 origin txids above it).
+
+        Raises:
+            UnreadableRecords: LMDB reports a damaged page in the index.
+        """
+        j = self._journal
+        db = j._holdings_db
+        if not j._holdings_valid or db is None:
+            return None
+        found: dict[str, OriginHoldings] = {}
+        floors = down_to or {}
+        try:
+            with _Index("holdings"), j._env.begin(db=db) as txn:
+                raw = txn.get(b"holdings_through", db=j._meta)
+                through = int(_U64.unpack(raw)[0]) if raw is not None else 0
+                cur = txn.cursor()
+                names = list(origins) if origins is not None else None
+                if names is None:  # every summary: one search per origin
+                    names = []
+                    found_key = cur.first()
+                    while found_key:
+                        origin, index = split_key(cur.key())
+                        if index is None:
+                            names.append(origin)
+                        found_key = cur.set_range(next_origin_key(origin))
+                for origin in names:
+                    value = txn.get(origin_key(origin))
+                    if value is None:
+                        continue
+                    held = decode_origin(origin, bytes(value))
+                    floor = floors.get(origin)
+                    if floor is not None:
+                        held = self._top_buckets(cur, held, NOTHING_READ, floor)
+                    elif buckets > 0:
+                        held = self._top_buckets(cur, held, buckets, 0)
+                    found[origin] = held
+        except (ValueError, struct.error) as exc:  # a key or value of the wrong shape
+            raise UnreadableRecords(None, None, str(exc), "holdings") from None
+        return Holdings(through, found)
+
+    @staticmethod
+    def _top_buckets(
+        cur: lmdb.Cursor, held: OriginHoldings, limit: int, floor: int
+    ) -> OriginHoldings:
+        """``held`` with its highest buckets, down to bucket ``floor`` or ``limit`` of
+        them, whichever comes first (stepping back through a small index, as the origins
+        index does)."""
+        top: list[Bucket] = []
+        origin = held.origin
+        ok = cur.set_range(next_origin_key(origin))
+        ok = cur.prev() if ok else cur.last()
+        reached = 0  # every bucket at or above it is read
+        while ok:
+            name, index = split_key(cur.key())
+            if name != origin or index is None:
+                break
+            if index < floor:
+                reached = floor
+                break
+            if len(top) == limit:
+                reached = top[-1].index if top else NOTHING_READ
+                break
+            top.append(decode_bucket(index, bytes(cur.value())))
+            ok = cur.prev()
+        return OriginHoldings(
+            held.origin, held.first_txid, held.high, held.total, tuple(top), reached
+        )
 
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
         """``(upstream txid, bookmark)`` of the replication stream from ``upstream``

@@ -323,6 +323,7 @@ class RouteView(NamedTuple):
     raw: bytes
     payload_at: int
     flags: int
+    origin_txid: int = 0
 
 
 class RecordCodec:
@@ -456,6 +457,7 @@ class RecordCodec:
             value,
             end,
             fields[3],
+            fields[7],
         )
 
     def route_payload(self, view: RouteView) -> bytes:

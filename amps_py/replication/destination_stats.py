@@ -60,6 +60,10 @@ class DestinationStatistics:
     disconnect_time: str = ""
     messages_out_per_sec: float = 0.0
     bytes_out_per_sec: float = 0.0
+    #: records of this journal a resync without a cursor did not send again, the peer
+    #: being proven to hold them (the resync exchange); counted since the instance
+    #: started
+    resync_skipped: int = 0
 
 
 class Rates:

@@ -117,12 +117,15 @@ def welcome_refusal(
     return None
 
 
-def resync_point(name: str, welcome: Welcome, journal: Journal | None) -> int:
+def resync_point(
+    name: str, welcome: Welcome, journal: Journal | None, *, exchange: bool = False
+) -> int:
     """The txid after which destination ``name`` is sent this journal: the
     downstream's cursor if this journal still has that record with that bookmark (or
     holds it damaged, which is where a replication hole ended), the last removed txid
-    if the cursor lies in removed journals, else 0 (resend everything, logged as a full
-    resync)."""
+    if the cursor lies in removed journals, else 0: no usable cursor. Then everything
+    is resent (logged as a full resync), unless ``exchange`` says the welcome answered
+    the resync exchange (:mod:`.exchange`), which decides instead."""
     if welcome.cursor_txid <= 0:
         return 0
     assert journal is not None, "a destination runs only on an instance with a journal"
@@ -156,10 +159,13 @@ def resync_point(name: str, welcome: Welcome, journal: Journal | None) -> int:
     if rec is None or rec.bookmark != welcome.cursor_bm:
         log.warning(
             "replication to %s: the peer holds my stream up to txid %d (%s), which this "
-            "journal does not have; resending from the start of the journal",
+            "journal does not have; %s",
             name,
             welcome.cursor_txid,
             welcome.cursor_bm,
+            "comparing what each holds instead"
+            if exchange
+            else "resending from the start of the journal",
             extra=events.extra(events.REPLICATION_RESYNC_FULL),
         )
         return 0

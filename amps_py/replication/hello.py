@@ -8,12 +8,18 @@ sends is trusted to have the right shape: every field is type-checked, and a wro
 raises :class:`RemoteProtocolError` with reason ``malformed hello`` / ``malformed
 welcome`` and a detail naming the field and what was expected.
 
+Compatibility: a field this version does not know is ignored, and a field added since
+version 2 first appeared is optional: its absence means an older peer, which gets
+what that peer always got. ``holdings`` (the resync exchange, :mod:`.exchange`) is
+such a field, in the hello and in the welcome.
+
 No trio, no sockets, no clock. Every name here is also importable from :mod:`.link`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -51,6 +57,27 @@ class Hello:
     pw: str = field(default="", repr=False)
     #: the upstream accepts this instance's stream back over the same connection
     back: bool = False
+    #: per origin instance, the highest origin txid the upstream holds (it offers the
+    #: resync exchange, :mod:`.exchange`); None: not offered (an older upstream)
+    holdings: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class HeldOrigin:
+    """What a downstream reports holding of one origin instance (the resync exchange,
+    :mod:`.exchange`): fingerprint digests of its records of that origin up to origin
+    txid ``upto`` (``None``: not reported), and below each of the ``cuts`` (bucket
+    number, digest)."""
+
+    upto: int | None = None
+    digest: int = 0
+    cuts: tuple[tuple[int, int], ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"cuts": [list(cut) for cut in self.cuts]}
+        if self.upto is not None:
+            body["upto"], body["digest"] = self.upto, self.digest
+        return body
 
 
 @dataclass(frozen=True)
@@ -62,6 +89,10 @@ class Welcome:
     group: str
     cursor_txid: int
     cursor_bm: str
+    #: per origin, what the downstream holds of it (see :mod:`.exchange`); None: no
+    #: answer to the exchange (an older downstream, a journal that keeps no holdings,
+    #: or an upstream that did not offer it)
+    holdings: dict[str, HeldOrigin] | None = None
 
 
 def hello_body(
@@ -75,10 +106,12 @@ def hello_body(
     expected_group: str = "",
     credentials: tuple[str, str] | None = None,
     back: bool = False,
+    holdings: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The payload of a ``repl_hello`` (what :func:`parse_hello` reads back);
     ``credentials`` (user, password) become ``user_id`` and ``pw``, ``back`` offers to
-    receive the peer's stream over the same connection. Nothing is checked here."""
+    receive the peer's stream over the same connection, ``holdings`` offers the resync
+    exchange. Nothing is checked here."""
     body: dict[str, Any] = {
         "version": PROTOCOL_VERSION,
         "name": name,
@@ -93,13 +126,30 @@ def hello_body(
         body["back"] = True
     if credentials is not None:
         body["user_id"], body["pw"] = credentials
+    if holdings is not None:
+        body["holdings"] = dict(holdings)
     return body
 
 
-def welcome_body(*, name: str, group: str, cursor: tuple[int, str]) -> dict[str, Any]:
+def welcome_body(
+    *,
+    name: str,
+    group: str,
+    cursor: tuple[int, str],
+    holdings: Mapping[str, HeldOrigin] | None = None,
+) -> dict[str, Any]:
     """The payload of a ``repl_welcome`` (what :func:`parse_welcome` reads back);
-    ``cursor`` is (txid, bookmark): how far the downstream holds the upstream's stream."""
-    return {"name": name, "group": group, "cursor_txid": cursor[0], "cursor_bm": cursor[1]}
+    ``cursor`` is (txid, bookmark): how far the downstream holds the upstream's stream;
+    ``holdings`` answers the hello's exchange (origin -> what is held of it)."""
+    body: dict[str, Any] = {
+        "name": name,
+        "group": group,
+        "cursor_txid": cursor[0],
+        "cursor_bm": cursor[1],
+    }
+    if holdings is not None:
+        body["holdings"] = {origin: held.to_wire() for origin, held in holdings.items()}
+    return body
 
 
 def decode_payload(payload: bytes, what: str) -> dict[str, Any]:
@@ -142,6 +192,10 @@ def _shown(value: object, key: str = "") -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{kind} {text}".rstrip()
+
+
+def _is_u64(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _U64_MAX
 
 
 class _Fields:
@@ -200,6 +254,55 @@ class _Fields:
         if type(value) is not int or not 0 <= value <= _U64_MAX:
             raise self.bad(key, "an integer from 0 to 2**64-1", value)
         return value
+
+    def origins(self, key: str) -> dict[str, Any] | None:
+        """An object keyed by origin instance name (as stored in records: at most 64
+        printable characters, possibly empty); None when absent or null."""
+        value = self.body.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict) or not all(
+            len(k) <= MAX_NAME_LENGTH and k.isprintable() for k in value
+        ):
+            raise self.bad(key, "an object keyed by instance name", value)
+        return value
+
+    def highs(self, key: str) -> dict[str, int] | None:
+        """``{origin: highest origin txid}`` (the hello's ``holdings``)."""
+        value = self.origins(key)
+        if value is None:
+            return None
+        for origin, high in value.items():
+            if not _is_u64(high):
+                raise self.bad(f"{key}.{origin}", "an integer from 0 to 2**64-1", high)
+        return value
+
+    def held(self, key: str) -> dict[str, HeldOrigin] | None:
+        """``{origin: {"upto": n, "digest": n, "cuts": [[bucket, digest], ...]}}`` (the
+        welcome's ``holdings``; ``upto`` and ``digest`` together or not at all), numbers
+        from 0 to 2**64-1."""
+        value = self.origins(key)
+        if value is None:
+            return None
+        out: dict[str, HeldOrigin] = {}
+        for origin, held in value.items():
+            where = f"{key}.{origin}"
+            shape = '{"upto": integer, "digest": integer, "cuts": [[bucket, digest], ...]}'
+            if not isinstance(held, dict):
+                raise self.bad(where, shape, held)
+            cuts = held.get("cuts", [])
+            ok = isinstance(cuts, list) and all(
+                isinstance(c, list) and len(c) == 2 and all(_is_u64(n) for n in c) for c in cuts
+            )
+            if not ok:
+                raise self.bad(f"{where}.cuts", "a list of [bucket, digest] integer pairs", cuts)
+            upto, digest = held.get("upto"), held.get("digest")
+            if (upto is None) != (digest is None) or not (
+                upto is None or (_is_u64(upto) and _is_u64(digest))
+            ):
+                raise self.bad(where, shape, held)
+            out[origin] = HeldOrigin(upto, digest or 0, tuple((c[0], c[1]) for c in cuts))
+        return out
 
     def flag(self, key: str) -> bool:
         value = self.body.get(key, False)
@@ -349,6 +452,7 @@ def parse_hello(body: dict[str, Any]) -> Hello:
         user_id=fields.text("user_id"),
         pw=fields.text("pw", limit=4096),
         back=fields.flag("back"),
+        holdings=fields.highs("holdings"),
     )
 
 
@@ -366,4 +470,5 @@ def parse_welcome(body: dict[str, Any]) -> Welcome:
         group=fields.name("group") or name,
         cursor_txid=fields.count("cursor_txid"),
         cursor_bm=fields.text("cursor_bm"),
+        holdings=fields.held("holdings"),
     )

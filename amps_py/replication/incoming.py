@@ -15,6 +15,11 @@ Records are stored as received (after their CRC check). One that makes its publi
 seq jump more than ``SequenceGapThreshold`` above what this instance holds for that
 publisher is logged loudly (``15-0011``) and counted (``sequence_gaps``), not refused:
 see "Replication trust" in docs/GUARANTEES.md.
+
+When the hello offers the resync exchange (its ``holdings``), the welcome answers with
+what this journal holds of each origin the upstream named (:func:`.exchange.report`),
+so that an upstream without a usable cursor for this instance sends only what it
+lacks. The answer is read from the journal's holdings index on a worker thread.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from amps_py.config import DEFAULT_SEQUENCE_GAP_THRESHOLD, TransportConfig
 from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
 
-from .link import Data, DownstreamLink, Hello, LinkError, Refused
+from .exchange import MAX_BUCKETS, MAX_ORIGINS, report
+from .link import Data, DownstreamLink, HeldOrigin, Hello, LinkError, Refused
 from .mux import RoleStream, SharedConnection
 from .validation import TopicDescriptor, describe, validate
 
@@ -205,18 +211,27 @@ class UpstreamConnection:
             manager = self.instance.replication
             assert manager is not None
             manager.upstream_connected(self)
+            holdings = await self._holdings_report(hello)
             await self.stream.send_all(
                 link.welcome(
-                    name=self.instance.name, group=self.instance.group, cursor=cursor, now=now()
+                    name=self.instance.name,
+                    group=self.instance.group,
+                    cursor=cursor,
+                    now=now(),
+                    holdings=holdings,
                 )
             )
             log.info(
-                "replication from %s (group %s, %s, %s) accepted; holding its stream up to txid %d",
+                "replication from %s (group %s, %s, %s) accepted; holding its stream up to "
+                "txid %d%s",
                 hello.name,
                 hello.group,
                 self.peer,
                 hello.sync,
                 cursor[0],
+                ""
+                if holdings is None
+                else f"; told it what is held here of {len(holdings)} of the origins it holds",
                 extra=events.extra(events.REPLICATION_CONNECTED),
             )
             async with (
@@ -265,6 +280,31 @@ class UpstreamConnection:
                 self.instance.replication.upstream_disconnected(self)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
+
+    async def _holdings_report(self, hello: Hello) -> dict[str, HeldOrigin] | None:
+        """The welcome's answer to the hello's resync exchange: None when the hello
+        does not offer it (an older upstream) or this journal keeps no holdings (then
+        the upstream resyncs as it always did)."""
+        journal = self.instance.journal
+        asked = hello.holdings
+        if asked is None or journal is None or not journal.holdings_valid:
+            return None
+
+        def read() -> dict[str, HeldOrigin] | None:
+            mine = journal.holdings(list(asked)[:MAX_ORIGINS], MAX_BUCKETS)
+            return None if mine is None else report(asked, mine)
+
+        try:
+            return await trio.to_thread.run_sync(read)
+        except CorruptRecord as exc:  # a damaged holdings index: answer nothing
+            log.warning(
+                "replication from %s: what this journal holds cannot be read (%s); it "
+                "resends everything it replicates here",
+                hello.name,
+                exc,
+                extra=events.extra(events.REPLICATION_HOLE),
+            )
+            return None
 
     async def _receive_hello(
         self, link: DownstreamLink

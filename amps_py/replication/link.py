@@ -7,9 +7,16 @@ Handshake (the upstream, the instance that sends, opens the TCP connection)::
 
     upstream   -> repl_hello    payload: {"name","group","destination","sync",
                                           "compression","topics":[...],
-                                          "user_id","pw"}   (credentials: optional)
-    downstream -> repl_welcome  payload: {"name","group","cursor_txid","cursor_bm"}
+                                          "user_id","pw",   (credentials: optional)
+                                          "holdings": {origin: high}}   (optional)
+    downstream -> repl_welcome  payload: {"name","group","cursor_txid","cursor_bm",
+                                          "holdings": {origin: {"upto","digest",
+                                                       "cuts": [[bucket, digest]]}}}
             or -> repl_refuse   payload: {"reason","detail"}   (either side, then close)
+
+``holdings`` is the resync exchange (:mod:`.exchange`): offered by the upstream,
+answered by a downstream that keeps holdings; either side may be an older version
+without it (the field is then absent, and the resync is what it was).
 
 Streaming::
 
@@ -66,6 +73,7 @@ from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError, 
 from .hello import _MAX_LABEL, _U64_MAX
 from .hello import MAX_NAME_LENGTH as MAX_NAME_LENGTH
 from .hello import PROTOCOL_VERSION as PROTOCOL_VERSION
+from .hello import HeldOrigin as HeldOrigin
 from .hello import Hello as Hello
 from .hello import Welcome as Welcome
 from .hello import decode_payload as decode_payload
@@ -379,10 +387,12 @@ class UpstreamLink(_Link):
         expected_group: str = "",
         credentials: tuple[str, str] | None = None,
         back: bool = False,
+        holdings: dict[str, int] | None = None,
     ) -> bytes:
         """The hello frame; ``credentials`` (user, password) are sent as ``user_id`` and
         ``pw`` (in the clear unless the transport is TLS); ``back`` offers to receive
-        the peer's stream over this connection.
+        the peer's stream over this connection; ``holdings`` offers the resync exchange
+        (left out when the hello would be too large with it).
 
         Raises:
             LocalProtocolError: reason ``hello too large``: the destination's Topic
@@ -398,8 +408,13 @@ class UpstreamLink(_Link):
             expected_group=expected_group,
             credentials=credentials,
             back=back,
+            holdings=holdings,
         )
         frame = encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body))
+        if len(frame) - 4 > MAX_HANDSHAKE_FRAME and holdings is not None:
+            # the exchange is an optimisation: never let it make a hello too large
+            del body["holdings"]
+            frame = encode_frame({"c": "repl_hello", "v": PROTOCOL_VERSION}, orjson.dumps(body))
         if len(frame) - 4 > MAX_HANDSHAKE_FRAME:
             self.state = LinkState.CLOSED
             raise LocalProtocolError(
@@ -542,9 +557,19 @@ class DownstreamLink(_Link):
             return Data(records, upto, upto_bm)
         raise self._unexpected(command)
 
-    def welcome(self, *, name: str, group: str, cursor: tuple[int, str], now: float) -> bytes:
+    def welcome(
+        self,
+        *,
+        name: str,
+        group: str,
+        cursor: tuple[int, str],
+        now: float,
+        holdings: dict[str, HeldOrigin] | None = None,
+    ) -> bytes:
         """The welcome frame accepting the received hello; ``cursor`` (txid, bookmark)
-        says how far this end holds the upstream's stream.
+        says how far this end holds the upstream's stream; ``holdings`` answers the
+        hello's resync exchange (left out when the welcome would be too large with it,
+        which the cuts :mod:`.exchange` reports never make it).
 
         Raises:
             LocalProtocolError: no hello was received yet.
@@ -556,8 +581,12 @@ class DownstreamLink(_Link):
             )
         self._handshake_done()
         self.position = cursor[0]
-        body = welcome_body(name=name, group=group, cursor=cursor)
-        return self._sent(encode_frame({"c": "repl_welcome"}, orjson.dumps(body)), now)
+        body = welcome_body(name=name, group=group, cursor=cursor, holdings=holdings)
+        frame = encode_frame({"c": "repl_welcome"}, orjson.dumps(body))
+        if len(frame) - 4 > MAX_HANDSHAKE_FRAME and holdings is not None:
+            body = welcome_body(name=name, group=group, cursor=cursor)
+            frame = encode_frame({"c": "repl_welcome"}, orjson.dumps(body))
+        return self._sent(frame, now)
 
     def ack(self, upto: int, now: float) -> bytes:
         return self._sent(encode_frame({"c": "repl_ack", "upto": upto}), now)

@@ -13,6 +13,12 @@ the resync point found in :mod:`.handshake`; the sync/async decisions are
 :mod:`.ackmode`'s, the outage log lines :mod:`.outage`'s, the statistics'
 shape :mod:`.destination_stats`'.
 
+Without a usable cursor (the peer never received this instance's stream directly, or
+lost its position), the hello's holdings and the welcome's answer decide where the
+resync starts and which records the peer is proven to hold (:mod:`.exchange`): those
+are not sent (``resync_skipped`` in the statistics). A peer that does not answer (an
+older amps-py, a journal without holdings) is resent everything, as before.
+
 A destination with a Transport ``Authenticator`` sends its user and password in the
 hello (read at each connect: PasswordFile and PasswordEnv may change between
 attempts). They travel in the clear unless the destination is ``secure``; they are
@@ -22,6 +28,7 @@ never logged.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
@@ -33,24 +40,37 @@ from amps_py.config import DestinationConfig, LinkCredentialsError
 from amps_py.trio_util import unwrapping_groups
 from amps_py.units import utc_iso
 from txlog import CorruptRecord, UnreadableRecords
+from txlog.holdings import Fingerprint, Holdings
 
 from .ackmode import AckMode, Downgraded, Observed, Upgraded, seconds_behind
 from .backoff import ReconnectBackoff
 from .destination_stats import DestinationStatistics, Rates
 from .dialing import CONNECT_TIMEOUT, LinkTls, connect_failure
+from .exchange import (
+    MAX_BUCKETS,
+    ResyncPlan,
+    Scan,
+    floors,
+    hello_holdings,
+    partial_fingerprints,
+    plan,
+    scans,
+)
 from .handshake import RefusedByPeer, await_welcome, resync_point
 from .incoming import UpstreamConnection
-from .link import Ack, LinkError, Refused, UpstreamLink
+from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
 from .mux import RoleStream, SharedConnection
 from .outage import OutageLog, duration, outage_line
 from .routing import Route
 
 if TYPE_CHECKING:
-    from txlog import Record
+    from txlog import Journal, Record
+    from txlog.record import RouteView
 
     from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication.outgoing")
+_BOOKMARK_KEY = struct.Struct(">QQ")
 
 #: records read from the journal per data frame
 SEND_BATCH: Final = 8192
@@ -100,6 +120,10 @@ class Destination:
         self.disconnect_count = 0
         self.resyncs = 0
         self.resync_records = 0
+        self.resync_skipped = 0
+        #: the resync exchange's plan of the current connection, until the stream
+        #: passes its ``through``
+        self._plan: ResyncPlan | None = None
         self.holes = 0
         #: the last hole in words (which txids were not sent, why, the fix); "" if none
         self.last_hole = ""
@@ -416,6 +440,7 @@ class Destination:
                 expected_group=cfg.group or "",
                 credentials=credentials,
                 back=back,
+                holdings=self._offered_holdings(),
             )
         )
         welcome = await await_welcome(stream, link, cfg, instance.name)
@@ -424,8 +449,19 @@ class Destination:
         self.remote_name = welcome.name
         self.remote_group = welcome.group
         self.authenticated_id = credentials[0] if credentials else ""
-        start = resync_point(self.name, welcome, instance.journal)
+        exchange = welcome.holdings is not None
+        start = resync_point(self.name, welcome, instance.journal, exchange=exchange)
+        self._plan = None
+        if start == 0 and exchange:
+            self._plan = await self._exchanged(welcome)
+            if self._plan is not None:
+                start = self._plan.after
+                self.resync_skipped += self._plan.held
         self.sent_txid = self.acked_txid = self._sending_upto = self._frame_upto = start
+        if self._plan is not None:
+            # the first frame follows on from the peer's own position: what lies between
+            # it and the start is what the exchange proved it holds, not frames lost
+            self._frame_upto = welcome.cursor_txid
         self._frame_sent_at = trio.current_time()
         self._owed = None
         self.connected = True
@@ -466,6 +502,84 @@ class Destination:
             await self._send_loop(stream, link, resync_end)
         return True
 
+    def _offered_holdings(self) -> dict[str, int] | None:
+        """What the hello says this journal holds (the resync exchange), or None when
+        the journal keeps no holdings (or they cannot be read)."""
+        journal = self.instance.journal
+        if journal is None or not journal.holdings_valid:
+            return None
+        try:
+            mine = journal.holdings()
+        except CorruptRecord as exc:
+            log.warning(
+                "replication to %s: this journal's holdings cannot be read (%s); a peer "
+                "without a cursor is resent everything",
+                self.name,
+                exc,
+                extra=events.extra(events.REPLICATION_HOLE),
+            )
+            return None
+        return None if mine is None else hello_holdings(mine)
+
+    async def _exchanged(self, welcome: Welcome) -> ResyncPlan | None:
+        """The resync of a peer without a usable cursor that answered the exchange:
+        its holdings compared with this journal's (read on a worker thread). None when
+        this journal's cannot be read: everything is resent."""
+        journal = self.instance.journal
+        reported = welcome.holdings
+        if journal is None or reported is None:
+            return None
+
+        def read() -> ResyncPlan | None:
+            compared = journal.holdings(list(reported), MAX_BUCKETS, floors(reported))
+            every = journal.holdings()
+            if compared is None or every is None:
+                return None
+            mine = Holdings(compared.through, {**every.origins, **compared.origins})
+            partial = scanned(journal, scans(reported, mine), mine.through)
+            return plan(reported, mine, welcome.name, partial)
+
+        try:
+            found = await trio.to_thread.run_sync(read)
+        except CorruptRecord as exc:
+            log.warning(
+                "replication to %s: this journal's holdings cannot be read (%s); "
+                "resending everything it replicates to %s",
+                self.name,
+                exc,
+                welcome.name,
+                extra=events.extra(events.REPLICATION_HOLE),
+            )
+            return None
+        if found is not None and found.held:
+            proven = ", ".join(f"{o} below {t}" for o, t in sorted(found.proven.items()))
+            log.info(
+                "replication to %s: no usable cursor, but %s is proven to hold %d of the "
+                "records journaled here (of origin txids %s): resuming after txid %d, "
+                "without those",
+                self.name,
+                welcome.name,
+                found.held,
+                proven,
+                found.after,
+                extra=events.extra(events.REPLICATION_CONNECTED),
+            )
+        return found
+
+    def _unheld(
+        self, messages: Sequence[Record] | Sequence[RouteView], routed: list[int]
+    ) -> list[int]:
+        """Of the ``routed`` indexes of ``messages``, those the peer is not proven to
+        hold (the resync exchange's plan)."""
+        found = self._plan
+        assert found is not None
+        holds = found.holds
+        return [
+            i
+            for i in routed
+            if not holds(messages[i].txid, messages[i].origin, messages[i].origin_txid)
+        ]
+
     async def _send_loop(self, stream: RoleStream, link: UpstreamLink, resync_end: int) -> None:
         instance = self.instance
         journal = instance.journal
@@ -494,11 +608,17 @@ class Destination:
             while self.sent_txid - self.acked_txid > MAX_UNACKED_RECORDS:
                 self._ack_event = trio.Event()
                 await self._ack_event.wait()
+            if self._plan is not None and self.sent_txid >= self._plan.through:
+                self._plan = None  # nothing after it is proven held
             fresh = recent.after(self.sent_txid, SEND_BATCH, committed)
             if fresh is not None:
                 # just committed: the records and their stored bytes are in memory
                 records, values = fresh
-                selected = select(records, values, remote, _record_payload)
+                if self._plan is None:
+                    selected = select(records, values, remote, _record_payload)
+                else:
+                    routed = select(records, range(len(records)), remote, _record_payload)
+                    selected = [values[i] for i in self._unheld(records, routed)]
                 last = records[-1]
                 upto, upto_bm = last.txid, last.bookmark
                 if not selected and self._pass_over(upto, upto_bm):
@@ -509,7 +629,12 @@ class Destination:
             # further behind: routing views decode only what routing needs; the stored
             # bytes go out as they are, and a payload is decoded only for a content filter
             batch, damage = journal.read_route_views(self.sent_txid, SEND_BATCH, committed)
-            selected = select(batch, [view.raw for view in batch], remote, journal.route_payload)
+            if self._plan is None:
+                raws = [view.raw for view in batch]
+                selected = select(batch, raws, remote, journal.route_payload)
+            else:
+                routed = select(batch, range(len(batch)), remote, journal.route_payload)
+                selected = [batch[i].raw for i in self._unheld(batch, routed)]
             if damage is not None:
                 # damaged records cannot be sent; say so once, never skip quietly
                 upto = self._hole(damage, committed)
@@ -796,6 +921,7 @@ class Destination:
             disconnect_count=self.disconnect_count,
             resyncs=self.resyncs,
             resync_records=self.resync_records,
+            resync_skipped=self.resync_skipped,
             holes=self.holes,
             last_hole=self.last_hole,
             pass_through=self.config.passthrough,
@@ -816,6 +942,35 @@ class Destination:
             messages_out_per_sec=messages_rate,
             bytes_out_per_sec=bytes_rate,
         )
+
+
+def scanned(journal: Journal, wanted: list[Scan], through: int) -> dict[str, Fingerprint]:
+    """The fingerprints of the records :func:`.exchange.scans` asks for, read from
+    ``journal`` up to ``through`` (blocking: call it on a worker thread). A damaged
+    record on the way leaves them all out: those origins are then compared at their
+    cuts only."""
+    if not wanted:
+        return {}
+    origins = {s.origin for s in wanted}
+    found: list[tuple[str, int, bytes]] = []
+    after = min(s.after for s in wanted)
+    while after < through:
+        batch, damage = journal.read_route_views(after, SEND_BATCH, through)
+        if damage is not None:
+            return {}
+        if not batch:
+            break
+        for view in batch:
+            if view.origin in origins:
+                found.append((view.origin, view.origin_txid, _bookmark_key(view.bookmark)))
+        after = batch[-1].txid
+    return partial_fingerprints(wanted, found)
+
+
+def _bookmark_key(bookmark: str) -> bytes:
+    """The journal's bookmark index key (publisher hash, seq) of ``pub|seq|``."""
+    pub, seq, _ = bookmark.split("|", 2)
+    return _BOOKMARK_KEY.pack(int(pub), int(seq))
 
 
 def _record_payload(record: Record) -> bytes:
