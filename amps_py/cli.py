@@ -417,6 +417,18 @@ def _file_label(file_: Any) -> str:
     return "standard input" if name in ("-", "<stdin>") else name
 
 
+def _uri_message_type(uri: str) -> str:
+    """The message type the (first) URI of ``uri`` names (``/amps/fix`` -> ``fix``);
+    ``json`` for a URI that does not parse (connecting reports it)."""
+    from amps_py.cli_ha import split_uris
+    from amps_py.client import BadURI, parse_uri
+
+    try:
+        return str(parse_uri(split_uris(uri)[0]).message_type)
+    except (BadURI, IndexError):
+        return "json"
+
+
 def _json_transport(uri: str) -> bool:
     """Whether the transport of ``uri`` (any of a list) carries json messages (its path
     /amps/json says so); False for a URI that does not parse (reported later)."""
@@ -1135,6 +1147,7 @@ def sow(
     target = uri or DEFAULT_URI
     credentials = _credentials(target, user, password_env)
     client_name = _client_name(name, "sow")
+    message_type = _uri_message_type(target)
     out = sys.stdout
 
     async def run() -> tuple[int, dict[str, int]]:
@@ -1150,7 +1163,7 @@ def sow(
                 timeout=timeout,
             )
         for record in records:
-            out.write(sow_record_line(record, as_json) + "\n")
+            out.write(sow_record_line(record, as_json, message_type) + "\n")
         out.flush()
         return len(records), records.stats
 

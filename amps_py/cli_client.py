@@ -20,6 +20,7 @@ from typing import Any, Final
 import orjson
 
 from amps_py.client import CommandError, SowRecord, parse_uri
+from amps_py.message_types import default_types
 
 #: the admin API port of the embedded default (``Admin/InetAddr`` 127.0.0.1:8085)
 DEFAULT_ADMIN_PORT: Final = 8085
@@ -110,17 +111,23 @@ def explain_refusal(
     return str(exc)
 
 
-def sow_record_line(record: SowRecord, as_json: bool) -> str:
+def sow_record_line(record: SowRecord, as_json: bool, message_type: str = "json") -> str:
     """How ``amps-py sow`` prints one record: its payload as text, or with ``as_json``
-    a JSON object ``{"key", "bookmark", "data"}`` whose ``data`` is the payload parsed
-    as JSON (its text when it is not JSON). Never contains a line break unless the
-    payload text itself does."""
+    a JSON object ``{"key", "bookmark", "data"}`` whose ``data`` is the payload as
+    JSON: a JSON record as it is, a fix, nvfix, xml, bson or msgpack one
+    (``message_type``, from the URI) as its fields, else its text. Never contains a
+    line break unless the payload text itself does (without ``as_json``)."""
     if not as_json:
         return record.data.decode(errors="replace")
-    try:
-        data: Any = orjson.loads(record.data)
-    except orjson.JSONDecodeError:
-        data = record.data.decode(errors="replace")
+    data: Any = None
+    if message_type != "json":
+        reader = default_types().get(message_type)
+        data = reader.to_jsonable(record.data) if reader is not None else None
+    if data is None:
+        try:
+            data = orjson.loads(record.data)
+        except orjson.JSONDecodeError:
+            data = record.data.decode(errors="replace")
     return orjson.dumps({"key": record.key, "bookmark": record.bookmark, "data": data}).decode()
 
 

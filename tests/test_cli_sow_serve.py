@@ -152,3 +152,29 @@ def test_publish_file_names_every_message_the_server_refused(
     out = run("sow", served.uri, "orders", "--filter", "/id > 100", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert sorted(json.loads(line)["data"]["id"] for line in out.stdout.splitlines()) == [101, 103]
+
+
+def test_sow_json_prints_an_nvfix_records_fields_from_the_uris_type(tmp_path: Path) -> None:
+    """`amps-py sow URI/amps/nvfix TOPIC --json`: data is the record's fields, as
+    subscribe prints them, not the raw NVFIX text."""
+    server = start_instance(
+        tmp_path,
+        "sownvfix",
+        topics=((".*", "json"), (".*", "nvfix")),
+        client_message_type=None,
+        extra="<SOW><Topic><Name>quotes</Name><MessageType>nvfix</MessageType>"
+        "<Key>/Symbol</Key></Topic></SOW>",
+    )
+    try:
+        uri = server.uri.replace("/amps/json", "/amps/nvfix")
+        for body in ("Symbol=IBM\x01Price=140.5\x01", "Symbol=IBM\x01Price=141\x01"):
+            res = run("publish", uri, "quotes", body, cwd=tmp_path)
+            assert res.returncode == 0, res.stderr
+        res = run("sow", uri, "quotes", "--json", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        (row,) = [json.loads(line) for line in res.stdout.splitlines()]
+        assert row["data"] == {"Symbol": "IBM", "Price": "141"}, row
+        res = run("sow", uri, "quotes", cwd=tmp_path)
+        assert res.stdout == "Symbol=IBM\x01Price=141\x01\n", res.stdout
+    finally:
+        server.stop()
