@@ -180,3 +180,4 @@ def test_readme_python_block_runs_as_written(walkthrough: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "client_name" in shown.stdout and "count" in shown.stdout, shown.stdout
     assert "amps-a" in shown.stdout and "amps-b" in shown.stdout, shown.stdout
+    assert "|symbol|" in shown.stdout, shown.stdout  # the decoded column's query ran

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["install_command", "register"]
+__all__ = ["install_command", "register", "with_decoded"]
 
 
 def register(spark: SparkSession) -> None:
@@ -36,6 +36,14 @@ def register(spark: SparkSession) -> None:
     from .datasource import TxlogDataSource
 
     spark.dataSource.register(TxlogDataSource)
+
+
+def with_decoded(df: DataFrame) -> DataFrame:
+    """``df`` with a ``decoded`` column: each body as JSON text, whatever its message
+    type (:func:`.decoded.with_decoded`)."""
+    from .decoded import with_decoded as add
+
+    return add(df)
 
 
 def install_command() -> str:
