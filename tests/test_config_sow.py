@@ -353,7 +353,7 @@ CASES = [
         doc(*topic("<Name>orders.*</Name>", "<MessageType>json</MessageType>")),
         "SOW topic name 'orders.*' contains '*'",
         10,
-        "declare one SOW <Topic> per topic",
+        "write <Pattern>orders.*</Pattern> beside a literal <Name>",
     ),
     Case(
         "an AMPS-only message type",
@@ -413,7 +413,6 @@ CASES = [
             "Index",
             "ExpectedKeyCountHint",
             "History",
-            "Pattern",
             "KeyGenerator",
         )
     ),
@@ -426,8 +425,6 @@ CASES = [
         )
         for name, note in (
             ("View", "views come in a later amps-py release"),
-            ("ConflatedTopic", "conflated topics come in a later amps-py release"),
-            ("ReplicaDefinition", "ReplicaDefinition is AMPS's other name for ConflatedTopic"),
         )
     ),
 ]
