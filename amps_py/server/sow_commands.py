@@ -48,6 +48,7 @@ from .subscriptions import EntitledTopics
 if TYPE_CHECKING:
     from .queues import ServedQueue
     from .session import Session
+    from .subscriptions import Subscription
 
 log = logging.getLogger("amps_py.server.session")
 
@@ -436,6 +437,17 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
     then live (``sub`` is built, not registered)."""
     query = Query(session, header)
     instance = session.instance
+    conflated = [t for t in query.topics if isinstance(t, SowTopic) and t.derived_from]
+    if conflated:
+        if len(conflated) < len(query.topics):
+            raise CommandFailed(
+                reasons.INVALID_TOPIC,
+                f"topic expression {query.topic!r} matches conflated topic(s) "
+                f"{', '.join(t.name for t in conflated)} and journaled SOW topics: send one "
+                "sow_and_subscribe for the conflated topics and one for the others",
+            )
+        _start_conflated(session, header, sub, query, conflated)
+        return
     snapshots = _snapshots(session, query)
     # paused at the snapshot: the registry skips it until the replay flips it live
     cursor = instance.committed_txid
@@ -454,6 +466,70 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
         finally:
             _close_all(snapshots)
         await run_replay(session, sub, cursor, None, header.get("cid"))
+
+    if "processed" in sub.acks:
+        session.ack(header, "processed", sub_id=sub.sub_id)
+    session.start_soon(run)
+
+
+def _start_conflated(
+    session: Session,
+    header: dict[str, Any],
+    sub: Subscription,
+    query: Query,
+    topics: list[SowTopic],
+) -> None:
+    """``sow_and_subscribe`` on conflated topics (not journaled, so no replay): the
+    snapshot, then the interval updates held for it meanwhile, then live, all in
+    order (see :mod:`amps_py.server.conflated_topics`)."""
+    from .conflated_topics import ConflatedTopic, send_oofs
+
+    instance = session.instance
+    held = [t for t in topics if isinstance(t, ConflatedTopic)]
+    snapshots = _snapshots(session, query)
+    sub.live = False
+    session.subscriptions[sub.sub_id] = sub
+    instance.registry.add(sub)
+    for topic in held:
+        topic.hold(sub)
+
+    async def run() -> None:
+        try:
+            try:
+                await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
+            except SowStoreError as exc:
+                failure = store_unreadable(session, query.topic, exc)
+                session.subscription_failed(sub, header.get("cid"), failure.reason, failure.detail)
+                return
+            finally:
+                _close_all(snapshots)
+            if session.subscriptions.get(sub.sub_id) is not sub:
+                return  # unsubscribed meanwhile
+            # the seam: no await from here until it is live
+            for topic in held:
+                for entry, removed in topic.release(sub):
+                    if removed:
+                        if "oof" in sub.options:
+                            send_oofs(topic, [entry], [sub])
+                        continue
+                    instance.delivery.fan_out(
+                        topic.name,
+                        entry.payload,
+                        "",
+                        0,
+                        [sub],
+                        entry.correlation_id or None,
+                        entry.ts_us,
+                        entry.key,
+                        topic.message_type,
+                    )
+            sub.live = True
+            instance.registry.changed()
+            if "completed" in sub.acks:
+                session.ack(header, "completed", sub_id=sub.sub_id)
+        finally:
+            for topic in held:
+                topic.release(sub)
 
     if "processed" in sub.acks:
         session.ack(header, "processed", sub_id=sub.sub_id)
@@ -483,6 +559,13 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     if sow is None:
         raise CommandFailed(
             reasons.INVALID_TOPIC, no_sow_detail(session, topic, "sow_delete needs a SOW topic")
+        )
+    if sow.derived_from is not None:
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            f"{topic!r} is a conflated topic, derived from SOW topic {sow.derived_from!r}: "
+            f"send the sow_delete to {sow.derived_from} (the conflated topic drops the "
+            "records at its next interval)",
         )
     for name in opts:  # cancel, expire: the catalogue's, for queue acknowledgements
         raise CommandFailed(

@@ -119,6 +119,8 @@ class SowTopic:
         self.queued: dict[str, Record] = {}
         #: a stamp of the store failed (said once in the log)
         self.stamp_failed = False
+        #: the SOW topic a conflated topic copies (None: a journaled SOW topic)
+        self.derived_from: str | None = None
 
     def key_of(self, header: dict[str, Any], doc: Any) -> str:
         """The SOW key of a message: from its configured Key fields, else the
@@ -213,6 +215,7 @@ class LogicalTopic(SowTopic):
         self.keyer = container.keyer
         self.queued = container.queued
         self.stamp_failed = False
+        self.derived_from = None
         self._container = container
 
     @property
@@ -313,9 +316,18 @@ class SowState:
         self._resolved: dict[str, SowTopic | None] = {}
         #: SOW topic Name -> what to tell when its store's keys change (:meth:`follow`)
         self._followers: dict[str, list[Callable[[list[str]], None]]] = {}
+        #: the conflated topics, by name (``amps_py.server.conflated_topics``): queried
+        #: like SOW topics, never journaled, so never what :meth:`resolve` finds
+        self.conflated: dict[str, SowTopic] = {}
 
     def __bool__(self) -> bool:
         return bool(self.configs)
+
+    def find(self, topic: str) -> SowTopic | None:
+        """The SOW topic a query on ``topic`` reads (any message type): a conflated
+        topic of that name, else :meth:`resolve`'s."""
+        found = self.conflated.get(topic) if self.conflated else None
+        return found if found is not None else self.resolve(topic)
 
     def now_us(self) -> int:
         """Now, by :attr:`clock`."""
@@ -407,7 +419,7 @@ class SowState:
         """Stamp the stores (:meth:`stamp`) and close them."""
         if self.topics:
             self.stamp()
-        for topic in self.topics.values():
+        for topic in [*self.topics.values(), *self.conflated.values()]:
             topic.store.close()
 
     def resolve(self, topic: str) -> SowTopic | None:
@@ -430,7 +442,7 @@ class SowState:
     def get(self, topic: str, message_type: str = "json") -> SowTopic | None:
         """The SOW topic ``topic`` of ``message_type`` (a topic of another type is
         another topic: None), as :meth:`resolve` finds it."""
-        found = self.resolve(topic)
+        found = self.find(topic)
         if found is None or found.message_type != message_type:
             return None
         return found
@@ -451,6 +463,11 @@ class SowState:
                 out.append(PatternQuery(t, pattern))
             elif pattern.search(t.name):
                 out.append(t)
+        out.extend(
+            t
+            for t in self.conflated.values()
+            if t.message_type == message_type and pattern.search(t.name)
+        )
         return out
 
     def of_record(self, record: Record) -> SowTopic | None:
@@ -674,7 +691,7 @@ class SowState:
                 "file_bytes": t.store.file_bytes,
                 "applied_txid": t.store.applied_txid,
             }
-            for name, t in self.topics.items()
+            for name, t in [*self.topics.items(), *self.conflated.items()]
         }
 
 
