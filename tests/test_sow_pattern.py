@@ -6,14 +6,20 @@ journal; and the slot keys (:mod:`amps_py.sow.slots`) on their own."""
 
 from __future__ import annotations
 
+import io
 import shutil
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
 import pytest
+import trio
+from clirun import run
 from inprocess import InProcessInstance, serve_instance
+from rich.console import Console
 
+from amps_py.admin.console import status_screen
 from amps_py.client import CommandError, open_client
 from amps_py.sow.slots import slot_of, slot_prefix, split_slot
 
@@ -176,3 +182,45 @@ async def test_a_restart_keeps_and_a_rebuild_restores_every_topic(tmp_path: Path
         assert "17-0001" in inst.log_text()
         stats = inst.statistics()["sow"]
         assert stats["all-orders"]["records"] == len(before)
+
+
+BOTH_XML = """
+<SOW>
+  <Topic><Name>all-orders</Name><Pattern>^orders/</Pattern><MessageType>json</MessageType>
+    <Key>/id</Key></Topic>
+  <Topic><Name>quotes</Name><MessageType>json</MessageType><Key>/sym</Key></Topic>
+  <ConflatedTopic><Name>quotes-C</Name><UnderlyingTopic>quotes</UnderlyingTopic>
+    <MessageType>json</MessageType><Interval>1s</Interval></ConflatedTopic>
+</SOW>
+<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>
+"""
+
+
+async def test_admin_status_and_config_check_name_each_kind(tmp_path: Path) -> None:
+    async with serve_instance(tmp_path, "pat", extra=BOTH_XML) as inst:
+        await publish_all(inst.uri, TWO_TOPICS)
+        port = inst.bound_port("admin")
+
+        def get(path: str) -> bytes:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return bytes(r.read())
+
+        tree = orjson.loads(await trio.to_thread.run_sync(get, "/amps/instance"))
+        sow = tree["sow"]
+        assert sow["all-orders"]["pattern"] == "^orders/"
+        assert sow["all-orders"]["records"] == 3
+        assert sow["quotes-C"]["conflated_from"] == "quotes"
+        assert "pattern" not in sow["quotes"] and "conflated_from" not in sow["quotes"]
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(status_screen(tree, 200))
+        text = console.export_text()
+        assert "all-orders [Pattern ^orders/] 3 records" in text
+        assert "quotes-C [conflated quotes] " in text
+    checked = await trio.to_thread.run_sync(
+        lambda: run("config", "check", str(tmp_path / "pat.xml"), cwd=tmp_path)
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert (
+        "  sow: all-orders (json, Pattern ^orders/), quotes (json), "
+        "quotes-C (json, conflated quotes every 1s)"
+    ) in checked.stdout
