@@ -864,12 +864,13 @@ def test_the_hello_describes_a_pattern_topic_to_entries_that_reach_it() -> None:
     ).sow_topics
     described = {
         name: sow_facts(ReplicationTopic(name, "json"), sow)
-        for name in (".*", "orders/.*", "orders/eu", "quotes", "quotes.*", "ord.*")
+        for name in (".*", "orders/.*", "ord.*", "orders/eu", "quotes", "quotes.*", "orders/e.*")
     }
     wire = {"name": "all-orders", "message_type": "json", "keys": ["/id"], "pattern": "^orders/"}
     assert described[".*"] == [wire]
     assert described["orders/.*"] == [wire]  # the same expression, whole-topic form
+    assert described["ord.*"] == [wire]  # a literal prefix of every topic it holds
     assert described["orders/eu"] == [wire]  # a topic the Pattern holds
     # no topic of it, or an overlap that cannot be proved: not described, never refused
-    assert described["quotes"] == described["quotes.*"] == described["ord.*"] == []
+    assert described["quotes"] == described["quotes.*"] == described["orders/e.*"] == []
     assert SowFacts.from_wire(wire) == ORDERS_PATTERN

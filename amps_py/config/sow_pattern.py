@@ -8,7 +8,9 @@ the loader accepts what it can prove:
 * a TransactionLog Topic of the same MessageType that matches every topic (``.*``);
 * or one whose Name, read as a whole-topic expression, is the same expression as the
   Pattern read as a search: ``^orders/`` and ``orders/.*`` both mean "every topic that
-  starts with ``orders/``", ``.*(?:P).*`` is the whole-topic form of any search ``P``.
+  starts with ``orders/``", ``.*(?:P).*`` is the whole-topic form of any search ``P``;
+* or one of the form ``PREFIX.*`` (a literal prefix) when every topic of the Pattern
+  starts with a literal that starts with ``PREFIX``: ``orders.*`` records ``^orders/``.
 
 Anything else is refused with the TransactionLog Topic that would do
 (:func:`whole_topic_form`). Pure: no lxml, no I/O.
@@ -21,6 +23,8 @@ from typing import Final
 
 from amps_py.config.model import JournalTopic
 
+#: characters that make a topic Name a regular expression
+_REGEX_CHARACTERS: Final = frozenset(".*+?[](){}|^$\\")
 #: TransactionLog Names that match every topic
 _EVERY_TOPIC: Final = frozenset({".*", "^.*", ".*$", "^.*$", "(.*)", "(?:.*)"})
 
@@ -66,15 +70,27 @@ def _journal_form(name: str) -> str:
     return _collapse(f"(?:{core})" if "|" in core else core)
 
 
+def _prefix(form: str) -> str | None:
+    """The literal start every topic of a whole-topic ``form`` has when the form is a
+    literal, or a literal then ``.*``; None otherwise."""
+    stem = form[:-2] if form.endswith(".*") else form
+    return None if _REGEX_CHARACTERS & set(stem) else stem
+
+
 def journal_covers_pattern(topics: Iterable[JournalTopic], pattern: str, message_type: str) -> bool:
     """Whether one of ``topics`` (the TransactionLog's) provably records every topic
     ``pattern`` matches, with ``message_type`` (see the module docstring)."""
-    wanted = {whole_topic_form(pattern), f".*(?:{pattern}).*"}
+    form = whole_topic_form(pattern)
+    wanted = {form, f".*(?:{pattern}).*"}
+    start = _prefix(form)
     for topic in topics:
         if topic.message_type != message_type:
             continue
-        if topic.name in _EVERY_TOPIC or _journal_form(topic.name) in wanted:
+        journal = _journal_form(topic.name)
+        if topic.name in _EVERY_TOPIC or topic.name in wanted or journal in wanted:
             return True
-        if topic.name in wanted:
+        # orders.* records every topic of ^orders/ (orders/.*) and of ^orders/eu$
+        covering = _prefix(journal) if journal.endswith(".*") else None
+        if covering is not None and start is not None and start.startswith(covering):
             return True
     return False
