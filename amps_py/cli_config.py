@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from amps_py.cli_common import fail
+
+if TYPE_CHECKING:
+    from amps_py.config import InstanceConfig
 
 __all__ = ["config"]
 
@@ -74,6 +78,24 @@ def config_check(path: str) -> None:
         f"{path}: OK — instance {cfg.name} (group {cfg.group}); "
         f"transports {transports}; journal {journal}; admin {admin}"
     )
+    if cfg.sow_topics or cfg.conflated_topics:
+        click.echo(f"  sow: {sow_summary(cfg)}")
+
+
+def sow_summary(cfg: InstanceConfig) -> str:
+    """The SOW topics of ``cfg`` in one line: ``orders (json), all (json, Pattern
+    ^fx/), orders-C (json, conflated orders every 1s)``."""
+    parts = []
+    for topic in cfg.sow_topics:
+        pattern = f", Pattern {topic.pattern}" if topic.pattern is not None else ""
+        parts.append(f"{topic.name} ({topic.message_type}{pattern})")
+    for c in cfg.conflated_topics:
+        where = f" where {c.filter}" if c.filter else ""
+        parts.append(
+            f"{c.name} ({c.message_type}, conflated {c.underlying_topic} every "
+            f"{c.interval:g}s{where})"
+        )
+    return ", ".join(parts)
 
 
 @config.command("show-default")

@@ -138,6 +138,10 @@ SOW_EXPIRY_FAILED: Final = "17-0003"
 #: read: that command got a failure ack (``sow store unreadable``); the line names the
 #: store file and the fix
 SOW_QUERY_FAILED: Final = "17-0004"
+#: a conflated topic was filled from its underlying SOW topic at start
+CONFLATED_TOPIC_FILLED: Final = "17-0005"
+#: a conflated topic's interval update could not be written (retried next interval)
+CONFLATED_TOPIC_FAILED: Final = "17-0006"
 
 #: the queues were rebuilt from the journal at start (how many messages wait)
 QUEUES_REBUILT: Final = "18-0001"

@@ -353,7 +353,7 @@ CASES = [
         doc(*topic("<Name>orders.*</Name>", "<MessageType>json</MessageType>")),
         "SOW topic name 'orders.*' contains '*'",
         10,
-        "declare one SOW <Topic> per topic",
+        "write <Pattern>orders.*</Pattern> beside a literal <Name>",
     ),
     Case(
         "an AMPS-only message type",
@@ -413,7 +413,6 @@ CASES = [
             "Index",
             "ExpectedKeyCountHint",
             "History",
-            "Pattern",
             "KeyGenerator",
         )
     ),
@@ -424,11 +423,7 @@ CASES = [
             f"<{name}> is a recognised AMPS element, not supported by amps-py yet ({note}",
             9,
         )
-        for name, note in (
-            ("View", "views come in a later amps-py release"),
-            ("ConflatedTopic", "conflated topics come in a later amps-py release"),
-            ("ReplicaDefinition", "ReplicaDefinition is AMPS's other name for ConflatedTopic"),
-        )
+        for name, note in (("View", "views come in a later amps-py release"),)
     ),
 ]
 
@@ -466,3 +461,231 @@ def test_the_standalone_example_keeps_orders_by_id() -> None:
     example = Path(__file__).resolve().parents[1] / "config" / "examples" / "standalone.xml"
     config = load_config(example, environ={})
     assert config.sow_topic("orders") == SowTopicConfig("orders", "json", ("/id",))
+
+
+# ------------------------------------------------ Pattern topics and ConflatedTopic
+
+
+def conflated(*children: str, tag: str = "ConflatedTopic") -> list[str]:
+    return [f"    <{tag}>", *(f"      {c}" for c in children), f"    </{tag}>"]
+
+
+ORDERS = topic("<Name>orders</Name>", "<MessageType>json</MessageType>", "<Key>/id</Key>")  # 9-13
+ALL_ORDERS = topic(  # 9-14
+    "<Name>all</Name>",
+    "<Pattern>^orders/</Pattern>",
+    "<MessageType>json</MessageType>",
+    "<Key>/id</Key>",
+)
+
+
+def test_pattern_and_conflated_topics_are_read() -> None:
+    config = load(
+        doc(
+            *ALL_ORDERS,
+            *topic("<Name>blobs</Name>", "<MessageType>binary</MessageType>"),
+            *topic("<Name>ordersX</Name>", "<MessageType>json</MessageType>"),
+            *conflated(
+                "<Topic>orders-C</Topic>",
+                "<UnderlyingTopic>ordersX</UnderlyingTopic>",
+                "<MessageType>json</MessageType>",
+                "<Filter>/qty &gt; 1</Filter>",
+                "<HashIndex><Key>/id</Key><Key>/region</Key></HashIndex>",
+                tag="ReplicaDefinition",
+            ),
+            *conflated(
+                "<Name>orders-C5</Name>",
+                "<UnderlyingTopic>ordersX</UnderlyingTopic>",
+                "<MessageType>json</MessageType>",
+            ),
+        )
+    )
+    pattern = config.sow_topic("all")
+    assert pattern is not None and pattern.pattern == "^orders/"
+    assert (
+        pattern.holds("orders/eu") and not pattern.holds("all") and not pattern.holds("x/orders/")
+    )
+    assert config.sow_topic_holding("orders/eu") == pattern
+    assert config.sow_topic_holding("ordersX") == config.sow_topic("ordersX")
+    assert config.sow_topic_holding("all") is None  # the Name only names the store
+    assert config.sow_pattern("^orders/") == pattern
+    first, second = config.conflated_topics
+    assert (first.name, first.underlying_topic, first.interval, first.filter) == (
+        "orders-C",
+        "ordersX",
+        5.0,
+        "/qty > 1",
+    )
+    assert first.hash_indexes == ("/id,/region",)
+    assert second.name == "orders-C5" and second.filter is None
+
+
+def test_journal_coverage_of_a_pattern_is_proved_or_refused() -> None:
+    from amps_py.config.model import JournalTopic
+    from amps_py.config.sow_pattern import journal_covers_pattern, whole_topic_form
+
+    assert whole_topic_form("^orders/") == "orders/.*"
+    assert whole_topic_form("^orders/.*$") == "orders/.*"
+    assert whole_topic_form("eu") == ".*eu.*"
+    assert whole_topic_form("a|b") == ".*(?:a|b).*"
+    assert whole_topic_form("^a|b$") == ".*(?:^a|b$).*"
+    for journal, pattern in [
+        (".*", "anything"),
+        ("orders/.*", "^orders/"),
+        ("^orders/.*$", "^orders/.*"),
+        ("orders.*", "^orders/"),  # a literal prefix of every topic it matches
+        ("orders", "^orders$"),
+        (".*eu.*", "eu"),
+        (".*(?:a|b).*", "a|b"),
+    ]:
+        assert journal_covers_pattern([JournalTopic(journal, "json")], pattern, "json"), journal
+    for journal, pattern, mtype in [
+        ("orders/.*", "orders/", "json"),  # searched: also x/orders/
+        ("orders/eu.*", "^orders/", "json"),  # a narrower prefix
+        ("ord[a-z]+.*", "^orders/", "json"),  # not proved
+        ("orders/.*", "^orders/", "xml"),  # another message type
+    ]:
+        assert not journal_covers_pattern([JournalTopic(journal, "json")], pattern, mtype)
+
+
+PATTERN_CASES = [
+    Case(
+        "a Pattern that does not compile",
+        doc(
+            *topic(
+                "<Name>all</Name>", "<Pattern>orders(</Pattern>", "<MessageType>json</MessageType>"
+            )
+        ),
+        "Pattern 'orders(' of this SOW topic is not a valid regular expression: missing ), "
+        "unterminated subpattern at position 6",
+        11,
+        "correct the expression (e.g. ^orders/",
+    ),
+    Case(
+        "a Pattern the TransactionLog does not record",
+        doc(
+            *topic("<Name>all</Name>", "<Pattern>^fx/</Pattern>", "<MessageType>json</MessageType>")
+        ),
+        "SOW topic 'all': the TransactionLog does not record every topic its Pattern '^fx/'",
+        11,
+        "add <Topic><Name>fx/.*</Name><MessageType>json</MessageType></Topic> to the "
+        "TransactionLog (line 3)",
+    ),
+    Case(
+        "a topic held by a Pattern and by its own Topic",
+        doc(*ALL_ORDERS, *topic("<Name>orders/eu</Name>", "<MessageType>json</MessageType>")),
+        "SOW topic 'orders/eu' is also held by SOW topic 'all', whose Pattern '^orders/' "
+        "matches it (line 10)",
+        16,
+        "narrow the Pattern so that it does not match orders/eu",
+    ),
+    Case(
+        "a conflated topic over an unknown topic, and too often",
+        doc(
+            *ORDERS,
+            *conflated(
+                "<Name>orders-C</Name>",
+                "<UnderlyingTopic>order</UnderlyingTopic>",
+                "<MessageType>json</MessageType>",
+                "<Interval>50ms</Interval>",
+            ),
+        ),
+        "UnderlyingTopic 'order' is not a SOW topic of this instance; did you mean 'orders'?",
+        16,
+        "name a SOW/Topic's Name exactly",
+        count=2,
+    ),
+    Case(
+        "a conflated topic more often than 100ms",
+        doc(
+            *ORDERS,
+            *conflated(
+                "<Name>orders-C</Name>",
+                "<UnderlyingTopic>orders</UnderlyingTopic>",
+                "<MessageType>json</MessageType>",
+                "<Interval>50ms</Interval>",
+            ),
+        ),
+        "Interval 50ms is below 100ms, the shortest AMPS allows for a conflated topic",
+        18,
+        "use 100ms or more",
+    ),
+    Case(
+        "a conflated topic of another message type",
+        doc(
+            *ORDERS,
+            *conflated(
+                "<Name>orders-C</Name>",
+                "<UnderlyingTopic>orders</UnderlyingTopic>",
+                "<MessageType>xml</MessageType>",
+            ),
+        ),
+        "conflated topic's MessageType xml is not that of its UnderlyingTopic 'orders' (json)",
+        16,
+        "write <MessageType>json</MessageType>",
+    ),
+    Case(
+        "a conflated topic named like a SOW topic",
+        doc(
+            *ORDERS,
+            *conflated(
+                "<Name>orders</Name>",
+                "<UnderlyingTopic>orders</UnderlyingTopic>",
+                "<MessageType>json</MessageType>",
+            ),
+        ),
+        "conflated topic 'orders' has the name of the SOW topic on line 9",
+        15,
+        "give the conflated topic another name, e.g. orders-C",
+    ),
+    Case(
+        "a conflated topic over a Pattern topic",
+        doc(
+            *ALL_ORDERS,
+            *conflated(
+                "<Name>all-C</Name>",
+                "<UnderlyingTopic>all</UnderlyingTopic>",
+                "<MessageType>json</MessageType>",
+            ),
+        ),
+        "UnderlyingTopic 'all' is a Pattern SOW topic ('^orders/'): AMPS conflates each topic "
+        "it holds under a name made by TopicFormat, which amps-py does not support yet",
+        17,
+        "give the topic to conflate a SOW <Topic> of its own",
+    ),
+    Case(
+        "TopicFormat",
+        doc(
+            *ALL_ORDERS,
+            *conflated(
+                "<Name>all-C</Name>",
+                "<UnderlyingTopic>all</UnderlyingTopic>",
+                "<MessageType>json</MessageType>",
+                "<TopicFormat>%n-C</TopicFormat>",
+                tag="ReplicaDefinition",
+            ),
+        ),
+        "<TopicFormat> is a recognised AMPS element, not supported by amps-py yet (it names "
+        "the conflated topics of a Pattern SOW topic",
+        19,
+        "delete <TopicFormat>",
+        count=2,
+    ),
+    Case(
+        "a conflated topic without a name",
+        doc(
+            *ORDERS,
+            *conflated(
+                "<UnderlyingTopic>orders</UnderlyingTopic>", "<MessageType>json</MessageType>"
+            ),
+        ),
+        "<ConflatedTopic> is missing the required element <Name>",
+        14,
+        "<Name>orders-C</Name>",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PATTERN_CASES, ids=[c.id for c in PATTERN_CASES])
+def test_pattern_and_conflated_refused(case: Case) -> None:
+    test_refused(case)

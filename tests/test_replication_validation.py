@@ -25,6 +25,7 @@ from amps_py.replication.validation import (
     ValidationFailure,
     covers,
     queue_facts,
+    sow_facts,
     validate,
 )
 
@@ -813,3 +814,63 @@ def test_config_check_of_a_pair_reports_a_queue_mismatch(tmp_path: Path) -> None
         "work to amps-a but does not pass through messages from amps-a's group hot" in m
         for m in messages
     ), messages
+
+
+# ------------------------------------------------------- Pattern SOW topics (pure)
+
+
+def _pattern_topic(name: str, pattern: str, keys: tuple[str, ...] = ("/id",)) -> str:
+    key_xml = "".join(f"<Key>{k}</Key>" for k in keys)
+    return (
+        f"<Topic><Name>{name}</Name><Pattern>{pattern}</Pattern>"
+        f"<MessageType>json</MessageType>{key_xml}</Topic>"
+    )
+
+
+ORDERS_PATTERN = SowFacts("all-orders", "json", ("/id",), "^orders/")
+
+
+def test_a_pattern_sow_topic_is_compared_by_its_pattern_not_its_name() -> None:
+    entry = _hello_topic(".*", sow=(ORDERS_PATTERN,), excluded=frozenset({"replicate"}))
+    same = _sow_config(_pattern_topic("orders-here", "^orders/"))
+    assert validate([entry], same, "A", "ga") == []
+    named_alike = _sow_config(_pattern_topic("all-orders", "^fx/"))
+    (failure,) = validate([entry], named_alike, "A", "ga")
+    assert (failure.check, failure.topic) == ("sow", "Pattern ^orders/ (json)")
+    assert "keeps every topic matching ^orders/" in failure.problem
+    assert "B has no SOW topic with that Pattern" in failure.problem
+    assert "<Pattern>^orders/</Pattern>" in failure.fix and "the Name may differ" in failure.fix
+    rekeyed = _sow_config(_pattern_topic("all-orders", "^orders/", ("/region", "/id")))
+    (failure,) = validate([entry], rekeyed, "A", "ga")
+    assert failure.check == "keys" and "keyed by /id on A but by /region, /id on B" in (
+        failure.problem
+    )
+    relaxed = _hello_topic(".*", sow=(ORDERS_PATTERN,), excluded=frozenset({"replicate", "sow"}))
+    assert validate([relaxed], named_alike, "A", "ga") == []
+
+
+def test_a_literal_upstream_topic_may_be_held_by_a_downstream_pattern() -> None:
+    local = _sow_config(_pattern_topic("all-orders", "^orders"))
+    assert validate([_hello_topic(sow=(ORDERS_BY_ID,))], local, "A", "ga") == []
+
+
+def test_the_hello_describes_a_pattern_topic_to_entries_that_reach_it() -> None:
+    sow = parse_config(
+        """<AMPSConfig><Name>A</Name><Group>ga</Group>
+<TransactionLog><JournalDirectory>/tmp/x</JournalDirectory>
+<Topic><Name>.*</Name><MessageType>json</MessageType></Topic></TransactionLog>
+<SOW><Topic><Name>all-orders</Name><Pattern>^orders/</Pattern><MessageType>json</MessageType>
+<Key>/id</Key></Topic></SOW></AMPSConfig>"""
+    ).sow_topics
+    described = {
+        name: sow_facts(ReplicationTopic(name, "json"), sow)
+        for name in (".*", "orders/.*", "ord.*", "orders/eu", "quotes", "quotes.*", "orders/e.*")
+    }
+    wire = {"name": "all-orders", "message_type": "json", "keys": ["/id"], "pattern": "^orders/"}
+    assert described[".*"] == [wire]
+    assert described["orders/.*"] == [wire]  # the same expression, whole-topic form
+    assert described["ord.*"] == [wire]  # a literal prefix of every topic it holds
+    assert described["orders/eu"] == [wire]  # a topic the Pattern holds
+    # no topic of it, or an overlap that cannot be proved: not described, never refused
+    assert described["quotes"] == described["quotes.*"] == described["orders/e.*"] == []
+    assert SowFacts.from_wire(wire) == ORDERS_PATTERN

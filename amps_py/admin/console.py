@@ -341,7 +341,7 @@ def status_screen(instance: dict[str, Any], width: int | None = None) -> Group:
         line(
             "sow: "
             + ", ".join(
-                f"{topic} {figures['records']} records "
+                f"{topic}{_sow_kind(figures)} {figures['records']} records "
                 f"({_size(int(figures['bytes'])).replace(' ', chr(0xA0))})"
                 for topic, figures in sow.items()
             )
@@ -697,3 +697,13 @@ def queues_table(queues: Mapping[str, Any], width: int | None = None) -> Rendera
     if timeouts:
         notes.append(f"{timeouts} lease(s) timed out (expired_leases in --json)")
     return fit_table("queues", QUEUE_COLUMNS, rows, width, notes=notes)
+
+
+def _sow_kind(figures: dict[str, Any]) -> str:
+    """`` [Pattern ^orders/]`` or `` [conflated orders]`` after a SOW topic's name in
+    the status; "" for a plain SOW topic."""
+    if figures.get("pattern"):
+        return f" [Pattern {figures['pattern']}]"
+    if figures.get("conflated_from"):
+        return f" [conflated {figures['conflated_from']}]"
+    return ""

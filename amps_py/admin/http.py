@@ -84,6 +84,8 @@ from . import guard
 from .metrics import render_metrics
 
 if TYPE_CHECKING:
+    from amps_py.config import InstanceConfig
+
     from .host import AdminHost, ClientView
 
 log = logging.getLogger("amps_py.admin")
@@ -141,12 +143,30 @@ def instance_tree(instance: AdminHost) -> dict[str, Any]:
         "actions": instance.actions.statistics() if instance.actions is not None else [],
         "limits": stats.limits or {},
         "sow": {
-            topic: {**figures, "topic": topic, "valid_keys": figures["records"]}
+            topic: {
+                **figures,
+                "topic": topic,
+                "valid_keys": figures["records"],
+                **sow_kind(instance.config, topic),
+            }
             for topic, figures in stats.sow.items()
         },
         "queues": queues_tree(instance),
         "startup": stats.startup,
     }
+
+
+def sow_kind(config: InstanceConfig, topic: str) -> dict[str, Any]:
+    """What kind of SOW topic ``topic`` is, for its entry in ``/amps/instance/sow``:
+    ``pattern`` (a Pattern topic: the store of every topic it matches), or
+    ``conflated_from`` and ``interval`` (a conflated topic); nothing for a plain one."""
+    sow = config.sow_topic(topic)
+    if sow is not None and sow.pattern is not None:
+        return {"pattern": sow.pattern}
+    conflated = next((c for c in config.conflated_topics if c.name == topic), None)
+    if conflated is not None:
+        return {"conflated_from": conflated.underlying_topic, "interval": conflated.interval}
+    return {}
 
 
 def queues_tree(instance: AdminHost) -> dict[str, dict[str, Any]]:

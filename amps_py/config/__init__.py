@@ -29,8 +29,9 @@ The package, one module per step or section:
 
 - ``model``            the option objects and their defaults (no XML, no lxml), with
   ``credentials`` (a replication link's Authenticator), ``sow_model``
-  (:class:`SowTopicConfig`) and ``queue_model`` (:class:`QueueConfig`), which it
-  re-exports;
+  (:class:`SowTopicConfig`, :class:`ConflatedTopicConfig`) and ``queue_model``
+  (:class:`QueueConfig`), which it re-exports; ``sow_pattern`` (whether a
+  TransactionLog provably records every topic a SOW Pattern matches; no lxml);
 - ``defaults``         the configuration used when none is given;
 - ``security``         settings that run but leave an instance open (no lxml);
 - ``problems``         :class:`ConfigProblem`, :class:`ConfigError` and the collector;
@@ -40,7 +41,8 @@ The package, one module per step or section:
 - ``message_types`` (``MessageTypes``, and every ``MessageType`` checked against them),
   ``transports``, ``tls``, ``transaction_log``, ``log_targets``, ``replication``,
   ``access`` (authentication, entitlement, link authenticators), ``actions``, ``sow``,
-  ``queue``: step 4, one ``_build_<section>`` per section;
+  ``queue``, ``conflated`` (``SOW/ConflatedTopic``): step 4, one ``_build_<section>``
+  per section;
 - ``loader``           :func:`parse_config` and :func:`load_config`, which run them all.
 
 The names below are importable from ``amps_py.config`` as before. Those of ``model``,
@@ -102,6 +104,7 @@ from amps_py.config.model import (
     ActionModule,
     AuthenticationConfig,
     ClientCapacity,
+    ConflatedTopicConfig,
     DestinationConfig,
     EntitlementConfig,
     InstanceConfig,
@@ -195,6 +198,7 @@ __all__ = [
     "ClientCapacity",
     "ConfigError",
     "ConfigProblem",
+    "ConflatedTopicConfig",
     "DestinationConfig",
     "EntitlementConfig",
     "InstanceConfig",

@@ -15,6 +15,7 @@ from lxml import etree
 from amps_py import __version__
 from amps_py.config.access import _build_authentication, _build_entitlement
 from amps_py.config.actions import _build_actions
+from amps_py.config.conflated import _build_conflated
 from amps_py.config.log_targets import _build_logging
 from amps_py.config.message_types import _build_message_types, _check_references
 from amps_py.config.model import REPLICATION_TRANSPORT_TYPES, InstanceConfig, archived_queues
@@ -71,6 +72,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     disk_limit, disk_path, age_limit = _build_disk_limits(root, problems)
     sow_topics = _build_sow(root, transaction_log, problems, message_types)
     queues = _build_queues(root, transaction_log, problems)
+    conflated_topics = _build_conflated(root, sow_topics, queues, problems)
     replication = tuple(
         dataclasses.replace(d, archived_queues=archived)
         if (archived := archived_queues(d.topics, queues))
@@ -100,6 +102,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
         message_disk_path=disk_path,
         client_message_age_limit=age_limit,
         sow_topics=sow_topics,
+        conflated_topics=conflated_topics,
         queues=queues,
     )
 

@@ -36,6 +36,7 @@ from amps_py.config.credentials import LinkAuthenticator as LinkAuthenticator
 from amps_py.config.credentials import LinkCredentialsError as LinkCredentialsError
 from amps_py.config.credentials import read_password_file as read_password_file
 from amps_py.config.queue_model import QueueConfig as QueueConfig
+from amps_py.config.sow_model import ConflatedTopicConfig as ConflatedTopicConfig
 from amps_py.config.sow_model import SowTopicConfig as SowTopicConfig
 from amps_py.message_types import MessageTypes, default_types
 
@@ -741,6 +742,9 @@ class InstanceConfig:
     client_message_age_limit: float = 0.0
     #: ``SOW/Topic``, in file order (names are unique)
     sow_topics: tuple[SowTopicConfig, ...] = ()
+    #: ``SOW/ConflatedTopic`` (or ``ReplicaDefinition``), in file order (names are
+    #: unique, and no SOW topic's or queue's)
+    conflated_topics: tuple[ConflatedTopicConfig, ...] = ()
     #: ``SOW/Queue`` (or ``QueueDefinition``), ``SOW/GroupLocalQueue`` and
     #: ``SOW/LocalQueue``, in file order (names are unique, and no SOW topic's)
     queues: tuple[QueueConfig, ...] = ()
@@ -758,8 +762,22 @@ class InstanceConfig:
         self._queue_by_name.update((q.name, q) for q in self.queues)
 
     def sow_topic(self, topic: str) -> SowTopicConfig | None:
-        """The SOW topic named exactly ``topic``, or ``None`` when it is not one."""
+        """The SOW topic named exactly ``topic`` (its Name, a Pattern topic's too), or
+        ``None`` when it is not one."""
         return self._sow_by_name.get(topic)
+
+    def sow_topic_holding(self, topic: str) -> SowTopicConfig | None:
+        """The SOW topic whose records ``topic``'s publishes are: the one without
+        Pattern named ``topic``, else the first (in file order) whose Pattern matches
+        it; ``None``: ``topic`` keeps no State of the World."""
+        found = self._sow_by_name.get(topic)
+        if found is not None and found.pattern is None:
+            return found
+        return next((t for t in self.sow_topics if t.pattern is not None and t.holds(topic)), None)
+
+    def sow_pattern(self, pattern: str) -> SowTopicConfig | None:
+        """The SOW topic whose Pattern is ``pattern`` (as written), or ``None``."""
+        return next((t for t in self.sow_topics if t.pattern == pattern), None)
 
     def queue(self, topic: str) -> QueueConfig | None:
         """The queue named exactly ``topic`` (its Name, not its underlying topic), or

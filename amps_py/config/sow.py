@@ -3,7 +3,11 @@
 Beyond what the schema checks, a SOW topic must:
 
 * have a literal ``Name`` (or its pre-5.0 synonym ``Topic``, not both), unique among
-  the SOW topics;
+  the SOW topics; with ``Pattern`` (a regular expression that compiles) the Name names
+  the one store that holds every topic the Pattern matches, as AMPS's "multiple
+  logical topics in one physical topic";
+* not be held twice: a SOW topic without Pattern whose Name another topic's Pattern
+  matches is refused (its records would have two stores);
 * give its ``Key`` paths as identifier paths (``/id``, ``/order/id``, ``/55``,
   ``/Order/@id``), each once, and only for a message type amps-py reads fields from
   (every type but one built on the binary module);
@@ -12,13 +16,16 @@ Beyond what the schema checks, a SOW topic must:
 * give ``RecoveryPoint`` as ``epoch`` only: amps-py rebuilds a missing store from the
   whole journal;
 * be recorded by the ``TransactionLog``: amps-py derives every SOW topic from the
-  journal, locally published and replicated messages alike;
+  journal, locally published and replicated messages alike (for a Pattern, a
+  TransactionLog Topic that provably records every topic it matches:
+  :mod:`amps_py.config.sow_pattern`);
 * have a store directory (``FileName``, ``%n`` expanded) of its own.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from pathlib import Path
 
@@ -27,6 +34,7 @@ from lxml import etree
 from amps_py.config.model import TransactionLogConfig
 from amps_py.config.problems import _Problems
 from amps_py.config.sow_model import SowTopicConfig
+from amps_py.config.sow_pattern import journal_covers_pattern, whole_topic_form
 from amps_py.config.values import _text
 from amps_py.config.xmltree import _children, _closest, _first, _line
 from amps_py.message_types import MessageType, MessageTypes, default_types
@@ -132,7 +140,20 @@ def _build_sow(
         names[topic.name] = name_el
         if not _store_is_own(topic, topic_el, stores, transaction_log, problems):
             continue
-        if transaction_log is not None and not transaction_log.journals(
+        if topic.pattern is not None:
+            if transaction_log is not None and not journal_covers_pattern(
+                transaction_log.topics, topic.pattern, topic.message_type
+            ):
+                problems.add(
+                    _first(topic_el, "Pattern"),
+                    f"SOW topic {topic.name!r}: the TransactionLog does not record every "
+                    f"topic its Pattern {topic.pattern!r} ({topic.message_type}) matches, or "
+                    "amps-py cannot prove it does; amps-py builds each SOW topic from the "
+                    "journal",
+                    journal_fix(whole_topic_form(topic.pattern), topic.message_type, log_el),
+                )
+                continue
+        elif transaction_log is not None and not transaction_log.journals(
             topic.name, topic.message_type
         ):
             problems.add(
@@ -143,7 +164,30 @@ def _build_sow(
             )
             continue
         topics.append(topic)
-    return tuple(topics)
+    return tuple(_held_once(topics, names, problems))
+
+
+def _held_once(
+    topics: list[SowTopicConfig], names: dict[str, etree._Element], problems: _Problems
+) -> list[SowTopicConfig]:
+    """``topics`` less each SOW topic without Pattern whose Name a Pattern topic
+    matches (a problem each): a topic's records live in one store."""
+    patterns = [t for t in topics if t.pattern is not None]
+    kept: list[SowTopicConfig] = []
+    for topic in topics:
+        holder = next((p for p in patterns if topic.pattern is None and p.holds(topic.name)), None)
+        if holder is None:
+            kept.append(topic)
+            continue
+        problems.add(
+            names[topic.name],
+            f"SOW topic {topic.name!r} is also held by SOW topic {holder.name!r}, whose "
+            f"Pattern {holder.pattern!r} matches it (line {_line(names[holder.name])}): "
+            "its records would be kept in two stores",
+            f"remove this <Topic> (the Pattern topic keeps {topic.name}), or narrow the "
+            f"Pattern so that it does not match {topic.name}",
+        )
+    return kept
 
 
 def journal_fix(topic: str, message_type: str, log_el: etree._Element | None) -> str:
@@ -189,6 +233,10 @@ def _build_topic(
     if not name or not message_type:
         return None
     ok = _literal_name(name_el, name, problems)
+    pattern_el = _first(topic_el, "Pattern")
+    pattern = _text(pattern_el, problems) if pattern_el is not None else None
+    if pattern_el is not None:
+        ok = pattern is not None and _pattern_compiles(pattern_el, pattern, problems) and ok
     keys = _keys(topic_el, types.get(message_type), problems)
     durability_el = _synonym(topic_el, "Durability", "Duration", problems)
     durability = "persistent" if durability_el is None else _text(durability_el, problems)
@@ -219,9 +267,28 @@ def _build_topic(
             expiration_enabled=enabled,
             file_name=file_name,
             key_domain=key_domain,
+            pattern=pattern,
         ),
         name_el,
     )
+
+
+def _pattern_compiles(el: etree._Element, pattern: str, problems: _Problems) -> bool:
+    """Whether a SOW ``Pattern`` is a regular expression that compiles; a problem
+    naming the element, the position and the fix otherwise."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        problems.add(
+            el,
+            f"Pattern {pattern!r} of this SOW topic is not a valid regular expression: "
+            f"{exc.msg}{where}",
+            "correct the expression (e.g. ^orders/ for every topic that starts with "
+            "orders/), or escape regex characters with a backslash to match them literally",
+        )
+        return False
+    return True
 
 
 def _synonym(
@@ -247,9 +314,10 @@ def _literal_name(name_el: etree._Element, name: str, problems: _Problems) -> bo
         return True
     problems.add(
         name_el,
-        f"SOW topic name {name!r} contains {''.join(pattern)!r}: a SOW topic is one "
-        "literal topic, not a regular expression",
-        "declare one SOW <Topic> per topic, each with its literal Name",
+        f"SOW topic name {name!r} contains {''.join(pattern)!r}: a SOW topic's Name is "
+        "literal, not a regular expression",
+        "give the Name a literal topic; to keep every topic an expression matches in one "
+        f"store, write <Pattern>{name}</Pattern> beside a literal <Name>",
     )
     return False
 

@@ -7,7 +7,8 @@ routing can read it. ``amps_py.config.model`` re-exports it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -19,7 +20,10 @@ class SowTopicConfig:
     SOW topic that the TransactionLog records.
 
     Attributes:
-        name: the topic, literal (``Name``, or its pre-5.0 synonym ``Topic``).
+        name: the topic, literal (``Name``, or its pre-5.0 synonym ``Topic``); with a
+            :attr:`pattern`, the name of the physical store (its directory, statistics,
+            a ConflatedTopic's ``UnderlyingTopic``), a topic of its own only when the
+            pattern matches it.
         message_type: the message type of the topic, e.g. ``json``.
         keys: the ``Key`` identifier paths (``/id``, ``/order/id``) that together
             form a record's key, in the order written; ``()``: publishers send an
@@ -35,7 +39,12 @@ class SowTopicConfig:
         file_name: the directory of this topic's store (``FileName``, ``%n``
             expanded); ``None``: ``<JournalDirectory>/sow/<name>``.
         key_domain: ``KeyDomain``, the seed for generated keys; ``""``: the topic
-            name.
+            name (for a :attr:`pattern` topic, its Name: a key's ``k`` is the same in
+            every topic it holds).
+        pattern: ``Pattern``, a regular expression (searched, not anchored, as AMPS
+            topic expressions are): every topic it matches is a logical SOW topic
+            kept in this one store, records distinct per (topic, key); ``None``: the
+            topic is :attr:`name` alone.
     """
 
     name: str
@@ -46,6 +55,19 @@ class SowTopicConfig:
     expiration_enabled: bool = False
     file_name: Path | None = None
     key_domain: str = ""
+    pattern: str | None = None
+    _regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        regex = None if self.pattern is None else re.compile(self.pattern)
+        object.__setattr__(self, "_regex", regex)
+
+    def holds(self, topic: str) -> bool:
+        """Whether records published to ``topic`` belong to this SOW topic: ``topic``
+        is the Name of a topic without Pattern, or a topic the Pattern matches."""
+        if self._regex is None:
+            return topic == self.name
+        return self._regex.search(topic) is not None
 
     @property
     def transient(self) -> bool:
@@ -57,3 +79,32 @@ class SowTopicConfig:
         """Whether records of this topic can expire (a default lifetime, or the
         per-message ``e`` header honoured)."""
         return self.expiration is not None or self.expiration_enabled
+
+
+@dataclass(frozen=True)
+class ConflatedTopicConfig:
+    """One ``SOW/ConflatedTopic`` (or its synonym ``ReplicaDefinition``): a SOW topic
+    of its own that holds the latest record of each key of a SOW topic, brought up to
+    date once per :attr:`interval` (only the keys that changed; a key deleted below is
+    removed at the next interval). It is derived and never journaled: a start fills it
+    from its underlying topic's store.
+
+    Attributes:
+        name: the conflated topic (``Name``, or its synonym ``Topic``), literal.
+        underlying_topic: the ``Name`` of the SOW topic it copies (one without
+            ``Pattern``: amps-py does not build ``TopicFormat``).
+        message_type: the message type, the underlying topic's.
+        interval: seconds between updates (``Interval``; default 5, at least 0.1).
+        filter: ``Filter``, a content filter: only records that match it are kept;
+            ``None``: every record.
+        hash_indexes: ``HashIndex`` field lists, accepted and not used: AMPS documents
+            them as an index that speeds up exact-match queries, and every query
+            here reads the store.
+    """
+
+    name: str
+    underlying_topic: str
+    message_type: str
+    interval: float = 5.0
+    filter: str | None = None
+    hash_indexes: tuple[str, ...] = ()

@@ -54,13 +54,11 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "PrivateKey",
         }
     ),
-    "AMPSConfig/SOW": frozenset(
-        {
-            "ConflatedTopic",
-            "ReplicaDefinition",
-            "View",
-        }
-    ),
+    "AMPSConfig/SOW": frozenset({"View"}),
+    **{
+        f"AMPSConfig/SOW/{conflated}": frozenset({"TopicFormat"})
+        for conflated in ("ConflatedTopic", "ReplicaDefinition")
+    },
     **{
         f"AMPSConfig/SOW/{queue}": frozenset(
             {
@@ -80,7 +78,6 @@ UNSUPPORTED_AMPS_ELEMENTS: Final[Mapping[str, frozenset[str]]] = {
             "Index",
             "InitialSlabCount",
             "KeyGenerator",
-            "Pattern",
             "SlabSize",
         }
     ),
@@ -115,11 +112,13 @@ UNSUPPORTED_AMPS_NOTES: Final[Mapping[str, str]] = {
         "it shapes the FIX messages of /AMPS/SOWStats, which amps-py does not publish"
     ),
     "AMPSConfig/SOW/View": "views come in a later amps-py release",
-    "AMPSConfig/SOW/ConflatedTopic": "conflated topics come in a later amps-py release",
-    "AMPSConfig/SOW/ReplicaDefinition": (
-        "ReplicaDefinition is AMPS's other name for ConflatedTopic; conflated topics come "
-        "in a later amps-py release"
-    ),
+    **{
+        f"AMPSConfig/SOW/{conflated}/TopicFormat": (
+            "it names the conflated topics of a Pattern SOW topic, and amps-py conflates "
+            "only SOW topics without Pattern"
+        )
+        for conflated in ("ConflatedTopic", "ReplicaDefinition")
+    },
 }
 
 _AMPS_ONLY_AUTHENTICATION_MODULES = frozenset(

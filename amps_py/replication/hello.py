@@ -368,6 +368,9 @@ class _Fields:
                 isinstance(keys, list) and all(isinstance(k, str) for k in keys)
             ):
                 raise self.bad(f"{at}.keys", "a list of Key paths (strings)", keys)
+            pattern = sow.get("pattern")
+            if pattern is not None and not (isinstance(pattern, str) and pattern):
+                raise self.bad(f"{at}.pattern", "a SOW Pattern (non-empty string)", pattern)
 
     def _queues(self, where: str, value: object) -> None:
         """Check the ``queues`` of one Topic descriptor (``None``: absent): objects with

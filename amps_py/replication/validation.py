@@ -83,10 +83,12 @@ from amps_py.config.model import (
     REPLICATION_VALIDATION_CHECKS,
     DestinationConfig,
     InstanceConfig,
+    JournalTopic,
     QueueConfig,
     ReplicationTopic,
     SowTopicConfig,
 )
+from amps_py.config.sow_pattern import journal_covers_pattern
 
 ALL_CHECKS = REPLICATION_VALIDATION_CHECKS
 
@@ -95,26 +97,37 @@ _REGEX_CHARS = frozenset(".*+?[](){}|^$\\")
 
 @dataclass(frozen=True)
 class SowFacts:
-    """What the upstream says of one of its SOW topics: its literal name, message type
-    and Key paths in order (``()``: publishers send explicit keys)."""
+    """What the upstream says of one of its SOW topics: its literal name, message type,
+    Key paths in order (``()``: publishers send explicit keys) and its ``Pattern``
+    (``None``: none; on the wire only when set, so an older peer reads the rest). A
+    Pattern topic is compared by its Pattern, not by its Name (the Name only names
+    the store, and may differ between instances)."""
 
     name: str
     message_type: str
     keys: tuple[str, ...]
+    pattern: str | None = None
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> SowFacts:
+        pattern = raw.get("pattern")
         return cls(
             name=str(raw["name"]),
             message_type=str(raw.get("message_type", "json")),
             keys=tuple(str(k) for k in raw.get("keys") or ()),
+            pattern=str(pattern) if pattern is not None else None,
         )
 
     def to_wire(self) -> dict[str, Any]:
-        return {"name": self.name, "message_type": self.message_type, "keys": list(self.keys)}
+        wire = {"name": self.name, "message_type": self.message_type, "keys": list(self.keys)}
+        if self.pattern is not None:
+            wire["pattern"] = self.pattern
+        return wire
 
     @property
     def label(self) -> str:
+        if self.pattern is not None:
+            return f"Pattern {self.pattern} ({self.message_type})"
         return f"{self.name} ({self.message_type})"
 
 
@@ -280,10 +293,28 @@ def sow_facts(
     """The ``sow_topics`` of a Topic descriptor: the SOW topics ``entry`` (a
     Destination Topic of the upstream) covers, as sent in the hello."""
     return [
-        SowFacts(t.name, t.message_type, t.keys).to_wire()
+        SowFacts(t.name, t.message_type, t.keys, t.pattern).to_wire()
         for t in sow_topics
-        if entry.matches(t.name, t.message_type)
+        if _reaches(entry, t)
     ]
+
+
+def _reaches(entry: ReplicationTopic, sow: SowTopicConfig) -> bool:
+    """Whether ``entry`` replicates records of SOW topic ``sow``: its topic, or for a
+    Pattern topic a topic of it (a literal entry the Pattern matches, or an entry
+    that provably covers the Pattern: every topic, or the same expression). An entry
+    whose expression only overlaps the Pattern is not counted: which of its topics
+    meet cannot be proved, and a check must not refuse a link on a guess."""
+    if sow.pattern is None:
+        return entry.matches(sow.name, sow.message_type)
+    if entry.message_type != sow.message_type:
+        return False
+    if entry.name is None:
+        return True
+    if not any(ch in _REGEX_CHARS for ch in entry.name):
+        return sow.holds(entry.name)
+    journal = JournalTopic(entry.name, entry.message_type)
+    return journal_covers_pattern((journal,), sow.pattern, sow.message_type)
 
 
 def queue_facts(
@@ -321,7 +352,10 @@ def _sow_failures(
     failures: list[ValidationFailure] = []
     entry = f"{upstream_name}'s Destination Topic {topic.label}"
     for sow in topic.sow_topics:
-        mine = local.sow_topic(sow.name)
+        if sow.pattern is not None:
+            failures.extend(_pattern_failures(topic, sow, local, upstream_name, entry))
+            continue
+        mine = local.sow_topic_holding(sow.name)
         if topic.enforces("sow") and mine is None:
             failures.append(
                 ValidationFailure(
@@ -359,6 +393,57 @@ def _sow_failures(
                 )
             )
     return failures
+
+
+def _pattern_failures(
+    topic: TopicDescriptor,
+    sow: SowFacts,
+    local: InstanceConfig,
+    upstream_name: str,
+    entry: str,
+) -> list[ValidationFailure]:
+    """The ``sow`` and ``keys`` failures of an upstream Pattern SOW topic: the
+    downstream must have a SOW topic with the same Pattern (whatever its Name), the
+    same MessageType and the same Key paths."""
+    assert sow.pattern is not None
+    mine = local.sow_pattern(sow.pattern)
+    xml = (
+        f"<SOW><Topic><Name>{sow.name}</Name><Pattern>{sow.pattern}</Pattern><MessageType>"
+        f"{sow.message_type}</MessageType>{_keys_xml(sow.keys)}</Topic></SOW>"
+    )
+    if mine is None or mine.message_type != sow.message_type:
+        if not topic.enforces("sow"):
+            return []
+        have = (
+            f"has it with MessageType {mine.message_type}"
+            if mine is not None
+            else "has no SOW topic with that Pattern"
+        )
+        return [
+            ValidationFailure(
+                "sow",
+                sow.label,
+                f"SOW topic {sow.name} on {upstream_name} keeps every topic matching "
+                f"{sow.pattern} (MessageType {sow.message_type}, Key "
+                f"{_keys_text(sow.keys)}), but {local.name} {have}",
+                f"add {xml} to {local.name}'s config (a Pattern topic is matched by its "
+                f"Pattern; the Name may differ), or ExcludeValidation sow on {entry}",
+            )
+        ]
+    if topic.enforces("keys") and mine.keys != sow.keys:
+        return [
+            ValidationFailure(
+                "keys",
+                sow.label,
+                f"the SOW topics with Pattern {sow.pattern} are keyed by "
+                f"{_keys_text(sow.keys)} on {upstream_name} but by {_keys_text(mine.keys)} "
+                f"on {local.name}",
+                f"give both the same Key elements in the same order "
+                f"({_keys_xml(sow.keys) or 'no <Key>'} in {local.name}'s SOW Topic "
+                f"{mine.name}), or ExcludeValidation keys on {entry}",
+            )
+        ]
+    return []
 
 
 def _setting_text(attr: str, element: str, value: object) -> str:
@@ -557,7 +642,7 @@ def _archive_failures(
 ) -> list[ValidationFailure]:
     """What refuses an archive of queue ``q`` (the downstream has no queue of that
     name): only a SOW topic of that name, where the queue's records would land."""
-    sow = local.sow_topic(q.name)
+    sow = local.sow_topic_holding(q.name)
     if sow is None or not topic.enforces("sow"):
         return []
     return [

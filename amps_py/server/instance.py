@@ -58,6 +58,7 @@ from amps_py.statistics import InstanceStatistics
 from txlog import CorruptRecord, Journal, publisher_hash
 
 from .commands import CommandFailed
+from .conflated_topics import ConflatedTopic, run_conflated
 from .counters import Counters
 from .delivery import Delivery
 from .disconnects import Disconnect, RecentDisconnects
@@ -429,7 +430,13 @@ class Instance:
                 if tl is not None:
                     journal = await trio.to_thread.run_sync(self._open_journal, tl)
                     if config.sow_topics:
-                        sow = await open_sow(config.sow_topics, journal, tl, self.message_types)
+                        sow = await open_sow(
+                            config.sow_topics,
+                            journal,
+                            tl,
+                            self.message_types,
+                            config.conflated_topics,
+                        )
                         self.publishing.sow, self.publishing.sow_topics = sow, sow.topics
                     if config.queues:
                         self.publishing.queues = await self._open_queues(journal)
@@ -465,6 +472,9 @@ class Instance:
                     nursery.start_soon(self.queues.run_checkpoints)
                 if self.sow:
                     nursery.start_soon(self._stamp_sow_stores)
+                for conflated in self.sow.conflated.values():
+                    assert isinstance(conflated, ConflatedTopic)
+                    nursery.start_soon(run_conflated, conflated, self.registry, self.delivery)
                 if self.sow.expiring:  # after the actions: expiries fire them
                     p = self.publishing
                     nursery.start_soon(run_sow_expiry, p.sow, p.out_of_focus, self.fire_action)

@@ -245,7 +245,7 @@ class PublishPath:
             sow_key = ""
             lifetime = None
             if self.sow_topics:
-                sow = self.sow_topics.get(topic)
+                sow = self.sow.resolve(topic)
                 if sow is not None and kind != SOW_DELETE and sow.message_type == mtype:
                     # before the ledger: a message whose key cannot be read is refused
                     kind, sow_key, payload = self.sow.prepare(
@@ -428,7 +428,7 @@ class PublishPath:
                 continue
             place = (rec.topic, rec.sow_key)
             if place not in current:
-                old = sow.store.get(rec.sow_key)
+                old = sow.stored(rec.sow_key)
                 current[place] = old.payload if old is not None else None
             previous = current[place]
             current[place] = rec.payload
@@ -468,7 +468,7 @@ class PublishPath:
         subscriptions that asked for them (option ``oof``) and that the removed
         message matched; the reason is the :class:`Removed`'s."""
         for gone in removed:
-            sow = self.sow_topics.get(gone.topic)
+            sow = self.sow.resolve(gone.topic)
             if sow is None:
                 continue
             subs = [

@@ -991,6 +991,14 @@ class Session:
         if cid is not None:
             check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
         self.require_entitled(topic, write=True)
+        conflated = self.instance.sow.conflated
+        if conflated and topic in conflated:
+            underlying = conflated[topic].derived_from
+            raise CommandFailed(
+                reasons.INVALID_TOPIC,
+                f"{topic!r} is a conflated topic, derived from SOW topic {underlying!r}: "
+                f"publish to {underlying} instead",
+            )
         routes = self._publish_routes
         if routes is not None:
             topic = routes.get(topic, topic)  # a queue's name: to its DefaultPublishTarget

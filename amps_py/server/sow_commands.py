@@ -42,12 +42,13 @@ from .commands import CommandFailed, ack_types, options
 from .option_catalogue import check_options
 from .queues import acknowledge
 from .replay import run_replay
-from .sowing import SOW_DELETE, SowTopic
+from .sowing import SOW_DELETE, SowSource, SowTopic
 from .subscriptions import EntitledTopics
 
 if TYPE_CHECKING:
     from .queues import ServedQueue
     from .session import Session
+    from .subscriptions import Subscription
 
 log = logging.getLogger("amps_py.server.session")
 
@@ -100,7 +101,7 @@ class Query:
         #: a topic expression limited to the topics this user may read
         self.restricted = isinstance(pattern, EntitledTopics)
         sow = session.instance.sow
-        self.topics: list[SowTopic] = (
+        self.topics: list[SowSource] = (
             sow.matching(pattern, topic, session.message_type) if sow else []
         )
         ftext = header.get("f")
@@ -151,8 +152,8 @@ class Query:
         now_us = self.clock()
         for sow, snapshot in snapshots:
             try:
-                held += snapshot.count
                 hits = [e for e in snapshot if not is_expired(e, now_us) and self.matches(e)]
+                held += snapshot.count  # after the iteration: a topic's view counts then
             finally:
                 snapshot.close()
             matched += len(hits)
@@ -207,7 +208,6 @@ async def _stream(
     sent = held = 0
     now_us = query.clock()
     for sow, snapshot in snapshots:
-        held += snapshot.count
         records = iter(snapshot)
         try:
             done = False
@@ -215,6 +215,7 @@ async def _stream(
                 hits, done = await trio.to_thread.run_sync(_read_chunk, records, query, now_us)
                 await _send_batches(session, query, sow.name, hits, sub_id)
                 sent += len(hits)
+            held += snapshot.count  # after the iteration: a topic's view counts then
         finally:
             snapshot.close()
     return sent, sent, held
@@ -238,14 +239,21 @@ def _read_chunk(
 async def _send_batches(
     session: Session, query: Query, topic: str, entries: list[SowEntry], sub_id: str | None
 ) -> None:
-    """``entries`` of ``topic`` as sow frames of up to the batch size, pacing on the
-    client's outbox."""
+    """``entries`` as sow frames of up to the batch size, pacing on the client's
+    outbox; each on ``topic``, or on its own (``SowEntry.topic``: a Pattern SOW
+    topic's), a frame holding one topic's records only."""
     size = query.batch_size
-    for start in range(0, len(entries), size):
-        batch = entries[start : start + size]
+    start = 0
+    while start < len(entries):
+        on = entries[start].topic or topic
+        end = start + 1
+        while end < len(entries) and end - start < size and (entries[end].topic or topic) == on:
+            end += 1
+        batch = entries[start:end]
+        start = end
         session.send(
             messages.sow_batch(
-                topic,
+                on,
                 query.query_id,
                 [(e.key, e.payload, e.correlation_id, e.bookmark, e.ts_us) for e in batch],
                 sub_id=sub_id,
@@ -255,20 +263,34 @@ async def _send_batches(
         await session.wait_outbox_below()
 
 
-def _snapshots(session: Session, query: Query) -> list[tuple[SowTopic, Any]]:
+def _snapshots(session: Session, query: Query) -> list[tuple[SowSource, Any]]:
     """A snapshot of each store the query covers.
 
     Raises:
         CommandFailed: a store cannot be read (``sow store unreadable``).
     """
-    taken: list[tuple[SowTopic, Any]] = []
+    taken: list[tuple[SowSource, Any]] = []
     try:
         for sow in query.topics:
-            taken.append((sow, sow.store.snapshot()))
+            taken.append((sow, sow.snapshot()))
     except SowStoreError as exc:
         _close_all(taken)
         raise store_unreadable(session, query.topic, exc) from None
     return taken
+
+
+def no_sow_detail(session: Session, topic: str, fix: str) -> str:
+    """Why ``topic`` has no State of the World, and ``fix``; the Name of a Pattern SOW
+    topic that its Pattern does not match says what to query instead."""
+    state = session.instance.sow
+    named = state.topics.get(topic) if state else None
+    if named is not None and named.config.pattern is not None:
+        return (
+            f"{topic!r} is the Name of the SOW topic that keeps every topic matching "
+            f"{named.config.pattern!r}, not a topic of its own: query a topic it holds, or "
+            f"the regex topic {named.config.pattern}"
+        )
+    return f"topic {topic!r} has no State of the World; {fix}"
 
 
 def _close_all(snapshots: Sequence[tuple[Source, Any]]) -> None:
@@ -384,8 +406,7 @@ def on_sow(session: Session, frame: Frame) -> None:
     elif not query.topics:
         raise CommandFailed(
             reasons.INVALID_TOPIC,
-            f"topic {query.topic!r} has no State of the World; add a SOW/Topic for it to "
-            "the config to query it",
+            no_sow_detail(session, query.topic, "add a SOW/Topic for it to the config to query it"),
         )
     else:
         snapshots = _snapshots(session, query)
@@ -416,6 +437,17 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
     then live (``sub`` is built, not registered)."""
     query = Query(session, header)
     instance = session.instance
+    conflated = [t for t in query.topics if isinstance(t, SowTopic) and t.derived_from]
+    if conflated:
+        if len(conflated) < len(query.topics):
+            raise CommandFailed(
+                reasons.INVALID_TOPIC,
+                f"topic expression {query.topic!r} matches conflated topic(s) "
+                f"{', '.join(t.name for t in conflated)} and journaled SOW topics: send one "
+                "sow_and_subscribe for the conflated topics and one for the others",
+            )
+        _start_conflated(session, header, sub, query, conflated)
+        return
     snapshots = _snapshots(session, query)
     # paused at the snapshot: the registry skips it until the replay flips it live
     cursor = instance.committed_txid
@@ -434,6 +466,70 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
         finally:
             _close_all(snapshots)
         await run_replay(session, sub, cursor, None, header.get("cid"))
+
+    if "processed" in sub.acks:
+        session.ack(header, "processed", sub_id=sub.sub_id)
+    session.start_soon(run)
+
+
+def _start_conflated(
+    session: Session,
+    header: dict[str, Any],
+    sub: Subscription,
+    query: Query,
+    topics: list[SowTopic],
+) -> None:
+    """``sow_and_subscribe`` on conflated topics (not journaled, so no replay): the
+    snapshot, then the interval updates held for it meanwhile, then live, all in
+    order (see :mod:`amps_py.server.conflated_topics`)."""
+    from .conflated_topics import ConflatedTopic, send_oofs
+
+    instance = session.instance
+    held = [t for t in topics if isinstance(t, ConflatedTopic)]
+    snapshots = _snapshots(session, query)
+    sub.live = False
+    session.subscriptions[sub.sub_id] = sub
+    instance.registry.add(sub)
+    for topic in held:
+        topic.hold(sub)
+
+    async def run() -> None:
+        try:
+            try:
+                await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
+            except SowStoreError as exc:
+                failure = store_unreadable(session, query.topic, exc)
+                session.subscription_failed(sub, header.get("cid"), failure.reason, failure.detail)
+                return
+            finally:
+                _close_all(snapshots)
+            if session.subscriptions.get(sub.sub_id) is not sub:
+                return  # unsubscribed meanwhile
+            # the seam: no await from here until it is live
+            for topic in held:
+                for entry, removed in topic.release(sub):
+                    if removed:
+                        if "oof" in sub.options:
+                            send_oofs(topic, [entry], [sub])
+                        continue
+                    instance.delivery.fan_out(
+                        topic.name,
+                        entry.payload,
+                        "",
+                        0,
+                        [sub],
+                        entry.correlation_id or None,
+                        entry.ts_us,
+                        entry.key,
+                        topic.message_type,
+                    )
+            sub.live = True
+            instance.registry.changed()
+            if "completed" in sub.acks:
+                session.ack(header, "completed", sub_id=sub.sub_id)
+        finally:
+            for topic in held:
+                topic.release(sub)
 
     if "processed" in sub.acks:
         session.ack(header, "processed", sub_id=sub.sub_id)
@@ -462,8 +558,14 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     sow = state.get(topic, session.message_type) if state else None
     if sow is None:
         raise CommandFailed(
+            reasons.INVALID_TOPIC, no_sow_detail(session, topic, "sow_delete needs a SOW topic")
+        )
+    if sow.derived_from is not None:
+        raise CommandFailed(
             reasons.INVALID_TOPIC,
-            f"topic {topic!r} has no State of the World; sow_delete needs a SOW topic",
+            f"{topic!r} is a conflated topic, derived from SOW topic {sow.derived_from!r}: "
+            f"send the sow_delete to {sow.derived_from} (the conflated topic drops the "
+            "records at its next interval)",
         )
     for name in opts:  # cancel, expire: the catalogue's, for queue acknowledgements
         raise CommandFailed(
@@ -471,12 +573,12 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
             f"option {name!r} of sow_delete acknowledges queue messages; {topic!r} is a "
             "SOW topic, not a queue: send the delete without it",
         )
-    held = sow.store.count
+    acks = ack_types(header)
     try:
+        held = sow.count() if "stats" in acks else 0
         keys = _delete_selection(session, sow, header, frame.payload)
     except SowStoreError as exc:
         raise store_unreadable(session, topic, exc) from None
-    acks = ack_types(header)
     session.messages_in += 1
     payload = orjson.dumps({"keys": keys})
     query_id = str(header.get("query_id") or header.get("cid") or "")
@@ -545,11 +647,11 @@ def _delete_selection(
     flt = session.instance.compile_filter(str(ftext))
     found: list[str] = []
     seen: set[str] = set()
-    for key, rec in sow.queued.items():
+    for key, rec in sow.queued_records():
         seen.add(key)
         if rec.kind != SOW_DELETE and flt.matches(sow.reader.document(rec.payload)):
             found.append(key)
-    snapshot = sow.store.snapshot()
+    snapshot = sow.snapshot()
     now_us = sow.clock()
     try:
         for entry in snapshot:

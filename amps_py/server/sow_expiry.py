@@ -63,8 +63,8 @@ def sweep(state: SowState, now_us: int, limit: int = SWEEP_BATCH) -> tuple[list[
     for sow in state.expiring:
         gone = state.expire(sow, now_us, limit)
         if gone:
-            removed.append(Removed(sow.name, gone, "expired"))
             more = more or len(gone) >= limit
+            removed.extend(state.removals(sow, gone, "expired"))
     return removed, more
 
 

@@ -39,7 +39,7 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -48,7 +48,8 @@ from amps_py.config.model import SowTopicConfig
 from amps_py.message_types import JSON, MergeError, MessageType, MessageTypes, default_types
 from amps_py.sow.expiry import BadExpiration, expires_at, is_expired, parse_lifetime, wall_clock_us
 from amps_py.sow.keys import MAX_KEY_BYTES, SowKeyer, SowKeyError
-from amps_py.sow.store import SowEntry, SowStore, SowStoreError
+from amps_py.sow.slots import MatchingSnapshot, TopicRegex, TopicSnapshot, slot_of, split_slot
+from amps_py.sow.store import SowEntry, SowSnapshot, SowStore, SowStoreError
 from txlog import Journal, Record
 from txlog.record import Kind
 
@@ -118,6 +119,8 @@ class SowTopic:
         self.queued: dict[str, Record] = {}
         #: a stamp of the store failed (said once in the log)
         self.stamp_failed = False
+        #: the SOW topic a conflated topic copies (None: a journaled SOW topic)
+        self.derived_from: str | None = None
 
     def key_of(self, header: dict[str, Any], doc: Any) -> str:
         """The SOW key of a message: from its configured Key fields, else the
@@ -138,12 +141,38 @@ class SowTopic:
         except SowKeyError as exc:
             raise CommandFailed(reasons.BAD_SOW_KEY, str(exc)) from None
 
+    @property
+    def container(self) -> SowTopic:
+        """The SOW topic whose store holds this topic's records (itself, or for a
+        topic a Pattern matches, the Pattern topic)."""
+        return self
+
+    def slot(self, key: str) -> str:
+        """The store key (and :attr:`queued` key) of SOW key ``key`` of this topic."""
+        return key
+
+    def stored(self, key: str) -> SowEntry | None:
+        """The stored record of ``key`` (expired or not), or None."""
+        return self.store.get(key)
+
+    def snapshot(self) -> SowSnapshot | TopicSnapshot:
+        """This topic's records as they are now (see :meth:`SowStore.snapshot`)."""
+        return self.store.snapshot()
+
+    def count(self) -> int:
+        """Records of this topic now."""
+        return self.store.count
+
+    def queued_records(self) -> Iterable[tuple[str, Record]]:
+        """(SOW key, record) of this topic's records queued for the journal."""
+        return self.queued.items()
+
     def current(self, key: str) -> bytes | None:
         """The newest message of ``key``: queued, else stored and not expired, else None."""
-        rec = self.queued.get(key)
+        rec = self.queued.get(self.slot(key))
         if rec is not None:
             return None if rec.kind == SOW_DELETE else rec.payload
-        entry = self.store.get(key)
+        entry = self.stored(key)
         if entry is None or is_expired(entry, self.clock()):
             return None
         return entry.payload
@@ -170,8 +199,93 @@ class SowTopic:
         return expires_at(record.origin_ts or record.local_ts, lifetime)
 
 
+class LogicalTopic(SowTopic):
+    """One topic a Pattern SOW topic (:attr:`container`) matches: its settings, key
+    rule and store are the container's; its records are the store's slots of this
+    topic (:mod:`amps_py.sow.slots`), and its queued publishes share the container's
+    :attr:`queued`, by slot."""
+
+    def __init__(self, container: SowTopic, topic: str) -> None:
+        self.config = container.config
+        self.name = topic
+        self.message_type = container.message_type
+        self.reader = container.reader
+        self.store = container.store
+        self.clock = container.clock
+        self.keyer = container.keyer
+        self.queued = container.queued
+        self.stamp_failed = False
+        self.derived_from = None
+        self._container = container
+
+    @property
+    def container(self) -> SowTopic:
+        return self._container
+
+    def slot(self, key: str) -> str:
+        return slot_of(self.name, key)
+
+    def stored(self, key: str) -> SowEntry | None:
+        entry = self.store.get(slot_of(self.name, key))
+        if entry is not None:
+            entry.key, entry.topic = key, self.name
+        return entry
+
+    def snapshot(self) -> TopicSnapshot:
+        return TopicSnapshot(self.store.snapshot(), self.name)
+
+    def count(self) -> int:
+        """Records of this topic now (one read of its slots)."""
+        snapshot = self.snapshot()
+        try:
+            return sum(1 for _ in snapshot)
+        finally:
+            snapshot.close()
+
+    def queued_records(self) -> Iterable[tuple[str, Record]]:
+        for slot, rec in list(self.queued.items()):
+            topic, key = split_slot(slot)
+            if topic == self.name:
+                yield key, rec
+
+
+class PatternQuery:
+    """A regex query's view of a Pattern SOW topic: the records of every topic it
+    holds that ``regex`` matches, each carrying its own topic."""
+
+    def __init__(self, container: SowTopic, regex: TopicRegex) -> None:
+        self.container = container
+        self.name = container.name
+        self.message_type = container.message_type
+        self.regex = regex
+
+    def snapshot(self) -> MatchingSnapshot:
+        return MatchingSnapshot(self.container.store.snapshot(), self.regex)
+
+
+class SowSource(Protocol):
+    """What a SOW query reads: a SOW topic, a topic of a Pattern SOW topic, or a regex
+    query's view of a Pattern SOW topic."""
+
+    @property
+    def name(self) -> str: ...
+
+    def snapshot(self) -> SowSnapshot | TopicSnapshot | MatchingSnapshot: ...
+
+
+#: topics whose SOW topic is remembered (:meth:`SowState.resolve`) before the cache is
+#: cleared
+RESOLVED_CACHE_LIMIT: Final = 100_000
+
+
 class SowState:
-    """The instance's SOW topics (none when the config has no ``SOW``)."""
+    """The instance's SOW topics (none when the config has no ``SOW``).
+
+    :attr:`topics` holds one :class:`SowTopic` per ``SOW/Topic`` (by Name), each with
+    its store; :meth:`resolve` finds the SOW topic a topic's records belong to: the one
+    of that Name without Pattern, else a :class:`LogicalTopic` of the first Pattern
+    topic that matches it (in config order).
+    """
 
     def __init__(
         self,
@@ -194,9 +308,26 @@ class SowState:
         self.applied_txid = 0
         #: journal records the last :meth:`catch_up` read (statistics, tests)
         self.records_read = 0
+        #: the topics without Pattern, by Name
+        self._literal: dict[str, SowTopic] = {}
+        #: the Pattern topics, in config order
+        self._patterns: list[SowTopic] = []
+        #: topic -> its SOW topic (None: none), for topics Patterns were tried on
+        self._resolved: dict[str, SowTopic | None] = {}
+        #: SOW topic Name -> what to tell when its store's keys change (:meth:`follow`)
+        self._followers: dict[str, list[Callable[[list[str]], None]]] = {}
+        #: the conflated topics, by name (``amps_py.server.conflated_topics``): queried
+        #: like SOW topics, never journaled, so never what :meth:`resolve` finds
+        self.conflated: dict[str, SowTopic] = {}
 
     def __bool__(self) -> bool:
         return bool(self.configs)
+
+    def find(self, topic: str) -> SowTopic | None:
+        """The SOW topic a query on ``topic`` reads (any message type): a conflated
+        topic of that name, else :meth:`resolve`'s."""
+        found = self.conflated.get(topic) if self.conflated else None
+        return found if found is not None else self.resolve(topic)
 
     def now_us(self) -> int:
         """Now, by :attr:`clock`."""
@@ -237,7 +368,12 @@ class SowState:
                 )
                 store = SowStore(directory, config.name, transient=transient)
             reader = self.types.get(config.message_type, JSON)
-            self.topics[config.name] = SowTopic(config, store, self.now_us, reader)
+            topic = SowTopic(config, store, self.now_us, reader)
+            self.topics[config.name] = topic
+            if config.pattern is None:
+                self._literal[config.name] = topic
+            else:
+                self._patterns.append(topic)
 
     def stamp(self) -> int:
         """Record in every store that lags :attr:`applied_txid` that it is current
@@ -283,37 +419,76 @@ class SowState:
         """Stamp the stores (:meth:`stamp`) and close them."""
         if self.topics:
             self.stamp()
-        for topic in self.topics.values():
+        for topic in [*self.topics.values(), *self.conflated.values()]:
             topic.store.close()
+
+    def resolve(self, topic: str) -> SowTopic | None:
+        """The SOW topic whose records ``topic``'s publishes are (any message type):
+        the one without Pattern named ``topic``, else a :class:`LogicalTopic` of the
+        first Pattern topic that matches it, else None."""
+        found = self._literal.get(topic)
+        if found is not None or not self._patterns:
+            return found
+        resolved = self._resolved
+        if topic in resolved:
+            return resolved[topic]
+        holder = next((p for p in self._patterns if p.config.holds(topic)), None)
+        view = None if holder is None else LogicalTopic(holder, topic)
+        if len(resolved) >= RESOLVED_CACHE_LIMIT:
+            resolved.clear()
+        resolved[topic] = view
+        return view
 
     def get(self, topic: str, message_type: str = "json") -> SowTopic | None:
         """The SOW topic ``topic`` of ``message_type`` (a topic of another type is
-        another topic: None)."""
-        found = self.topics.get(topic)
+        another topic: None), as :meth:`resolve` finds it."""
+        found = self.find(topic)
         if found is None or found.message_type != message_type:
             return None
         return found
 
-    def matching(self, pattern: Any, topic: str, message_type: str = "json") -> list[SowTopic]:
-        """The SOW topics of ``message_type`` a query on ``topic`` covers, in
-        configuration order: the one named ``topic``, or every one a regex topic
-        matches."""
+    def matching(self, pattern: Any, topic: str, message_type: str = "json") -> list[SowSource]:
+        """What a query on ``topic`` of ``message_type`` reads, in configuration
+        order: the SOW topic of ``topic`` (:meth:`get`), or for a regex topic every SOW
+        topic without Pattern it matches and a :class:`PatternQuery` of every Pattern
+        topic (its records of the topics the regex matches)."""
         if pattern is None:
             found = self.get(topic, message_type)
             return [found] if found is not None else []
-        return [
+        out: list[SowSource] = []
+        for t in self.topics.values():
+            if t.message_type != message_type:
+                continue
+            if t.config.pattern is not None:
+                out.append(PatternQuery(t, pattern))
+            elif pattern.search(t.name):
+                out.append(t)
+        out.extend(
             t
-            for t in self.topics.values()
+            for t in self.conflated.values()
             if t.message_type == message_type and pattern.search(t.name)
-        ]
+        )
+        return out
 
     def of_record(self, record: Record) -> SowTopic | None:
         """The SOW topic a journal record belongs to (its topic and message type), or
         None."""
-        found = self.topics.get(record.topic)
+        found = self.resolve(record.topic)
         if found is None or found.message_type != record.message_type:
             return None
         return found
+
+    def removals(self, sow: SowTopic, entries: list[SowEntry], reason: str) -> list[Removed]:
+        """``entries`` read from ``sow``'s store (by slot) as :class:`Removed` per
+        topic, each entry with its SOW key alone."""
+        if sow.config.pattern is None:
+            return [Removed(sow.name, entries, reason)]
+        by_topic: dict[str, list[SowEntry]] = {}
+        for entry in entries:
+            topic, entry.key = split_slot(entry.key)
+            entry.topic = topic
+            by_topic.setdefault(topic, []).append(entry)
+        return [Removed(topic, gone, reason) for topic, gone in by_topic.items()]
 
     # ---------------------------------------------------------------- publishing
     def prepare(
@@ -351,7 +526,7 @@ class SowState:
         sow = self.of_record(record)
         if sow is not None:
             for key in _keys_of(record):
-                sow.queued[key] = record
+                sow.queued[sow.slot(key)] = record
         if lifetime is not None:
             self._lifetimes[id(record)] = (record, lifetime)
         self.last_queued = record
@@ -363,8 +538,9 @@ class SowState:
             sow = self.of_record(rec)
             if sow is not None:
                 for key in _keys_of(rec):
-                    if sow.queued.get(key) is rec:
-                        del sow.queued[key]
+                    slot = sow.slot(key)
+                    if sow.queued.get(slot) is rec:
+                        del sow.queued[slot]
 
     def _take_lifetime(self, record: Record) -> float | None:
         """The ``e`` lifetime of a queued record, forgotten (None for any other)."""
@@ -382,51 +558,69 @@ class SowState:
     def apply(self, records: Sequence[Record]) -> list[Removed]:
         """Apply committed records to their topics' stores (one write per topic);
         return what deletes removed, for ``oof`` messages."""
-        by_topic: dict[str, list[Record]] = {}
+        by_store: dict[str, list[tuple[SowTopic, Record]]] = {}
         for rec in records:
-            if self.of_record(rec) is not None:
-                by_topic.setdefault(rec.topic, []).append(rec)
+            sow = self.of_record(rec)
+            if sow is not None:
+                by_store.setdefault(sow.container.name, []).append((sow, rec))
         removed: list[Removed] = []
-        for name, recs in by_topic.items():
-            gone = self._apply_topic(self.topics[name], recs)
+        for name, recs in by_store.items():
+            container = self.topics[name]
+            gone = self._apply_topic(container, recs)
             if gone:
-                removed.append(Removed(name, gone, "deleted"))
+                removed.extend(self.removals(container, gone, "deleted"))
         if records:
             # only once every store took its records: a stamp (stamp(), close()) after
             # a failed write must not mark that store current past what it lacks
             self.applied_txid = max(self.applied_txid, records[-1].txid)
         return removed
 
-    def _apply_topic(self, sow: SowTopic, records: list[Record]) -> list[SowEntry]:
+    def _apply_topic(
+        self, container: SowTopic, records: list[tuple[SowTopic, Record]]
+    ) -> list[SowEntry]:
+        """Apply ``records`` (each with the SOW topic it belongs to, all kept in
+        ``container``'s store) in one write; the entries deletes removed, by slot."""
         upserts: dict[str, SowEntry] = {}
         deletes: dict[str, None] = {}
         gone: list[SowEntry] = []
-        store = sow.store
-        for rec in records:
-            keys = _keys_of(rec)
-            for key in keys:
-                if sow.queued.get(key) is rec:
-                    del sow.queued[key]
+        store = container.store
+        queued = container.queued
+        for sow, rec in records:
+            slots = [sow.slot(key) for key in _keys_of(rec)]
+            for slot in slots:
+                if queued.get(slot) is rec:
+                    del queued[slot]
             if rec.kind == SOW_DELETE:
-                for key in keys:
-                    old = upserts.pop(key, None) or store.get(key)
+                for slot in slots:
+                    old = upserts.pop(slot, None) or store.get(slot)
                     if old is not None:
                         gone.append(old)
-                        deletes[key] = None
+                        deletes[slot] = None
                 continue
-            key = rec.sow_key
-            if not key:
+            if not rec.sow_key:
                 continue  # journaled before the topic kept a SOW: nothing to key it by
-            if not usable_key(key):  # a forged or damaged record from a peer
-                _unreadable(rec, f"its SOW key is {len(key)} characters long")
+            slot = sow.slot(rec.sow_key)
+            if not usable_key(slot):  # a forged or damaged record from a peer
+                _unreadable(rec, f"its SOW key is {len(rec.sow_key)} characters long")
                 continue
-            deletes.pop(key, None)
+            deletes.pop(slot, None)
             expires = sow.expires_us(rec, self._take_lifetime(rec)) if sow.config.expires else 0
-            upserts[key] = SowEntry(
-                key, rec.txid, rec.bookmark, rec.correlation_id, rec.local_ts, rec.payload, expires
+            upserts[slot] = SowEntry(
+                slot, rec.txid, rec.bookmark, rec.correlation_id, rec.local_ts, rec.payload, expires
             )
-        store.apply(list(upserts.values()), list(deletes), records[-1].txid)
+        store.apply(list(upserts.values()), list(deletes), records[-1][1].txid)
+        self.changed(container, list(upserts) + list(deletes))
         return gone
+
+    def follow(self, name: str, on_change: Callable[[list[str]], None]) -> None:
+        """Call ``on_change`` with the store keys of SOW topic ``name`` each time a
+        commit or an expiry changes them (a conflated topic over it)."""
+        self._followers.setdefault(name, []).append(on_change)
+
+    def changed(self, container: SowTopic, slots: list[str]) -> None:
+        """``slots`` of ``container``'s store changed: tell who follows it."""
+        for on_change in self._followers.get(container.name, ()):
+            on_change(slots)
 
     def expire(self, sow: SowTopic, now_us: int, limit: int) -> list[SowEntry]:
         """Remove up to ``limit`` records of ``sow`` whose expiry time is at or before
@@ -436,7 +630,9 @@ class SowState:
         store = sow.store
         gone = store.expired(now_us, limit)
         if gone:
-            store.apply([], [e.key for e in gone], store.applied_txid)
+            slots = [e.key for e in gone]
+            store.apply([], slots, store.applied_txid)
+            self.changed(sow, slots)
         return gone
 
     def catch_up(self, journal: Journal) -> int:
@@ -495,7 +691,7 @@ class SowState:
                 "file_bytes": t.store.file_bytes,
                 "applied_txid": t.store.applied_txid,
             }
-            for name, t in self.topics.items()
+            for name, t in [*self.topics.items(), *self.conflated.items()]
         }
 
 

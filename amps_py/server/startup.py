@@ -22,13 +22,19 @@ import trio
 
 from amps_py import auth, events
 from amps_py.config import InstanceConfig, TransactionLogConfig
-from amps_py.config.model import AuthenticationConfig, EntitlementConfig, SowTopicConfig
+from amps_py.config.model import (
+    AuthenticationConfig,
+    ConflatedTopicConfig,
+    EntitlementConfig,
+    SowTopicConfig,
+)
 from amps_py.message_types import MessageTypes
 from amps_py.sow.store import SowStoreError
 from txlog import Journal, JournalError, JournalNoSpace
 from txlog.opening import is_full_disk
 from txlog.preflight import describe_traces, free_bytes
 
+from .conflated_topics import open_conflated
 from .sowing import SowState
 
 log = logging.getLogger("amps_py.server")
@@ -307,9 +313,11 @@ async def open_sow(
     journal: Journal,
     tl: TransactionLogConfig,
     types: MessageTypes | None = None,
+    conflated: tuple[ConflatedTopicConfig, ...] = (),
 ) -> SowState:
     """Open the SOW topics' stores and apply what of the journal they lack (a missing
-    store is rebuilt from the journal), before anything new commits.
+    store is rebuilt from the journal), before anything new commits; then fill the
+    ``conflated`` topics from them (:func:`open_conflated`).
 
     Raises:
         ConfigurationError: a store cannot be opened or brought up to date (logged as
@@ -320,10 +328,12 @@ async def open_sow(
     try:
         await trio.to_thread.run_sync(sow.open)
         await trio.to_thread.run_sync(sow.catch_up, journal)
+        if conflated:
+            sow.conflated.update(await trio.to_thread.run_sync(open_conflated, sow, conflated))
     except SowStoreError as exc:
         # close the stores as they are: nothing may record them as current past what
         # they hold (the catch-up that failed did not apply its records)
-        for topic in sow.topics.values():
+        for topic in [*sow.topics.values(), *sow.conflated.values()]:
             topic.store.close()
         why = sow_store_failure(sow, exc)
         log.critical(

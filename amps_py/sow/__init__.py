@@ -8,6 +8,8 @@ No trio anywhere in this package: the server drives it synchronously.
 - ``entry``  :class:`SowEntry`, one stored record
 - ``layout`` the store's versioned binary value layout
 - ``store``  :class:`SowStore`, one topic's records in LMDB, derived from the journal
+- ``slots``  the keys of a Pattern topic's store (a record per topic and key), and
+             snapshot views of one topic or of every topic a regex matches
 """
 
 from .entry import SowEntry

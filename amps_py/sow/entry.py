@@ -17,6 +17,8 @@ class SowEntry:
         ts_us: the record's timestamp, microseconds since the UNIX epoch.
         payload: the message body (for ``delta_publish``, the merged message).
         expires_us: when the record expires, microseconds since the epoch; 0 = never.
+        topic: the record's topic when the store holds several (a Pattern SOW
+            topic's, read through :mod:`amps_py.sow.slots`); "" otherwise.
     """
 
     key: str
@@ -26,3 +28,4 @@ class SowEntry:
     ts_us: int
     payload: bytes
     expires_us: int = 0
+    topic: str = ""
