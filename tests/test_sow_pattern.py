@@ -136,6 +136,20 @@ async def test_sow_delete_on_one_topic_leaves_the_others(inst: InProcessInstance
         assert list(await d.sow("^orders/")) == []
 
 
+async def test_sow_delete_with_a_regex_under_a_pattern_is_refused_not_a_no_op(
+    inst: InProcessInstance,
+) -> None:
+    """``orders/.*`` matches the Pattern as a name too; taken literally, the delete
+    removed nothing and was journaled and replicated as an empty delete."""
+    await publish_all(inst.uri, TWO_TOPICS)
+    async with open_client(inst.uri, "d") as d:
+        with pytest.raises(CommandError) as info:
+            await d.sow_delete("orders/.*", filter="1=1")
+        assert info.value.reason == "invalid topic"
+        assert "one sow_delete per topic name" in str(info.value), info.value
+        assert len(list(await d.sow("^orders/"))) == 3  # (eu, 1), (eu, 2), (us, 1)
+
+
 async def test_delta_merges_within_its_topic(inst: InProcessInstance) -> None:
     await publish_all(inst.uri, TWO_TOPICS)
     async with open_client(inst.uri, "p") as p:

@@ -42,8 +42,8 @@ from .commands import CommandFailed, ack_types, options
 from .option_catalogue import check_options
 from .queues import acknowledge
 from .replay import run_replay
-from .sowing import SOW_DELETE, SowSource, SowTopic
-from .subscriptions import EntitledTopics
+from .sowing import SOW_DELETE, LogicalTopic, SowSource, SowTopic
+from .subscriptions import EntitledTopics, is_regex_topic
 
 if TYPE_CHECKING:
     from .queues import ServedQueue
@@ -559,6 +559,16 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
     if sow is None:
         raise CommandFailed(
             reasons.INVALID_TOPIC, no_sow_detail(session, topic, "sow_delete needs a SOW topic")
+        )
+    if isinstance(sow, LogicalTopic) and is_regex_topic(topic):
+        # AMPS reads a topic with regex characters as a regex; the Pattern would take
+        # it as one more literal topic name and delete nothing (journaling it anyway)
+        raise CommandFailed(
+            reasons.INVALID_TOPIC,
+            f"sow_delete takes one topic name, and {topic!r} has regular-expression "
+            f"characters (SOW topic {sow.container.name!r} holds the topics its Pattern "
+            "matches): send one sow_delete per topic name (`sow` with the expression "
+            "lists the records and their topics)",
         )
     if sow.derived_from is not None:
         raise CommandFailed(
