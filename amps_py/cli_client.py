@@ -40,11 +40,14 @@ class Credentials:
         user: the user name (empty: none given; the server then uses the client name).
         password: the password (empty: none given).
         password_from: where the password came from, for messages ("" when none).
+        uri_form: the URI's form with a user and password in it, for messages
+            (``tcps://NAME:PASSWORD@HOST:PORT/amps/fix`` for a tcps fix URI).
     """
 
     user: str
     password: str = field(repr=False)  # never in a repr, a log or a message
     password_from: str = ""
+    uri_form: str = "tcp://NAME:PASSWORD@HOST:PORT/amps/json"
 
     def logon_fields(self) -> dict[str, Any]:
         """The logon header fields carrying these credentials (``open_client``'s
@@ -78,10 +81,13 @@ def resolve_credentials(
         raise CredentialsError(
             f"two users given: --user {user} and {target.user!r} in the URI; give one"
         )
+    form = f"{target.scheme}://NAME:PASSWORD@HOST:PORT/{target.protocol}/{target.message_type}"
     if target.password:
-        return Credentials(user or target.user, target.password, "the URI")
+        return Credentials(user or target.user, target.password, "the URI", form)
     password = environ.get(password_env, "")
-    return Credentials(user or target.user, password, f"${password_env}" if password else "")
+    return Credentials(
+        user or target.user, password, f"${password_env}" if password else "", form
+    )
 
 
 def explain_refusal(
@@ -94,7 +100,7 @@ def explain_refusal(
             f"{exc}: the instance refused {credentials.describe(client_name)}. Pass the "
             f"user with --user NAME and the password in the environment variable "
             f"{password_env} (e.g. `read -rs {password_env} && export {password_env}`), "
-            "or use tcp://NAME:PASSWORD@HOST:PORT/amps/json"
+            f"or use {credentials.uri_form}"
         )
     if exc.reason == "not entitled" and exc.detail:
         # the instance's detail names the user, the topic and the rules that decide

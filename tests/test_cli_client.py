@@ -91,6 +91,21 @@ def test_auth_failure_says_how_to_pass_credentials(secured: ServerProcess, tmp_p
     assert "tcp://USER:PASSWORD@HOST:PORT/amps/json" in " ".join(helped.stdout.split())
 
 
+def test_auth_failure_hint_keeps_the_uris_scheme_and_type() -> None:
+    """A tcps (or fix) URI's hint names a tcps (fix) URI, not tcp://.../json."""
+    from amps_py.cli_client import explain_refusal, resolve_credentials
+    from amps_py.client import CommandError
+
+    creds = resolve_credentials("tcps://alice:x@h:9/amps/fix", None, "PW", {})
+    refused = CommandError("logon", {"reason": "auth failure"})
+    line = explain_refusal(refused, creds, "c", "PW", "t")
+    assert line.endswith("or use tcps://NAME:PASSWORD@HOST:PORT/amps/fix"), line
+    plain = resolve_credentials("tcp://h:9/amps/json", None, "PW", {})
+    assert explain_refusal(refused, plain, "c", "PW", "t").endswith(
+        "or use tcp://NAME:PASSWORD@HOST:PORT/amps/json"
+    )
+
+
 def test_not_entitled_names_the_user_and_topic(secured: ServerProcess, tmp_path: Path) -> None:
     env = {"AMPS_PY_PASSWORD": "bob-Secret-42"}
     res = run(
