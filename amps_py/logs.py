@@ -66,6 +66,9 @@ __all__ = [
 
 #: The logger whose tree configure_logging controls.
 ROOT_LOGGER: Final = "amps_py"
+#: the loggers the configured targets receive: the server's, and the journal
+#: library's (txlog logs under its own name, as a library does)
+LOGGERS: Final = (ROOT_LOGGER, "txlog")
 #: The event code shown for records that do not carry one.
 DEFAULT_CODE: Final = "00-0000"
 
@@ -422,15 +425,16 @@ def configure_logging(targets: Sequence[LogTarget], instance_name: str) -> None:
         for handler, _ in built:
             handler.close()
         raise
-    logger = logging.getLogger(ROOT_LOGGER)
     with _lock:
-        _remove_installed(logger)
+        _remove_installed()
         handlers = [handler for handler, _ in built] or [logging.NullHandler()]
-        for handler in handlers:
-            logger.addHandler(handler)
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            for handler in handlers:
+                logger.addHandler(handler)
+            logger.setLevel(min((lowest for _, lowest in built), default=_NOTHING))
+            logger.propagate = False
         _installed.extend(handlers)
-        logger.setLevel(min((lowest for _, lowest in built), default=_NOTHING))
-        logger.propagate = False
 
 
 def reset_logging() -> None:
@@ -438,16 +442,18 @@ def reset_logging() -> None:
 
     Meant for tests and for embedding amps-py in a program that logs its own way.
     """
-    logger = logging.getLogger(ROOT_LOGGER)
     with _lock:
-        _remove_installed(logger)
-        logger.setLevel(logging.NOTSET)
-        logger.propagate = True
+        _remove_installed()
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.NOTSET)
+            logger.propagate = True
 
 
-def _remove_installed(logger: logging.Logger) -> None:
+def _remove_installed() -> None:
     for handler in _installed:
-        logger.removeHandler(handler)
+        for name in LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
         handler.close()
     _installed.clear()
 

@@ -92,6 +92,17 @@ def test_records_without_a_code_show_the_default(tmp_path: Path) -> None:
     assert texts(out) == [f"warning: {DEFAULT_CODE} disk 91% full", "info: 1D-0002 plain"]
 
 
+def test_the_journal_librarys_lines_go_to_the_configured_targets(tmp_path: Path) -> None:
+    """txlog logs under its own name (the journal recovering after a crash); without
+    this its lines went to Python's last-resort stderr print: no stamp, level or code."""
+    out = tmp_path / "amps.log"
+    configure_logging([file_target(out, level="info")], "amps-1")
+    logging.getLogger("txlog.journal").warning("journal j: 3 records recovered")
+    assert texts(out) == [f"warning: {DEFAULT_CODE} journal j: 3 records recovered"]
+    reset_logging()
+    assert logging.getLogger("txlog").propagate and not logging.getLogger("txlog").handlers
+
+
 def test_field_values_with_spaces_are_quoted(tmp_path: Path) -> None:
     out = tmp_path / "amps.log"
     configure_logging([file_target(out)], "amps-1")
