@@ -167,15 +167,30 @@ def test_model_gives_every_name_the_code_imports_from_it() -> None:
     assert not missing, f"amps_py.config.model no longer gives (imported by): {missing}"
 
 
+#: the config modules replication may read: the model, and pure rules over it
+MODEL_MODULES = ("amps_py.config.model", "amps_py.config.sow_pattern")
+
+
 @pytest.mark.parametrize("name", ["routing", "validation"])
 def test_routing_and_validation_import_only_the_model(name: str) -> None:
     path = ROOT / "amps_py" / "replication" / f"{name}.py"
     wrong = [
         f"line {line}: {imported}"
         for line, imported in _imports(path, f"amps_py.replication.{name}")
-        if imported.startswith("amps_py.config") and not imported.startswith("amps_py.config.model")
+        if imported.startswith("amps_py.config") and not imported.startswith(MODEL_MODULES)
     ]
     assert not wrong, f"{name}.py imports amps_py.config beyond its model: {wrong}"
+
+
+def test_the_pattern_rules_import_only_the_model() -> None:
+    """sow_pattern counts as model (above) only while it stays pure: no lxml, no I/O,
+    nothing of amps_py.config but the model."""
+    path = CONFIG / "sow_pattern.py"
+    imported = [name for _, name in _imports(path, "amps_py.config.sow_pattern")]
+    assert all(
+        name.startswith("amps_py.config.model") or not name.startswith(("amps_py", "lxml"))
+        for name in imported
+    ), imported
 
 
 def _names_imported_from_config() -> dict[str, str]:

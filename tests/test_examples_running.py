@@ -682,7 +682,12 @@ def test_example_passes_config_check(path: Path, tmp_path: Path) -> None:
     admin = config.admin
     scheme = "https" if config.admin_tls is not None else "http"
     shown = f"; admin {scheme}://{admin[0]}:{admin[1]}" if admin else "; admin none"
-    assert res.stdout.rstrip().endswith(shown), res.stdout
+    ok_line = res.stdout.splitlines()[0]
+    assert ok_line.endswith(shown), res.stdout
+    # then one line listing the SOW topics, for an example that has them
+    assert [line.split(":")[0] for line in res.stdout.splitlines()[1:]] in ([], ["  sow"]), (
+        res.stdout
+    )
     for line in res.stderr.splitlines():
         assert "Fix: chmod 600 " in line, f"config check warns about an example: {line}"
     copy = tmp_path / path.parent.name

@@ -198,6 +198,26 @@ def test_over_the_memory_limit_the_biggest_in_memory_is_offlined_not_disconnecte
     assert f"spills to {tmp_path}" in record.getMessage()
 
 
+def test_a_replay_holding_the_pool_does_not_offline_small_clients_one_by_one(
+    tmp_path: Path,
+) -> None:
+    """A bookmark replay is exempt; with it holding most of the pool, offlining the
+    clients that hold under 1 % of the limit (a publisher's acks) frees nothing: seen
+    as 286 offlinings of a publisher and a caught-up subscriber in one test run."""
+    limits = InstanceLimits(100_000, 1 << 30, disk_limit=1 << 30, disk_path=tmp_path)
+    replayer, publisher, reader, big = sessions(limits, 4)
+    replayer.replaying = 1
+    replayer.queue(99_900)
+    publisher.queue(93)
+    reader.queue(38)
+    disconnect_slow_clients(publisher, limits, [replayer, publisher, reader])
+    assert not publisher.offline and not reader.offline and not replayer.offline
+    assert limits.offlined == 0
+    big.queue(5_000)  # one holding 5 % of the limit still goes
+    disconnect_slow_clients(big, limits, [replayer, publisher, reader, big])
+    assert big.offline and not publisher.offline and limits.offlined == 1
+
+
 def test_a_lone_slow_client_at_100_percent_capacity_is_offlined_not_disconnected(
     tmp_path: Path,
 ) -> None:

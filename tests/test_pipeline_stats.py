@@ -145,8 +145,13 @@ def test_a_damaged_journal_fails_naming_the_txid(spark: Any, tmp_path: Path) -> 
 
     path = write_journals(tmp_path)["a"]
     data = bytearray((path / "data.mdb").read_bytes())
-    at = data.find(b"x" * 292)  # bob's 300-byte payload: txid 8
-    data[at + 10] ^= 0x01
+    # bob's 300-byte payload, txid 8, in every page holding it: LMDB's copy-on-write
+    # leaves stale copies in free pages, and the first one found may be one of them
+    at = data.find(b"x" * 292)
+    assert at >= 0
+    while at >= 0:
+        data[at + 10] ^= 0x01
+        at = data.find(b"x" * 292, at + 292)
     (path / "data.mdb").write_bytes(bytes(data))
     with pytest.raises(Exception, match="record txid 8 is corrupt") as err:
         journal_stats(spark, StatsRequest((str(path),)))

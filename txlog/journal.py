@@ -480,10 +480,13 @@ class Journal:
             return False
         through = _U64.unpack(raw)[0] if raw is not None and len(raw) == 8 else None
         valid = through == self._last_txid if through is not None else self._last_txid == 0
-        if not readonly:
+        through_now = _U64.pack(self._last_txid)
+        # write only what changes: an open that changes nothing leaves the files as
+        # they were (a start refused over a damaged record must not touch the journal)
+        if not readonly and (raw != through_now if valid else state != b"off"):
             with self._env.begin(write=True, db=self._meta) as txn:
                 if valid:
-                    txn.put(b"holdings_through", _U64.pack(self._last_txid))
+                    txn.put(b"holdings_through", through_now)
                 else:
                     txn.put(b"holdings", b"off")
         return valid

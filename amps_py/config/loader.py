@@ -18,7 +18,12 @@ from amps_py.config.actions import _build_actions
 from amps_py.config.conflated import _build_conflated
 from amps_py.config.log_targets import _build_logging
 from amps_py.config.message_types import _build_message_types, _check_references
-from amps_py.config.model import REPLICATION_TRANSPORT_TYPES, InstanceConfig, archived_queues
+from amps_py.config.model import (
+    REPLICATION_TRANSPORT_TYPES,
+    InstanceConfig,
+    TransportConfig,
+    archived_queues,
+)
 from amps_py.config.parsing import (
     _drop_entity_references,
     _parse_xml,
@@ -43,6 +48,26 @@ from amps_py.config.values import _check_name, _text
 from amps_py.config.xmltree import _children, _first
 
 
+def _own_side(
+    root: etree._Element,
+    name: str | None,
+    group: str | None,
+    transports: tuple[TransportConfig, ...],
+) -> _Self:
+    """What replication needs to know of this instance: names and transports."""
+    return _Self(
+        name=name,
+        group=group,
+        replication=next((t for t in transports if t.is_replication), None),
+        clients=tuple(t for t in transports if not t.is_replication),
+        has_replication_listener=any(
+            (el.text or "").strip() in REPLICATION_TRANSPORT_TYPES
+            for t in _children(_first(root, "Transports"), "Transport")
+            for el in _children(t, "Type")
+        ),
+    )
+
+
 def _build_instance(root: etree._Element, source: str, problems: _Problems) -> InstanceConfig:
     name = _check_name(_first(root, "Name"), problems)
     group_el = _first(root, "Group")
@@ -54,17 +79,7 @@ def _build_instance(root: etree._Element, source: str, problems: _Problems) -> I
     transports = _build_transports(root, problems)
     transaction_log = _build_transaction_log(root, problems)
     logging_targets = _build_logging(root, problems)
-    own = _Self(
-        name=name,
-        group=group,
-        replication=next((t for t in transports if t.is_replication), None),
-        clients=tuple(t for t in transports if not t.is_replication),
-        has_replication_listener=any(
-            (el.text or "").strip() in REPLICATION_TRANSPORT_TYPES
-            for t in _children(_first(root, "Transports"), "Transport")
-            for el in _children(t, "Type")
-        ),
-    )
+    own = _own_side(root, name, group, transports)
     replication = _build_replication(root, own, transaction_log, problems)
     authentication = _build_authentication(root, problems)
     entitlement = _build_entitlement(root, problems)

@@ -140,31 +140,46 @@ def _build_sow(
         names[topic.name] = name_el
         if not _store_is_own(topic, topic_el, stores, transaction_log, problems):
             continue
-        if topic.pattern is not None:
-            if transaction_log is not None and not journal_covers_pattern(
-                transaction_log.topics, topic.pattern, topic.message_type
-            ):
-                problems.add(
-                    _first(topic_el, "Pattern"),
-                    f"SOW topic {topic.name!r}: the TransactionLog does not record every "
-                    f"topic its Pattern {topic.pattern!r} ({topic.message_type}) matches, or "
-                    "amps-py cannot prove it does; amps-py builds each SOW topic from the "
-                    "journal",
-                    journal_fix(whole_topic_form(topic.pattern), topic.message_type, log_el),
-                )
-                continue
-        elif transaction_log is not None and not transaction_log.journals(
-            topic.name, topic.message_type
-        ):
-            problems.add(
-                name_el,
-                f"SOW topic {topic.name!r} ({topic.message_type}) is not recorded by the "
-                "TransactionLog; amps-py builds each SOW topic from the journal",
-                journal_fix(topic.name, topic.message_type, log_el),
-            )
+        if not _journaled(topic, topic_el, name_el, transaction_log, log_el, problems):
             continue
         topics.append(topic)
     return tuple(_held_once(topics, names, problems))
+
+
+def _journaled(
+    topic: SowTopicConfig,
+    topic_el: etree._Element,
+    name_el: etree._Element,
+    transaction_log: TransactionLogConfig | None,
+    log_el: etree._Element | None,
+    problems: _Problems,
+) -> bool:
+    """Whether the TransactionLog records every topic of ``topic`` (its name, or every
+    topic its Pattern matches, provably); reports it when not. True without a built
+    TransactionLog (its absence or its own faults are reported elsewhere)."""
+    if transaction_log is None:
+        return True
+    if topic.pattern is not None:
+        if journal_covers_pattern(transaction_log.topics, topic.pattern, topic.message_type):
+            return True
+        problems.add(
+            _first(topic_el, "Pattern"),
+            f"SOW topic {topic.name!r}: the TransactionLog does not record every "
+            f"topic its Pattern {topic.pattern!r} ({topic.message_type}) matches, or "
+            "amps-py cannot prove it does; amps-py builds each SOW topic from the "
+            "journal",
+            journal_fix(whole_topic_form(topic.pattern), topic.message_type, log_el),
+        )
+        return False
+    if transaction_log.journals(topic.name, topic.message_type):
+        return True
+    problems.add(
+        name_el,
+        f"SOW topic {topic.name!r} ({topic.message_type}) is not recorded by the "
+        "TransactionLog; amps-py builds each SOW topic from the journal",
+        journal_fix(topic.name, topic.message_type, log_el),
+    )
+    return False
 
 
 def _held_once(

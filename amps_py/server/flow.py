@@ -197,7 +197,8 @@ def disconnect_slow_clients(
     ``session`` if it is past its own capacity (of memory while online, of disk while
     offline); then, while its memory pool is over, offline the clients sharing that
     pool with the most bytes waiting in memory, passing over those whose bookmark
-    replay runs (disconnect them instead when their MessageDiskLimit is 0); then, for
+    replay runs (disconnect them instead when their MessageDiskLimit is 0) and those
+    holding less than 1 % of the pool's limit; then, for
     each disk pool that is over (``session``'s, or one a client was just offlined
     into), disconnect the offline clients sharing it with the most bytes spilled.
     ``limits`` keeps the counts (instance-wide).
@@ -214,7 +215,12 @@ def disconnect_slow_clients(
     disks = [pools.disk]
     pool = pools.memory
     if pool.total > pool.limit:
-        for victim, held, total in shed(_memory_holders(pool, sessions), pool.total, pool.limit):
+        # a client holding less than 1 % of the pool is passed over: offlining it frees
+        # next to nothing (when an exempt replay holds most of the pool, it would
+        # offline one small client after another, a publisher for its acks)
+        floor = max(1, pool.limit // 100)
+        holders = ((s, n) for s, n in _memory_holders(pool, sessions) if n >= floor)
+        for victim, held, total in shed(holders, pool.total, pool.limit):
             own = victim.pools
             if not own.offlining:
                 limits.slow_client_pool += 1
