@@ -125,16 +125,27 @@ def sow_record_line(record: SowRecord, as_json: bool, message_type: str = "json"
     line break unless the payload text itself does (without ``as_json``)."""
     if not as_json:
         return record.data.decode(errors="replace")
-    data: Any = None
-    if message_type != "json":
-        reader = default_types().get(message_type)
-        data = reader.to_jsonable(record.data) if reader is not None else None
-    if data is None:
-        try:
-            data = orjson.loads(record.data)
-        except orjson.JSONDecodeError:
-            data = record.data.decode(errors="replace")
+    data = payload_as_json(record.data, message_type)
     return orjson.dumps({"key": record.key, "bookmark": record.bookmark, "data": data}).decode()
+
+
+#: the message types the CLI reads payloads of (the defaults: a URI names one of them)
+_TYPES: Final = default_types()
+
+
+def payload_as_json(payload: bytes, message_type: str) -> Any:
+    """What the CLI prints as a message's ``data``: a fix, nvfix, xml, bson or msgpack
+    payload (``message_type``) as its fields; else the payload parsed as JSON, else
+    its text."""
+    if message_type != "json":
+        reader = _TYPES.get(message_type)
+        data = reader.to_jsonable(payload) if reader is not None else None
+        if data is not None:
+            return data
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return payload.decode(errors="replace")
 
 
 def sow_summary(topic: str, count: int, stats: Mapping[str, int]) -> str:

@@ -43,7 +43,6 @@ import trio
 
 from amps_py.client import BadURI, parse_uri
 from amps_py.client.bookmark_store import fsync_directory
-from amps_py.message_types import default_types
 
 __all__ = [
     "FileRun",
@@ -587,15 +586,9 @@ def message_line(msg: Any, raw: bool, message_type: str = "json") -> str:
     (``message_type``, from the URI) as its fields, else the payload as text."""
     if raw:
         return str(msg.data.decode(errors="replace")) + "\n"
-    data: Any = None
-    if message_type != "json":
-        reader = default_types().get(message_type)
-        data = reader.to_jsonable(msg.data) if reader is not None else None
-    if data is None:
-        try:
-            data = orjson.loads(msg.data)
-        except orjson.JSONDecodeError:
-            data = msg.data.decode(errors="replace")
+    from amps_py.cli_client import payload_as_json
+
+    data = payload_as_json(msg.data, message_type)
     env: dict[str, Any] = {"topic": msg.topic}
     if msg.bookmark:  # a live subscription's messages carry none
         env["bookmark"] = msg.bookmark

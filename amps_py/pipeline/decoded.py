@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 DECODED_COLUMN: Final = "decoded"
 #: the columns it reads
 NEEDS: Final = ("payload", "message_type")
+#: the types it decodes (built once, not per row)
+_TYPES: Final = default_types()
 
 
 def decode_body(message_type: str | None, body: bytes | None) -> str | None:
@@ -56,7 +58,7 @@ def decode_body(message_type: str | None, body: bytes | None) -> str | None:
             return body.decode()
         except (orjson.JSONDecodeError, UnicodeDecodeError):
             return None
-    reader = default_types().get(message_type)
+    reader = _TYPES.get(message_type)
     if reader is None or message_type == "binary":
         return None
     try:

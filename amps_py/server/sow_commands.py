@@ -457,19 +457,32 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
     instance.registry.add(sub)
 
     async def run() -> None:
-        try:
-            await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
-        except SowStoreError as exc:
-            failure = store_unreadable(session, query.topic, exc)
-            session.subscription_failed(sub, header.get("cid"), failure.reason, failure.detail)
-            return
-        finally:
-            _close_all(snapshots)
-        await run_replay(session, sub, cursor, None, header.get("cid"))
+        if await _send_snapshot(session, header, sub, query, snapshots):
+            await run_replay(session, sub, cursor, None, header.get("cid"))
 
     if "processed" in sub.acks:
         session.ack(header, "processed", sub_id=sub.sub_id)
     session.start_soon(run)
+
+
+async def _send_snapshot(
+    session: Session,
+    header: dict[str, Any],
+    sub: Subscription,
+    query: Query,
+    snapshots: Sequence[tuple[Source, Any]],
+) -> bool:
+    """Send a ``sow_and_subscribe``'s snapshot and close its snapshots; False (the
+    subscription failed, the client told) when a store could not be read."""
+    try:
+        await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
+    except SowStoreError as exc:
+        failure = store_unreadable(session, query.topic, exc)
+        session.subscription_failed(sub, header.get("cid"), failure.reason, failure.detail)
+        return False
+    finally:
+        _close_all(snapshots)
+    return True
 
 
 def _start_conflated(
@@ -495,14 +508,8 @@ def _start_conflated(
 
     async def run() -> None:
         try:
-            try:
-                await send_results(session, header, query, snapshots, sub_id=sub.sub_id)
-            except SowStoreError as exc:
-                failure = store_unreadable(session, query.topic, exc)
-                session.subscription_failed(sub, header.get("cid"), failure.reason, failure.detail)
+            if not await _send_snapshot(session, header, sub, query, snapshots):
                 return
-            finally:
-                _close_all(snapshots)
             if session.subscriptions.get(sub.sub_id) is not sub:
                 return  # unsubscribed meanwhile
             # the seam: no await from here until it is live
