@@ -48,7 +48,7 @@ import trio.lowlevel
 
 from amps_py import __version__
 from amps_py.cli_admin import admin
-from amps_py.cli_common import fail
+from amps_py.cli_common import Pacer, fail
 from amps_py.cli_config import config
 from amps_py.cli_names import names
 from amps_py.cli_pipeline import pipeline
@@ -535,6 +535,14 @@ def _file_size(file_: Any) -> int | None:
     help="FIX and NVFIX: the character DATA and the lines use between fields (e.g. "
     "'|'); it is sent as the field separator, SOH (as AMPS's spark -delimiter).",
 )
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="N",
+    help="Publish the lines of --file at most N per second (e.g. to replay a capture at "
+    "its pace); default: as fast as the server takes them.",
+)
 def publish(
     uri: str,
     topic: str,
@@ -549,6 +557,7 @@ def publish(
     raw: bool,
     admin_url: str | None,
     delimiter: str | None,
+    rate: float | None,
 ) -> None:
     """Publish DATA (or each line of --file) to TOPIC and wait until it is persisted.
 
@@ -623,6 +632,7 @@ def publish(
             user,
             password_env,
             admin_url,
+            rate,
         )
         return
     credentials = _credentials(uri, user, password_env)
@@ -645,7 +655,9 @@ def publish(
                     last = await client.publish(topic, data.encode())
                     n = 1
                 else:
+                    pacer = Pacer(rate)
                     async for line, done in lines(file_):
+                        await pacer.wait()
                         last = await client.publish(topic, line)
                         n += 1
                         if n % 512 == 0:
@@ -729,6 +741,7 @@ def _publish_ha(
     user: str | None,
     password_env: str,
     admin_url: str | None,
+    rate: float | None,
 ) -> None:
     """``publish`` with a URI list or --store: on the HA client (``cli_ha.publish``)."""
     import os
@@ -757,6 +770,7 @@ def _publish_ha(
             timeout=timeout,
             logon_fields=fields,
             explain_timeout=explain_timeout,
+            rate=rate,
         )
 
     with _client_errors(credentials, client_name, password_env, topic):

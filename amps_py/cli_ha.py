@@ -336,6 +336,7 @@ async def publish(
     timeout: float,
     logon_fields: Mapping[str, Any],
     explain_timeout: Callable[[str, str], Awaitable[None]],
+    rate: float | None = None,
 ) -> Published:
     """Publish ``data`` or each non-blank line of ``file_`` (read with ``lines``)
     through the HA client, resuming a file run as the module doc says, and wait until
@@ -343,11 +344,14 @@ async def publish(
 
     ``explain_timeout(message, uri)`` is awaited when the persisted acks do not come
     within ``timeout``: it raises the user's error (else the TimeoutError is raised).
+    ``rate`` paces the lines sent (not the ones a resumed run skips) at most that many
+    per second.
 
     Raises:
         StoreMisuse, OSError, TimeoutError, CommandError: as the CLI reports them.
     """
     from amps_py.cli_client import progress
+    from amps_py.cli_common import Pacer
     from amps_py.client import CommandError, FilePublishStore, open_ha_client
     from amps_py.trio_util import unwrapping_groups
 
@@ -408,10 +412,12 @@ async def publish(
                     done.sent = 1
                 else:
                     index = 0
+                    pacer = Pacer(rate)
                     async for line, at in lines(file_):
                         index += 1
                         if index <= done.skipped:
                             continue
+                        await pacer.wait()
                         done.last = await ha.publish(topic, line)
                         done.sent += 1
                         if done.sent % 512 == 0:

@@ -180,6 +180,28 @@ def test_publish_file_shows_progress_on_a_terminal_only(
     assert streamed.stderr == "published 2 message(s) to orders; persisted through seq 2\n"
 
 
+def test_publish_rate_paces_a_file_and_refuses_a_rate_that_is_not_positive(
+    default_serve: DefaultServe, tmp_path: Path
+) -> None:
+    lines = tmp_path / "paced.jsonl"
+    lines.write_text("".join(f'{{"n": {i}}}\n' for i in range(21)))
+    started = time.monotonic()
+    paced = run(
+        "publish", default_serve.uri, "paced", "--file", str(lines), "--rate", "10",
+        cwd=tmp_path,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert paced.returncode == 0, paced.stderr
+    assert paced.stderr == "published 21 message(s) to paced; persisted through seq 21\n"
+    # 21 lines at 10 a second: 20 gaps of 0.1 s at least (a lower bound: a loaded
+    # machine only adds to it)
+    assert took >= 2.0, f"21 lines at --rate 10 took {took:.2f} s"
+    zero = run("publish", default_serve.uri, "paced", "--file", str(lines), "--rate", "0",
+               cwd=tmp_path)  # fmt: skip
+    assert zero.returncode == 2
+    assert "--rate" in zero.stderr and "0" in zero.stderr, zero.stderr
+
+
 def test_subscribe_says_when_the_replay_ends_and_live_starts(
     default_serve: DefaultServe, tmp_path: Path
 ) -> None:
