@@ -211,3 +211,25 @@ def test_the_same_seed_gives_the_same_trace() -> None:
     first = _chatter(SEED)
     assert _chatter(SEED) == first
     assert _chatter(SEED + 1) != first  # the seed matters: latencies and interleaving
+
+
+async def test_amps_py_net_opens_on_the_network_a_task_tree_runs_on(
+    autojump_clock: trio.MockClock,
+) -> None:
+    """What the server and the client call (amps_py.net) reaches the simulated network
+    inside ``using``, and trio's listeners API serves its listeners."""
+    from amps_py import net as amps_net
+
+    sim = network()
+    async with trio.open_nursery() as nursery:
+        with amps_net.using(sim.node("b")):
+            listeners = await amps_net.open_tcp_listeners(0)
+            host, port = listeners[0].socket.getsockname()[:2]
+            assert host == "b"
+            nursery.start_soon(trio.serve_listeners, echo, listeners)
+        with amps_net.using(sim.node("a")):
+            stream = await amps_net.open_tcp_stream(host, port)
+        assert stream.socket.getsockname()[0] == "a"
+        await stream.send_all(b"through amps_py.net")
+        assert await read_exactly(stream, 19) == b"through amps_py.net"  # type: ignore[arg-type]
+        nursery.cancel_scope.cancel()

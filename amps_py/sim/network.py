@@ -38,7 +38,7 @@ import trio
 
 from amps_py.sim.trace import Trace
 
-__all__ = ["SimNetwork", "SimStream"]
+__all__ = ["SimListener", "SimNetwork", "SimNode", "SimStream"]
 
 #: bytes one direction of a connection holds in flight before the sender blocks
 DEFAULT_PIPE_BYTES: Final = 256 * 1024
@@ -251,12 +251,40 @@ class _Connection:
         return len(self.closed) == 2 or any(pipe.broken for pipe in self.pipes)
 
 
-@dataclass(eq=False)
-class _Listener:
-    host: str
-    port: int
-    handler: Handler
-    send: trio.MemorySendChannel[SimStream]
+class SimListener(trio.abc.Listener[SimStream]):
+    """A listening port of the simulated network (what ``trio.open_tcp_listeners``
+    gives, with a ``socket`` answering ``getsockname``): ``accept`` returns the next
+    connection made to it. Closed by ``aclose``, or by a crash of its host."""
+
+    def __init__(self, network: SimNetwork, host: str, port: int, backlog: int) -> None:
+        self._network = network
+        self.address = (host, port)
+        self.socket = _FakeSocket(self.address, ("", 0))
+        self._send, self._receive = trio.open_memory_channel[SimStream](backlog)
+
+    def offer(self, stream: SimStream) -> bool:
+        """Queue a new connection for ``accept``; False when the backlog is full or the
+        listener closed (the connect is refused)."""
+        try:
+            self._send.send_nowait(stream)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
+    async def accept(self) -> SimStream:
+        try:
+            return await self._receive.receive()
+        except trio.EndOfChannel:
+            raise trio.ClosedResourceError("the listener was closed (its host crashed)") from None
+
+    def shut(self) -> None:
+        """Stop taking connections (the host crashed): a pending ``accept`` fails."""
+        self._send.close()
+
+    async def aclose(self) -> None:
+        self.shut()
+        self._network.forget_listener(self)
+        await self._receive.aclose()
 
 
 class SimNetwork:
@@ -279,7 +307,8 @@ class SimNetwork:
         self._latency = latency
         self._pipe_bytes = pipe_bytes
         self._connect_timeout = connect_timeout
-        self._listeners: dict[tuple[str, int], _Listener] = {}
+        self._listeners: dict[tuple[str, int], SimListener] = {}
+        self._next_listen_port: dict[str, int] = {}
         self._connections: list[_Connection] = []
         self._groups: list[frozenset[str]] = []
         self._read_rates: dict[str, float] = {}
@@ -287,6 +316,24 @@ class SimNetwork:
         self._count = 0
 
     # -- listening and connecting --------------------------------------------------
+    def listen(self, address: str, backlog: int = 128) -> SimListener:
+        """A listener on ``address`` (``host:port``; port 0 picks a free one)."""
+        host, port = _address(address)
+        if port == 0:
+            port = self._next_listen_port.get(host, 9000) + 1
+            self._next_listen_port[host] = port
+        if (host, port) in self._listeners:
+            raise OSError(errno.EADDRINUSE, f"{host}:{port} is in use in the simulated network")
+        listener = SimListener(self, host, port, backlog)
+        self._listeners[(host, port)] = listener
+        self.trace.record(trio.current_time(), host, "listen", f"{host}:{port}")
+        return listener
+
+    def forget_listener(self, listener: SimListener) -> None:
+        """Take ``listener`` off its port (it was closed)."""
+        if self._listeners.get(listener.address) is listener:
+            del self._listeners[listener.address]
+
     async def serve(
         self,
         address: str,
@@ -294,24 +341,18 @@ class SimNetwork:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Accept connections on ``address`` (``host:port``) until cancelled, running
-        ``handler(stream)`` for each in a task of its own; a crash of the host (or the
-        end of this call) ends the listener."""
-        key = _address(address)
-        if key in self._listeners:
-            raise OSError(errno.EADDRINUSE, f"{address} is in use in the simulated network")
-        send, receive = trio.open_memory_channel[SimStream](0)
-        self._listeners[key] = _Listener(key[0], key[1], handler, send)
-        self.trace.record(trio.current_time(), key[0], "listen", address)
-        try:
-            async with trio.open_nursery() as nursery:
-                task_status.started()
-                async with receive:
-                    async for stream in receive:
-                        nursery.start_soon(self._handle, handler, stream)
-        finally:
-            if self._listeners.get(key) is not None and self._listeners[key].send is send:
-                del self._listeners[key]
+        """Accept connections on ``address`` until cancelled or the host crashes,
+        running ``handler(stream)`` for each in a task of its own (the stream is
+        closed when it returns)."""
+        listener = self.listen(address)
+        async with listener, trio.open_nursery() as nursery:
+            task_status.started()
+            while True:
+                try:
+                    stream = await listener.accept()
+                except trio.ClosedResourceError:
+                    return
+                nursery.start_soon(self._handle, handler, stream)
 
     async def _handle(self, handler: Handler, stream: SimStream) -> None:
         try:
@@ -335,11 +376,11 @@ class SimNetwork:
             self.trace.record(trio.current_time(), source, "connect-refused", address)
             raise OSError(errno.ECONNREFUSED, f"connecting to {address}: connection refused")
         client_end, server_end = self._open(source, (host, port), latency)
+        if not listener.offer(server_end):
+            self._break(self._connections[-1])
+            self.trace.record(trio.current_time(), source, "connect-refused", address)
+            raise OSError(errno.ECONNREFUSED, f"connecting to {address}: backlog full")
         self.trace.record(trio.current_time(), source, "connect", self._connections[-1].name)
-        try:
-            await listener.send.send(server_end)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise OSError(errno.ECONNREFUSED, f"connecting to {address}: refused") from None
         return client_end
 
     def _open(
@@ -431,7 +472,11 @@ class SimNetwork:
         for key, listener in list(self._listeners.items()):
             if key[0] == host:
                 del self._listeners[key]
-                listener.send.close()
+                listener.shut()
+
+    def node(self, host: str) -> SimNode:
+        """``host``'s view of the network (see :class:`SimNode`)."""
+        return SimNode(self, host)
 
     def slow_reader(self, host: str, bytes_per_second: float | None) -> None:
         """``host`` reads at most ``bytes_per_second`` (None: as fast as it can)."""
@@ -443,3 +488,20 @@ class SimNetwork:
 
     def read_rate(self, host: str) -> float | None:
         return self._read_rates.get(host)
+
+
+class SimNode:
+    """One host's view of the network: what ``amps_py.net`` asks of a network
+    (``open_tcp_stream``, ``open_tcp_listeners``), its connections made from
+    ``host``."""
+
+    def __init__(self, network: SimNetwork, host: str) -> None:
+        self.network = network
+        self.host = host
+
+    async def open_tcp_stream(self, host: str, port: int) -> SimStream:
+        return await self.network.connect(self.host, f"{host}:{port}")
+
+    async def open_tcp_listeners(self, port: int, *, host: str | None = None) -> list[SimListener]:
+        await trio.lowlevel.checkpoint()
+        return [self.network.listen(f"{self.host}:{port}")]
