@@ -43,6 +43,7 @@ from typing import Final, TypeVar
 import outcome
 import trio
 
+from amps_py import offload
 from amps_py.statistics import BATCH_SIZE_BUCKETS, COMMIT_SECONDS_BUCKETS, WRITER_MAX_BATCH
 from txlog import Journal, Record
 from txlog.journal import DIRECT_BYTES, DIRECT_RECORDS, Staging
@@ -702,6 +703,12 @@ class JournalWriter:
         """Run ``work`` on the writer thread and wait for its outcome (shielded: the
         journal must not be touched while it runs); ``after_submit`` runs in this
         thread once ``work`` is submitted."""
+        if offload.is_inline():  # the simulator: no thread, the same order
+            ran = outcome.capture(work)
+            if after_submit is not None:
+                after_submit()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return ran.unwrap()
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
         result: list[outcome.Outcome[_T]] = []
