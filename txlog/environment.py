@@ -19,7 +19,8 @@ from pathlib import Path
 
 import lmdb
 
-from .opening import check_format_and_owner
+from .errors import JournalDamaged
+from .opening import LMDB_DAMAGE_ERRORS, check_format_and_owner, lmdb_damage
 from .record import Record, RecordCodec
 from .segments import Segment
 
@@ -101,6 +102,24 @@ class JournalEnv:
             return self.env.open_db(name, create=create)
         except lmdb.NotFoundError:
             return None
+
+    def newest_key(self, db: lmdb._Database, readonly: bool) -> tuple[int, JournalDamaged | None]:
+        """The highest (u64) key of ``db``, 0 when empty. A read-only open (the tools)
+        survives a damaged LMDB page here, so ``verify`` can still list the damage: the
+        segment table, written with every commit, then gives the newest txid (the
+        damage is returned with 0).
+
+        Raises:
+            lmdb.Error: LMDB cannot read the newest page (a writer's open).
+        """
+        try:
+            with self.env.begin(db=db) as txn:
+                cur = txn.cursor()
+                return (int(_U64.unpack(cur.key())[0]) if cur.last() else 0), None
+        except LMDB_DAMAGE_ERRORS as exc:
+            if not readonly:
+                raise
+            return 0, lmdb_damage(self.path, exc)
 
     def segment_path(self, seg: Segment) -> Path:
         """Where ``seg``'s file is: files in the journal directory are recorded by name

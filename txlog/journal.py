@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -118,7 +117,6 @@ from .record import (
     RecordCodec,
     RouteView,
     StoredRecords,
-    check_stored_records,
 )
 from .recovery import read_live_log, recover_commit_log
 from .segments import Segment, bytes_through, removed_through
@@ -134,13 +132,6 @@ DURABILITY_MODES: Final = ("fsync", "page-cache")
 DEFAULT_MAP_SIZE: Final = 64 * 1024**3
 #: AMPS's default JournalSize
 DEFAULT_SEGMENT_SIZE: Final = 1024**3
-
-
-_U64 = struct.Struct(">Q")
-
-
-def _stored_pair(value: bytes, txid: int) -> tuple[int, bytes]:
-    return txid, value
 
 
 class Journal:
@@ -390,22 +381,12 @@ class Journal:
         return self._state.holdings_valid
 
     def _newest_key(self, db: lmdb._Database, readonly: bool) -> int:
-        """The highest (u64) key of ``db``, 0 when empty. A read-only open (the tools)
-        survives a damaged LMDB page here, so ``verify`` can still list the damage: the
-        segment table, written with every commit, then gives the newest txid.
-
-        Raises:
-            lmdb.Error: LMDB cannot read the newest page (a writer's open).
-        """
-        try:
-            with self._env.begin(db=db) as txn:
-                cur = txn.cursor()
-                return int(_U64.unpack(cur.key())[0]) if cur.last() else 0
-        except LMDB_DAMAGE_ERRORS as exc:
-            if not readonly:
-                raise
-            self.damage = lmdb_damage(self.path, exc)
-            return 0
+        """See :meth:`txlog.environment.JournalEnv.newest_key`; the damage a read-only
+        open survives there is kept in :attr:`damage`."""
+        key, damage = self._environment.newest_key(db, readonly)
+        if damage is not None:
+            self.damage = damage
+        return key
 
     def first_lmdb_record(self) -> Record | None:
         """See :meth:`RecordReader.first_lmdb_record`."""
@@ -637,11 +618,7 @@ class Journal:
         Raises:
             CorruptRecord: a record in the range failed its checks (its txid named).
         """
-        pairs, damage = self._reader.scan(after_txid, limit, max_txid, _stored_pair)
-        stored = check_stored_records(pairs)
-        if damage is not None:
-            raise damage
-        return stored
+        return self._reader.read_stored(after_txid, limit, max_txid)
 
     def read_route_views(
         self, after_txid: int, limit: int, max_txid: int | None = None

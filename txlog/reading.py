@@ -46,7 +46,13 @@ from .holdings import (
     split_key,
 )
 from .opening import LMDB_READ_DAMAGE_ERRORS
-from .record import CorruptRecord, Record, UnreadableRecords
+from .record import (
+    CorruptRecord,
+    Record,
+    StoredRecords,
+    UnreadableRecords,
+    check_stored_records,
+)
 from .segments import Segment, SegmentFile, SegmentFileError
 
 if TYPE_CHECKING:
@@ -57,6 +63,10 @@ _T = TypeVar("_T")
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
 _U64_MAX: Final = (1 << 64) - 1
+
+
+def _stored_pair(value: bytes, txid: int) -> tuple[int, bytes]:
+    return txid, value
 
 
 class RecordReader:
@@ -250,6 +260,16 @@ class RecordReader:
         if damage is not None:
             raise damage
         return out
+
+    def read_stored(
+        self, after_txid: int, limit: int, max_txid: int | None = None
+    ) -> StoredRecords:
+        """See :meth:`txlog.journal.Journal.read_stored`."""
+        pairs, damage = self.scan(after_txid, limit, max_txid, _stored_pair)
+        stored = check_stored_records(pairs)
+        if damage is not None:
+            raise damage
+        return stored
 
     def record(self, txid: int) -> Record | None:
         """See :meth:`txlog.journal.Journal.get`."""
