@@ -63,7 +63,7 @@ Contract:
   range that does not read (or the index); no raw ``lmdb`` error leaves a read, and
   no read steps from page to page (a step onto a damaged page can abort the process:
   see :mod:`txlog.reading`).
-The journal's parts, each handed what it works on (none imports this module):
+The journal's parts, each handed what it works on (no part imports this module):
 opening and its checks in :mod:`txlog.opening`, the LMDB environment and its
 sub-databases in :mod:`txlog.environment`, the shared in-memory state in
 :mod:`txlog.state`, writing (:meth:`Journal.stage`, :meth:`Journal.commit`) in

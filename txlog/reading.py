@@ -10,8 +10,9 @@ delegate to them.
 
 Every read opens and closes its own transaction, from any thread, and checks the CRC
 of each record it converts (the ``convert`` functions of :class:`txlog.record.RecordCodec`
-do). This module reads the journal's LMDB environment and in-memory segment table; it
-never writes.
+do). This module reads what the journal hands it, its LMDB environment
+(:class:`txlog.environment.JournalEnv`) and its shared in-memory state and segment table
+(:class:`txlog.state.JournalState`); it never writes.
 
 Damaged LMDB pages: every read finds each record by a search (``set_range`` of the next
 txid), never by LMDB's step to the next page: a step onto a damaged page can fail an

@@ -63,11 +63,6 @@ class JournalState:
         self.appended = 0
         self.duplicates = 0
 
-    def set_segments(self, segments: list[Segment]) -> None:
-        """Replace the segment table (and what it says was removed)."""
-        self.segments = segments
-        self.removed_through = removed_through(segments)
-
     def replace_segments(self, changed: Mapping[int, Segment]) -> None:
         """Swap in changed rows of the segment table (segment maintenance)."""
         self.segments = [changed.get(seg.id, seg) for seg in self.segments]

@@ -327,6 +327,9 @@ class JournalWriter:
         rec_items = batch.rec_items
         bm_items = batch.bm_items
         pub_updates = batch.pub_updates
+        origin_updates = batch.origin_updates
+        others = batch.others
+        own_name = self._env.instance_name
         cache = self.pub_cache
         cached_seq = cache.get
         for index, rec in enumerate(records):
@@ -374,7 +377,16 @@ class JournalWriter:
             bm_items.append((bm_key, key))
             txids.append(txid)
             rec_items.append((key, value))
-            self._note_origin(batch, rec, own_origin, txid)
+            origin = rec.origin
+            if own_origin:
+                if origin != own_name:
+                    others.append((len(rec_items) - 1, origin, txid))
+                continue
+            others.append((len(rec_items) - 1, origin, rec.origin_txid))
+            if not origin:
+                continue
+            if rec.origin_txid > origin_updates.get(origin, 0):
+                origin_updates[origin] = rec.origin_txid
         batch.txid = txid
 
     def _high_water(self, batch: _Batch, ph: int) -> int:
@@ -405,21 +417,6 @@ class JournalWriter:
             or bm_key in batch.pending.marks
             or txn.get(bm_key, db=self._env.bookmarks) is not None
         )
-
-    def _note_origin(self, batch: _Batch, rec: Record, own_origin: bool, txid: int) -> None:
-        """Note the origin of ``rec``, just taken: for the holdings (records not this
-        instance's own with origin txid = txid) and the origins index."""
-        index = len(batch.rec_items) - 1
-        origin = rec.origin
-        if own_origin:
-            if origin != self._env.instance_name:
-                batch.others.append((index, origin, txid))
-            return
-        batch.others.append((index, origin, rec.origin_txid))
-        if not origin:
-            return
-        if rec.origin_txid > batch.origin_updates.get(origin, 0):
-            batch.origin_updates[origin] = rec.origin_txid
 
     def _batch_puts(
         self,
