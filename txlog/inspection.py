@@ -21,7 +21,9 @@ from .record import CorruptRecord
 from .segments import SegmentFile, SegmentFileError
 
 if TYPE_CHECKING:
-    from .journal import Journal
+    from .environment import JournalEnv
+    from .reading import RecordReader
+    from .state import JournalState
 
 _U64: Final = struct.Struct(">Q")
 
@@ -49,33 +51,35 @@ class VerifyProblem:
     problem: str
 
 
-def journal_statistics(journal: Journal) -> JournalStatistics:
-    """``journal``'s size, owner, settings and the counts of this process's appends.
+def journal_statistics(
+    env: JournalEnv, state: JournalState, reader: RecordReader
+) -> JournalStatistics:
+    """The journal's size, owner, settings and the counts of this process's appends.
     Records and segments count what is held (removed segments are not)."""
-    j = journal
-    with j._env.begin() as txn:
-        n_pubs = txn.stat(j._publishers)["entries"]
-    segments = [seg for seg in j._segments if seg.state != "removed"]
+    j = env
+    with j.env.begin() as txn:
+        n_pubs = txn.stat(j.publishers)["entries"]
+    segments = [seg for seg in state.segments if seg.state != "removed"]
     data = j.path / "data.mdb"
     return JournalStatistics(
         path=str(j.path),
         instance_name=j.instance_name,
         durability=j.durability,
         compression=j.compression,
-        first_txid=j.first_txid(),
-        last_txid=j._last_txid,
+        first_txid=reader.first_txid(),
+        last_txid=state.last_txid,
         records=sum(seg.records for seg in segments),
         publishers=n_pubs,
         file_bytes=data.stat().st_size if data.exists() else 0,
-        commits=j._commits,
-        appended=j._appended,
-        duplicates=j._duplicates,
+        commits=state.commits,
+        appended=state.appended,
+        duplicates=state.duplicates,
         segments=len(segments),
     )
 
 
 def verify_journal(
-    journal: Journal, progress: Callable[[int], None] | None = None
+    env: JournalEnv, state: JournalState, progress: Callable[[int], None] | None = None
 ) -> list[VerifyProblem]:
     """Check every record's CRC and decoding, and that txids strictly increase.
 
@@ -83,9 +87,9 @@ def verify_journal(
     for damaged records. ``progress``, when given, is called with the number of
     records checked so far, every few thousand records and once at the end.
     """
-    j = journal
+    j = env
     problems: list[VerifyProblem] = []
-    decode = j._codec.decode
+    decode = j.codec.decode
     checked = 0
 
     def count() -> None:
@@ -94,7 +98,7 @@ def verify_journal(
         if progress is not None and checked % PROGRESS_EVERY == 0:
             progress(checked)
 
-    for seg in j._segments:
+    for seg in state.segments:
         if not seg.offloaded:
             continue
         try:
@@ -116,7 +120,7 @@ def verify_journal(
         except SegmentFileError as exc:
             problems.append(VerifyProblem(None, str(exc)))
     prev = 0
-    for item in _walk_records(j):
+    for item in _walk_records(env, state):
         if isinstance(item, VerifyProblem):
             problems.append(item)
             continue
@@ -128,7 +132,7 @@ def verify_journal(
         if txid <= prev:
             problems.append(VerifyProblem(txid, f"txid not after previous {prev}"))
         prev = txid
-        if txid <= j._removed_through:
+        if txid <= state.removed_through:
             continue  # left over from a removal still in progress
         count()
         try:
@@ -147,7 +151,9 @@ def _next_key(key: bytes) -> bytes:
     return key + b"\x00"
 
 
-def _walk_records(journal: Journal) -> Iterator[tuple[bytes, bytes] | VerifyProblem]:
+def _walk_records(
+    env: JournalEnv, state: JournalState
+) -> Iterator[tuple[bytes, bytes] | VerifyProblem]:
     """Every (key, value) of the LMDB records database in key order; a damaged
     LMDB page is reported as a :class:`VerifyProblem` naming the txids it hides,
     and the walk goes on after it.
@@ -159,7 +165,7 @@ def _walk_records(journal: Journal) -> Iterator[tuple[bytes, bytes] | VerifyProb
     """
     after: bytes | None = None
     while True:
-        with journal._env.begin(db=journal._records, buffers=False) as txn:
+        with env.env.begin(db=env.records, buffers=False) as txn:
             cur = txn.cursor()
             try:
                 found = cur.first() if after is None else cur.set_range(_next_key(after))
@@ -174,7 +180,7 @@ def _walk_records(journal: Journal) -> Iterator[tuple[bytes, bytes] | VerifyProb
             yield VerifyProblem(None, f"LMDB cannot read past key {after.hex()} ({damage})")
             return
         first = _U64.unpack(after)[0] + 1 if after is not None else 1
-        resume = readable_from(journal, first)
+        resume = readable_from(env, state, first)
         hidden = f"txids {first} to {resume - 1}" if resume else f"txids from {first}"
         yield VerifyProblem(first, f"{hidden} unreadable: LMDB reports a damaged page ({damage})")
         if resume is None:

@@ -15,9 +15,11 @@ The writing side of the segment table (:mod:`txlog.segments`):
 Everything but :meth:`~SegmentMaintenance.write_segment_file` and the reads writes:
 only the journal's single writer calls it, between appends. Callers use the
 :class:`~txlog.journal.Journal` methods of the same names, which delegate here. This
-module works on the journal's LMDB environment and in-memory segment table; besides
-:mod:`txlog.journal`, only the readers (:mod:`txlog.reading`, :mod:`txlog.inspection`)
-touch them, and they never write.
+module works on what the journal hands it: its LMDB environment
+(:class:`txlog.environment.JournalEnv`), its shared in-memory state and segment table
+(:class:`txlog.state.JournalState`), its reader and its commit; besides the writer
+(:mod:`txlog.writing`), only the readers (:mod:`txlog.reading`,
+:mod:`txlog.inspection`) touch them, and they never write.
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ from .segments import (
     segment_file_name,
     write_segment_file,
 )
+from .state import unpack_u64 as unpack_u64  # re-exported
 
 if TYPE_CHECKING:
-    from .journal import Journal
+    from .environment import JournalEnv
+    from .reading import RecordReader
+    from .state import JournalState
 
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
@@ -65,32 +70,38 @@ def reporting(
     progress(done)
 
 
-def unpack_u64(raw: bytes) -> int:
-    return int(_U64.unpack_from(raw)[0])
-
-
 class SegmentMaintenance:
     """The segment maintenance of one open journal (created by the journal)."""
 
-    def __init__(self, journal: Journal) -> None:
-        self._journal = journal
+    def __init__(
+        self,
+        env: JournalEnv,
+        state: JournalState,
+        reader: RecordReader,
+        commit: Callable[[], None],
+    ) -> None:
+        self._env = env
+        self._state = state
+        self._reader = reader
+        #: the journal's commit: LMDB takes what is staged before maintenance writes
+        self._commit = commit
         #: removed segment id -> newest txid of its file whose bookmark entry is deleted
         self._purge_progress: dict[int, int] = {}
 
     # ------------------------------------------------------------ saved decisions
     def pending_removal(self) -> int:
         """The newest segment id a remove request still waits to remove (0: none)."""
-        j = self._journal
-        with j._env.begin(db=j._meta) as txn:
+        j = self._env
+        with j.env.begin(db=j.meta) as txn:
             raw = txn.get(b"remove_through")
         return int(raw.decode()) if raw else 0
 
     def save_pending_removal(self, through_id: int) -> None:
         """Remember (writer only) that segments up to ``through_id`` are marked for
         removal, so a restart keeps the request; 0 clears it."""
-        j = self._journal
-        j.commit()  # no staged transaction may be open beside this one
-        with j._env.begin(write=True, db=j._meta) as txn:
+        j = self._env
+        self._commit()  # no staged transaction may be open beside this one
+        with j.env.begin(write=True, db=j.meta) as txn:
             if through_id:
                 txn.put(b"remove_through", str(through_id).encode())
             else:
@@ -98,10 +109,10 @@ class SegmentMaintenance:
 
     def destination_positions(self) -> dict[str, int]:
         """Per replication destination, the txid it had acknowledged when last saved."""
-        j = self._journal
-        if j._destinations_db is None:
+        j = self._env
+        if j.destinations_db is None:
             return {}
-        with j._env.begin(db=j._destinations_db) as txn:
+        with j.env.begin(db=j.destinations_db) as txn:
             return {k.decode(): _U64.unpack(v)[0] for k, v in txn.cursor()}
 
     def save_destination_positions(self, positions: Mapping[str, int]) -> None:
@@ -110,12 +121,12 @@ class SegmentMaintenance:
         Raises:
             JournalError: the journal was opened read-only.
         """
-        j = self._journal
-        if j._destinations_db is None:
+        j = self._env
+        if j.destinations_db is None:
             raise JournalError("this journal was opened read-only")
-        j.commit()  # no staged transaction may be open beside this one
-        with j._env.begin(write=True, db=j._destinations_db) as txn:
-            txn.drop(j._destinations_db, delete=False)
+        self._commit()  # no staged transaction may be open beside this one
+        with j.env.begin(write=True, db=j.destinations_db) as txn:
+            txn.drop(j.destinations_db, delete=False)
             for name, txid in positions.items():
                 txn.put(name.encode(), _U64.pack(txid))
 
@@ -133,7 +144,7 @@ class SegmentMaintenance:
 
         after = seg.first_txid - 1
         while after < seg.last_txid:
-            batch, damage = self._journal.reader.scan(after, 4096, seg.last_txid, checked)
+            batch, damage = self._reader.scan(after, 4096, seg.last_txid, checked)
             yield from batch
             if damage is not None:
                 raise damage
@@ -154,7 +165,7 @@ class SegmentMaintenance:
             JournalError: archiving without an archive directory.
             CorruptRecord: a record of the segment is damaged (nothing is written).
         """
-        j = self._journal
+        j = self._env
         if state == "compressed":
             directory, compressed = j.path, True
         elif state == "archived":
@@ -189,16 +200,16 @@ class SegmentMaintenance:
         """How a segment file is recorded in the table (see
         :meth:`txlog.journal.Journal.segment_path`)."""
         resolved = file.resolve()
-        if resolved.parent == self._journal.path.resolve():
+        if resolved.parent == self._env.path.resolve():
             return resolved.name
         return str(resolved)
 
     # ------------------------------------------------------------ state changes
     def _put_segment(self, txn: lmdb.Transaction, seg: Segment) -> None:
-        txn.put(_U64.pack(seg.id), seg.encode(), db=self._journal._segments_db)
+        txn.put(_U64.pack(seg.id), seg.encode(), db=self._env.segments_db)
 
     def _segment(self, seg_id: int) -> Segment:
-        for seg in self._journal._segments:
+        for seg in self._state.segments:
             if seg.id == seg_id:
                 return seg
         raise JournalError(f"there is no journal segment {seg_id}")
@@ -212,7 +223,7 @@ class SegmentMaintenance:
         missing file). The segment's records leave LMDB in later :meth:`purge_step`
         calls.
         """
-        j = self._journal
+        j = self._env
         seg = self._segment(seg_id)
         if seg.state not in ("live", "compressed", "archived"):
             raise JournalError(f"journal segment {seg_id} is {seg.state}")
@@ -220,40 +231,40 @@ class SegmentMaintenance:
         updated = replace(
             seg, state=state, cleaned=seg.cleaned and seg.state != "live", file=stored
         )
-        j.commit()  # no staged transaction may be open beside this one
-        with j._env.begin(write=True) as txn:
+        self._commit()  # no staged transaction may be open beside this one
+        with j.env.begin(write=True) as txn:
             self._put_segment(txn, updated)
-        j._replace_segments({seg_id: updated})
+        self._state.replace_segments({seg_id: updated})
         if not seg.file or seg.file == stored:
             return ""
         old = str(j.segment_path(seg))
-        j._forget_file(old)
+        self._reader.forget_file(old)
         return old
 
     def mark_removed(self, through_id: int) -> list[Segment]:
         """Remove segment ``through_id`` and every older one (writer only): from now
         on no read returns their records; :meth:`purge_step` deletes them. Returns the
         segments newly removed."""
-        j = self._journal
-        table = j._segments
+        j = self._env
+        table = self._state.segments
         newly = [seg for seg in table if seg.id <= through_id and seg.state != "removed"]
         if not newly:
             return []
         if any(seg.id == table[-1].id for seg in newly):
             raise JournalError("the current journal segment cannot be removed")
         changed = {seg.id: replace(seg, state="removed", cleaned=False) for seg in newly}
-        j.commit()  # no staged transaction may be open beside this one
-        with j._env.begin(write=True) as txn:
+        self._commit()  # no staged transaction may be open beside this one
+        with j.env.begin(write=True) as txn:
             for seg in changed.values():
                 self._put_segment(txn, seg)
-        j._replace_segments(changed)
+        self._state.replace_segments(changed)
         return list(changed.values())
 
     # ------------------------------------------------------------ purge
     def purge_pending(self) -> bool:
         """Whether some segment still has LMDB records, index entries or a file to
         delete after a state change (see :meth:`purge_step`)."""
-        return any(not seg.cleaned for seg in self._journal._segments)
+        return any(not seg.cleaned for seg in self._state.segments)
 
     def purge_step(
         self, max_records: int = 10_000, on_staged: Callable[[], None] | None = None
@@ -266,8 +277,8 @@ class SegmentMaintenance:
         entries and its file are deleted. ``on_staged`` is called just before the
         commit, as in :meth:`txlog.journal.Journal.append`.
         """
-        j = self._journal
-        seg = next((s for s in j._segments if not s.cleaned), None)
+        j = self._env
+        seg = next((s for s in self._state.segments if not s.cleaned), None)
         if seg is None:
             return False
         lo, hi = _U64.pack(seg.first_txid), seg.last_txid
@@ -277,9 +288,9 @@ class SegmentMaintenance:
         file_to_delete = ""
         floors: dict[int, int] = {}
         raised: dict[int, int] = {}
-        j.commit()  # no staged transaction may be open beside this one
-        with j._env.begin(write=True) as txn:
-            cur = txn.cursor(db=j._records)
+        self._commit()  # no staged transaction may be open beside this one
+        with j.env.begin(write=True) as txn:
+            cur = txn.cursor(db=j.records)
             deleted = 0
             if cur.set_range(lo):
                 while deleted < max_records:
@@ -309,7 +320,7 @@ class SegmentMaintenance:
                 deleted += len(pairs)
             if deleted < max_records:
                 if removing:
-                    times = txn.cursor(db=j._times)
+                    times = txn.cursor(db=j.times)
                     while times.first() and unpack(times.value())[0] <= seg.last_txid:
                         times.delete()
                     file_to_delete = str(j.segment_path(seg)) if seg.file else ""
@@ -320,12 +331,12 @@ class SegmentMaintenance:
                 raised = self._raise_floors(txn, floors)
             if on_staged is not None:
                 on_staged()
-        j._floor_cache.update(raised)
+        self._state.floor_cache.update(raised)
         if done:
-            j._replace_segments({seg.id: finished})
+            self._state.replace_segments({seg.id: finished})
             self._purge_progress.pop(seg.id, None)
             if file_to_delete:
-                j._forget_file(file_to_delete)
+                self._reader.forget_file(file_to_delete)
                 Path(file_to_delete).unlink(missing_ok=True)
         return self.purge_pending()
 
@@ -340,7 +351,7 @@ class SegmentMaintenance:
         pub_hash, seq = _U64x2.unpack(key)
         if seq > floors.get(pub_hash, 0):
             floors[pub_hash] = seq
-        bookmarks = self._journal._bookmarks
+        bookmarks = self._env.bookmarks
         stored = txn.get(key, db=bookmarks)
         if stored is not None and unpack_u64(bytes(stored)) == txid:
             txn.delete(key, db=bookmarks)
@@ -348,8 +359,9 @@ class SegmentMaintenance:
     def _raise_floors(self, txn: lmdb.Transaction, floors: dict[int, int]) -> dict[int, int]:
         """Store the floors of ``floors`` that are higher than the stored ones; returns
         those (for the journal's cache, once committed)."""
-        j = self._journal
-        raised = {ph: seq for ph, seq in floors.items() if seq > j._floor(txn, ph)}
+        j = self._env
+        floor = self._state.floor
+        raised = {ph: seq for ph, seq in floors.items() if seq > floor(txn, j.floors_db, ph)}
         for pub_hash, seq in raised.items():
-            txn.put(_U64.pack(pub_hash), _U64.pack(seq), db=j._floors_db)
+            txn.put(_U64.pack(pub_hash), _U64.pack(seq), db=j.floors_db)
         return raised

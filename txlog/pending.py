@@ -1,13 +1,14 @@
 """The staged tail of a journal: records durable in the commit log that LMDB has not
 committed yet, as every read of the journal must see them.
 
-The writer adds a batch once its commit log frame is synced, and replaces the whole
-tail with an empty one after each LMDB commit (a reader keeps the object it took,
-which is never changed again). The writer also looks up what is staged here: whether
-a bookmark is stored, and a publisher's highest seq. Readers take :attr:`Journal._pending` *before*
-they open their LMDB read transaction: whatever the tail they took lacks, because an
-LMDB commit came between, their transaction sees. Values are appended before the
-index entries that point at them, so an entry a reader finds always has its value.
+The writer adds a batch once its commit log frame is synced, and replaces the whole tail
+with an empty one after each LMDB commit (a reader keeps the object it took, which is
+never changed again). The writer also looks up what is staged here: whether a bookmark
+is stored, and a publisher's highest seq. Readers take
+:attr:`txlog.state.JournalState.pending` *before* they open their LMDB read transaction:
+whatever the tail they took lacks, because an LMDB commit came between, their
+transaction sees. Values are appended before the index entries that point at them, so an
+entry a reader finds always has its value.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ delegate to them.
 
 Every read opens and closes its own transaction, from any thread, and checks the CRC
 of each record it converts (the ``convert`` functions of :class:`txlog.record.RecordCodec`
-do). This module reads the journal's LMDB environment and in-memory segment table; it
-never writes.
+do). This module reads what the journal hands it, its LMDB environment
+(:class:`txlog.environment.JournalEnv`) and its shared in-memory state and segment table
+(:class:`txlog.state.JournalState`); it never writes.
 
 Damaged LMDB pages: every read finds each record by a search (``set_range`` of the next
 txid), never by LMDB's step to the next page: a step onto a damaged page can fail an
@@ -46,11 +47,18 @@ from .holdings import (
     split_key,
 )
 from .opening import LMDB_READ_DAMAGE_ERRORS
-from .record import CorruptRecord, Record, UnreadableRecords
+from .record import (
+    CorruptRecord,
+    Record,
+    StoredRecords,
+    UnreadableRecords,
+    check_stored_records,
+)
 from .segments import Segment, SegmentFile, SegmentFileError
 
 if TYPE_CHECKING:
-    from .journal import Journal
+    from .environment import JournalEnv
+    from .state import JournalState
 
 _T = TypeVar("_T")
 _U64 = struct.Struct(">Q")
@@ -58,12 +66,17 @@ _U64x2 = struct.Struct(">QQ")
 _U64_MAX: Final = (1 << 64) - 1
 
 
+def _stored_pair(value: bytes, txid: int) -> tuple[int, bytes]:
+    return txid, value
+
+
 class RecordReader:
     """The reads of one open journal (created by the journal); it also keeps the open
     segment files, shared by every reader thread."""
 
-    def __init__(self, journal: Journal) -> None:
-        self._journal = journal
+    def __init__(self, env: JournalEnv, state: JournalState) -> None:
+        self._env = env
+        self._state = state
         self._files: dict[str, SegmentFile] = {}
         self._files_lock = threading.Lock()
 
@@ -98,18 +111,18 @@ class RecordReader:
         max_txid: int | None,
         convert: Callable[[bytes, int], _T],
     ) -> tuple[list[_T], CorruptRecord | None]:
-        j = self._journal
+        j = self._env
         out: list[_T] = []
         unpack = _U64.unpack
         pack = _U64.pack
         stop = max_txid if max_txid is not None else _U64_MAX
-        after_txid = max(after_txid, j._removed_through)
-        pending = j._pending  # before the transaction: see txlog.pending
+        after_txid = max(after_txid, self._state.removed_through)
+        pending = self._state.pending  # before the transaction: see txlog.pending
         staged = len(pending.values)
         seen = after_txid  # the newest txid read so far (or skipped as removed)
         damage: lmdb.Error | None = None
-        with j._env.begin(buffers=False) as txn:
-            cur = txn.cursor(db=j._records)
+        with j.env.begin(buffers=False) as txn:
+            cur = txn.cursor(db=j.records)
             get, set_range, key, value = cur.get, cur.set_range, cur.key, cur.value
             try:
                 while len(out) < limit and seen < stop:
@@ -167,7 +180,7 @@ class RecordReader:
         """LMDB reported ``exc`` (damage) where a read looked for txid ``first``: the
         range that does not read, from ``first`` to just before where reading resumes
         (:func:`readable_from`)."""
-        resume = readable_from(self._journal, first)
+        resume = readable_from(self._env, self._state, first)
         return UnreadableRecords(first, None if resume is None else resume - 1, str(exc))
 
     def _offloaded_segment_after(
@@ -175,15 +188,15 @@ class RecordReader:
     ) -> Segment | None:
         """The compressed or archived segment (as ``txn`` sees the table) that holds
         the first record after ``after_txid``, if that record is not in LMDB."""
-        j = self._journal
-        if j._segments_db is None:
+        j = self._env
+        if j.segments_db is None:
             return None
         # segment boundaries never change: the in-memory table finds the segment that
         # holds after_txid + 1, and the transaction's own rows say its state from there
-        known = j._segments
+        known = self._state.segments
         i = bisect.bisect_right(known, after_txid + 1, key=lambda s: s.first_txid) - 1
         start = known[i].id if i >= 0 else 1
-        cursor = txn.cursor(db=j._segments_db)
+        cursor = txn.cursor(db=j.segments_db)
         if not cursor.set_range(_U64.pack(start)):
             return None
         for key, value in cursor:
@@ -200,7 +213,7 @@ class RecordReader:
 
     def segment_file(self, seg: Segment) -> SegmentFile:
         """The open reader of ``seg``'s file (opened on first use, then shared)."""
-        path = self._journal.segment_path(seg)
+        path = self._env.segment_path(seg)
         key = str(path)
         with self._files_lock:
             handle = self._files.get(key)
@@ -216,17 +229,17 @@ class RecordReader:
 
     def first_lmdb_record(self) -> Record | None:
         """The oldest record still in LMDB (not in a segment file), or None."""
-        j = self._journal
+        j = self._env
         try:
-            with j._env.begin(db=j._records) as txn:
+            with j.env.begin(db=j.records) as txn:
                 cur = txn.cursor()
                 if not cur.first():
                     return None
                 txid = _txid_of(cur.key())
                 value = bytes(cur.value())
         except LMDB_READ_DAMAGE_ERRORS as exc:
-            raise self.unreadable(j._removed_through + 1, exc) from None
-        return j._codec.decode(value, txid)
+            raise self.unreadable(self._state.removed_through + 1, exc) from None
+        return j.codec.decode(value, txid)
 
     def get(self, txid: int) -> bytes | None:
         """The stored value of record ``txid`` if LMDB holds it (else None: in a segment
@@ -235,20 +248,55 @@ class RecordReader:
         Raises:
             UnreadableRecords: LMDB reports a damaged page on the way to it.
         """
-        j = self._journal
+        j = self._env
         try:
-            with j._env.begin(db=j._records, buffers=False) as txn:
+            with j.env.begin(db=j.records, buffers=False) as txn:
                 return txn.get(_U64.pack(txid))
         except LMDB_READ_DAMAGE_ERRORS as exc:
             raise self.unreadable(txid, exc) from None
 
+    def read(self, after_txid: int, limit: int, max_txid: int | None = None) -> list[Record]:
+        """See :meth:`txlog.journal.Journal.read`."""
+        out, damage = self.scan(after_txid, limit, max_txid, self._env.codec.decode)
+        if damage is not None:
+            raise damage
+        return out
+
+    def read_stored(
+        self, after_txid: int, limit: int, max_txid: int | None = None
+    ) -> StoredRecords:
+        """See :meth:`txlog.journal.Journal.read_stored`."""
+        pairs, damage = self.scan(after_txid, limit, max_txid, _stored_pair)
+        stored = check_stored_records(pairs)
+        if damage is not None:
+            raise damage
+        return stored
+
+    def record(self, txid: int) -> Record | None:
+        """See :meth:`txlog.journal.Journal.get`."""
+        if txid <= self._state.removed_through:
+            return None
+        codec = self._env.codec
+        value = self.get(txid)
+        if value is not None:
+            return codec.decode(value, txid)
+        found, damage = self.scan(txid - 1, 1, txid, codec.decode)
+        if damage is not None:
+            raise damage
+        return found[0] if found else None
+
+    def first_txid(self) -> int:
+        """See :meth:`txlog.journal.Journal.first_txid`."""
+        found, _ = self.scan(0, 1, None, lambda _value, txid: txid)
+        return found[0] if found else 0
+
     # ------------------------------------------------------------------ indexes
     def lookup_bookmark(self, pub_hash: int, seq: int) -> int | None:
         """The local txid of the message with this bookmark, or None."""
-        j = self._journal
-        pending = j._pending  # before the transaction: see txlog.pending
+        j = self._env
+        pending = self._state.pending  # before the transaction: see txlog.pending
         key = _U64x2.pack(pub_hash, seq)
-        with _Index("bookmarks"), j._env.begin(db=j._bookmarks) as txn:
+        with _Index("bookmarks"), j.env.begin(db=j.bookmarks) as txn:
             raw = txn.get(key)
         if raw is None:
             return pending.marks.get(key)
@@ -256,9 +304,9 @@ class RecordReader:
 
     def publisher_last_seq(self, pub_hash: int) -> int:
         """The highest seq journaled for this publisher (0 if none)."""
-        j = self._journal
-        pending = j._pending  # before the transaction: see txlog.pending
-        with _Index("publishers"), j._env.begin(db=j._publishers) as txn:
+        j = self._env
+        pending = self._state.pending  # before the transaction: see txlog.pending
+        with _Index("publishers"), j.env.begin(db=j.publishers) as txn:
             raw = txn.get(_U64.pack(pub_hash))
         stored = int(_U64.unpack_from(raw)[0]) if raw else 0
         return max(stored, pending.pub_high.get(pub_hash, 0))
@@ -266,10 +314,10 @@ class RecordReader:
     def publisher_floor(self, pub_hash: int) -> int:
         """The highest seq of this publisher among removed records (0 if none): a
         bookmark at or below it is older than what the journal keeps."""
-        j = self._journal
-        if j._floors_db is None:
+        j = self._env
+        if j.floors_db is None:
             return 0
-        with _Index("floors"), j._env.begin(db=j._floors_db) as txn:
+        with _Index("floors"), j.env.begin(db=j.floors_db) as txn:
             raw = txn.get(_U64.pack(pub_hash))
         return int(_U64.unpack_from(bytes(raw))[0]) if raw else 0
 
@@ -278,9 +326,9 @@ class RecordReader:
         (one index search per publisher). Bookmarks of removed records leave the index
         as their removal is purged: until :meth:`Journal.removal_pending` is false,
         publishers whose every record was removed may still count."""
-        j = self._journal
+        j = self._env
         count = 0
-        with _Index("bookmarks"), j._env.begin(db=j._bookmarks) as txn:
+        with _Index("bookmarks"), j.env.begin(db=j.bookmarks) as txn:
             cur = txn.cursor()
             found = cur.first()
             while found:
@@ -294,15 +342,15 @@ class RecordReader:
     def known_publishers(self) -> int:
         """How many publishers the journal holds a last seq for (the logon ack's
         source), including those whose records were all removed."""
-        j = self._journal
-        with _Index("publishers"), j._env.begin() as txn:
-            return int(txn.stat(j._publishers)["entries"])
+        j = self._env
+        with _Index("publishers"), j.env.begin() as txn:
+            return int(txn.stat(j.publishers)["entries"])
 
     def origin_high_water(self) -> dict[str, int]:
         """Per origin instance, the highest origin txid stored here (resync)."""
-        j = self._journal
-        pending = j._pending  # before the transaction: see txlog.pending
-        with _Index("origins"), j._env.begin(db=j._origins) as txn:
+        j = self._env
+        pending = self._state.pending  # before the transaction: see txlog.pending
+        with _Index("origins"), j.env.begin(db=j.origins) as txn:
             found = {k.decode(): int(_U64.unpack(v)[0]) for k, v in txn.cursor()}
         for origin, otx in list(pending.origins.items()):
             if otx > found.get(origin, 0):
@@ -332,15 +380,15 @@ class RecordReader:
         Raises:
             UnreadableRecords: LMDB reports a damaged page in the index.
         """
-        j = self._journal
-        db = j._holdings_db
-        if not j._holdings_valid or db is None:
+        j = self._env
+        db = j.holdings_db
+        if not self._state.holdings_valid or db is None:
             return None
         found: dict[str, OriginHoldings] = {}
         floors = down_to or {}
         try:
-            with _Index("holdings"), j._env.begin(db=db) as txn:
-                raw = txn.get(b"holdings_through", db=j._meta)
+            with _Index("holdings"), j.env.begin(db=db) as txn:
+                raw = txn.get(b"holdings_through", db=j.meta)
                 through = int(_U64.unpack(raw)[0]) if raw is not None else 0
                 cur = txn.cursor()
                 names = list(origins) if origins is not None else None
@@ -398,9 +446,9 @@ class RecordReader:
     def upstream_cursor(self, upstream: str) -> tuple[int, str]:
         """``(upstream txid, bookmark)`` of the replication stream from ``upstream``
         held here, or ``(0, "")`` when nothing was ever received from it."""
-        j = self._journal
-        pending = j._pending  # before the transaction: see txlog.pending
-        with _Index("upstreams"), j._env.begin(db=j._upstreams) as txn:
+        j = self._env
+        pending = self._state.pending  # before the transaction: see txlog.pending
+        with _Index("upstreams"), j.env.begin(db=j.upstreams) as txn:
             raw = txn.get(upstream.encode())
         staged = pending.cursors.get(upstream)
         if staged is not None:
@@ -416,8 +464,8 @@ class RecordReader:
         the returned txid (exclusive) starts with the first message at or after
         ``ts_us``.
         """
-        j = self._journal
-        with _Index("times"), j._env.begin(db=j._times) as txn:
+        j = self._env
+        with _Index("times"), j.env.begin(db=j.times) as txn:
             cur = txn.cursor()
             start = 0
             if cur.set_range(_U64.pack(ts_us + 1)):
@@ -427,7 +475,7 @@ class RecordReader:
                 start = _U64.unpack(cur.value())[0] - 1
         after = max(start, 0)
         while True:
-            batch = j.read(after, 1024)
+            batch = self.read(after, 1024)
             if not batch:
                 return after
             for rec in batch:
@@ -470,8 +518,9 @@ class EarliestAbove:
 
     __slots__ = (
         "_after",
-        "_journal",
+        "_env",
         "_pending",
+        "_state",
         "done",
         "earliest",
         "entries_read",
@@ -480,9 +529,12 @@ class EarliestAbove:
         "through_txid",
     )
 
-    def __init__(self, journal: Journal, pub_hash: int, seq: int, through_txid: int) -> None:
-        self._journal = journal
-        self._pending = journal._pending  # before any transaction: see txlog.pending
+    def __init__(
+        self, env: JournalEnv, state: JournalState, pub_hash: int, seq: int, through_txid: int
+    ) -> None:
+        self._env = env
+        self._state = state
+        self._pending = state.pending  # before any transaction: see txlog.pending
         self.pub_hash = pub_hash
         self.seq = seq
         self.through_txid = through_txid
@@ -492,7 +544,7 @@ class EarliestAbove:
         self._after = seq  # the highest seq examined so far
 
     def _found(self, txid: int) -> None:
-        held = self._journal._removed_through < txid <= self.through_txid
+        held = self._state.removed_through < txid <= self.through_txid
         if held and (self.earliest is None or txid < self.earliest):
             self.earliest = txid
 
@@ -501,13 +553,13 @@ class EarliestAbove:
         the search is over (then :attr:`earliest` is final)."""
         if self.done:
             return True
-        j = self._journal
+        j = self._env
         pack, unpack = _U64x2.pack, _U64x2.unpack
         ph = self.pub_hash
         after = self._after
         read = 0
         ended = False
-        with _Index("bookmarks"), j._env.begin(db=j._bookmarks) as txn:
+        with _Index("bookmarks"), j.env.begin(db=j.bookmarks) as txn:
             cur = txn.cursor()
             set_range, key, value = cur.set_range, cur.key, cur.value
             while read < max(max_entries, 1):
@@ -582,7 +634,7 @@ def _txid_of(key: bytes) -> int:
     return int(_U64.unpack(key)[0])
 
 
-def readable_from(journal: Journal, damaged: int) -> int | None:
+def readable_from(env: JournalEnv, state: JournalState, damaged: int) -> int | None:
     """The lowest txid above ``damaged`` (which a search did not reach) from which LMDB
     reads again: records from there on are on sound pages. None when nothing after it
     reads. A binary search of probes, each in its own read transaction (an LMDB error
@@ -590,13 +642,13 @@ def readable_from(journal: Journal, damaged: int) -> int | None:
 
     def reads(txid: int) -> bool:
         try:
-            with journal._env.begin(db=journal._records) as txn:
+            with env.env.begin(db=env.records) as txn:
                 txn.cursor().set_range(_U64.pack(txid))
         except LMDB_READ_DAMAGE_ERRORS:
             return False
         return True
 
-    lo, hi = damaged, max(journal._last_txid, damaged) + 1  # lo does not read
+    lo, hi = damaged, max(state.last_txid, damaged) + 1  # lo does not read
     if not reads(hi):
         return None
     while hi - lo > 1:
