@@ -29,7 +29,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import trio
 
@@ -40,12 +40,10 @@ from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
 
 from .exchange import MAX_BUCKETS, MAX_ORIGINS, report
+from .host import ReplicationHost
 from .link import Data, DownstreamLink, HeldOrigin, Hello, LinkError, Refused
 from .mux import RoleStream, SharedConnection
 from .validation import TopicDescriptor, describe, validate
-
-if TYPE_CHECKING:
-    from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication.incoming")
 
@@ -128,6 +126,32 @@ class SequenceGapWatch:
         return high if seq - high > threshold else None
 
 
+class UpstreamRegistry(Protocol):
+    """Where accepted upstream connections are recorded (the instance's
+    :class:`~.manager.ReplicationManager`)."""
+
+    def upstream_connected(self, conn: UpstreamConnection) -> None:
+        """``conn`` passed its hello checks (before its welcome is sent)."""
+        ...
+
+    def upstream_disconnected(self, conn: UpstreamConnection) -> None:
+        """``conn``, once connected, ended."""
+        ...
+
+    def keeps_own_link(self, peer_name: str) -> bool:
+        """Whether the tie rule keeps this instance's connection to ``peer_name`` over
+        the one the peer opened."""
+        ...
+
+
+class UpstreamHost(ReplicationHost, Protocol):
+    """The instance as upstream connections use it: :class:`.host.ReplicationHost` and
+    its replication manager (``None`` until it has one)."""
+
+    @property
+    def replication(self) -> UpstreamRegistry | None: ...
+
+
 @functools.lru_cache(maxsize=4096)
 def _passes(path: tuple[tuple[str, str], ...], name: str) -> bool:
     """Whether instance ``name`` is on ``path`` (cached: paths repeat)."""
@@ -139,7 +163,7 @@ class UpstreamConnection:
 
     def __init__(
         self,
-        instance: ReplicationHost,
+        instance: UpstreamHost,
         stream: RoleStream,
         peer: str,
         shared: SharedConnection | None = None,

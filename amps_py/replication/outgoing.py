@@ -57,7 +57,7 @@ from .exchange import (
     scans,
 )
 from .handshake import RefusedByPeer, await_welcome, resync_point
-from .incoming import UpstreamConnection
+from .incoming import UpstreamConnection, UpstreamHost
 from .link import Ack, LinkError, Refused, UpstreamLink, Welcome
 from .mux import RoleStream, SharedConnection
 from .outage import OutageLog, duration, outage_line
@@ -66,8 +66,6 @@ from .routing import Route
 if TYPE_CHECKING:
     from txlog import Journal, Record
     from txlog.record import RouteView
-
-    from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication.outgoing")
 _BOOKMARK_KEY = struct.Struct(">QQ")
@@ -97,7 +95,7 @@ CONNECTION_FAILURES: Final = (
 class Destination:
     """Runtime state of one configured destination."""
 
-    def __init__(self, instance: ReplicationHost, config: DestinationConfig) -> None:
+    def __init__(self, instance: UpstreamHost, config: DestinationConfig) -> None:
         self.instance = instance
         self.config = config
         self.name = config.name
