@@ -113,9 +113,11 @@ class DestinationStream:
         self.reconnect_wait = 0.0
         #: whether it is down, since when, and when to log that (wall-clock time)
         self._outage = OutageLog()
+
     async def _send(self, stream: RoleStream, data: bytes) -> None:
         async with self._send_lock:
             await stream.send_all(data)
+
     # ---------------------------------------------------------------- stream
     async def _stream_session(self, stream: RoleStream, *, back: bool) -> bool:
         instance = self.instance

@@ -268,35 +268,7 @@ class UpstreamConnection:
                 await self._receive_loop(link)
                 nursery.cancel_scope.cancel()
         except LinkError as exc:
-            manager = self.instance.replication
-            if (
-                exc.reason == reasons.CLOSED
-                and self.shared is not None
-                and self.back_offered
-                and manager is not None
-                and manager.keeps_own_link(self.name)
-            ):
-                # the peer took its stream back over this instance's own connection
-                # (the tie rule) and closed the one it had opened: no fault (a peer that
-                # went away also ends this instance's connection, logged there)
-                log.info(
-                    "replication from %s (%s) ended: the peer closed this connection, "
-                    "as the tie rule wants once this instance's own connection reaches it",
-                    self.name,
-                    self.peer,
-                    extra=events.extra(events.REPLICATION_DISCONNECTED),
-                )
-            else:
-                log.warning(
-                    "replication from %s (%s) ended: %s",
-                    self.name or "?",
-                    self.peer,
-                    exc,
-                    extra=events.extra(events.REPLICATION_LINK_ERROR),
-                )
-            if exc.reason in _TOLD_REASONS:
-                with trio.move_on_after(1):
-                    await self.stream.send_all(link.refuse(exc.reason, exc.detail, now()))
+            await self._link_failed(exc, link)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
@@ -304,6 +276,40 @@ class UpstreamConnection:
                 self.instance.replication.upstream_disconnected(self)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
+
+    async def _link_failed(self, exc: LinkError, link: DownstreamLink) -> None:
+        """The link ended with ``exc``: log it (at info when the peer closed this
+        connection as the tie rule wants), and tell the peer why when it should know."""
+        manager = self.instance.replication
+        if (
+            exc.reason == reasons.CLOSED
+            and self.shared is not None
+            and self.back_offered
+            and manager is not None
+            and manager.keeps_own_link(self.name)
+        ):
+            # the peer took its stream back over this instance's own connection
+            # (the tie rule) and closed the one it had opened: no fault (a peer that
+            # went away also ends this instance's connection, logged there)
+            log.info(
+                "replication from %s (%s) ended: the peer closed this connection, "
+                "as the tie rule wants once this instance's own connection reaches it",
+                self.name,
+                self.peer,
+                extra=events.extra(events.REPLICATION_DISCONNECTED),
+            )
+        else:
+            log.warning(
+                "replication from %s (%s) ended: %s",
+                self.name or "?",
+                self.peer,
+                exc,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
+        if exc.reason in _TOLD_REASONS:
+            with trio.move_on_after(1):
+                refusal = link.refuse(exc.reason, exc.detail, trio.current_time())
+                await self.stream.send_all(refusal)
 
     async def _holdings_report(self, hello: Hello) -> dict[str, HeldOrigin] | None:
         """The welcome's answer to the hello's resync exchange: None when the hello
