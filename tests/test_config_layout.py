@@ -171,7 +171,7 @@ def test_model_gives_every_name_the_code_imports_from_it() -> None:
 MODEL_MODULES = ("amps_py.config.model", "amps_py.config.sow_pattern")
 
 
-@pytest.mark.parametrize("name", ["routing", "validation"])
+@pytest.mark.parametrize("name", ["routing", "validation", "validation_facts", "validation_queues"])
 def test_routing_and_validation_import_only_the_model(name: str) -> None:
     path = ROOT / "amps_py" / "replication" / f"{name}.py"
     wrong = [

@@ -216,6 +216,8 @@ PURE_REPLICATION_MODULES = (
     "amps_py/replication/link_errors.py",
     "amps_py/replication/routing.py",
     "amps_py/replication/validation.py",
+    "amps_py/replication/validation_facts.py",
+    "amps_py/replication/validation_queues.py",
     "amps_py/replication/fabric.py",
     "amps_py/replication/fabric_model.py",
     "amps_py/replication/fabric_loading.py",

@@ -32,7 +32,7 @@ from amps_py.replication.exchange import (
     report,
     scans,
 )
-from amps_py.replication.outgoing import scanned
+from amps_py.replication.resync_reading import scanned
 from txlog import Journal, Record
 from txlog.holdings import BUCKET_BITS, Fingerprint, Holdings, batch_holdings
 

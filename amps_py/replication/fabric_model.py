@@ -13,13 +13,10 @@ import dataclasses
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from amps_py.config import DestinationConfig, InstanceConfig
 from amps_py.replication.routing import Route
-
-if TYPE_CHECKING:
-    from amps_py.replication.fabric import Fabric
 
 Level = Literal["warning", "error"]
 Path_ = tuple[tuple[str, str], ...]
@@ -203,8 +200,27 @@ class TopicCase:
 # ------------------------------------------------------------------------- simulation
 
 
+class FabricView(Protocol):
+    """What :func:`simulate` reads of a fabric
+    (a :class:`~amps_py.replication.fabric.Fabric`)."""
+
+    @property
+    def instances(self) -> Mapping[str, InstanceConfig]:
+        """The instances by name, in load order."""
+        ...
+
+    @property
+    def links(self) -> Mapping[str, tuple[Link, ...]]:
+        """Each instance's resolved links (its destinations)."""
+        ...
+
+    def journals(self, instance: str, topic: str, message_type: str) -> bool:
+        """Whether ``instance`` journals ``topic`` of ``message_type``."""
+        ...
+
+
 def simulate(
-    fabric: Fabric,
+    fabric: FabricView,
     origin: str,
     topic: str,
     message_type: str = "json",
@@ -271,11 +287,7 @@ def simulate(
         arrivals = [start]
     if_down: dict[str, Propagation] = {}
     if not down_set and journaled and failover:
-        for name in fabric.instances:
-            if name != origin:
-                if_down[name] = simulate(
-                    fabric, origin, topic, message_type, down=(name,), payload=payload
-                )
+        if_down = _with_each_down(fabric, origin, topic, message_type, payload)
     return Propagation(
         origin,
         topic,
@@ -286,3 +298,16 @@ def simulate(
         tuple(extra),
         if_down,
     )
+
+
+def _with_each_down(
+    fabric: FabricView, origin: str, topic: str, message_type: str, payload: bytes | None
+) -> dict[str, Propagation]:
+    """:func:`simulate` with each instance other than ``origin`` down, by its name."""
+    if_down: dict[str, Propagation] = {}
+    for name in fabric.instances:
+        if name != origin:
+            if_down[name] = simulate(
+                fabric, origin, topic, message_type, down=(name,), payload=payload
+            )
+    return if_down

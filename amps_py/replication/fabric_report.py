@@ -4,16 +4,39 @@ destinations and the propagation tree of each replicated topic, then the finding
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from amps_py.config import InstanceConfig
-from amps_py.replication.fabric_model import Arrival, Link, Propagation, TopicCase, simulate
+from amps_py.replication.fabric_model import (
+    Arrival,
+    FabricView,
+    Finding,
+    Link,
+    Propagation,
+    TopicCase,
+    simulate,
+)
 
-if TYPE_CHECKING:
-    from amps_py.replication.fabric import Fabric
+
+class ReportedFabric(FabricView, Protocol):
+    """What the report reads of a :class:`~amps_py.replication.fabric.Fabric`."""
+
+    @property
+    def unsampled(self) -> tuple[str, ...]:
+        """Topic patterns no sample topic was found for (set by its topic cases)."""
+        ...
+
+    def cases_for(self, topics: Sequence[tuple[str, str]] = ()) -> tuple[TopicCase, ...]:
+        """Concrete ``(name, message type)`` topics as cases; without any, a sample of
+        every replicated topic pattern."""
+        ...
+
+    def findings(self, cases: Sequence[TopicCase] | None = None) -> list[Finding]:
+        """Every finding, errors first."""
+        ...
 
 
-def render_report(fabric: Fabric, topics: Sequence[tuple[str, str]] = ()) -> str:
+def render_report(fabric: ReportedFabric, topics: Sequence[tuple[str, str]] = ()) -> str:
     """The text of :meth:`Fabric.report <amps_py.replication.fabric.Fabric.report>`."""
     cases = fabric.cases_for(topics)
     lines: list[str] = []
@@ -41,7 +64,7 @@ def render_report(fabric: Fabric, topics: Sequence[tuple[str, str]] = ()) -> str
 
 
 def _report_instance(
-    fabric: Fabric, name: str, cases: Sequence[TopicCase], lines: list[str]
+    fabric: ReportedFabric, name: str, cases: Sequence[TopicCase], lines: list[str]
 ) -> int:
     cfg = fabric.instances[name]
     listener = cfg.replication_transport

@@ -4,6 +4,10 @@
 what destinations, upstream connections and the manager use keeps the replication
 package free of imports from :mod:`amps_py.server` (the instance imports replication,
 never the reverse) and lets tests drive replication with a small stand-in.
+
+The instance's replication manager, which upstream connections report to, is not part
+of this view: :class:`.incoming.UpstreamHost` adds it, so that this module imports
+nothing of the package (the manager imports the modules that use this one).
 """
 
 from __future__ import annotations
@@ -17,8 +21,6 @@ if TYPE_CHECKING:
     from amps_py.auth import Authenticator, Entitler
     from amps_py.auth_gate import AuthGate
     from amps_py.config import InstanceConfig
-
-    from .manager import ReplicationManager
 
 
 class RecentCommits(Protocol):
@@ -79,9 +81,6 @@ class ReplicationHost(Protocol):
     def committed_txid(self) -> int:
         """The newest txid committed to the local journal."""
         ...
-
-    @property
-    def replication(self) -> ReplicationManager | None: ...
 
     @property
     def replication_authenticator(self) -> Authenticator:

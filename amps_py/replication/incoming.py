@@ -29,7 +29,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import trio
 
@@ -40,12 +40,10 @@ from amps_py.trio_util import unwrapping_groups
 from txlog import CorruptRecord, Record, ReplicaReader
 
 from .exchange import MAX_BUCKETS, MAX_ORIGINS, report
+from .host import ReplicationHost
 from .link import Data, DownstreamLink, HeldOrigin, Hello, LinkError, Refused
 from .mux import RoleStream, SharedConnection
 from .validation import TopicDescriptor, describe, validate
-
-if TYPE_CHECKING:
-    from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication.incoming")
 
@@ -128,6 +126,32 @@ class SequenceGapWatch:
         return high if seq - high > threshold else None
 
 
+class UpstreamRegistry(Protocol):
+    """Where accepted upstream connections are recorded (the instance's
+    :class:`~.manager.ReplicationManager`)."""
+
+    def upstream_connected(self, conn: UpstreamConnection) -> None:
+        """``conn`` passed its hello checks (before its welcome is sent)."""
+        ...
+
+    def upstream_disconnected(self, conn: UpstreamConnection) -> None:
+        """``conn``, once connected, ended."""
+        ...
+
+    def keeps_own_link(self, peer_name: str) -> bool:
+        """Whether the tie rule keeps this instance's connection to ``peer_name`` over
+        the one the peer opened."""
+        ...
+
+
+class UpstreamHost(ReplicationHost, Protocol):
+    """The instance as upstream connections use it: :class:`.host.ReplicationHost` and
+    its replication manager (``None`` until it has one)."""
+
+    @property
+    def replication(self) -> UpstreamRegistry | None: ...
+
+
 @functools.lru_cache(maxsize=4096)
 def _passes(path: tuple[tuple[str, str], ...], name: str) -> bool:
     """Whether instance ``name`` is on ``path`` (cached: paths repeat)."""
@@ -139,7 +163,7 @@ class UpstreamConnection:
 
     def __init__(
         self,
-        instance: ReplicationHost,
+        instance: UpstreamHost,
         stream: RoleStream,
         peer: str,
         shared: SharedConnection | None = None,
@@ -244,35 +268,7 @@ class UpstreamConnection:
                 await self._receive_loop(link)
                 nursery.cancel_scope.cancel()
         except LinkError as exc:
-            manager = self.instance.replication
-            if (
-                exc.reason == reasons.CLOSED
-                and self.shared is not None
-                and self.back_offered
-                and manager is not None
-                and manager.keeps_own_link(self.name)
-            ):
-                # the peer took its stream back over this instance's own connection
-                # (the tie rule) and closed the one it had opened: no fault (a peer that
-                # went away also ends this instance's connection, logged there)
-                log.info(
-                    "replication from %s (%s) ended: the peer closed this connection, "
-                    "as the tie rule wants once this instance's own connection reaches it",
-                    self.name,
-                    self.peer,
-                    extra=events.extra(events.REPLICATION_DISCONNECTED),
-                )
-            else:
-                log.warning(
-                    "replication from %s (%s) ended: %s",
-                    self.name or "?",
-                    self.peer,
-                    exc,
-                    extra=events.extra(events.REPLICATION_LINK_ERROR),
-                )
-            if exc.reason in _TOLD_REASONS:
-                with trio.move_on_after(1):
-                    await self.stream.send_all(link.refuse(exc.reason, exc.detail, now()))
+            await self._link_failed(exc, link)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
@@ -280,6 +276,40 @@ class UpstreamConnection:
                 self.instance.replication.upstream_disconnected(self)
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
+
+    async def _link_failed(self, exc: LinkError, link: DownstreamLink) -> None:
+        """The link ended with ``exc``: log it (at info when the peer closed this
+        connection as the tie rule wants), and tell the peer why when it should know."""
+        manager = self.instance.replication
+        if (
+            exc.reason == reasons.CLOSED
+            and self.shared is not None
+            and self.back_offered
+            and manager is not None
+            and manager.keeps_own_link(self.name)
+        ):
+            # the peer took its stream back over this instance's own connection
+            # (the tie rule) and closed the one it had opened: no fault (a peer that
+            # went away also ends this instance's connection, logged there)
+            log.info(
+                "replication from %s (%s) ended: the peer closed this connection, "
+                "as the tie rule wants once this instance's own connection reaches it",
+                self.name,
+                self.peer,
+                extra=events.extra(events.REPLICATION_DISCONNECTED),
+            )
+        else:
+            log.warning(
+                "replication from %s (%s) ended: %s",
+                self.name or "?",
+                self.peer,
+                exc,
+                extra=events.extra(events.REPLICATION_LINK_ERROR),
+            )
+        if exc.reason in _TOLD_REASONS:
+            with trio.move_on_after(1):
+                refusal = link.refuse(exc.reason, exc.detail, trio.current_time())
+                await self.stream.send_all(refusal)
 
     async def _holdings_report(self, hello: Hello) -> dict[str, HeldOrigin] | None:
         """The welcome's answer to the hello's resync exchange: None when the hello

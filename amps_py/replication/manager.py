@@ -20,25 +20,22 @@ destinations: a received record is acknowledged upstream once it is committed he
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from amps_py import events
 
-from .incoming import UpstreamConnection
+from .incoming import UpstreamConnection, UpstreamHost
 from .mux import SharedConnection
 from .outgoing import Destination
 from .prehello import TRIM_INTERVAL, PreHelloMemory
-
-if TYPE_CHECKING:
-    from .host import ReplicationHost
 
 log = logging.getLogger("amps_py.replication")
 
 
 class ReplicationManager:
-    def __init__(self, instance: ReplicationHost) -> None:
+    def __init__(self, instance: UpstreamHost) -> None:
         self.instance = instance
         self.destinations = [Destination(instance, d) for d in instance.config.replication]
         self.upstreams: dict[str, UpstreamConnection] = {}

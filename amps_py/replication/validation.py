@@ -72,14 +72,10 @@ are literal and compare exactly.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, Final
-from xml.sax.saxutils import escape
+from typing import Any
 
 from amps_py.config.model import (
-    NON_EXCLUDABLE_VALIDATION_CHECKS,
     REPLICATION_VALIDATION_CHECKS,
     DestinationConfig,
     InstanceConfig,
@@ -90,201 +86,36 @@ from amps_py.config.model import (
 )
 from amps_py.config.sow_pattern import journal_covers_pattern
 
-ALL_CHECKS = REPLICATION_VALIDATION_CHECKS
-
-_REGEX_CHARS = frozenset(".*+?[](){}|^$\\")
-
-
-@dataclass(frozen=True)
-class SowFacts:
-    """What the upstream says of one of its SOW topics: its literal name, message type,
-    Key paths in order (``()``: publishers send explicit keys) and its ``Pattern``
-    (``None``: none; on the wire only when set, so an older peer reads the rest). A
-    Pattern topic is compared by its Pattern, not by its Name (the Name only names
-    the store, and may differ between instances)."""
-
-    name: str
-    message_type: str
-    keys: tuple[str, ...]
-    pattern: str | None = None
-
-    @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> SowFacts:
-        pattern = raw.get("pattern")
-        return cls(
-            name=str(raw["name"]),
-            message_type=str(raw.get("message_type", "json")),
-            keys=tuple(str(k) for k in raw.get("keys") or ()),
-            pattern=str(pattern) if pattern is not None else None,
-        )
-
-    def to_wire(self) -> dict[str, Any]:
-        wire = {"name": self.name, "message_type": self.message_type, "keys": list(self.keys)}
-        if self.pattern is not None:
-            wire["pattern"] = self.pattern
-        return wire
-
-    @property
-    def label(self) -> str:
-        if self.pattern is not None:
-            return f"Pattern {self.pattern} ({self.message_type})"
-        return f"{self.name} ({self.message_type})"
-
-
-#: The queue element of each :attr:`QueueFacts.kind`.
-QUEUE_ELEMENTS: Final = {
-    "distributed": "Queue",
-    "group-local": "GroupLocalQueue",
-    "local": "LocalQueue",
-}
-#: The settings the ``queue`` check compares: (QueueFacts attribute, XML element);
-#: ``kind`` is the queue element itself.
-QUEUE_FIELDS: Final = (
-    ("kind", ""),
-    ("message_type", "MessageType"),
-    ("semantics", "Semantics"),
-    ("default_publish_target", "DefaultPublishTarget"),
-    ("initial_owner", "InitialOwner"),
-    ("priority", "Priority"),
-    ("barrier_expression", "BarrierExpression"),
-    ("expiration", "Expiration"),
+from .validation_facts import (
+    QUEUE_ELEMENTS,
+    QUEUE_FIELDS,
+    REGEX_CHARS,
+    UNDERLYING_FIELDS,
+    QueueFacts,
+    SowFacts,
+    TopicDescriptor,
+    ValidationFailure,
+    covers,
 )
-#: The settings the ``queue_underlying`` check compares.
-UNDERLYING_FIELDS: Final = (("underlying_topic", "UnderlyingTopic"), ("filter", "Filter"))
+from .validation_queues import queue_failures
 
+__all__ = [
+    "ALL_CHECKS",
+    "QUEUE_ELEMENTS",
+    "QUEUE_FIELDS",
+    "UNDERLYING_FIELDS",
+    "QueueFacts",
+    "SowFacts",
+    "TopicDescriptor",
+    "ValidationFailure",
+    "covers",
+    "describe",
+    "queue_facts",
+    "sow_facts",
+    "validate",
+]
 
-@dataclass(frozen=True)
-class QueueFacts:
-    """What the upstream says of one of its replicated queues: the settings that must
-    agree between the hosts of a queue (see :data:`QUEUE_FIELDS` and
-    :data:`UNDERLYING_FIELDS`). ``expiration`` is in seconds; ``None`` is an absent
-    optional setting."""
-
-    name: str
-    kind: str = "distributed"
-    message_type: str = "json"
-    underlying_topic: str = ""
-    underlying_is_regex: bool = False
-    semantics: str = "at-least-once"
-    default_publish_target: str | None = None
-    initial_owner: str | None = None
-    priority: str | None = None
-    barrier_expression: str | None = None
-    expiration: float | None = None
-    filter: str | None = None
-    #: the upstream archives the queue to this downstream instead of replicating it:
-    #: no entry covers the queue's name, one covers its underlying topic
-    archived: bool = False
-
-    @classmethod
-    def from_config(cls, q: QueueConfig, *, archived: bool = False) -> QueueFacts:
-        return cls(
-            name=q.name,
-            kind=q.kind,
-            message_type=q.message_type,
-            underlying_topic=q.underlying_topic,
-            underlying_is_regex=q.underlying_is_regex,
-            semantics=q.semantics,
-            default_publish_target=q.default_publish_target,
-            initial_owner=q.initial_owner,
-            priority=q.priority,
-            barrier_expression=q.barrier_expression,
-            expiration=q.expiration,
-            filter=q.filter,
-            archived=archived,
-        )
-
-    @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> QueueFacts:
-        """The facts of a ``queues`` item (type-checked by :mod:`.hello`); a missing
-        key takes the queue default (the underlying topic defaults to the name)."""
-        name = str(raw["name"])
-        expiration = raw.get("expiration")
-        return cls(
-            name=name,
-            kind=str(raw.get("kind", "distributed")),
-            message_type=str(raw.get("message_type", "json")),
-            underlying_topic=str(raw.get("underlying_topic") or name),
-            underlying_is_regex=bool(raw.get("underlying_is_regex", False)),
-            semantics=str(raw.get("semantics", "at-least-once")),
-            default_publish_target=raw.get("default_publish_target"),
-            initial_owner=raw.get("initial_owner"),
-            priority=raw.get("priority"),
-            barrier_expression=raw.get("barrier_expression"),
-            expiration=None if expiration is None else float(expiration),
-            filter=raw.get("filter"),
-            archived=bool(raw.get("archived", False)),
-        )
-
-    def to_wire(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} ({self.message_type})"
-
-    @property
-    def element(self) -> str:
-        """The queue's XML element (``Queue``, ``GroupLocalQueue``, ``LocalQueue``)."""
-        return QUEUE_ELEMENTS.get(self.kind, self.kind)
-
-    @property
-    def journaled_topic(self) -> str:
-        """The topic that must be replicated and journaled for the queue: the
-        underlying topic, or with a regular expression the DefaultPublishTarget (as
-        the config loader checks the queue's own TransactionLog)."""
-        if self.underlying_is_regex and self.default_publish_target:
-            return self.default_publish_target
-        return self.underlying_topic
-
-
-@dataclass(frozen=True)
-class TopicDescriptor:
-    """A replicated Topic as the upstream describes it in the hello.
-
-    ``sow_topics``: the upstream's SOW topics this entry covers; empty when there are
-    none, and when the hello carries no ``sow_topics`` (an older amps-py). ``queues``:
-    likewise the upstream's replicated queues this entry covers.
-    """
-
-    name: str | None
-    message_type: str
-    filter: str | None
-    excluded: frozenset[str]
-    sow_topics: tuple[SowFacts, ...] = ()
-    queues: tuple[QueueFacts, ...] = ()
-
-    @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> TopicDescriptor:
-        excluded = raw.get("exclude_validation") or ()
-        return cls(
-            name=raw.get("name"),
-            message_type=str(raw.get("message_type", "json")),
-            filter=raw.get("filter") or None,
-            excluded=frozenset(str(x) for x in excluded),
-            sow_topics=tuple(SowFacts.from_wire(t) for t in raw.get("sow_topics") or ()),
-            queues=tuple(QueueFacts.from_wire(q) for q in raw.get("queues") or ()),
-        )
-
-    def enforces(self, check: str) -> bool:
-        """Whether ``check`` runs for this entry: unless excluded, and always for the
-        checks that cannot be excluded (an exclusion of them in a hello is ignored)."""
-        return check in NON_EXCLUDABLE_VALIDATION_CHECKS or check not in self.excluded
-
-    @property
-    def label(self) -> str:
-        return f"{self.name or '(every topic)'} ({self.message_type})"
-
-
-@dataclass(frozen=True)
-class ValidationFailure:
-    check: str
-    topic: str
-    problem: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"check {self.check} failed for topic {self.topic}: {self.problem}. Fix: {self.fix}"
+ALL_CHECKS = REPLICATION_VALIDATION_CHECKS
 
 
 def sow_facts(
@@ -311,7 +142,7 @@ def _reaches(entry: ReplicationTopic, sow: SowTopicConfig) -> bool:
         return False
     if entry.name is None:
         return True
-    if not any(ch in _REGEX_CHARS for ch in entry.name):
+    if not any(ch in REGEX_CHARS for ch in entry.name):
         return sow.holds(entry.name)
     journal = JournalTopic(entry.name, entry.message_type)
     return journal_covers_pattern((journal,), sow.pattern, sow.message_type)
@@ -446,239 +277,6 @@ def _pattern_failures(
     return []
 
 
-def _setting_text(attr: str, element: str, value: object) -> str:
-    """One side's value of a queue setting as logged: ``Semantics at-most-once``,
-    ``no Priority``."""
-    if attr == "kind":
-        return f"a <{QUEUE_ELEMENTS.get(str(value), value)}>"
-    if value is None:
-        return f"no {element}"
-    if attr == "expiration" and isinstance(value, float):
-        return f"{element} {value:g}s"
-    return f"{element} {value}"
-
-
-def _setting_xml(attr: str, element: str, value: object) -> str:
-    """The XML that gives a queue setting ``value`` (``""``: absent)."""
-    if value is None or attr == "kind":
-        return ""
-    shown = f"{value:g}s" if attr == "expiration" and isinstance(value, float) else str(value)
-    return f"<{element}>{escape(shown)}</{element}>"
-
-
-def _queue_xml(q: QueueFacts) -> str:
-    """The ``SOW`` queue element that defines ``q`` on another instance."""
-    settings = [("underlying_topic", "UnderlyingTopic", q.underlying_topic)]
-    if q.underlying_topic == q.name:
-        settings = []
-    settings += [(a, e, getattr(q, a)) for a, e in QUEUE_FIELDS + UNDERLYING_FIELDS[1:]]
-    body = "".join(_setting_xml(a, e, v) for a, e, v in settings)
-    return f"<{q.element}><Name>{escape(q.name)}</Name>{body}</{q.element}>"
-
-
-def _differences(
-    up: QueueFacts,
-    down: QueueFacts,
-    compared: tuple[tuple[str, str], ...],
-    upstream_name: str,
-    local_name: str,
-) -> tuple[list[str], list[str]]:
-    """For each setting in ``compared`` that differs: how it reads on both sides, and
-    the change on the downstream that makes it agree."""
-    problems, changes = [], []
-    for attr, element in compared:
-        mine, theirs = getattr(down, attr), getattr(up, attr)
-        if mine == theirs:
-            continue
-        problems.append(
-            f"{_setting_text(attr, element, theirs)} on {upstream_name} but "
-            f"{_setting_text(attr, element, mine)} on {local_name}"
-        )
-        if attr == "kind":
-            changes.append(f"define it as a <{up.element}>")
-        elif theirs is None:
-            changes.append(f"remove <{element}>")
-        else:
-            changes.append(f"set {_setting_xml(attr, element, theirs)}")
-    return problems, changes
-
-
-def _queue_failures(
-    topic: TopicDescriptor,
-    local: InstanceConfig,
-    upstream_name: str,
-    upstream_group: str,
-    topics: Sequence[TopicDescriptor],
-) -> list[ValidationFailure]:
-    """The ``queue``, ``queue_underlying`` and ``queue_passthrough`` failures of the
-    queues ``topic`` covers upstream (``topics``: every entry of the hello)."""
-    failures: list[ValidationFailure] = []
-    entry = f"{upstream_name}'s Destination Topic {topic.label}"
-    tl = local.transaction_log
-    for q in topic.queues:
-        if q.kind == "local":
-            continue  # never replicated (the config loader refuses it)
-        config = local.queue(q.name)
-        mine = None if config is None else QueueFacts.from_config(config)
-        if q.archived and mine is None:
-            failures.extend(_archive_failures(topic, q, local, upstream_name))
-            continue
-        if mine is None:
-            failures.append(
-                ValidationFailure(
-                    "queue",
-                    q.label,
-                    f"{q.name} is a queue on {upstream_name} (a <{q.element}>, MessageType "
-                    f"{q.message_type}, UnderlyingTopic {q.underlying_topic}) but not on "
-                    f"{local.name}",
-                    f"add <SOW>{_queue_xml(q)}</SOW> to {local.name}'s config, or stop "
-                    f"replicating {q.name} from {upstream_name} to {local.name} (the queue "
-                    f"check cannot be excluded). {_archive_hint(q, upstream_name, local.name)}",
-                )
-            )
-        else:
-            problems, changes = _differences(q, mine, QUEUE_FIELDS, upstream_name, local.name)
-            if problems:
-                failures.append(
-                    ValidationFailure(
-                        "queue",
-                        q.label,
-                        f"queue {q.name} is defined differently: {'; '.join(problems)}",
-                        f"define queue {q.name} the same way on both instances: in "
-                        f"{local.name}'s SOW queue {q.name}, {'; '.join(changes)} (the queue "
-                        "check cannot be excluded)",
-                    )
-                )
-            problems, changes = _differences(
-                q, mine, UNDERLYING_FIELDS, upstream_name, local.name
-            )
-            if problems:
-                failures.append(
-                    ValidationFailure(
-                        "queue_underlying",
-                        q.label,
-                        f"queue {q.name} takes other messages: {'; '.join(problems)}",
-                        f"give queue {q.name} the same UnderlyingTopic and Filter on both "
-                        f"instances: in {local.name}'s SOW queue {q.name}, "
-                        f"{'; '.join(changes)} (the queue_underlying check cannot be excluded)",
-                    )
-                )
-        underlying = q.journaled_topic
-        topic_xml = (
-            f"<Topic><Name>{escape(underlying)}</Name><MessageType>{q.message_type}"
-            "</MessageType></Topic>"
-        )
-        if not any(
-            t.message_type == q.message_type and covers(t.name, underlying) for t in topics
-        ):
-            failures.append(
-                ValidationFailure(
-                    "queue_underlying",
-                    q.label,
-                    f"{upstream_name} replicates queue {q.name} to {local.name} but not its "
-                    f"underlying topic {underlying} ({q.message_type})",
-                    f"add {topic_xml} to {upstream_name}'s Destination to {local.name} (the "
-                    "queue_underlying check cannot be excluded)",
-                )
-            )
-        if not (
-            tl is not None
-            and any(
-                t.message_type == q.message_type and covers(t.name, underlying) for t in tl.topics
-            )
-        ):
-            failures.append(
-                ValidationFailure(
-                    "queue_underlying",
-                    q.label,
-                    f"{local.name} does not record {underlying} ({q.message_type}), the "
-                    f"underlying topic of queue {q.name}, in its transaction log",
-                    f"add {topic_xml} to {local.name}'s TransactionLog (the queue_underlying "
-                    "check cannot be excluded)",
-                )
-            )
-        if not topic.enforces("queue_passthrough"):
-            continue
-        for d in local.replication:
-            if d.replicates(q.name, q.message_type) and not d.passes_through(upstream_group):
-                passing = ", ".join(d.passthrough) if d.passthrough else "none"
-                failures.append(
-                    ValidationFailure(
-                        "queue_passthrough",
-                        q.label,
-                        f"{local.name} replicates queue {q.name} to {d.name} but does not pass "
-                        f"through messages from {upstream_name}'s group {upstream_group} "
-                        f"(PassThrough {passing})",
-                        f"add <PassThrough>^{upstream_group}$</PassThrough> to {local.name}'s "
-                        f"Destination {d.name} (every group that replicates a queue needs "
-                        "passthrough, the own group too), or ExcludeValidation "
-                        f"queue_passthrough on {entry}",
-                    )
-                )
-    return failures
-
-
-def _archive_hint(q: QueueFacts, upstream_name: str, local_name: str) -> str:
-    """How to send a queue's messages to an instance that should only record them."""
-    if q.underlying_topic != q.name:
-        how = (
-            f"replicate only its underlying topic {q.journaled_topic} (a Destination "
-            f"Topic that does not cover {q.name})"
-        )
-    else:
-        how = (
-            f"give queue {q.name} an UnderlyingTopic of another name on {upstream_name} "
-            "(and every instance that hosts it), and replicate only that topic"
-        )
-    return (
-        f"If {local_name} only archives the queue's messages (an audit instance), {how}: "
-        f"{local_name} then journals them and the queue's acknowledgements as a plain "
-        "topic, without a queue"
-    )
-
-
-def _archive_failures(
-    topic: TopicDescriptor, q: QueueFacts, local: InstanceConfig, upstream_name: str
-) -> list[ValidationFailure]:
-    """What refuses an archive of queue ``q`` (the downstream has no queue of that
-    name): only a SOW topic of that name, where the queue's records would land."""
-    sow = local.sow_topic_holding(q.name)
-    if sow is None or not topic.enforces("sow"):
-        return []
-    return [
-        ValidationFailure(
-            "sow",
-            q.label,
-            f"{q.name} is a queue on {upstream_name} whose acknowledgement and ownership "
-            f"records reach {local.name} with its underlying topic {q.journaled_topic}, "
-            f"but {q.name} is a SOW topic on {local.name}, where those records are no SOW "
-            "records",
-            f"give {local.name}'s SOW topic {q.name} another name, or stop replicating "
-            f"{q.journaled_topic} from {upstream_name} to {local.name}, or ExcludeValidation "
-            f"sow on {upstream_name}'s Destination Topic {topic.label} if the SOW topic is "
-            "meant to ignore them",
-        )
-    ]
-
-
-def covers(pattern: str | None, name: str | None) -> bool:
-    """Whether a downstream Topic entry ``pattern`` covers an upstream entry ``name``."""
-    if pattern is None or pattern in (".*", "^.*$"):
-        return True
-    if name is None:
-        return False
-    if pattern == name:
-        return True
-    if any(ch in _REGEX_CHARS for ch in name):
-        return False  # two different patterns: cannot prove coverage
-    if any(ch in _REGEX_CHARS for ch in pattern):
-        try:
-            return re.fullmatch(pattern, name) is not None
-        except re.error:
-            return False
-    return False
-
-
 def _back_destinations(
     local: InstanceConfig, upstream_name: str, upstream_group: str
 ) -> list[DestinationConfig]:
@@ -759,29 +357,39 @@ def validate(
                 )
             )
         if topic.enforces("cascade"):
-            enforced = frozenset(c for c in ALL_CHECKS if topic.enforces(c))
-            for d in local.replication:
-                for t in d.topics:
-                    if t.message_type != topic.message_type or not covers(t.name, topic.name):
-                        continue
-                    relaxed = enforced & frozenset(t.exclude_validation)
-                    if relaxed:
-                        failures.append(
-                            ValidationFailure(
-                                "cascade",
-                                label,
-                                f"{local.name} replicates it to {d.name} without the check(s) "
-                                f"{', '.join(sorted(relaxed))} that {upstream_name} enforces",
-                                f"remove ExcludeValidation {','.join(sorted(relaxed))} from "
-                                f"{local.name}'s Destination {d.name}, or ExcludeValidation "
-                                "cascade on the upstream's Topic",
-                            )
-                        )
+            failures.extend(_cascade_failures(topic, local, upstream_name))
         failures.extend(_sow_failures(topic, local, upstream_name))
-        for failure in _queue_failures(topic, local, upstream_name, upstream_group, topics):
+        for failure in queue_failures(topic, local, upstream_name, upstream_group, topics):
             if str(failure) not in seen:
                 seen.add(str(failure))
                 failures.append(failure)
+    return failures
+
+
+def _cascade_failures(
+    topic: TopicDescriptor, local: InstanceConfig, upstream_name: str
+) -> list[ValidationFailure]:
+    """The ``cascade`` failures of ``topic``: the downstream's own destinations for it
+    must enforce every check the upstream enforces."""
+    failures: list[ValidationFailure] = []
+    enforced = frozenset(c for c in ALL_CHECKS if topic.enforces(c))
+    for d in local.replication:
+        for t in d.topics:
+            if t.message_type != topic.message_type or not covers(t.name, topic.name):
+                continue
+            relaxed = enforced & frozenset(t.exclude_validation)
+            if relaxed:
+                failures.append(
+                    ValidationFailure(
+                        "cascade",
+                        topic.label,
+                        f"{local.name} replicates it to {d.name} without the check(s) "
+                        f"{', '.join(sorted(relaxed))} that {upstream_name} enforces",
+                        f"remove ExcludeValidation {','.join(sorted(relaxed))} from "
+                        f"{local.name}'s Destination {d.name}, or ExcludeValidation "
+                        "cascade on the upstream's Topic",
+                    )
+                )
     return failures
 
 

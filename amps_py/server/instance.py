@@ -10,7 +10,7 @@ The whole path of a publish (docs/ARCHITECTURE.md, "The picture")::
       -> PublishPath.on_commit, after each commit:
            Delivery.fan_out -> live subscriptions (subscriptions.py), not yet the
                fully_durable ones while sync destinations have not acknowledged
-           replication Destinations wake (replication/outgoing.py): send, get acks
+           replication Destinations wake (replication/destination_stream.py): send, get acks
            DurableWindow (durable_window.py): durable = committed here and
                acknowledged by every sync destination the record is routed to
                (Instance.replication_acked -> advance); the watermark below which
