@@ -16,8 +16,8 @@ from .client import (
     SowResult,
     SowSubscription,
     Subscription,
-    open_client,
 )
+from .connect import open_client
 from .ha import (
     CONNECTED,
     DISCONNECTED,

@@ -84,7 +84,8 @@ from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
 
 from .bookmark_store import MemoryBookmarkStore
-from .client import Client, open_client
+from .client import Client
+from .connect import open_client
 from .ha_policy import Backoff, ServerChooser
 from .ha_sow import HASowSubscription
 from .ha_subscription import HAMessage as HAMessage
