@@ -80,6 +80,7 @@ from typing import Any, Final
 import trio
 
 from amps_py.protocol import encode_frame
+from amps_py.protocol.client_connection import ServerSilent as SilenceEvent
 from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
 
@@ -554,18 +555,21 @@ class HAClient:
 
     async def _watchdog(self, client: Client, uri: str, interval: float) -> None:
         """Drop the connection when nothing arrived for ``SILENT_INTERVALS`` intervals;
-        every frame received re-arms it (the deadline follows ``client.received_at``)."""
-        limit = SILENT_INTERVALS * interval
+        every frame received re-arms it (the client's
+        :class:`~amps_py.protocol.client_connection.ClientConnection` keeps the time)."""
+        connection = client.connection
+        connection.watch_silence(SILENT_INTERVALS * interval)
         while True:
-            deadline = client.received_at + limit
-            now = trio.current_time()
-            if now >= deadline:
-                exc = ServerSilent(
-                    f"{redact_uris(uri)} sent nothing for {now - client.received_at:.2f} s "
-                    f"(heartbeat every {interval:g} s); failing over"
-                )
-                client._shutdown(exc)  # no goodbyes (unsubscribes) to a silent server
-                raise exc
+            for event in connection.tick(trio.current_time()):
+                if isinstance(event, SilenceEvent):
+                    exc = ServerSilent(
+                        f"{redact_uris(uri)} sent nothing for {event.silent_for:.2f} s "
+                        f"(heartbeat every {interval:g} s); failing over"
+                    )
+                    client._shutdown(exc)  # no goodbyes (unsubscribes) to a silent server
+                    raise exc
+            deadline = connection.silence_deadline
+            assert deadline is not None  # watched since the start of this task
             await trio.sleep_until(deadline)
 
     # ---------------------------------------------------------------- publishing

@@ -312,7 +312,7 @@ class ClientConnection:
         """Events due at ``now``: :class:`ServerSilent` (once) when the silence limit
         has passed."""
         deadline = self.silence_deadline
-        if deadline is None or self._silent_reported or self.closed or now < deadline:
+        if deadline is None or self._silent_reported or now < deadline:
             return []
         self._silent_reported = True
         assert self._silence_limit is not None
