@@ -29,8 +29,8 @@ from .ha import (
     HASubscription,
     NoServerReachable,
     ServerSilent,
-    open_ha_client,
 )
+from .ha_open import open_ha_client
 from .publish_store import FilePublishStore, MemoryPublishStore
 from .queue import QueueSubscription
 from .uri import BadURI, ServerURI, parse_uri
