@@ -130,6 +130,61 @@ class ZlibStream(trio.abc.Stream):
         await self._inner.aclose()
 
 
+def _checked_target(
+    uri: str,
+    ca_file: str | os.PathLike[str] | None,
+    server_hostname: str | None,
+    ack_batch_size: int,
+    ack_timeout: float,
+) -> ServerURI:
+    """The server ``uri`` names, once the arguments of :func:`open_client` are checked
+    (raises BadURI or ValueError)."""
+    if ack_batch_size < 1:
+        raise ValueError(f"ack_batch_size must be 1 or more, got {ack_batch_size}")
+    if ack_timeout <= 0:
+        raise ValueError(f"ack_timeout must be more than 0 seconds, got {ack_timeout:g}")
+    target = parse_uri(uri)
+    if not target.secure and (ca_file is not None or server_hostname is not None):
+        raise BadURI(
+            f"{redact_uris(uri)!r}: ca_file and server_hostname apply to TLS connections only; "
+            f"use a tcps:// URI, e.g. tcps://{target.host}:{target.port}/amps/json"
+        )
+    return target
+
+
+async def _open_tcp(target: ServerURI, timeout: float) -> trio.SocketStream:
+    """Connect to ``target`` (raises OSError naming the address, the cause and the
+    fix)."""
+    try:
+        with trio.fail_after(timeout):
+            return await trio.open_tcp_stream(target.host, target.port)
+    except OSError as exc:
+        why = f"{exc.strerror or exc}"
+        if _refused(exc):
+            why = (
+                f"connection refused: nothing listens on port {target.port}. Is the "
+                "instance running, and does a client Transport of its config name that "
+                "port in InetAddr? (`amps-py serve` listens on 127.0.0.1:9007 by default)"
+            )
+        raise OSError(f"cannot connect to {target.host}:{target.port}: {why}") from exc
+    except trio.TooSlowError:
+        raise OSError(
+            f"cannot connect to {target.host}:{target.port}: no answer within {timeout:g} s"
+        ) from None
+
+
+def _logon_fields(target: ServerURI, given: dict[str, Any]) -> dict[str, Any]:
+    """The logon fields: ``given``, then the message type of the connection (from the
+    URI's /amps/<type>) and the URI's credentials unless given."""
+    fields = dict(given)
+    fields.setdefault("mt", target.message_type)
+    if target.user:
+        fields.setdefault("user_id", target.user)
+    if target.password:
+        fields.setdefault("pw", target.password)
+    return fields
+
+
 @asynccontextmanager
 async def open_client(
     uri: str,
@@ -171,32 +226,8 @@ async def open_client(
         OSError: the server cannot be reached, or the TLS handshake fails (the message
             names the address, the cause and the fix).
     """
-    if ack_batch_size < 1:
-        raise ValueError(f"ack_batch_size must be 1 or more, got {ack_batch_size}")
-    if ack_timeout <= 0:
-        raise ValueError(f"ack_timeout must be more than 0 seconds, got {ack_timeout:g}")
-    target = parse_uri(uri)
-    if not target.secure and (ca_file is not None or server_hostname is not None):
-        raise BadURI(
-            f"{redact_uris(uri)!r}: ca_file and server_hostname apply to TLS connections only; "
-            f"use a tcps:// URI, e.g. tcps://{target.host}:{target.port}/amps/json"
-        )
-    try:
-        with trio.fail_after(timeout):
-            stream = await trio.open_tcp_stream(target.host, target.port)
-    except OSError as exc:
-        why = f"{exc.strerror or exc}"
-        if _refused(exc):
-            why = (
-                f"connection refused: nothing listens on port {target.port}. Is the "
-                "instance running, and does a client Transport of its config name that "
-                "port in InetAddr? (`amps-py serve` listens on 127.0.0.1:9007 by default)"
-            )
-        raise OSError(f"cannot connect to {target.host}:{target.port}: {why}") from exc
-    except trio.TooSlowError:
-        raise OSError(
-            f"cannot connect to {target.host}:{target.port}: no answer within {timeout:g} s"
-        ) from None
+    target = _checked_target(uri, ca_file, server_hostname, ack_batch_size, ack_timeout)
+    stream = await _open_tcp(target, timeout)
     connection: trio.abc.Stream = stream
     if target.secure:
         try:
@@ -214,14 +245,7 @@ async def open_client(
             client._nursery = nursery
             nursery.start_soon(client._reader)
             if logon:
-                fields = dict(logon_fields)
-                # the message type of the connection, from the URI's /amps/<type>
-                fields.setdefault("mt", target.message_type)
-                if target.user:
-                    fields.setdefault("user_id", target.user)
-                if target.password:
-                    fields.setdefault("pw", target.password)
-                await client.logon(timeout=timeout, **fields)
+                await client.logon(timeout=timeout, **_logon_fields(target, logon_fields))
             try:
                 yield client
             except BaseException:

@@ -87,22 +87,34 @@ async def open_ha_client(
         failover_timeout=failover_timeout,
         **logon_fields,
     )
+    # unwrapping_groups: the caller's exception comes out as itself, not in a group
+    async with (
+        _closing(ha, publish_store is None, bookmark_store is None),
+        unwrapping_groups(),
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(ha._run)
+        try:
+            yield ha
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _closing(
+    ha: HAClient, own_publish_store: bool, own_bookmark_store: bool
+) -> AsyncIterator[None]:
+    """On exit: end every subscription iterator, sync both stores, close the ones made
+    here (``own_*``)."""
     try:
-        # an exception raised in the caller's block comes out as itself, as from
-        # open_client, not wrapped in the nursery's ExceptionGroup
-        async with unwrapping_groups(), trio.open_nursery() as nursery:
-            nursery.start_soon(ha._run)
-            try:
-                yield ha
-            finally:
-                nursery.cancel_scope.cancel()
+        yield
     finally:
         for sub in list(ha._subs.values()):
             sub._end()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(ha.publish_store.sync)
             await trio.to_thread.run_sync(ha.bookmark_store.sync)
-        if publish_store is None:
+        if own_publish_store:
             ha.publish_store.close()
-        if bookmark_store is None:
+        if own_bookmark_store:
             ha.bookmark_store.close()
