@@ -126,8 +126,13 @@ class Client:
     # ---------------------------------------------------------------- protocol state
     @property
     def seq(self) -> int:
-        """The highest publish seq sent (or the server's logon ``s``)."""
+        """The highest publish seq sent (or the server's logon ``s``); a caller that
+        writes a publish frame by hand (:meth:`send_raw`) may move it on."""
         return self.connection.seq
+
+    @seq.setter
+    def seq(self, seq: int) -> None:
+        self.connection.seq = seq
 
     @property
     def persisted_seq(self) -> int:
