@@ -265,7 +265,9 @@ class Client:
             elif isinstance(event, proto.QueryFrame):
                 self._on_query_frame(event.frame)
             elif isinstance(event, proto.SubscriptionAck):
-                self._on_subscription_ack(self._subs[event.sub_id], event.ack)
+                sub = self._subs.get(event.sub_id)
+                if sub is not None:
+                    self._on_subscription_ack(sub, event.ack)
             elif isinstance(event, proto.CommandDone):
                 self._command_done(event)
             elif isinstance(event, proto.TrackedAck):

@@ -62,7 +62,7 @@ Want: TypeAlias = "int | frozenset[str]"
 @dataclass(frozen=True)
 class CommandDone:
     """The wait for command ``cid`` ended: every ack it waited for came, or a failure
-    ack did (``failed``), or the connection closed (``complete`` false)."""
+    ack did (:attr:`failure`), or the connection closed (``complete`` false)."""
 
     cid: str
     acks: list[dict[str, Any]]
@@ -171,7 +171,7 @@ Event: TypeAlias = (
 )
 
 
-def acks_complete(acks: list[dict[str, Any]], want: int | frozenset[str]) -> bool:
+def acks_complete(acks: list[dict[str, Any]], want: Want) -> bool:
     """Whether ``acks`` end a wait for ``want`` (a count, or ack types that must all
     have come)."""
     if isinstance(want, int):
@@ -181,7 +181,7 @@ def acks_complete(acks: list[dict[str, Any]], want: int | frozenset[str]) -> boo
 
 @dataclass
 class _Waiter:
-    want: int | frozenset[str]
+    want: Want
     acks: list[dict[str, Any]] = field(default_factory=list)
     logon: bool = False
 
@@ -239,7 +239,7 @@ class ClientConnection:
         """Register a command (``header["cid"]`` is set unless given) waiting for
         ``want`` acks; returns its cid and the bytes to send."""
         cid = str(header.setdefault("cid", self.next_cid()))
-        wanted: int | frozenset[str] = want if isinstance(want, int) else frozenset(want)
+        wanted: Want = want if isinstance(want, int) else frozenset(want)
         self._waiting[cid] = _Waiter(wanted, logon=header.get("c") == "logon")
         return cid, encode_frame(header, payload)
 
