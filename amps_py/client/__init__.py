@@ -16,8 +16,8 @@ from .client import (
     SowResult,
     SowSubscription,
     Subscription,
-    open_client,
 )
+from .connect import open_client
 from .ha import (
     CONNECTED,
     DISCONNECTED,
@@ -29,8 +29,8 @@ from .ha import (
     HASubscription,
     NoServerReachable,
     ServerSilent,
-    open_ha_client,
 )
+from .ha_open import open_ha_client
 from .publish_store import FilePublishStore, MemoryPublishStore
 from .queue import QueueSubscription
 from .uri import BadURI, ServerURI, parse_uri

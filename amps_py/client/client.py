@@ -49,22 +49,17 @@ waiter.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
-import os
-import ssl
-from collections.abc import AsyncIterator, Collection
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Collection, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import trio
 
-from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError, encode_frame
+from amps_py.protocol import Frame, FrameTooLarge, ProtocolError, encode_frame
 from amps_py.protocol import SowRecord as SowRecord
-from amps_py.protocol.compression import CompressionError, Deflater, Inflater
-from amps_py.protocol.messages import NOT_JOURNALED
-from amps_py.redact import redact_uris
-from amps_py.trio_util import unwrapping_groups
+from amps_py.protocol import client_connection as proto
+from amps_py.protocol.client_connection import ClientConnection
 
 from . import queue as _queue
 from . import sow as _sow
@@ -79,25 +74,13 @@ from .subscription import CommandError as CommandError
 from .subscription import ConnectionLost as ConnectionLost
 from .subscription import Message as Message
 from .subscription import Subscription as Subscription
-from .uri import BadURI, ServerURI, parse_uri
-
-#: Oldest TLS version a ``tcps://`` connection accepts (TLS 1.0/1.1 are deprecated).
-MIN_TLS_VERSION = ssl.TLSVersion.TLSv1_2
-
-
-def _refused(exc: BaseException) -> bool:
-    """Whether the connect failed because nothing listens there (trio's "all attempts
-    failed" holds the attempts' errors in its cause)."""
-    if isinstance(exc, ConnectionRefusedError):
-        return True
-    attempts = getattr(exc.__cause__, "exceptions", ())
-    return bool(attempts) and all(isinstance(a, ConnectionRefusedError) for a in attempts)
-
 
 #: the length prefix an HTTP response's first bytes (``HTTP/``) make
 _HTTP_LENGTH = int.from_bytes(b"HTTP", "big")
 #: the ``reason`` of the ProtocolError for an HTTP answer
 NOT_AN_AMPS_PORT = "not an AMPS port"
+#: errors of a best-effort send (a beat, an unsubscribe) that are not raised
+_SEND_ERRORS = (AMPSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
 def _http_answer(exc: FrameTooLarge) -> ProtocolError | None:
@@ -114,35 +97,25 @@ def _http_answer(exc: FrameTooLarge) -> ProtocolError | None:
 
 
 class Client:
-    """A logged-on connection. Create it with :func:`open_client`."""
+    """A logged-on connection. Create it with :func:`~amps_py.client.open_client`.
+
+    The protocol rules (command ids and their acks, logon, publish sequence numbers,
+    persisted acks, heartbeat answers, routing) are the :class:`ClientConnection`'s
+    (:attr:`connection`); this class owns the stream, the reader task and the waiting.
+    """
 
     def __init__(self, name: str, stream: trio.abc.Stream) -> None:
         self.name = name
         self._stream = stream
-        self._decoder = FrameDecoder(max_frame_size=256 * 1024 * 1024)
-        self._cids = itertools.count(1)
-        # cid -> (event, acks so far, how many acks / which ack types end the wait)
-        self._waiting: dict[str, tuple[trio.Event, list[dict[str, Any]], int | frozenset[str]]] = {}
+        #: the protocol state of this connection (sans-IO)
+        self.connection = ClientConnection(name, now=trio.current_time())
+        # cid -> (event set when its wait ends, the CommandDone once it came)
+        self._waiting: dict[str, tuple[trio.Event, list[proto.CommandDone]]] = {}
         self._subs: dict[str, Subscription] = {}
         self._queries: dict[str, _SowQuery] = {}
         self._send_lock = trio.Lock()
         self._persisted_changed = trio.Event()
-        self.seq = 0
-        self.persisted_seq = 0
-        #: publishes the server reported as not stored: seq -> the failure ack
-        self.failed_publishes: dict[int, dict[str, Any]] = {}
-        #: the newest seq whose persisted ack said ``reason: not journaled``: a publish
-        #: to a topic the instance does not journal (acknowledged, not stored)
-        self.not_journaled_seq = 0
-        self.logon_ack: dict[str, Any] = {}
         self.closed: BaseException | None = None
-        #: a failure ack the server sent about the connection itself (no cid, sub_id
-        #: or s), e.g. reason ``slow client`` just before it closed the connection
-        self.server_notice: dict[str, Any] | None = None
-        self.heartbeats = 0
-        #: trio.current_time() when bytes last arrived from the server (or the client
-        #: was made): a server-silence watchdog re-arms from it
-        self.received_at = trio.current_time()
         self._nursery: trio.Nursery | None = None
         #: queue acknowledgements: bookmarks per ``sow_delete`` (1: each sent at once)
         self.ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE
@@ -150,20 +123,71 @@ class Client:
         self.ack_timeout: float = DEFAULT_ACK_TIMEOUT
         self._acks = _queue.AckState()
 
+    # ---------------------------------------------------------------- protocol state
+    @property
+    def seq(self) -> int:
+        """The highest publish seq sent (or the server's logon ``s``); a caller that
+        writes a publish frame by hand (:meth:`send_raw`) may move it on."""
+        return self.connection.seq
+
+    @seq.setter
+    def seq(self, seq: int) -> None:
+        self.connection.seq = seq
+
+    @property
+    def persisted_seq(self) -> int:
+        """Every publish up to this seq is persisted."""
+        return self.connection.persisted_seq
+
+    @property
+    def failed_publishes(self) -> dict[int, dict[str, Any]]:
+        """Publishes the server reported as not stored: seq -> the failure ack."""
+        return self.connection.failed_publishes
+
+    @property
+    def not_journaled_seq(self) -> int:
+        """The newest seq whose persisted ack said ``reason: not journaled``: a publish
+        to a topic the instance does not journal (acknowledged, not stored)."""
+        return self.connection.not_journaled_seq
+
+    @property
+    def logon_ack(self) -> dict[str, Any]:
+        return self.connection.logon_ack
+
+    @property
+    def server_notice(self) -> dict[str, Any] | None:
+        """A failure ack the server sent about the connection itself (no cid, sub_id
+        or s), e.g. reason ``slow client`` just before it closed the connection."""
+        return self.connection.server_notice
+
+    @property
+    def heartbeats(self) -> int:
+        return self.connection.heartbeats
+
+    @property
+    def received_at(self) -> float:
+        """trio.current_time() when bytes last arrived from the server (or the client
+        was made)."""
+        return self.connection.received_at
+
+    def next_id(self) -> int:
+        """A number not used before on this connection (for sub and query ids)."""
+        return self.connection.next_id()
+
     # ---------------------------------------------------------------- plumbing
     async def _send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        await self._send_bytes(encode_frame(header, payload))
+
+    async def _send_bytes(self, data: bytes) -> None:
         if self.closed is not None:
             raise ConnectionLost(f"connection is closed: {self.closed}")
         async with self._send_lock:
-            await self._stream.send_all(encode_frame(header, payload))
+            await self._stream.send_all(data)
 
     async def send_raw(self, data: bytes) -> None:
         """Write bytes as they are (tests use this to send malformed frames)."""
         async with self._send_lock:
             await self._stream.send_all(data)
-
-    def _next_cid(self) -> str:
-        return str(next(self._cids))
 
     async def command(
         self,
@@ -181,42 +205,39 @@ class Client:
             CommandError: an ack has status failure.
             TimeoutError: the acks did not arrive within ``timeout`` seconds.
         """
-        cid = header.setdefault("cid", self._next_cid())
+        cid, data = self.connection.command(header, payload, want=wait)
+        return await self._await_command(header["c"], cid, data, timeout)
+
+    async def _await_command(
+        self, command: str, cid: str, data: bytes, timeout: float
+    ) -> list[dict[str, Any]]:
+        """Send ``data`` (the command ``cid``) and wait for the end of its wait."""
         event = trio.Event()
-        acks: list[dict[str, Any]] = []
-        want: int | frozenset[str] = wait if isinstance(wait, int) else frozenset(wait)
-        self._waiting[cid] = (event, acks, want)
+        done: list[proto.CommandDone] = []
+        self._waiting[cid] = (event, done)
         try:
-            await self._send(header, payload)
+            await self._send_bytes(data)
             with trio.move_on_after(timeout) as scope:
                 await event.wait()
             if scope.cancelled_caught:
-                raise TimeoutError(f"no ack for {header['c']} within {timeout:g} s")
+                raise TimeoutError(f"no ack for {command} within {timeout:g} s")
         finally:
             self._waiting.pop(cid, None)
-        for ack in acks:
-            if ack.get("status") == "failure":
-                raise CommandError(header["c"], ack)
-        if self.closed is not None and not _acks_complete(acks, want):
-            raise ConnectionLost(
-                f"connection closed while waiting for {header['c']}: {self.closed}"
-            )
-        return acks
+            self.connection.abandon(cid)
+        (result,) = done
+        failure = result.failure
+        if failure is not None:
+            raise CommandError(command, failure)
+        if not result.complete:
+            raise ConnectionLost(f"connection closed while waiting for {command}: {self.closed}")
+        return result.acks
 
     async def _reader(self) -> None:
         stream = self._stream
-        decoder = self._decoder
         try:
             while True:
                 data = await stream.receive_some(256 * 1024)
-                self.received_at = trio.current_time()
-                if not data:
-                    notice = self.server_notice
-                    why = f": {notice.get('reason')} ({notice.get('detail')})" if notice else ""
-                    raise ConnectionLost(f"server closed the connection{why}")
-                decoder.receive_data(data)
-                for frame in decoder.frames():
-                    self._dispatch(frame)
+                self._handle(self.connection.receive_data(data, trio.current_time()))
         except FrameTooLarge as exc:
             self._shutdown(_http_answer(exc) or exc)
         except (
@@ -230,35 +251,48 @@ class Client:
     def _shutdown(self, exc: BaseException) -> None:
         if self.closed is None:
             self.closed = exc
-        for event, _, _ in self._waiting.values():
-            event.set()
+        self._handle(self.connection.close())
         for sub in self._subs.values():
             sub._send.close()
         self._persisted_changed.set()
         self._acks.wake()
 
-    def _dispatch(self, frame: Frame) -> None:
-        header = frame.header
-        command = header["c"]
-        if command == "publish" or command == "oof":
-            sid = header.get("sub_id", "")
-            sids = header.get("sids")
-            targets = sids.split(",") if sids else [sid]
-            for target in targets:
-                sub = self._subs.get(target)
+    def _handle(self, events: Iterable[proto.Event]) -> None:
+        """Act on what the connection reported (from the reader task)."""
+        for event in events:
+            if isinstance(event, proto.Delivery):
+                self._deliver(event)
+            elif isinstance(event, proto.QueryFrame):
+                self._on_query_frame(event.frame)
+            elif isinstance(event, proto.SubscriptionAck):
+                sub = self._subs.get(event.sub_id)
                 if sub is not None:
-                    sub._put(Message(header, frame.payload, sub))
-            return
-        if command == "sow":
-            self._on_sow_batch(frame)
-        elif command == "group_begin" or command == "group_end":
-            self._on_group(header)
-        elif command == "ack":
-            self._on_ack(header)
-        elif command == "heartbeat":
-            self.heartbeats += 1
-            if self._nursery is not None and self.closed is None:
-                self._nursery.start_soon(self._beat)
+                    self._on_subscription_ack(sub, event.ack)
+            elif isinstance(event, proto.CommandDone):
+                self._command_done(event)
+            elif isinstance(event, proto.TrackedAck):
+                self._acks.answered(event.ack)
+            elif isinstance(event, (proto.Persisted, proto.PublishFailed)):
+                changed, self._persisted_changed = self._persisted_changed, trio.Event()
+                changed.set()
+            elif isinstance(event, proto.HeartbeatReceived):
+                if self._nursery is not None and self.closed is None:
+                    self._nursery.start_soon(self._beat, event.reply)
+            elif isinstance(event, proto.ServerClosed):
+                raise ConnectionLost(event.message)
+
+    def _command_done(self, event: proto.CommandDone) -> None:
+        waiting = self._waiting.get(event.cid)
+        if waiting is not None:
+            waiting[1].append(event)
+            waiting[0].set()
+
+    def _deliver(self, event: proto.Delivery) -> None:
+        frame = event.frame
+        for target in event.sub_ids:
+            sub = self._subs.get(target)
+            if sub is not None:
+                sub._put(Message(frame.header, frame.payload, sub))
 
     def _sow_target(self, header: dict[str, Any]) -> _SowQuery | SowSubscription | None:
         """Who gets a query's frames: a running :meth:`sow` (by ``query_id``) or a
@@ -270,78 +304,45 @@ class Client:
         sub = self._subs.get(str(header.get("sub_id") or query_id))
         return sub if isinstance(sub, SowSubscription) else None
 
-    def _on_sow_batch(self, frame: Frame) -> None:
+    def _on_query_frame(self, frame: Frame) -> None:
         target = self._sow_target(frame.header)
-        if target is not None:  # None: a query given up on (timeout); late results drop
+        if target is None:  # a query given up on (timeout); late results drop
+            return
+        if frame.command == "sow":
             _sow.deliver_batch(target, frame)
-
-    def _on_group(self, header: dict[str, Any]) -> None:
-        target = self._sow_target(header)
-        if target is not None and header["c"] == "group_end":
+        elif frame.command == "group_end":
             _sow.end_snapshot(target)
 
-    async def _beat(self) -> None:
-        with contextlib.suppress(AMPSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._send({"c": "heartbeat", "o": "beat"})
+    async def _beat(self, reply: bytes) -> None:
+        with contextlib.suppress(*_SEND_ERRORS):
+            await self._send_bytes(reply)
 
-    def _on_ack(self, header: dict[str, Any]) -> None:
-        cid = header.get("cid")
+    @staticmethod
+    def _on_subscription_ack(sub: Subscription, header: dict[str, Any]) -> None:
+        """What an ack about ``sub`` tells it (stats, backlog, completion, failure)."""
         ack_type = header.get("a")
-        sub_id = header.get("sub_id")
-        if sub_id is None and header.get("query_id") in self._subs:
-            sub_id = header["query_id"]  # a sow_and_subscribe ack naming the query only
-        if sub_id is not None and sub_id in self._subs:
-            sub = self._subs[sub_id]
-            if ack_type == "stats" and isinstance(sub, SowSubscription):
-                sub.stats = _stats_of(header)
-            elif ack_type == "processed" and sub.max_backlog is None:
-                sub.max_backlog = _queue.backlog_of(header)
-            if ack_type == "completed":
-                sub.completed_bookmark = header.get("bm", "")
-                if sub.replayed is None:
-                    sub.replayed = sub.delivered
-                sub.completed.set()
-                sub._mark({"c": "ack", "a": "completed", "bm": sub.completed_bookmark})
-            elif ack_type == "persisted" and cid is None:
-                sub.persisted_bookmark = header.get("bm", "")
-            if header.get("status") == "failure":
-                sub.failure = header
-                sub._send.close()
-        if cid is not None:
-            if str(cid) in self._acks.outstanding:
-                self._acks.answered(header)
-                return
-            waiting = self._waiting.get(str(cid))
-            if waiting is not None:
-                event, acks, want = waiting
-                acks.append(header)
-                if _acks_complete(acks, want) or header.get("status") == "failure":
-                    event.set()
-            return
-        if sub_id is None and "s" not in header and header.get("status") == "failure":
-            self.server_notice = header  # about the connection, not one command
-            return
-        if ack_type == "persisted" and "s" in header and sub_id is None:
-            seq = int(header["s"])
-            if header.get("status") != "success":
-                self.failed_publishes[seq] = header
-            elif seq > self.persisted_seq:
-                self.persisted_seq = seq
-                if header.get("reason") == NOT_JOURNALED:
-                    self.not_journaled_seq = seq
-            else:
-                return
-            event = self._persisted_changed
-            self._persisted_changed = trio.Event()
-            event.set()
+        if ack_type == "stats" and isinstance(sub, SowSubscription):
+            sub.stats = _stats_of(header)
+        elif ack_type == "processed" and sub.max_backlog is None:
+            sub.max_backlog = _queue.backlog_of(header)
+        if ack_type == "completed":
+            sub.completed_bookmark = header.get("bm", "")
+            if sub.replayed is None:
+                sub.replayed = sub.delivered
+            sub.completed.set()
+            sub._mark({"c": "ack", "a": "completed", "bm": sub.completed_bookmark})
+        elif ack_type == "persisted" and header.get("cid") is None:
+            sub.persisted_bookmark = header.get("bm", "")
+        if header.get("status") == "failure":
+            sub.failure = header
+            sub._send.close()
 
     # ---------------------------------------------------------------- API
     async def logon(self, *, timeout: float = 10, **fields: Any) -> dict[str, Any]:
         """Log on as ``self.name``; returns the logon ack (``s`` = last persisted seq)."""
-        header = {"c": "logon", "client_name": self.name, "a": "processed", "v": "amps-py-client"}
-        header.update(fields)
+        cid, data = self.connection.logon(fields)
         try:
-            (ack,) = await self.command(header, timeout=timeout)
+            (ack,) = await self._await_command("logon", cid, data, timeout)
         except ConnectionLost as exc:
             closed = self.closed
             if isinstance(closed, ProtocolError) and closed.reason == NOT_AN_AMPS_PORT:
@@ -350,9 +351,6 @@ class Client:
                 f"{exc}; the server closed the connection without answering the logon: "
                 "if its transport is tcps, connect with a tcps:// URI (and its CA file)"
             ) from None
-        self.logon_ack = ack
-        self.seq = max(self.seq, int(ack.get("s", 0) or 0))
-        self.persisted_seq = max(self.persisted_seq, self.seq)
         return ack
 
     async def publish(
@@ -396,18 +394,10 @@ class Client:
         sow_key: str | None,
     ) -> int:
         payload = data.encode() if isinstance(data, str) else data
-        if seq is None:
-            self.seq += 1
-            seq = self.seq
-        else:
-            self.seq = max(self.seq, seq)
-        self.failed_publishes.pop(seq, None)  # sent again: its new fate counts
-        header: dict[str, Any] = {"c": command, "t": topic, "s": seq}
-        if ack:
-            header["a"] = "persisted"
-        if sow_key is not None:
-            header["k"] = sow_key
-        await self._send(header, payload)
+        seq, frame = self.connection.publish(
+            command, topic, payload, seq=seq, ack=ack, sow_key=sow_key
+        )
+        await self._send_bytes(frame)
         return seq
 
     async def publish_persisted(self, topic: str, data: bytes | str, *, timeout: float = 30) -> int:
@@ -486,7 +476,7 @@ class Client:
                 ack reported no ``max_backlog``).
             ValueError: ``max_backlog`` is less than 1.
         """
-        sid = sub_id or f"s{next(self._cids)}"
+        sid = sub_id or f"s{self.next_id()}"
         sub = (
             QueueSubscription(self, sid, buffer, markers)
             if auto_ack
@@ -522,22 +512,21 @@ class Client:
         unsubscribe."""
         sid = sub.sub_id
         self._subs[sid] = sub
+        self.connection.add_route(sid)
         try:
             await self.command(header, wait=1, timeout=timeout)
         except BaseException:
-            self._subs.pop(sid, None)
+            self._forget_sub(sid)
             raise
         try:
             yield
         finally:
-            self._subs.pop(sid, None)
+            self._forget_sub(sid)
             if self.closed is None:
                 with (
                     trio.CancelScope(shield=True),
                     trio.move_on_after(5),
-                    contextlib.suppress(
-                        AMPSError, trio.BrokenResourceError, trio.ClosedResourceError
-                    ),
+                    contextlib.suppress(*_SEND_ERRORS),
                 ):
                     await self._send({"c": "unsubscribe", "sub_id": sid})
 
@@ -545,23 +534,108 @@ class Client:
         """Shorthand for ``subscribe(topic, bookmark=...)`` (EPOCH by default)."""
         return self.subscribe(topic, bookmark=bookmark, **kwargs)
 
+    def _forget_sub(self, sub_id: str) -> Subscription | None:
+        """Stop routing to the subscription ``sub_id``; returns it (None: unknown)."""
+        self.connection.drop_route(sub_id)
+        return self._subs.pop(sub_id, None)
+
     # ---------------------------------------------------------------- SOW
-    # The SOW API lives in amps_py.client.sow as functions taking the client first;
-    # bound here as methods, so ``client.sow(...)`` has their signatures and docs.
-    sow = _sow.sow
-    sow_and_subscribe = _sow.sow_and_subscribe
-    sow_delete = _sow.sow_delete
-    _stop_query = _sow.stop_query
-    _query_header = staticmethod(_sow.query_header)
+    # The query rules live in amps_py.client.sow (functions taking a SowClient).
+    async def sow(
+        self,
+        topic: str,
+        filter: str | None = None,
+        *,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        skip_n: int | None = None,
+        batch_size: int = 10,
+        sow_keys: str | Iterable[str] | None = None,
+        options: str | None = None,
+        timeout: float = 60,
+    ) -> SowResult:
+        """Query the State of the World of ``topic``: see :func:`amps_py.client.sow.sow`."""
+        return await _sow.sow(
+            self,
+            topic,
+            filter,
+            top_n=top_n,
+            orderby=orderby,
+            skip_n=skip_n,
+            batch_size=batch_size,
+            sow_keys=sow_keys,
+            options=options,
+            timeout=timeout,
+        )
+
+    def sow_and_subscribe(
+        self,
+        topic: str,
+        filter: str | None = None,
+        *,
+        options: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int = 10,
+        sow_keys: str | Iterable[str] | None = None,
+        sub_id: str | None = None,
+        buffer: float = math.inf,
+        timeout: float = 30,
+        markers: bool = False,
+    ) -> AbstractAsyncContextManager[SowSubscription]:
+        """Query ``topic`` and subscribe to it in one atomic step: see
+        :func:`amps_py.client.sow.sow_and_subscribe`."""
+        return _sow.sow_and_subscribe(
+            self,
+            topic,
+            filter,
+            options=options,
+            top_n=top_n,
+            orderby=orderby,
+            batch_size=batch_size,
+            sow_keys=sow_keys,
+            sub_id=sub_id,
+            buffer=buffer,
+            timeout=timeout,
+            markers=markers,
+        )
+
+    async def sow_delete(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        data: bytes | str | None = None,
+        timeout: float = 30,
+    ) -> dict[str, int]:
+        """Delete records of ``topic``; returns the server's counts: see
+        :func:`amps_py.client.sow.sow_delete`."""
+        return await _sow.sow_delete(
+            self, topic, filter=filter, keys=keys, data=data, timeout=timeout
+        )
+
+    async def _stop_query(self, query_id: str) -> None:
+        await _sow.stop_query(self, query_id)
 
     # ---------------------------------------------------------------- queues
-    # Acknowledging queue messages lives in amps_py.client.queue, bound the same way.
-    ack = _queue.ack
-    flush_acks = _queue.flush_acks
+    # Acknowledging queue messages lives in amps_py.client.queue (functions taking a
+    # QueueClient).
+    async def ack(
+        self, topic: str, bookmark: str, *, cancel: bool = False, expire: bool = False
+    ) -> None:
+        """Acknowledge the queue message ``bookmark`` of ``topic`` (batched by
+        :attr:`ack_batch_size`): see :func:`amps_py.client.queue.ack`."""
+        await _queue.ack(self, topic, bookmark, cancel=cancel, expire=expire)
+
+    async def flush_acks(self, *, timeout: float = 30) -> None:
+        """Send every batched acknowledgement and wait for every answer: see
+        :func:`amps_py.client.queue.flush_acks`."""
+        await _queue.flush_acks(self, timeout=timeout)
 
     async def unsubscribe(self, sub_id: str) -> None:
         await self.command({"c": "unsubscribe", "sub_id": sub_id, "a": "processed"})
-        sub = self._subs.pop(sub_id, None)
+        sub = self._forget_sub(sub_id)
         if sub is not None:
             sub._send.close()
 
@@ -580,210 +654,3 @@ class Client:
         await _queue.flush_on_close(self)
         self._shutdown(ConnectionLost("client closed"))
         await self._stream.aclose()
-
-
-def _acks_complete(acks: list[dict[str, Any]], want: int | frozenset[str]) -> bool:
-    """Whether ``acks`` end a wait for ``want`` (a count, or ack types that must all
-    have come)."""
-    if isinstance(want, int):
-        return len(acks) >= want
-    return want <= {str(ack.get("a")) for ack in acks}
-
-
-def _client_tls_context(ca_file: str | os.PathLike[str] | None) -> ssl.SSLContext:
-    """A TLS client context trusting ``ca_file`` (PEM), or the system's CAs."""
-    try:
-        context = ssl.create_default_context(cafile=os.fspath(ca_file) if ca_file else None)
-    except FileNotFoundError as exc:
-        raise OSError(
-            f"CA file {os.fspath(ca_file or '')!r} does not exist; give the PEM file of the "
-            "CA that issued the server's certificate (or the server's certificate itself "
-            "if it is self-signed)"
-        ) from exc
-    except ssl.SSLError as exc:
-        raise OSError(
-            f"CA file {os.fspath(ca_file or '')!r} holds no PEM certificate "
-            f"({exc.reason or exc}); give a PEM file starting with -----BEGIN CERTIFICATE-----"
-        ) from exc
-    except OSError as exc:
-        raise OSError(
-            f"cannot read CA file {os.fspath(ca_file or '')!r}: {exc.strerror or exc}"
-        ) from exc
-    context.minimum_version = MIN_TLS_VERSION
-    return context
-
-
-async def _start_tls(
-    stream: trio.SocketStream,
-    target: ServerURI,
-    ca_file: str | os.PathLike[str] | None,
-    server_hostname: str | None,
-    timeout: float,
-) -> trio.SSLStream[trio.SocketStream]:
-    """Wrap ``stream`` in TLS and complete the handshake (raises OSError with a fix)."""
-    address = f"{target.host}:{target.port}"
-    hostname = server_hostname or target.host
-    secured = trio.SSLStream(stream, _client_tls_context(ca_file), server_hostname=hostname)
-    try:
-        with trio.fail_after(timeout):
-            await secured.do_handshake()
-    except trio.TooSlowError as exc:
-        raise OSError(
-            f"no TLS handshake with {address} within {timeout:g} s; is it a tcps transport?"
-        ) from exc
-    except trio.BrokenResourceError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            trusted = f"CA file {os.fspath(ca_file)!r}" if ca_file else "the system's CAs"
-            raise OSError(
-                f"TLS handshake with {address} failed: the server's certificate does not "
-                f"verify against {trusted} for {hostname!r} "
-                f"({cause.verify_message or cause.reason}); pass the CA that issued it "
-                "(--ca-file / ca_file=, or the certificate itself if self-signed), or "
-                "server_hostname= with a name the certificate holds"
-            ) from exc
-        why = cause.reason if isinstance(cause, ssl.SSLError) else "connection closed"
-        raise OSError(
-            f"TLS handshake with {address} failed ({why}); is it a tcps transport? "
-            "Use tcp:// for a plain tcp transport"
-        ) from exc
-    return secured
-
-
-class ZlibStream(trio.abc.Stream):
-    """A stream whose bytes travel zlib-compressed both ways (the URI option
-    ``compression=zlib``); see :mod:`amps_py.protocol.compression`."""
-
-    def __init__(self, inner: trio.abc.Stream) -> None:
-        self._inner = inner
-        self._deflater = Deflater()
-        self._inflater = Inflater()
-        self._ready: list[bytes] = []
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._inner.send_all(self._deflater.compress(bytes(data)))
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        while not self._ready:
-            data = await self._inner.receive_some(max_bytes)
-            if not data:
-                return b""
-            try:
-                self._ready.extend(self._inflater.feed(data))
-            except CompressionError as exc:
-                raise trio.BrokenResourceError(str(exc)) from None
-        return self._ready.pop(0)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-@asynccontextmanager
-async def open_client(
-    uri: str,
-    name: str,
-    *,
-    logon: bool = True,
-    timeout: float = 10,
-    ca_file: str | os.PathLike[str] | None = None,
-    server_hostname: str | None = None,
-    ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE,
-    ack_timeout: float = DEFAULT_ACK_TIMEOUT,
-    **logon_fields: Any,
-) -> AsyncIterator[Client]:
-    """Connect to ``uri`` (and log on as ``name``); close on exit.
-
-    Args:
-        uri: ``tcp://host:port/amps/json``, or ``tcps://...`` for TLS.
-        name: the client name.
-        logon: send a logon command first (the default).
-        timeout: seconds allowed for connecting, the TLS handshake and the logon.
-        ca_file: ``tcps`` only: PEM file of the CAs the server's certificate must chain
-            to (the server's own certificate if it is self-signed); default: the
-            system's CAs.
-        server_hostname: ``tcps`` only: the name the server's certificate must be
-            issued for; default: the URI's host.
-        ack_batch_size: queue acknowledgements sent in one ``sow_delete`` (default 1:
-            each at once); see :meth:`Client.ack`.
-        ack_timeout: seconds a partial batch of acknowledgements waits before it is
-            sent (default 1.0).
-        logon_fields: further logon header fields.
-
-    Resource handling: leaving the block sends the acknowledgements still batched and
-    waits briefly for their answers (best effort: call :meth:`Client.flush_acks` first
-    to learn of a refusal), then closes the connection.
-
-    Raises:
-        BadURI: the URI is malformed, or ``ca_file``/``server_hostname`` are given for a
-            ``tcp://`` URI.
-        OSError: the server cannot be reached, or the TLS handshake fails (the message
-            names the address, the cause and the fix).
-    """
-    if ack_batch_size < 1:
-        raise ValueError(f"ack_batch_size must be 1 or more, got {ack_batch_size}")
-    if ack_timeout <= 0:
-        raise ValueError(f"ack_timeout must be more than 0 seconds, got {ack_timeout:g}")
-    target = parse_uri(uri)
-    if not target.secure and (ca_file is not None or server_hostname is not None):
-        raise BadURI(
-            f"{redact_uris(uri)!r}: ca_file and server_hostname apply to TLS connections only; "
-            f"use a tcps:// URI, e.g. tcps://{target.host}:{target.port}/amps/json"
-        )
-    try:
-        with trio.fail_after(timeout):
-            stream = await trio.open_tcp_stream(target.host, target.port)
-    except OSError as exc:
-        why = f"{exc.strerror or exc}"
-        if _refused(exc):
-            why = (
-                f"connection refused: nothing listens on port {target.port}. Is the "
-                "instance running, and does a client Transport of its config name that "
-                "port in InetAddr? (`amps-py serve` listens on 127.0.0.1:9007 by default)"
-            )
-        raise OSError(f"cannot connect to {target.host}:{target.port}: {why}") from exc
-    except trio.TooSlowError:
-        raise OSError(
-            f"cannot connect to {target.host}:{target.port}: no answer within {timeout:g} s"
-        ) from None
-    connection: trio.abc.Stream = stream
-    if target.secure:
-        try:
-            connection = await _start_tls(stream, target, ca_file, server_hostname, timeout)
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
-    if target.compression == "zlib":
-        connection = ZlibStream(connection)
-    client = Client(name, connection)
-    client.ack_batch_size = ack_batch_size
-    client.ack_timeout = ack_timeout
-    try:
-        async with unwrapping_groups(), trio.open_nursery() as nursery:
-            client._nursery = nursery
-            nursery.start_soon(client._reader)
-            if logon:
-                fields = dict(logon_fields)
-                # the message type of the connection, from the URI's /amps/<type>
-                fields.setdefault("mt", target.message_type)
-                if target.user:
-                    fields.setdefault("user_id", target.user)
-                if target.password:
-                    fields.setdefault("pw", target.password)
-                await client.logon(timeout=timeout, **fields)
-            try:
-                yield client
-            except BaseException:
-                await _queue.send_pending(client)  # processed ones: no answer awaited
-                raise
-            await _queue.flush_on_close(client)
-            nursery.cancel_scope.cancel()
-    finally:
-        client._shutdown(ConnectionLost("client closed"))
-        with trio.CancelScope(shield=True):
-            if connection is not stream:
-                with trio.move_on_after(1):  # close_notify must not hang the close
-                    await connection.aclose()
-            await stream.aclose()

@@ -74,33 +74,32 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import trio
 
-from amps_py.protocol import encode_frame
+from amps_py.protocol.client_connection import ServerSilent as SilenceEvent
 from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
 
 from .bookmark_store import MemoryBookmarkStore
-from .client import Client, open_client
+from .client import Client
+from .connect import open_client
+from .ha_acks import HAQueueAcks, Live
 from .ha_policy import Backoff, ServerChooser
+from .ha_publishing import HAPublisher
 from .ha_sow import HASowSubscription
 from .ha_subscription import HAMessage as HAMessage
 from .ha_subscription import HASubscription
 from .publish_store import MemoryPublishStore
 from .queue import DEFAULT_ACK_BATCH_SIZE, DEFAULT_ACK_TIMEOUT
-from .queue import send_pending as send_pending_acks
 from .sow import MAX_BATCH_SIZE
 from .store_api import (
     SOW_DELETE_BY_DATA,
     SOW_DELETE_BY_FILTER,
     SOW_DELETE_BY_KEYS,
-    SOW_DELETES,
     BookmarkStore,
     PublishStore,
-    StoredPublish,
 )
 from .subscription import AMPSError, CommandError, ConnectionLost
 
@@ -115,7 +114,6 @@ __all__ = [
     "HASubscription",
     "NoServerReachable",
     "ServerSilent",
-    "open_ha_client",
 ]
 
 log = logging.getLogger("amps_py.client.ha")
@@ -135,8 +133,6 @@ SILENT_INTERVALS: Final = 2
 #: back-off keeps growing): a server that accepts logons and drops them at once is not
 #: redialled in a tight loop
 HEALTHY_CONNECTION: Final = 2.0
-#: bytes of replayed publishes written to the socket at a time
-REPLAY_CHUNK: Final = 1024 * 1024
 
 StateCallback = Callable[[str, dict[str, Any]], None]
 
@@ -151,10 +147,6 @@ _CONNECTION_ERRORS: Final = (
 )
 
 
-#: what a send on a connection that is going raises
-_LOST: Final = (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError)
-
-
 class ServerSilent(ConnectionLost):
     """Nothing arrived from the server for two heartbeat intervals."""
 
@@ -162,19 +154,6 @@ class ServerSilent(ConnectionLost):
 class NoServerReachable(ConnectionLost):
     """No server could be reached for ``failover_timeout`` seconds: the HA client gave
     up (the message names each server and why its last attempt failed)."""
-
-
-@dataclass
-class _Live:
-    """The current connection, once logged on and replayed."""
-
-    client: Client
-    uri: str
-    nursery: trio.Nursery
-    #: its number (:attr:`HAClient.connections` when it logged on)
-    connection: int
-    #: set once the connection is over
-    ended: trio.Event = field(default_factory=trio.Event)
 
 
 class HAClient:
@@ -241,27 +220,25 @@ class HAClient:
         self.logon_fields = logon_fields
         self.uri = ""
         self.connections = 0
-        self.failed_publishes: dict[int, dict[str, Any]] = {}
-        self.not_journaled_seq = 0
         self.ack_batch_size = ack_batch_size
         self.ack_timeout = ack_timeout
         self.failover_timeout = failover_timeout
-        self.acks_resent = 0
-        self.stale_acks_dropped = 0
-        #: queue acknowledgements for the next connection: topic -> bookmarks (a dict
-        #: for its order and to hold each once)
-        self._unsent_acks: dict[str, dict[str, None]] = {}
-        self._live: _Live | None = None
+        self._acks = HAQueueAcks(self)
+        self._live: Live | None = None
         self._connected = trio.Event()
         self._subs: dict[str, HASubscription] = {}
         self._sub_ids = itertools.count(1)
-        # the stores are used from one task at a time (store_api): this lock
-        self._store_lock = trio.Lock()
-        self._pending: list[StoredPublish] = []  # stored, not yet sent on this connection
-        self._pending_ready = trio.Event()
-        self._discarded = trio.Event()  # replaced after each discard or failure ack
+        self._publisher = HAPublisher(name, self.publish_store)
 
     # ---------------------------------------------------------------- state
+    @property
+    def failed_publishes(self) -> dict[int, dict[str, Any]]:
+        return self._publisher.failed_publishes
+
+    @property
+    def not_journaled_seq(self) -> int:
+        return self._publisher.not_journaled_seq
+
     @property
     def connected(self) -> bool:
         """Whether a connection is logged on (and its replay written)."""
@@ -387,7 +364,7 @@ class HAClient:
                     self._live = None  # from here on, acks are kept for the next one
                     live.ended.set()
                 if client.closed is not None:
-                    self._take_over_acks(client)
+                    self._acks.take_over(client)
 
     async def _serve(
         self, client: Client, uri: str, nursery: trio.Nursery, on_logon: Callable[[], None]
@@ -398,18 +375,18 @@ class HAClient:
             nursery.start_soon(self._watchdog, client, uri, self.heartbeat)
             await client.heartbeat(self.heartbeat)
         held = int(client.logon_ack.get("s", 0) or 0)
-        republished, discarded = await self._replay(client, held)
+        republished, discarded = await self._publisher.replay(client, held)
         self.uri = uri
         self.connections += 1
         reconnect = self.connections > 1
         self._state(CONNECTED, uri=uri, held=held, republished=republished, discarded=discarded)
         on_logon()
-        nursery.start_soon(self._sender, client)
-        nursery.start_soon(self._ack_watcher, client)
-        live = self._live = _Live(client, uri, nursery, self.connections)
+        nursery.start_soon(self._publisher.sender, client)
+        nursery.start_soon(self._publisher.ack_watcher, client)
+        live = self._live = Live(client, uri, nursery, self.connections)
         # before the resubscribes, so that the server removes what the application
         # processed before it could lease it again (new acks go to ``client`` now)
-        await self._resend_acks(client)
+        await self._acks.resend(client)
         subs = list(self._subs.values())  # later ones subscribe themselves
         for sub in subs:
             await self._start_pump(live, sub, resubscribe=True)
@@ -418,38 +395,17 @@ class HAClient:
         self._connected.set()
 
     # ---------------------------------------------------------------- queue acks
-    def _take_over_acks(self, client: Client) -> None:
-        """The connection of ``client`` is lost: keep the plain acknowledgements it had
-        not had confirmed (batched, or sent and not answered) to send on the next one
-        (see :meth:`ack`)."""
-        for topic, bookmarks in client._acks.unconfirmed().items():
-            kept = self._unsent_acks.setdefault(topic, {})
-            kept.update(dict.fromkeys(bookmarks))
-        client._acks.forget()
+    @property
+    def acks_resent(self) -> int:
+        """Queue acknowledgements sent on a later connection than the one they were
+        made for (see :meth:`ack`)."""
+        return self._acks.acks_resent
 
-    async def _resend_acks(self, client: Client) -> None:
-        """Send the acknowledgements kept from earlier connections (each topic's as one
-        batch through ``client``'s batching)."""
-        pending, self._unsent_acks = self._unsent_acks, {}
-        try:
-            for topic, marks in pending.items():
-                log.info(
-                    "HA client %r: acknowledging %d message(s) of %r on %s (made while no "
-                    "connection could take them, or not confirmed before one was lost)",
-                    self.name,
-                    len(marks),
-                    topic,
-                    redact_uris(self.uri),
-                )
-                for bookmark in marks:
-                    await client.ack(topic, bookmark)
-                self.acks_resent += len(marks)
-            await send_pending_acks(client)
-        except BaseException:
-            # lost meanwhile: keep them all (one acknowledged twice is harmless)
-            for topic, marks in pending.items():
-                self._unsent_acks.setdefault(topic, {}).update(marks)
-            raise
+    @property
+    def stale_acks_dropped(self) -> int:
+        """Cancels and expires not sent because the message's lease ended with its
+        connection (see :meth:`ack`)."""
+        return self._acks.stale_acks_dropped
 
     async def ack(
         self, topic: str, bookmark: str, *, cancel: bool = False, expire: bool = False
@@ -489,39 +445,7 @@ class HAClient:
     ) -> None:
         """:meth:`ack`; ``connection``: the connection (:attr:`connections` count) the
         message was leased on, None when not known (the current one)."""
-        if not bookmark:
-            raise ValueError(
-                f"acknowledging a message of {topic!r} needs its bookmark (message.bookmark)"
-            )
-        if cancel and expire:
-            raise ValueError("give cancel=True or expire=True, not both")
-        live = self._live
-        current = live is not None and (connection is None or connection == live.connection)
-        if (cancel or expire) and not current:
-            self.stale_acks_dropped += 1
-            log.info(
-                "HA client %r: %s of %s on %r not sent: it was leased on a connection "
-                "that is gone, so the server has returned it to the queue already",
-                self.name,
-                "cancel" if cancel else "expire",
-                bookmark,
-                topic,
-            )
-            return
-        if live is not None:
-            try:
-                await live.client.ack(topic, bookmark, cancel=cancel, expire=expire)
-                return
-            except _LOST:
-                if cancel or expire:
-                    self.stale_acks_dropped += 1
-                    return
-                if self._live is not live:  # the session is over: keep it for the next
-                    self._unsent_acks.setdefault(topic, {})[bookmark] = None
-                else:  # the session ends soon and takes over what its client holds
-                    live.client._acks.keep(topic, [bookmark])
-                return
-        self._unsent_acks.setdefault(topic, {})[bookmark] = None
+        await self._acks.ack(topic, bookmark, cancel, expire, connection)
 
     async def flush_acks(self, *, timeout: float = 30) -> None:
         """Wait until every acknowledgement made so far was sent and answered by the
@@ -532,137 +456,28 @@ class HAClient:
             CommandError: the server refused an acknowledgement.
             TimeoutError: not done within ``timeout`` seconds (e.g. no server).
         """
-        with trio.move_on_after(timeout):
-            while True:
-                live = self._live
-                if live is None:
-                    await self._connected.wait()
-                    continue
-                try:
-                    if self._unsent_acks:
-                        await self._resend_acks(live.client)
-                    await live.client.flush_acks(timeout=math.inf)
-                except _LOST:
-                    await live.ended.wait()  # then the next connection sends them
-                    continue
-                return
-        raise TimeoutError(
-            f"{self.name}: acknowledgements not confirmed within {timeout:g} s "
-            f"({'connected to ' + self.uri if self.connected else 'not connected'})"
-        )
+        await self._acks.flush(timeout)
 
     async def _watchdog(self, client: Client, uri: str, interval: float) -> None:
         """Drop the connection when nothing arrived for ``SILENT_INTERVALS`` intervals;
-        every frame received re-arms it (the deadline follows ``client.received_at``)."""
-        limit = SILENT_INTERVALS * interval
+        every frame received re-arms it (the client's
+        :class:`~amps_py.protocol.client_connection.ClientConnection` keeps the time)."""
+        connection = client.connection
+        connection.watch_silence(SILENT_INTERVALS * interval)
         while True:
-            deadline = client.received_at + limit
-            now = trio.current_time()
-            if now >= deadline:
-                exc = ServerSilent(
-                    f"{redact_uris(uri)} sent nothing for {now - client.received_at:.2f} s "
-                    f"(heartbeat every {interval:g} s); failing over"
-                )
-                client._shutdown(exc)  # no goodbyes (unsubscribes) to a silent server
-                raise exc
+            for event in connection.tick(trio.current_time()):
+                if isinstance(event, SilenceEvent):
+                    exc = ServerSilent(
+                        f"{redact_uris(uri)} sent nothing for {event.silent_for:.2f} s "
+                        f"(heartbeat every {interval:g} s); failing over"
+                    )
+                    client._shutdown(exc)  # no goodbyes (unsubscribes) to a silent server
+                    raise exc
+            deadline = connection.silence_deadline
+            assert deadline is not None  # watched since the start of this task
             await trio.sleep_until(deadline)
 
     # ---------------------------------------------------------------- publishing
-    async def _replay(self, client: Client, held: int) -> tuple[int, int]:
-        """After a logon: discard what the server holds (``held``, the logon ack's
-        ``s``), republish the rest in order; new publishes wait (the store lock) until
-        it is written. Returns (republished, discarded)."""
-        store = self.publish_store
-        async with self._store_lock:
-            before = store.discarded_through
-            discarded = await trio.to_thread.run_sync(store.discard_through, held)
-            if held < before:
-                log.warning(
-                    "HA client %r: %s holds this client's publishes only up to seq %d, but "
-                    "seqs up to %d were acknowledged before (by another server that has "
-                    "not replicated them here); they are not republished",
-                    self.name,
-                    client.name,
-                    held,
-                    before,
-                )
-            if store.last_seq < held:
-                log.error(
-                    "HA client %r: the server already holds seq %d of this client name but "
-                    "the publish store assigned only up to %d; new publishes would be taken "
-                    "for duplicates. Use the store that belongs to this client name, or "
-                    "another client name",
-                    self.name,
-                    held,
-                    store.last_seq,
-                )
-            tail = await trio.to_thread.run_sync(lambda: list(store.unacked()))
-            self._pending.clear()  # the replay covers them
-            await trio.to_thread.run_sync(store.sync)
-            chunk: list[bytes] = []
-            size = 0
-            for kept in tail:
-                frame = _publish_frame(kept)
-                chunk.append(frame)
-                size += len(frame)
-                if size >= REPLAY_CHUNK:
-                    await client.send_raw(b"".join(chunk))
-                    chunk, size = [], 0
-            if chunk:
-                await client.send_raw(b"".join(chunk))
-        if discarded:
-            self._discard_done()
-        return len(tail), discarded
-
-    async def _sender(self, client: Client) -> None:
-        """Send what publishers stored, a group at a time: one store sync per group,
-        then one socket write.
-
-        The group is what was stored since the last one: while a sync runs, publishers
-        store the next group, if the store allows it (:func:`_sync_is_concurrent`);
-        otherwise they wait for the sync (the store lock)."""
-        store = self.publish_store
-        concurrent = _sync_is_concurrent(store)
-        while True:
-            await self._pending_ready.wait()
-            self._pending_ready = trio.Event()
-            if not self._pending:
-                continue
-            batch, self._pending = self._pending, []
-            if concurrent:
-                await trio.to_thread.run_sync(store.sync)
-            else:
-                async with self._store_lock:
-                    await trio.to_thread.run_sync(store.sync)
-            await client.send_raw(b"".join(_publish_frame(kept) for kept in batch))
-
-    async def _ack_watcher(self, client: Client) -> None:
-        """Discard what persisted acks cover; raises ConnectionLost when the
-        connection ends (that ends the session)."""
-        store = self.publish_store
-        while True:
-            changed = client._persisted_changed
-            if client.failed_publishes:
-                self.failed_publishes.update(client.failed_publishes)
-                client.failed_publishes.clear()
-                self._discard_done()
-            if client.not_journaled_seq > self.not_journaled_seq:
-                self.not_journaled_seq = client.not_journaled_seq
-            if client.persisted_seq > store.discarded_through:
-                async with self._store_lock:
-                    seq = client.persisted_seq
-                    await trio.to_thread.run_sync(store.discard_through, seq)
-                self._discard_done()
-                continue  # acks may have come meanwhile
-            if client.closed is not None:
-                raise ConnectionLost(str(client.closed))
-            await changed.wait()
-
-    def _discard_done(self) -> None:
-        event = self._discarded
-        self._discarded = trio.Event()
-        event.set()
-
     async def publish(self, topic: str, data: bytes | str, *, sow_key: str | None = None) -> int:
         """Store a publish and send it (now, or after the next logon); returns its
         sequence number.
@@ -674,13 +489,13 @@ class HAClient:
         Raises:
             OSError: a file store could not write (the message names the file).
         """
-        return await self._publish("publish", topic, data, sow_key)
+        return await self._publisher.publish("publish", topic, data, sow_key)
 
     async def delta_publish(
         self, topic: str, data: bytes | str, *, sow_key: str | None = None
     ) -> int:
         """As :meth:`publish`, for a delta the server merges into the SOW record."""
-        return await self._publish("delta_publish", topic, data, sow_key)
+        return await self._publisher.publish("delta_publish", topic, data, sow_key)
 
     async def sow_delete(
         self,
@@ -737,22 +552,7 @@ class HAClient:
             command, selector = SOW_DELETE_BY_DATA, data
         if not selector:
             raise ValueError(f"sow_delete: {given[0][0]}= is empty; it would select nothing")
-        return await self._publish(command, topic, selector, None)
-
-    async def _publish(
-        self, command: str, topic: str, data: bytes | str, sow_key: str | None
-    ) -> int:
-        payload = data.encode() if isinstance(data, str) else data
-        store = self.publish_store
-        while True:
-            async with self._store_lock:
-                if store.has_room(len(payload)):
-                    seq = store.store(command, topic, payload, sow_key or "")
-                    self._pending.append(StoredPublish(seq, command, topic, payload, sow_key or ""))
-                    self._pending_ready.set()
-                    return seq
-                room = self._discarded
-            await room.wait()
+        return await self._publisher.publish(command, topic, selector, None)
 
     async def wait_persisted(self, seq: int, *, timeout: float = 30) -> None:
         """Wait until a persisted ack (or a logon ack's ``s``) covers ``seq``, across
@@ -762,20 +562,8 @@ class HAClient:
             CommandError: the server reported that ``seq`` was not stored.
             TimeoutError: not covered within ``timeout`` seconds.
         """
-        store = self.publish_store
-        if store.discarded_through >= seq:
-            return  # covered already (a pipelining publisher's usual case): no cancel scope
-        with trio.move_on_after(timeout):
-            while store.discarded_through < seq:
-                if seq in self.failed_publishes:
-                    raise CommandError("publish", self.failed_publishes[seq])
-                await self._discarded.wait()
-            return
-        raise TimeoutError(
-            f"{self.name}: seq {seq} not persisted within {timeout:g} s (persisted through "
-            f"{store.discarded_through}, {len(store)} kept, "
-            f"{'connected to ' + self.uri if self.connected else 'not connected'})"
-        )
+        where = f"connected to {self.uri}" if self.connected else "not connected"
+        await self._publisher.wait_persisted(seq, timeout, where)
 
     async def flush(self, *, timeout: float = 30) -> None:
         """Wait until every publish made so far is persisted (the store is empty)."""
@@ -945,7 +733,7 @@ class HAClient:
             self._subs.pop(sid, None)
             sub._end()
 
-    async def _start_pump(self, live: _Live, sub: HASubscription, *, resubscribe: bool) -> None:
+    async def _start_pump(self, live: Live, sub: HASubscription, *, resubscribe: bool) -> None:
         """Subscribe ``sub`` on ``live`` and hand its messages over in the background
         (a refused resubscribe ends ``sub``; a refused first subscribe raises)."""
         try:
@@ -959,7 +747,7 @@ class HAClient:
 
     async def _pump(
         self,
-        live: _Live,
+        live: Live,
         sub: HASubscription,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -972,122 +760,3 @@ class HAClient:
                 log.error("HA client %r: subscription %s ended: %s", self.name, sub.sub_id, failure)
                 self._subs.pop(sub.sub_id, None)
                 sub._end(failure)
-
-
-def _sync_is_concurrent(store: PublishStore) -> bool:
-    """Whether ``store`` declares (attribute ``concurrent_sync = True``) that its
-    ``sync()`` may run in a worker thread while its other methods are called; then
-    publishers keep storing during a sync, and groups grow with the sync's cost.
-    Without it the client keeps to the protocol's one-call-at-a-time rule."""
-    return bool(getattr(store, "concurrent_sync", False))
-
-
-def _publish_frame(kept: StoredPublish) -> bytes:
-    """The frame that (re)sends a stored publish or ``sow_delete``: its seq, asking
-    for persisted acks only (they are conflated per connection)."""
-    command = kept.command
-    if command in SOW_DELETES:
-        header: dict[str, Any] = {"c": "sow_delete", "t": kept.topic, "s": kept.seq}
-        header["a"] = "persisted"
-        if command == SOW_DELETE_BY_FILTER:
-            header["f"] = kept.data.decode()
-            return encode_frame(header)
-        if command == SOW_DELETE_BY_KEYS:
-            header["sow_keys"] = kept.data.decode()
-            return encode_frame(header)
-        return encode_frame(header, kept.data)
-    header = {"c": command, "t": kept.topic, "s": kept.seq, "a": "persisted"}
-    if kept.sow_key:
-        header["k"] = kept.sow_key
-    return encode_frame(header, kept.data)
-
-
-@asynccontextmanager
-async def open_ha_client(
-    name: str,
-    servers: Sequence[str] | Callable[[], str],
-    *,
-    publish_store: PublishStore | None = None,
-    bookmark_store: BookmarkStore | None = None,
-    heartbeat: float | None = None,
-    reconnect_delay: float = 0.05,
-    max_reconnect_delay: float = 5.0,
-    connect_timeout: float = 10.0,
-    on_state: StateCallback | None = None,
-    ack_batch_size: int = DEFAULT_ACK_BATCH_SIZE,
-    ack_timeout: float = DEFAULT_ACK_TIMEOUT,
-    failover_timeout: float | None = None,
-    **logon_fields: Any,
-) -> AsyncIterator[HAClient]:
-    """An :class:`HAClient` connecting in the background for as long as the block runs.
-
-    Args:
-        name: the client name, the same on every connection (the server identifies
-            the publisher by it: it must be unique in the fabric).
-        servers: equivalent URIs tried in turn, or a callable returning the URI to try.
-        publish_store: keeps publishes until persisted (default: in memory).
-        bookmark_store: keeps what bookmark subscriptions delivered and processed
-            (default: in memory).
-        heartbeat: seconds between server heartbeats; a server silent for two of them
-            is dropped. None: no heartbeats.
-        reconnect_delay: seconds waited after the first whole round of failed
-            attempts (doubling each round).
-        max_reconnect_delay: the cap on that wait.
-        connect_timeout: seconds allowed for each connect and logon.
-        on_state: called as ``on_state(state, detail)`` on each state change (see the
-            module doc); an exception it raises is logged and ignored.
-        ack_batch_size: queue acknowledgements sent in one command (default 1: each
-            at once); see :meth:`HAClient.ack`.
-        ack_timeout: seconds a partial batch of acknowledgements waits before it is
-            sent (default 1.0).
-        failover_timeout: give up when no server could be logged on to for this many
-            seconds (from the start, or from the loss of a connection): the block
-            ends with :class:`NoServerReachable`, naming each server and why its last
-            attempt failed. None (the default): keep trying for as long as the block
-            runs.
-        logon_fields: further logon header fields (also ``ca_file`` and friends of
-            :func:`open_client`).
-
-    The block is entered at once, before any connection: publishes are stored and wait
-    to be sent, subscriptions wait to be subscribed; :meth:`HAClient.wait_connected`
-    waits for the first logon.
-
-    Raises:
-        ValueError: ``servers`` is empty or holds a malformed URI, or an argument is
-            out of range.
-        NoServerReachable: (from the block) ``failover_timeout`` ran out.
-    """
-    ha = HAClient(
-        name,
-        servers,
-        publish_store=publish_store,
-        bookmark_store=bookmark_store,
-        heartbeat=heartbeat,
-        reconnect_delay=reconnect_delay,
-        max_reconnect_delay=max_reconnect_delay,
-        connect_timeout=connect_timeout,
-        on_state=on_state,
-        ack_batch_size=ack_batch_size,
-        ack_timeout=ack_timeout,
-        failover_timeout=failover_timeout,
-        **logon_fields,
-    )
-    try:
-        # an exception raised in the caller's block comes out as itself, as from
-        # open_client, not wrapped in the nursery's ExceptionGroup
-        async with unwrapping_groups(), trio.open_nursery() as nursery:
-            nursery.start_soon(ha._run)
-            try:
-                yield ha
-            finally:
-                nursery.cancel_scope.cancel()
-    finally:
-        for sub in list(ha._subs.values()):
-            sub._end()
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(ha.publish_store.sync)
-            await trio.to_thread.run_sync(ha.bookmark_store.sync)
-        if publish_store is None:
-            ha.publish_store.close()
-        if bookmark_store is None:
-            ha.bookmark_store.close()

@@ -21,7 +21,7 @@ import trio
 
 from amps_py import reasons
 
-from .ha_subscription import HAMessage, HASubscription
+from .ha_subscription import HAMessage, HAOwner, HASubscription
 from .sow_view import Key, Resumption, SowView, reconcile, version_of
 from .subscription import AMPSError, CommandError, ConnectionLost, Message
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from amps_py.protocol import SowRecord
 
     from .client import Client
-    from .ha import HAClient
 
 __all__ = ["HASowSubscription"]
 
@@ -84,7 +83,7 @@ class HASowSubscription(HASubscription):
 
     def __init__(
         self,
-        ha: HAClient,
+        ha: HAOwner,
         sub_id: str,
         topic: str,
         filter: str | None,

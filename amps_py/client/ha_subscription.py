@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -17,9 +17,22 @@ from .subscription import AMPSError, CommandError, Message, claim_for_ack
 
 if TYPE_CHECKING:
     from .client import Client
-    from .ha import HAClient
+    from .store_api import BookmarkStore
 
-__all__ = ["HAMessage", "HASubscription"]
+__all__ = ["HAMessage", "HAOwner", "HASubscription"]
+
+
+class HAOwner(Protocol):
+    """What an HA subscription needs of the HA client that owns it (the
+    :class:`~amps_py.client.ha.HAClient` has it): its name (for logs), its bookmark
+    store, and acknowledging a queue message on the connection it was leased on."""
+
+    name: str
+    bookmark_store: BookmarkStore
+
+    async def _ack(
+        self, topic: str, bookmark: str, cancel: bool, expire: bool, connection: int | None
+    ) -> None: ...
 
 
 class HAMessage(Message):
@@ -97,7 +110,7 @@ class HASubscription:
 
     def __init__(
         self,
-        ha: HAClient,
+        ha: HAOwner,
         sub_id: str,
         topic: str,
         filter: str | None,

@@ -17,8 +17,12 @@ first. Every acknowledgement command asks for the ``processed`` ack, so a refusa
 (``not entitled``, ``invalid topic``) comes back and is raised as :class:`CommandError`
 by the next :meth:`Client.ack` or :meth:`Client.flush_acks`.
 
-The API functions take the :class:`~amps_py.client.client.Client` first; ``Client``
-binds them as its methods (``client.ack(...)``), as it does the SOW functions.
+The API functions take a :class:`QueueClient` first (the narrow interface they need;
+the :class:`~amps_py.client.client.Client` is one); ``Client`` calls them from its
+methods of the same names (``client.ack(...)``), as it does the SOW functions. An
+acknowledgement command's answer is routed back by the client's
+:class:`~amps_py.protocol.client_connection.ClientConnection` (``track``) to
+:meth:`AckState.answered`.
 """
 
 from __future__ import annotations
@@ -26,14 +30,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
-from .subscription import AMPSError, CommandError, ConnectionLost, Message, Subscription
+from .subscription import (
+    AMPSError,
+    CommandError,
+    ConnectionLost,
+    Message,
+    Subscription,
+    SubscriptionClient,
+)
 
 if TYPE_CHECKING:
-    from .client import Client
+    from amps_py.protocol.client_connection import ClientConnection
 
 #: bookmarks per acknowledgement command unless ``ack_batch_size`` says otherwise
 DEFAULT_ACK_BATCH_SIZE: Final = 1
@@ -130,6 +141,21 @@ class AckState:
         return sum(len(batch.bookmarks) for batch in self.batches.values())
 
 
+class QueueClient(SubscriptionClient, Protocol):
+    """What the functions here need of a client (:class:`~amps_py.client.Client` has
+    it): its acknowledgement state and settings, the protocol connection (command
+    ids; answers routed back), a nursery for batch timers, and sending."""
+
+    closed: BaseException | None
+    ack_batch_size: int
+    ack_timeout: float
+    connection: ClientConnection
+    _acks: AckState
+    _nursery: trio.Nursery | None
+
+    async def _send(self, header: dict[str, Any], payload: bytes = b"") -> None: ...
+
+
 def backlog_of(header: dict[str, Any]) -> int | None:
     """The effective ``max_backlog`` a subscribe ack reports (in ``opts``, or ``o``),
     or None (not a queue subscription)."""
@@ -143,7 +169,7 @@ def backlog_of(header: dict[str, Any]) -> int | None:
 
 
 async def ack(
-    client: Client, topic: str, bookmark: str, *, cancel: bool = False, expire: bool = False
+    client: QueueClient, topic: str, bookmark: str, *, cancel: bool = False, expire: bool = False
 ) -> None:
     """Acknowledge the queue message ``bookmark`` of the queue ``topic``.
 
@@ -195,7 +221,7 @@ async def ack(
         client._nursery.start_soon(_send_after_timeout, client, topic, batch, batch.timer)
 
 
-async def flush_acks(client: Client, *, timeout: float = 30) -> None:
+async def flush_acks(client: QueueClient, *, timeout: float = 30) -> None:
     """Send every batched acknowledgement now and wait until the server has answered
     every acknowledgement sent so far.
 
@@ -224,7 +250,7 @@ async def flush_acks(client: Client, *, timeout: float = 30) -> None:
     state.raise_failure()
 
 
-async def send_pending(client: Client) -> None:
+async def send_pending(client: QueueClient) -> None:
     """Best effort, shielded from cancellation: send every batched acknowledgement now
     (without waiting for answers). Used before an unsubscribe, so that the server
     removes the acknowledged messages before it returns the subscription's leases."""
@@ -239,7 +265,7 @@ async def send_pending(client: Client) -> None:
             await _send_batch(client, topic)
 
 
-async def flush_on_close(client: Client) -> None:
+async def flush_on_close(client: QueueClient) -> None:
     """Best effort, shielded: :func:`flush_acks` with a short timeout before a client
     closes; a refusal or a timeout is not raised (call :meth:`flush_acks` first to
     know)."""
@@ -254,7 +280,7 @@ async def flush_on_close(client: Client) -> None:
 
 
 async def _send_after_timeout(
-    client: Client, topic: str, batch: _Batch, scope: trio.CancelScope
+    client: QueueClient, topic: str, batch: _Batch, scope: trio.CancelScope
 ) -> None:
     with scope:
         await trio.sleep(client.ack_timeout)
@@ -264,7 +290,7 @@ async def _send_after_timeout(
                 await _send_batch(client, topic)
 
 
-async def _send_batch(client: Client, topic: str) -> None:
+async def _send_batch(client: QueueClient, topic: str) -> None:
     batch = client._acks.batches.pop(topic, None)
     if batch is None or not batch.bookmarks:
         return
@@ -273,9 +299,9 @@ async def _send_batch(client: Client, topic: str) -> None:
     await _send_acks(client, topic, batch.bookmarks, "")
 
 
-async def _send_acks(client: Client, topic: str, bookmarks: list[str], option: str) -> None:
+async def _send_acks(client: QueueClient, topic: str, bookmarks: list[str], option: str) -> None:
     state = client._acks
-    cid = client._next_cid()
+    cid = client.connection.next_cid()
     header: dict[str, Any] = {
         "c": "sow_delete",
         "cid": cid,
@@ -286,11 +312,13 @@ async def _send_acks(client: Client, topic: str, bookmarks: list[str], option: s
     if option:
         header["o"] = option
     state.outstanding[cid] = len(bookmarks)
+    client.connection.track(cid)
     if not option:
         state.unanswered[cid] = (topic, bookmarks)
     try:
         await client._send(header)
     except BaseException:
+        client.connection.untrack(cid)
         state.outstanding.pop(cid, None)
         state.unanswered.pop(cid, None)
         if not option:
@@ -329,7 +357,7 @@ class QueueSubscription(Subscription):
 
 
 @asynccontextmanager
-async def consuming(client: Client, sub: Subscription) -> AsyncIterator[None]:
+async def consuming(client: QueueClient, sub: Subscription) -> AsyncIterator[None]:
     """The body of a subscription's ``async with``: on a normal exit acknowledge the
     auto-acknowledged subscription's last message; on any exit send the batched
     acknowledgements before the subscription is dropped (its unsubscribe follows)."""

@@ -2,8 +2,9 @@
 :meth:`Client.sow_and_subscribe` and :meth:`Client.sow_delete`, with what they return
 (:class:`SowResult`, :class:`SowSubscription`).
 
-The API functions take the :class:`~amps_py.client.client.Client` as their first
-argument; ``Client`` binds them as its methods (``client.sow(...)``), so they are
+The API functions take a :class:`SowClient` (the narrow interface they need; the
+:class:`~amps_py.client.client.Client` is one) as their first argument; ``Client``
+calls them from its methods of the same names (``client.sow(...)``), so they are
 called through the client, never directly. The reader task of the client hands the
 ``sow`` result frames and ``group_end`` of a query to :func:`deliver_batch` and
 :func:`end_snapshot`.
@@ -15,16 +16,17 @@ import contextlib
 import math
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
 from amps_py.protocol import Frame, ProtocolError, SowRecord, split_sow_batch
 
-from .subscription import AMPSError, Message, Subscription
+from .subscription import AMPSError, Message, Subscription, SubscriptionClient
 
 if TYPE_CHECKING:
-    from .client import Client
+    from collections.abc import Collection
+    from contextlib import AbstractAsyncContextManager
 
 #: the counters a ``stats`` ack may carry (sow family and sow_delete)
 STATS_FIELDS: Final = frozenset(
@@ -69,6 +71,32 @@ class _SowQuery:
         self.error: ProtocolError | None = None
 
 
+class SowClient(SubscriptionClient, Protocol):
+    """What the query functions here need of a client (:class:`~amps_py.client.Client`
+    has it): fresh ids, commands awaited for their acks, best-effort sends, the running
+    queries, subscriptions registered for their routing."""
+
+    closed: BaseException | None
+    _queries: dict[str, _SowQuery]
+
+    def next_id(self) -> int: ...
+
+    async def command(
+        self,
+        header: dict[str, Any],
+        payload: bytes = b"",
+        *,
+        wait: int | Collection[str] = 1,
+        timeout: float = 30,
+    ) -> list[dict[str, Any]]: ...
+
+    async def _send(self, header: dict[str, Any], payload: bytes = b"") -> None: ...
+
+    def _subscribed(
+        self, sub: Subscription, header: dict[str, Any], timeout: float
+    ) -> AbstractAsyncContextManager[None]: ...
+
+
 class SowSubscription(Subscription):
     """A ``sow_and_subscribe``: iterating it yields the snapshot records first
     (``message.snapshot`` is true, ``message.command == "sow"``), then the live
@@ -81,7 +109,12 @@ class SowSubscription(Subscription):
     """
 
     def __init__(
-        self, client: Client, sub_id: str, buffer: float, markers: bool = False, topic: str = ""
+        self,
+        client: SubscriptionClient,
+        sub_id: str,
+        buffer: float,
+        markers: bool = False,
+        topic: str = "",
     ) -> None:
         super().__init__(client, sub_id, buffer, markers)
         self.topic = topic
@@ -131,7 +164,7 @@ def end_snapshot(target: _SowQuery | SowSubscription) -> None:
 
 
 async def sow(
-    client: Client,
+    client: SowClient,
     topic: str,
     filter: str | None = None,
     *,
@@ -170,7 +203,7 @@ async def sow(
         ValueError: ``batch_size`` is out of range.
     """
     header = query_header("sow", topic, filter, top_n, orderby, skip_n, batch_size)
-    query_id = f"q{next(client._cids)}"
+    query_id = f"q{client.next_id()}"
     header["query_id"] = query_id
     header["a"] = "processed,completed,stats"
     if sow_keys is not None:
@@ -197,7 +230,7 @@ async def sow(
     return SowResult(query.records, stats)
 
 
-async def stop_query(client: Client, query_id: str) -> None:
+async def stop_query(client: SowClient, query_id: str) -> None:
     """Ask the server to stop sending a query's results (best effort)."""
     with (
         trio.CancelScope(shield=True),
@@ -242,7 +275,7 @@ def query_header(
 
 @asynccontextmanager
 async def sow_and_subscribe(
-    client: Client,
+    client: SowClient,
     topic: str,
     filter: str | None = None,
     *,
@@ -269,7 +302,7 @@ async def sow_and_subscribe(
     ``"oof"``; ``markers``: see :class:`Subscription`).
     """
     header = query_header("sow_and_subscribe", topic, filter, top_n, orderby, None, batch_size)
-    sid = sub_id or f"s{next(client._cids)}"
+    sid = sub_id or f"s{client.next_id()}"
     header["sub_id"] = sid
     header["query_id"] = sid
     header["a"] = "processed,completed,stats"
@@ -282,7 +315,7 @@ async def sow_and_subscribe(
 
 
 async def sow_delete(
-    client: Client,
+    client: SowClient,
     topic: str,
     *,
     filter: str | None = None,
@@ -317,7 +350,7 @@ async def sow_delete(
             f"{got}); filter='1=1' deletes every record"
         )
     header: dict[str, Any] = {"c": "sow_delete", "t": topic, "a": "processed,stats"}
-    header["query_id"] = f"q{next(client._cids)}"
+    header["query_id"] = f"q{client.next_id()}"
     payload = b""
     if filter is not None:
         header["f"] = filter

@@ -2,18 +2,28 @@
 (an iterator of messages) and the errors (:class:`AMPSError` and its subclasses).
 
 They live apart from :class:`~amps_py.client.client.Client` so that
-:mod:`amps_py.client.sow` can build on them without importing the client itself.
+:mod:`amps_py.client.sow` and :mod:`amps_py.client.queue` can build on them without
+importing the client itself: a subscription knows its client through the narrow
+:class:`SubscriptionClient` interface.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 import trio
 
-if TYPE_CHECKING:
-    from .client import Client
+
+class SubscriptionClient(Protocol):
+    """What a :class:`Subscription` needs of the client that made it (the
+    :class:`~amps_py.client.client.Client` has it): acknowledging and unsubscribing."""
+
+    async def ack(
+        self, topic: str, bookmark: str, *, cancel: bool = False, expire: bool = False
+    ) -> None: ...
+
+    async def unsubscribe(self, sub_id: str) -> None: ...
 
 
 class AMPSError(Exception):
@@ -156,7 +166,9 @@ class Subscription:
     #: yet (see :class:`amps_py.client.queue.QueueSubscription`); always None here
     _current: Message | None = None
 
-    def __init__(self, client: Client, sub_id: str, buffer: float, markers: bool = False) -> None:
+    def __init__(
+        self, client: SubscriptionClient, sub_id: str, buffer: float, markers: bool = False
+    ) -> None:
         self.client = client
         self.sub_id = sub_id
         self.markers = markers
