@@ -443,15 +443,6 @@ KNOWN_MODULE_CYCLES: dict[str, list[frozenset[str]]] = {
             }
         )
     ],
-    "amps_py.client": [
-        frozenset({"client", "queue", "sow", "subscription"}),
-        frozenset({"ha", "ha_sow", "ha_subscription"}),
-    ],
-    "amps_py.replication": [
-        frozenset({"fabric", "fabric_loading", "fabric_model", "fabric_report"}),
-        frozenset({"host", "incoming", "manager", "outgoing"}),
-    ],
-    "txlog": [frozenset({"inspection", "journal", "maintenance", "reading"})],
 }
 
 
