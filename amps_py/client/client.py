@@ -59,6 +59,7 @@ from typing import Any
 
 import trio
 
+from amps_py import net
 from amps_py.protocol import Frame, FrameDecoder, FrameTooLarge, ProtocolError, encode_frame
 from amps_py.protocol import SowRecord as SowRecord
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
@@ -734,7 +735,7 @@ async def open_client(
         )
     try:
         with trio.fail_after(timeout):
-            stream = await trio.open_tcp_stream(target.host, target.port)
+            stream = await net.open_tcp_stream(target.host, target.port)
     except OSError as exc:
         why = f"{exc.strerror or exc}"
         if _refused(exc):

@@ -79,6 +79,7 @@ from typing import Any, Final
 
 import trio
 
+from amps_py import offload
 from amps_py.protocol import encode_frame
 from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
@@ -575,7 +576,7 @@ class HAClient:
         store = self.publish_store
         async with self._store_lock:
             before = store.discarded_through
-            discarded = await trio.to_thread.run_sync(store.discard_through, held)
+            discarded = await offload.run_sync(store.discard_through, held)
             if held < before:
                 log.warning(
                     "HA client %r: %s holds this client's publishes only up to seq %d, but "
@@ -596,9 +597,9 @@ class HAClient:
                     held,
                     store.last_seq,
                 )
-            tail = await trio.to_thread.run_sync(lambda: list(store.unacked()))
+            tail = await offload.run_sync(lambda: list(store.unacked()))
             self._pending.clear()  # the replay covers them
-            await trio.to_thread.run_sync(store.sync)
+            await offload.run_sync(store.sync)
             chunk: list[bytes] = []
             size = 0
             for kept in tail:
@@ -630,10 +631,10 @@ class HAClient:
                 continue
             batch, self._pending = self._pending, []
             if concurrent:
-                await trio.to_thread.run_sync(store.sync)
+                await offload.run_sync(store.sync)
             else:
                 async with self._store_lock:
-                    await trio.to_thread.run_sync(store.sync)
+                    await offload.run_sync(store.sync)
             await client.send_raw(b"".join(_publish_frame(kept) for kept in batch))
 
     async def _ack_watcher(self, client: Client) -> None:
@@ -651,7 +652,7 @@ class HAClient:
             if client.persisted_seq > store.discarded_through:
                 async with self._store_lock:
                     seq = client.persisted_seq
-                    await trio.to_thread.run_sync(store.discard_through, seq)
+                    await offload.run_sync(store.discard_through, seq)
                 self._discard_done()
                 continue  # acks may have come meanwhile
             if client.closed is not None:
@@ -1085,8 +1086,8 @@ async def open_ha_client(
         for sub in list(ha._subs.values()):
             sub._end()
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(ha.publish_store.sync)
-            await trio.to_thread.run_sync(ha.bookmark_store.sync)
+            await offload.run_sync(ha.publish_store.sync)
+            await offload.run_sync(ha.bookmark_store.sync)
         if publish_store is None:
             ha.publish_store.close()
         if bookmark_store is None:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from amps_py import events, reasons
+from amps_py import events, net, offload, reasons
 from amps_py.config import DestinationConfig, LinkCredentialsError
 from amps_py.trio_util import unwrapping_groups
 from amps_py.units import utc_iso
@@ -290,7 +290,7 @@ class Destination:
         address = f"{host}:{port}"
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await net.open_tcp_stream(host, port)
         except (OSError, trio.TooSlowError) as exc:
             why = connect_failure(exc)
             self._attempt_failed(
@@ -540,7 +540,7 @@ class Destination:
             return plan(reported, mine, welcome.name, partial)
 
         try:
-            found = await trio.to_thread.run_sync(read)
+            found = await offload.run_sync(read)
         except CorruptRecord as exc:
             log.warning(
                 "replication to %s: this journal's holdings cannot be read (%s); "
