@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from amps_py import net
 from amps_py.protocol.compression import CompressionError, Deflater, Inflater
 from amps_py.redact import redact_uris
 from amps_py.trio_util import unwrapping_groups
@@ -157,7 +158,7 @@ async def _open_tcp(target: ServerURI, timeout: float) -> trio.SocketStream:
     fix)."""
     try:
         with trio.fail_after(timeout):
-            return await trio.open_tcp_stream(target.host, target.port)
+            return await net.open_tcp_stream(target.host, target.port)
     except OSError as exc:
         why = f"{exc.strerror or exc}"
         if _refused(exc):

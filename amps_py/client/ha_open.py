@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from amps_py import offload
 from amps_py.trio_util import unwrapping_groups
 
 from .ha import HAClient, StateCallback
@@ -112,8 +113,8 @@ async def _closing(
         for sub in list(ha._subs.values()):
             sub._end()
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(ha.publish_store.sync)
-            await trio.to_thread.run_sync(ha.bookmark_store.sync)
+            await offload.run_sync(ha.publish_store.sync)
+            await offload.run_sync(ha.bookmark_store.sync)
         if own_publish_store:
             ha.publish_store.close()
         if own_bookmark_store:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from amps_py import offload
 from amps_py.protocol import encode_frame
 
 from .store_api import (
@@ -65,7 +66,7 @@ class HAPublisher:
         store = self.store
         async with self._store_lock:
             before = store.discarded_through
-            discarded = await trio.to_thread.run_sync(store.discard_through, held)
+            discarded = await offload.run_sync(store.discard_through, held)
             if held < before:
                 log.warning(
                     "HA client %r: %s holds this client's publishes only up to seq %d, but "
@@ -86,9 +87,9 @@ class HAPublisher:
                     held,
                     store.last_seq,
                 )
-            tail = await trio.to_thread.run_sync(lambda: list(store.unacked()))
+            tail = await offload.run_sync(lambda: list(store.unacked()))
             self._pending.clear()  # the replay covers them
-            await trio.to_thread.run_sync(store.sync)
+            await offload.run_sync(store.sync)
             chunk: list[bytes] = []
             size = 0
             for kept in tail:
@@ -120,10 +121,10 @@ class HAPublisher:
                 continue
             batch, self._pending = self._pending, []
             if concurrent:
-                await trio.to_thread.run_sync(store.sync)
+                await offload.run_sync(store.sync)
             else:
                 async with self._store_lock:
-                    await trio.to_thread.run_sync(store.sync)
+                    await offload.run_sync(store.sync)
             await client.send_raw(b"".join(_publish_frame(kept) for kept in batch))
 
     async def ack_watcher(self, client: Client) -> None:
@@ -141,7 +142,7 @@ class HAPublisher:
             if client.persisted_seq > store.discarded_through:
                 async with self._store_lock:
                     seq = client.persisted_seq
-                    await trio.to_thread.run_sync(store.discard_through, seq)
+                    await offload.run_sync(store.discard_through, seq)
                 self._discard_done()
                 continue  # acks may have come meanwhile
             if client.closed is not None:

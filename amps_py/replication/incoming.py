@@ -33,7 +33,7 @@ from typing import Final, Protocol
 
 import trio
 
-from amps_py import events, reasons
+from amps_py import events, offload, reasons
 from amps_py.auth_backoff import MAX_USER_CHARS, shown_user
 from amps_py.config import DEFAULT_SEQUENCE_GAP_THRESHOLD, TransportConfig
 from amps_py.trio_util import unwrapping_groups
@@ -325,7 +325,7 @@ class UpstreamConnection:
             return None if mine is None else report(asked, mine)
 
         try:
-            return await trio.to_thread.run_sync(read)
+            return await offload.run_sync(read)
         except CorruptRecord as exc:  # a damaged holdings index: answer nothing
             log.warning(
                 "replication from %s: what this journal holds cannot be read (%s); it "

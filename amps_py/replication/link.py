@@ -204,14 +204,16 @@ class _Link:
             RemoteProtocolError: the peer has been silent longer than the silence limit.
         """
         live = self._live
-        if now - live.last_received > live.silence_limit:
+        # the same sums as next_deadline(), so a wake-up at that deadline acts (a
+        # difference could round below it and the timer loop would spin)
+        if now >= live.last_received + live.silence_limit:
             self.state = LinkState.CLOSED
             raise RemoteProtocolError(
                 reasons.PEER_SILENT,
                 f"nothing received for {now - live.last_received:.1f} s "
                 f"(heartbeat {live.heartbeat_interval:g} s)",
             )
-        if now - live.last_sent >= live.heartbeat_interval:
+        if now >= live.last_sent + live.heartbeat_interval:
             return self._sent(encode_frame({"c": "repl_hb", "r": self.ROLE}), now)
         return b""
 

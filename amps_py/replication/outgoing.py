@@ -36,7 +36,7 @@ from typing import Final
 
 import trio
 
-from amps_py import events
+from amps_py import events, net
 from amps_py.config import DestinationConfig
 from amps_py.trio_util import unwrapping_groups
 
@@ -208,7 +208,7 @@ class Destination(DestinationStream):
         address = f"{host}:{port}"
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await net.open_tcp_stream(host, port)
         except (OSError, trio.TooSlowError) as exc:
             why = connect_failure(exc)
             self._attempt_failed(

@@ -10,9 +10,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Final
 
-import trio
-
-from amps_py import events
+from amps_py import events, offload
 from txlog import CorruptRecord
 from txlog.holdings import Fingerprint, Holdings
 
@@ -80,7 +78,7 @@ async def read_plan(
         return plan(reported, mine, welcome.name, partial)
 
     try:
-        found = await trio.to_thread.run_sync(read)
+        found = await offload.run_sync(read)
     except CorruptRecord as exc:
         log.warning(
             "replication to %s: this journal's holdings cannot be read (%s); "

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from amps_py import events, reasons
+from amps_py import events, offload, reasons
 from amps_py.auth_gate import AuthGate
 from amps_py.config import (
     DEFAULT_INCOMPLETE_MESSAGE_TIMEOUT,
@@ -100,7 +100,9 @@ class Instance:
         self.actions: ActionRunner | None = None
         #: per enabled transport, the scope that stops it (admin disable)
         self.registry = SubscriptionRegistry()
-        self.sessions: set[Session] = set()
+        #: the sessions open, in the order they connected (a dict, not a set: iterating
+        #: it must not depend on object addresses, for a repeatable simulation)
+        self.sessions: dict[Session, None] = {}
         #: the recent disconnects and their counts by reason (admin, metrics)
         self.disconnects = RecentDisconnects()
         self._names = ClientNames()
@@ -271,7 +273,7 @@ class Instance:
             log.error("%s", exc, extra=events.extra(events.NAME_OWNER_UNRECORDED))
 
     def session_ended(self, session: Session) -> None:
-        self.sessions.discard(session)
+        self.sessions.pop(session, None)
         self.disconnects.record(
             Disconnect(
                 time.time(),
@@ -340,7 +342,7 @@ class Instance:
 
     async def _serve_client(self, stream: trio.abc.Stream, transport: str, peer: str) -> None:
         session = Session(self, stream, transport, peer)
-        self.sessions.add(session)
+        self.sessions[session] = None
         try:
             await session.run()
         except Exception as exc:
@@ -428,7 +430,7 @@ class Instance:
         try:
             async with trio.open_nursery() as nursery:
                 if tl is not None:
-                    journal = await trio.to_thread.run_sync(self._open_journal, tl)
+                    journal = await offload.run_sync(self._open_journal, tl)
                     if config.sow_topics:
                         sow = await open_sow(
                             config.sow_topics,
@@ -440,7 +442,7 @@ class Instance:
                         self.publishing.sow, self.publishing.sow_topics = sow, sow.topics
                     if config.queues:
                         self.publishing.queues = await self._open_queues(journal)
-                    self.name_owners = await trio.to_thread.run_sync(
+                    self.name_owners = await offload.run_sync(
                         self._open_name_owners, journal, tl.journal_directory
                     )
                     writer = self.publishing.open(
@@ -540,7 +542,7 @@ class Instance:
         tl = self.config.transaction_log
         assert tl is not None
         try:
-            await trio.to_thread.run_sync(book.open, journal, tl.journal_directory / "queues")
+            await offload.run_sync(book.open, journal, tl.journal_directory / "queues")
         except CheckpointError as exc:
             raise ConfigurationError(str(exc)) from None
         return book

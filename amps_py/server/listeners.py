@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from amps_py import events
+from amps_py import events, net
 from amps_py.config import ServerTls, TransportConfig
 
 from .connection_cap import ConnectionCap
@@ -350,7 +350,7 @@ class Listeners:
             ) from exc
         host = None if transport.host in ("", "0.0.0.0") else transport.host
         try:
-            listeners = await trio.open_tcp_listeners(transport.port, host=host)
+            listeners = await net.open_tcp_listeners(transport.port, host=host)
         except OSError as exc:
             raise cannot_listen(
                 listen_failure(

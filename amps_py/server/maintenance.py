@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 import lmdb
 import trio
 
-from amps_py import events
+from amps_py import events, offload
 from amps_py.errors import JournalMaintenanceError
 from txlog import JournalError
 from txlog.offline import segment_ids_text
@@ -246,7 +246,7 @@ class JournalMaintenance:
         )
         if old:
             # readers that still resolve the old file retry once and find the new one
-            await trio.to_thread.run_sync(lambda: Path(old).unlink(missing_ok=True))
+            await offload.run_sync(lambda: Path(old).unlink(missing_ok=True))
 
     async def _write_segment_file(self, seg: Segment, state: str) -> Path:
         """The segment's file, written by ``python -m txlog.export`` in a process of

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from amps_py import events, reasons
+from amps_py import events, offload, reasons
 from amps_py.config import QueueConfig
 from amps_py.filters import compile_expression
 from amps_py.message_types import JSON, MessageTypes, default_types
@@ -573,7 +573,7 @@ class QueueBook:
         ]
         if not jobs:
             return 0
-        failed = await trio.to_thread.run_sync(self._write_checkpoints, through, jobs)
+        failed = await offload.run_sync(self._write_checkpoints, through, jobs)
         for queue, changes in failed:
             queue.changes = changes.then(queue.changes or Changes())
         return len(jobs) - len(failed)
@@ -645,14 +645,14 @@ class QueueBook:
         for queue in changed:
             self.pump(queue)
 
-    def _apply(self, records: Iterable[Record], now: float | None) -> set[ServedQueue]:
-        changed: set[ServedQueue] = set()
+    def _apply(self, records: Iterable[Record], now: float | None) -> dict[ServedQueue, None]:
+        changed: dict[ServedQueue, None] = {}  # in the order met (not by address)
         for rec in records:
             kind = rec.kind
             if kind in _MESSAGE_KINDS:
                 for queue in self.fed_by(rec.topic, rec.message_type):
                     if queue.admit(rec, now):
-                        changed.add(queue)
+                        changed[queue] = None
             elif kind == QUEUE_ACK:
                 acked = self.queues.get(rec.topic)
                 if acked is None:
@@ -678,13 +678,13 @@ class QueueBook:
                     here = acked.removed_here
                     for mark in marks:
                         changes.remove(mark, known.get(mark) or here.pop(mark, 0))
-                changed.add(acked)
+                changed[acked] = None
             elif kind == QUEUE_TRANSFER:
                 moved = self.queues.get(rec.topic)
                 if moved is None or rec.txid <= moved.floor:
                     continue
                 if self._apply_transfer(moved, rec, now):
-                    changed.add(moved)
+                    changed[moved] = None
         return changed
 
     def _apply_transfer(self, queue: ServedQueue, rec: Record, now: float | None) -> bool:

@@ -29,9 +29,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
-import trio
 
-from amps_py import events, reasons
+from amps_py import events, offload, reasons
 from amps_py.protocol import Frame, messages
 from amps_py.sow.expiry import is_expired
 from amps_py.sow.query import parse_orderby, select
@@ -181,7 +180,7 @@ async def send_results(
     if query.streams:
         sent, matched, held = await _stream(session, query, snapshots, sub_id)
     else:
-        results, matched, held = await trio.to_thread.run_sync(query.collect, snapshots)
+        results, matched, held = await offload.run_sync(query.collect, snapshots)
         sent = 0
         for topic, entries in results:
             await _send_batches(session, query, topic, entries, sub_id)
@@ -212,7 +211,7 @@ async def _stream(
         try:
             done = False
             while not done:
-                hits, done = await trio.to_thread.run_sync(_read_chunk, records, query, now_us)
+                hits, done = await offload.run_sync(_read_chunk, records, query, now_us)
                 await _send_batches(session, query, sow.name, hits, sub_id)
                 sent += len(hits)
             held += snapshot.count  # after the iteration: a topic's view counts then

@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import trio
-
-from amps_py import auth, events
+from amps_py import auth, events, offload
 from amps_py.config import InstanceConfig, TransactionLogConfig
 from amps_py.config.model import (
     AuthenticationConfig,
@@ -326,10 +324,10 @@ async def open_sow(
     """
     sow = SowState(topics, tl.journal_directory, types)
     try:
-        await trio.to_thread.run_sync(sow.open)
-        await trio.to_thread.run_sync(sow.catch_up, journal)
+        await offload.run_sync(sow.open)
+        await offload.run_sync(sow.catch_up, journal)
         if conflated:
-            sow.conflated.update(await trio.to_thread.run_sync(open_conflated, sow, conflated))
+            sow.conflated.update(await offload.run_sync(open_conflated, sow, conflated))
     except SowStoreError as exc:
         # close the stores as they are: nothing may record them as current past what
         # they hold (the catch-up that failed did not apply its records)

@@ -622,8 +622,9 @@ class JournalWriter:
 
     def _check_sync_time(self, seconds: float) -> None:
         """After a sync in the trio thread: if the disk was slow, sync on the writer
-        thread for a while (and say so)."""
-        if seconds < SLOW_SYNC_SECONDS:
+        thread for a while (and say so). Not under offload.inline() (the simulator):
+        there is no thread, and a real duration must not steer a repeatable run."""
+        if seconds < SLOW_SYNC_SECONDS or offload.is_inline():
             return
         self._inline_after = time.perf_counter() + SLOW_SYNC_BACKOFF
         self._slow_syncs += 1
