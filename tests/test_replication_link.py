@@ -192,6 +192,28 @@ def test_heartbeats_and_silence() -> None:
     assert info.value.reason == "peer silent"
 
 
+@given(st.floats(min_value=1.0, max_value=1e6, allow_nan=False))
+@settings(max_examples=300, derandomize=True)
+def test_the_timer_acts_at_its_own_deadline(heard_at: float) -> None:
+    """Woken exactly at next_deadline(), handle_timer sends a heartbeat or declares the
+    peer silent: it never returns nothing, which made the heartbeat loop spin (found by
+    the simulator, seed 2: 1.1 + 15.0 - 1.1 rounds below 15.0)."""
+    up, down = handshake()
+    reply = down.handle_timer(down.next_deadline())
+    assert reply, "the downstream's heartbeat"
+    feed(up, reply, heard_at, False)  # the last thing heard, at an awkward float
+    assert up.handle_timer(heard_at), "a heartbeat was due (the last went at 0.0)"
+    for _ in range(20):
+        deadline = up.next_deadline()
+        try:
+            sent = up.handle_timer(deadline)
+        except LinkError as exc:
+            assert exc.reason == "peer silent"
+            return
+        assert sent, f"nothing to do at the link's own deadline {deadline!r}"
+    pytest.fail("twenty heartbeats and the silent peer was never declared silent")
+
+
 def test_a_lost_frame_is_detected_not_skipped() -> None:
     up, down = handshake()  # the downstream holds the stream up to txid 7
     recs = records(3)
