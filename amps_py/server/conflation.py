@@ -31,7 +31,7 @@ from amps_py.message_types import JSON
 from amps_py.sow.keys import SowKeyError, path_getter
 from amps_py.units import UnitError, parse_duration
 
-from .commands import CommandFailed
+from amps_py.protocol.server.commands import CommandFailed
 
 __all__ = ["MAX_INTERVAL", "ConflationSpec", "Conflator", "conflation_spec"]
 

@@ -57,7 +57,7 @@ from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
 from txlog import CorruptRecord, Journal, publisher_hash
 
-from .commands import CommandFailed
+from amps_py.protocol.server.commands import CommandFailed
 from .conflated_topics import ConflatedTopic, run_conflated
 from .counters import Counters
 from .delivery import Delivery

@@ -33,7 +33,7 @@ from amps_py.message_types import MessageTypes, default_types
 from amps_py.protocol import messages
 from txlog import Journal, Record, publisher_hash
 
-from .commands import CommandFailed
+from amps_py.protocol.server.commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
 from .durability import Ledgers, PublisherLedger

@@ -61,7 +61,7 @@ from amps_py.protocol import messages
 from amps_py.queue import QueueMessage, QueuePolicy, QueueState, QueueSub
 from txlog import BadBookmark, CorruptRecord, Journal, Kind, Record, parse_bookmark
 
-from .commands import CommandFailed, ack_types, options
+from amps_py.protocol.server.commands import CommandFailed, ack_types, options
 from .queue_checkpoint import (
     Changes,
     CheckpointDamaged,

@@ -21,7 +21,7 @@ from amps_py.protocol import messages
 from txlog import CorruptRecord, EarliestAbove
 
 from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
-from .commands import CommandFailed, bookmark_not_found
+from amps_py.protocol.server.commands import CommandFailed, bookmark_not_found
 from .replay_plan import BookmarkNotFound, ReplayPlan, plan_replay
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ from amps_py.protocol.compression import CompressionError, Deflater, Inflater, s
 from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
 from txlog import publisher_hash
 
-from .commands import (
+from amps_py.protocol.server.commands import (
     MAX_FIELD_BYTES,
     MAX_SEQ,
     CommandFailed,
@@ -79,7 +79,7 @@ from .limits import (
     read_deadline,
     spill_failed_closing,
 )
-from .logon import (
+from amps_py.protocol.server.logon import (
     LogonRefused,
     LogonRequest,
     check_authenticated,

@@ -53,7 +53,7 @@ from amps_py.sow.store import SowEntry, SowSnapshot, SowStore, SowStoreError
 from txlog import Journal, Record
 from txlog.record import Kind
 
-from .commands import CommandFailed
+from amps_py.protocol.server.commands import CommandFailed
 
 log = logging.getLogger("amps_py.server.sow")
 

@@ -5,7 +5,7 @@
 Each handler takes the :class:`~amps_py.server.session.Session` the command came on
 and acts through its public methods (``ack``, ``send``, ``require_entitled``,
 ``end_subscription``, ``start_soon``); like every handler it is synchronous and
-raises :class:`~amps_py.server.commands.CommandFailed` for a command the server
+raises :class:`~amps_py.protocol.server.commands.CommandFailed` for a command the server
 refuses. A bookmark subscription is planned before it is registered
 (:func:`~amps_py.server.replay.plan_subscription`), then its replay runs as a task of
 the session (:func:`~amps_py.server.replay.run_replay`). None of this is on the
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from amps_py import events, reasons
 from amps_py.protocol import Frame, messages
 
-from .commands import CommandFailed, ack_types, options, unsubscribe_ids
+from amps_py.protocol.server.commands import CommandFailed, ack_types, options, unsubscribe_ids
 from .conflating import ConflatedDelivery
 from .conflation import conflation_spec
 from .option_catalogue import check_options
