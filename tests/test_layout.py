@@ -236,8 +236,10 @@ PURE_REPLICATION_MODULES = (
     "amps_py/server/replay_plan.py",
     "amps_py/server/subscriptions.py",
     "amps_py/server/host.py",
-    "amps_py/server/commands.py",
-    "amps_py/server/logon.py",
+    # (commands.py and logon.py moved to amps_py/protocol/server/, checked with the
+    # protocol package, for trio and socket both)
+    "amps_py/protocol/server/commands.py",
+    "amps_py/protocol/server/logon.py",
     "amps_py/server/limits.py",
     "amps_py/server/flow.py",
     "amps_py/server/outbox.py",

@@ -52,12 +52,12 @@ from amps_py.config import (
 )
 from amps_py.errors import JournalMaintenanceError
 from amps_py.message_types import MessageTypes
+from amps_py.protocol.server.commands import CommandFailed
 from amps_py.queue import QueueMessage
 from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
 from txlog import CorruptRecord, Journal, publisher_hash
 
-from amps_py.protocol.server.commands import CommandFailed
 from .conflated_topics import ConflatedTopic, run_conflated
 from .counters import Counters
 from .delivery import Delivery

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from typing import Final
 
 from amps_py import reasons
-
 from amps_py.protocol.server.commands import CommandFailed
 
 __all__ = [

@@ -31,9 +31,9 @@ import trio
 from amps_py import events, reasons
 from amps_py.message_types import MessageTypes, default_types
 from amps_py.protocol import messages
+from amps_py.protocol.server.commands import CommandFailed
 from txlog import Journal, Record, publisher_hash
 
-from amps_py.protocol.server.commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
 from .durability import Ledgers, PublisherLedger

@@ -58,10 +58,10 @@ from amps_py.config import QueueConfig
 from amps_py.filters import compile_expression
 from amps_py.message_types import JSON, MessageTypes, default_types
 from amps_py.protocol import messages
+from amps_py.protocol.server.commands import CommandFailed, ack_types, options
 from amps_py.queue import QueueMessage, QueuePolicy, QueueState, QueueSub
 from txlog import BadBookmark, CorruptRecord, Journal, Kind, Record, parse_bookmark
 
-from amps_py.protocol.server.commands import CommandFailed, ack_types, options
 from .queue_checkpoint import (
     Changes,
     CheckpointDamaged,

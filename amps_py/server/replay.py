@@ -18,10 +18,10 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.protocol import messages
+from amps_py.protocol.server.commands import CommandFailed, bookmark_not_found
 from txlog import CorruptRecord, EarliestAbove
 
 from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
-from amps_py.protocol.server.commands import CommandFailed, bookmark_not_found
 from .replay_plan import BookmarkNotFound, ReplayPlan, plan_replay
 
 if TYPE_CHECKING:

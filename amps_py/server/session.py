@@ -48,21 +48,36 @@ import trio
 from amps_py import events, reasons
 from amps_py.actions import client_variables
 from amps_py.auth_backoff import shown_user
-from amps_py.protocol import Frame, FrameDecoder, ProtocolError, messages
-from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
-from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
-from txlog import publisher_hash
-
+from amps_py.protocol import Frame, ProtocolError, messages
+from amps_py.protocol.compression import CompressionError
+from amps_py.protocol.server.acks import ack, failure_frames
 from amps_py.protocol.server.commands import (
     MAX_FIELD_BYTES,
-    MAX_SEQ,
     CommandFailed,
     Disconnect,
     ack_types,
     check_field_size,
-    failure_acks,
-    heartbeat_start,
 )
+from amps_py.protocol.server.connection import (
+    CloseConnection,
+    CommandRefused,
+    CompressionStarted,
+    LogonRequested,
+    ServerConnection,
+)
+from amps_py.protocol.server.logon import (
+    LogonRefused,
+    LogonRequest,
+    check_authenticated,
+    check_claimed,
+    check_owner,
+    choose_message_type,
+    logon_ack_fields,
+    read_logon,
+)
+from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
+from txlog import publisher_hash
+
 from .durability import PublisherLedger
 from .flow import (
     SEND_CHUNK,
@@ -78,16 +93,6 @@ from .limits import (
     ReadDeadline,
     read_deadline,
     spill_failed_closing,
-)
-from amps_py.protocol.server.logon import (
-    LogonRefused,
-    LogonRequest,
-    check_authenticated,
-    check_claimed,
-    check_owner,
-    choose_message_type,
-    logon_ack_fields,
-    read_logon,
 )
 from .outbox import SpillError, SpillingOutbox
 from .sow_commands import on_sow, on_sow_delete
@@ -153,23 +158,13 @@ class Session:
         self.transport = transport
         self.peer = peer
         self.conn_id = instance.next_connection_id()
-        self.decoder = FrameDecoder(instance.max_frame_size(transport))
         self.client_name = ""
         self.user_id = ""
         self.client_version = ""
         #: the modules of this connection's transport (its own, else the instance's)
         self.authenticator = instance.authenticator_for(transport)
         self.entitler = instance.entitler_for(transport)
-        # transport compression (see amps_py.protocol.compression): decided by the
-        # connection's first two bytes
-        self._sniffing = True
-        self._sniff_buf = bytearray()
-        self._inflater: Inflater | None = None
-        self._deflater: Deflater | None = None
         self.pub_hash = 0
-        self.logged_on = False
-        #: when ``start_timer`` ran (monotonic seconds; None: no timer running)
-        self._timer_started: float | None = None
         #: the type of every message this connection publishes and receives (its
         #: transport's MessageType, else the logon's ``mt``, else json)
         self.message_type = instance.transport_config(transport).message_type or "json"
@@ -193,18 +188,13 @@ class Session:
         self.offline = False
         self._wake = trio.Event()
         self._drained = trio.Event()
-        # persisted-ack state (docs/GUARANTEES.md, "Persisted acks"): the ledger is the instance's,
-        # shared with an earlier connection of the same client name
-        self.wants_persisted = False
+        # persisted-ack state (docs/GUARANTEES.md, "Persisted acks"): the ledger is the
+        # instance's, shared with an earlier connection of the same client name
         self.ledger: PublisherLedger | None = None
         #: queue name -> DefaultPublishTarget, for queues whose publishes are journaled
         #: on another topic; None (the publish path's one test) when there are none
         queues = instance.queues
         self._publish_routes = queues.publish_routes() if queues is not None else None
-        self._flush_waiters: list[tuple[str, frozenset[str]]] = []
-        self._auto_seq = 0
-        self.last_receive = trio.current_time()
-        self.heartbeat_interval = 0.0
         self.close_reason = ""
         #: what the server told the client about why it closes the connection, if more
         #: than the reason (e.g. which slow-client limit it passed)
@@ -224,13 +214,20 @@ class Session:
         #: bookmark replays of this session running now (kept by replay.py): while any
         #: runs, the session is not offlined
         self.replaying = 0
-        logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
+        self.logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
         #: ClientMaxCapacity while offline: its share of MessageDiskLimit
         self.disk_queue_limit = instance.client_disk_capacity(transport)
-        #: Transport/AlwaysSendPersistedAcks: persisted acks for every publish with ``s``
-        self._always_persisted = instance.transport_config(transport).always_persisted_acks
-        self.logon_timeout = logon_timeout
-        self._logon_deadline = trio.current_time() + logon_timeout
+        self._handlers = self._command_handlers()
+        #: the wire protocol's state: decoding, logon, acks, heartbeats (sans-IO)
+        self.conn = ServerConnection(
+            {"logon", *self._handlers},
+            max_frame_size=instance.max_frame_size(transport),
+            now=trio.current_time(),
+            logon_timeout=self.logon_timeout,
+            # Transport/AlwaysSendPersistedAcks: persisted acks for every publish with s
+            always_persisted=instance.transport_config(transport).always_persisted_acks,
+        )
+        self.decoder = self.conn.decoder
         #: bytes of the partial frame counted in the IncompleteMessageMemoryLimit pool
         self.incomplete_held = 0
         #: set once the connection is being closed as a slow client (or has ended):
@@ -238,6 +235,19 @@ class Session:
         self.discarding = False
         #: a replay pauses while this many bytes wait (well below ClientMaxCapacity)
         self._replay_high_water = min(REPLAY_HIGH_WATER, max(1, self.queue_limit // 4))
+
+    @property
+    def logged_on(self) -> bool:
+        return self.conn.logged_on
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between heartbeats the client asked for (0: none)."""
+        return self.conn.heartbeat.interval
+
+    @property
+    def wants_persisted(self) -> bool:
+        return self.conn.publish_acks.wants_persisted
 
     # ---------------------------------------------------------------- lifecycle
     async def run(self) -> None:
@@ -297,11 +307,8 @@ class Session:
         (:class:`EndedSessions`)."""
         self._nursery = None
         self._cancel = None
-        self._inflater = None
-        self._deflater = None
-        self._sniff_buf = bytearray()
+        self.conn.release()
         self._entitled.clear()
-        self._flush_waiters.clear()
         if ENDED_SESSIONS.ended():
             started = time.perf_counter()
             found = gc.collect()
@@ -322,17 +329,16 @@ class Session:
 
     async def _read_loop(self) -> None:
         stream = self.stream
-        decoder = self.decoder
-        handlers = self._handlers()
+        conn = self.conn
         while True:
             data: bytes | bytearray | None = None
-            if self.logged_on and not self.incomplete_held:
+            if conn.logged_on and not self.incomplete_held:
                 # the steady state: no deadline applies (no cancel scope to pay for)
                 data = await stream.receive_some(RECEIVE_SIZE)
             else:
                 deadline = read_deadline(
-                    logon_deadline=None if self.logged_on else self._logon_deadline,
-                    partial=decoder.partial_frame() if self.incomplete_held else None,
+                    logon_deadline=conn.logon_deadline,
+                    partial=conn.decoder.partial_frame() if self.incomplete_held else None,
                     frame_timeout=self.frame_timeout,
                 )
                 with trio.move_on_at(deadline.at if deadline is not None else math.inf):
@@ -345,28 +351,8 @@ class Session:
                 return
             if self.discarding:
                 continue  # closing as a slow client: read (so the close is clean), ignore
-            now = trio.current_time()
-            self.last_receive = now
-            if self._sniffing:
-                data = self._sniff_compression(data)
-                if not data:
-                    continue  # one byte so far: not enough to tell
             try:
-                if self._inflater is None:
-                    decoder.receive_data(data, now)
-                    if self.logged_on:
-                        for frame in decoder.frames():
-                            self._dispatch(frame, handlers)
-                    else:
-                        await self._dispatch_until_logged_on(decoder.frames(), handlers)
-                else:
-                    for piece in self._inflater.feed(data):
-                        decoder.receive_data(piece, now)
-                        if self.logged_on:
-                            for frame in decoder.frames():
-                                self._dispatch(frame, handlers)
-                        else:
-                            await self._dispatch_until_logged_on(decoder.frames(), handlers)
+                await self._handle_events(conn.receive_data(data, trio.current_time()))
                 self._count_incomplete()
             except (ProtocolError, CompressionError) as exc:
                 log.warning(
@@ -385,29 +371,41 @@ class Session:
                 # (a close while handling, e.g. over IncompleteMessageMemoryLimit, cancels
                 # the next receive; a slow-client close keeps reading until it is done)
                 continue
+            conn.close()
             await self._stop_reading(reason)
             return
 
-    def _sniff_compression(self, data: bytes | bytearray) -> bytes | bytearray:
-        """Look at the connection's first bytes: a zlib stream (a client that connected
-        with ``compression=zlib``) turns on transport compression both ways. Returns
-        the bytes to decode ("" while fewer than two bytes are known)."""
-        self._sniff_buf += data
-        verdict = sniff(self._sniff_buf)
-        if verdict is None:
-            return b""
-        data, self._sniff_buf = self._sniff_buf, bytearray()
-        self._sniffing = False
-        if verdict:
-            self._inflater = Inflater()
-            self._deflater = Deflater()
-            log.info(
-                "connection %d from %s uses zlib transport compression",
-                self.conn_id,
-                self.peer,
-                extra=events.extra(events.CLIENT_CONNECTED),
-            )
-        return data
+    async def _handle_events(self, happened: Iterator[object]) -> None:
+        """Run what the protocol made of the bytes read, in order: commands (each by
+        its handler, synchronously), the logon (awaited: its password is checked off
+        the event loop, see :mod:`amps_py.auth_gate`, before the next frame is looked
+        at), refusals and closes.
+
+        Raises:
+            Disconnect: the connection is to be closed (after what is queued).
+        """
+        handlers = self._handlers
+        for event in happened:
+            if type(event) is Frame:
+                header = event.header
+                try:
+                    handlers[header["c"]](event)
+                except CommandFailed as exc:
+                    self._command_failed(header["c"], header, exc)
+            elif type(event) is LogonRequested:
+                await self._logon(event.frame, event.acks)
+            elif type(event) is CommandRefused:
+                self._command_failed(event.command, event.header, event.failure)
+            elif type(event) is CloseConnection:
+                self._send_all(event.output)
+                raise Disconnect(event.reason)
+            elif type(event) is CompressionStarted:
+                log.info(
+                    "connection %d from %s uses zlib transport compression",
+                    self.conn_id,
+                    self.peer,
+                    extra=events.extra(events.CLIENT_CONNECTED),
+                )
 
     async def _stop_reading(self, reason: str) -> None:
         """End the read loop: give the sender a moment to flush what is queued (acks,
@@ -556,9 +554,10 @@ class Session:
         self.out_bytes = 0
         self.drop_partial_frame(reasons.CONNECTION_CLOSED)
 
-    def _handlers(self) -> dict[str, Callable[[Frame], None]]:
+    def _command_handlers(self) -> dict[str, Callable[[Frame], None]]:
+        """The handler of every command a logged-on client may send (the logon is
+        :class:`ServerConnection`'s, then :meth:`_logon`'s)."""
         return {
-            "logon": self._on_logon,
             "publish": self._on_publish,
             "delta_publish": self._on_publish,
             "subscribe": partial(on_subscribe, self),
@@ -574,40 +573,6 @@ class Session:
             "sow_delete": partial(on_sow_delete, self),
         }
 
-    async def _dispatch_until_logged_on(
-        self, frames: Iterator[Frame], handlers: dict[str, Callable[[Frame], None]]
-    ) -> None:
-        """Handle ``frames`` in order on a connection that has not logged on yet: a
-        logon is awaited (its password is checked off the event loop, see
-        :mod:`amps_py.auth_gate`) before the next frame is looked at, so what a client
-        sends behind its logon is handled after the logon's answer, as ever. Other
-        connections are served meanwhile; this one's bytes wait in its socket."""
-        for frame in frames:
-            if not self.logged_on and frame.header.get("c") == "logon":
-                try:
-                    await self._logon(frame)
-                except CommandFailed as exc:
-                    self._command_failed("logon", frame.header, exc)
-            else:
-                self._dispatch(frame, handlers)
-
-    def _dispatch(self, frame: Frame, handlers: dict[str, Callable[[Frame], None]]) -> None:
-        header = frame.header
-        command = header["c"]
-        handler = handlers.get(command)
-        try:
-            if handler is None:
-                raise CommandFailed(
-                    reasons.UNKNOWN_COMMAND,
-                    f"unknown command {command!r}; see the AMPS command reference",
-                )
-            if not self.logged_on:
-                self._refuse_before_logon(header)
-                return
-            handler(frame)
-        except CommandFailed as exc:
-            self._command_failed(command, header, exc)
-
     def _command_failed(self, command: str, header: dict[str, Any], exc: CommandFailed) -> None:
         """Count, log and answer a refused command (the connection stays open)."""
         self.instance.counters.count_failed_command()
@@ -622,16 +587,6 @@ class Session:
             ),
         )
         self._fail(header, exc)
-
-    def _refuse_before_logon(self, header: dict[str, Any]) -> None:
-        self._fail(
-            header,
-            CommandFailed(
-                reasons.LOGON_REQUIRED,
-                "the first command on a connection must be logon (with client_name)",
-            ),
-        )
-        raise Disconnect(reasons.LOGON_REQUIRED)
 
     # ---------------------------------------------------------------- output
     def send(self, data: bytes) -> None:
@@ -721,8 +676,7 @@ class Session:
             self._stamp = now
             piece = batch[0] if len(batch) == 1 else b"".join(batch)
             del batch  # (this frame holds nothing big while it waits: see run())
-            deflater = self._deflater
-            await stream.send_all(piece if deflater is None else deflater.compress(piece))
+            await stream.send_all(self.conn.encode(piece))
             self._inflight_since = None
             size = len(piece)
             del piece
@@ -780,14 +734,15 @@ class Session:
     ) -> None:
         """Send an ack of ``ack_type`` for the command whose header is ``header``
         (its ``cid`` is echoed); ``fields`` become ack header fields."""
-        self.send(messages.ack(ack_type, status, header.get("cid"), **fields))
+        self.send(ack(header, ack_type, status, **fields))
+
+    def _send_all(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            self.send(frame)
 
     def _fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
-        """Answer a refused command at once: a failure ack in every ack type it asked
-        for (so a client never waits for an ack that cannot come), or ``processed``
-        when it asked for none."""
-        for ack_type, fields in failure_acks(header, exc):
-            self.ack(header, ack_type, "failure", **fields)
+        """Answer a refused command at once (:func:`failure_frames`)."""
+        self._send_all(failure_frames(header, exc))
 
     @property
     def awaiting_persisted(self) -> int:
@@ -797,37 +752,25 @@ class Session:
     def persisted_progress(self, not_journaled: int = 0) -> None:
         """Send a conflated persisted ack if the safe sequence moved forward; when it
         is ``not_journaled`` (a publish to a topic this instance does not journal), the
-        ack says so in its ``reason``."""
+        ack says so in its ``reason``. Held-back flushes are answered once nothing is
+        in flight (:meth:`PublishAcks.progress`)."""
         ledger = self.ledger
         if ledger is None:
             return
-        safe = ledger.advance()
-        if safe is not None and self.wants_persisted:
-            reason = messages.NOT_JOURNALED if safe == not_journaled else ""
-            self.send(messages.persisted_ack(safe, self.pub_hash, reason))
-        if not ledger.pending and self._flush_waiters:
-            for cid, types in self._flush_waiters:
-                self.ack({"cid": cid}, "persisted")
-                if "completed" in types:
-                    self.ack({"cid": cid}, "completed")
-            self._flush_waiters.clear()
+        self._send_all(
+            self.conn.publish_acks.progress(
+                ledger.advance(), len(ledger.pending), self.pub_hash, not_journaled
+            )
+        )
 
     def publishes_failed(self, seqs: list[int], reason: str, detail: str) -> None:
         """These publishes were not stored: a persisted failure ack for each (when
         this connection asked for persisted acks), so the publisher never waits for
         them."""
-        if not self.wants_persisted:
-            return
-        for seq in seqs:
-            self.send(messages.publish_failed(seq, reason, detail))
+        self._send_all(self.conn.publish_acks.failed(seqs, reason, detail))
 
     # ---------------------------------------------------------------- commands
-    def _on_logon(self, frame: Frame) -> None:
-        """A logon on a connection that has logged on (the first one is awaited by
-        :meth:`_logon`)."""
-        raise CommandFailed(reasons.INVALID_LOGON, "this connection is already logged on")
-
-    async def _logon(self, frame: Frame) -> None:
+    async def _logon(self, frame: Frame, acks: frozenset[str]) -> None:
         """The connection's logon: check the credentials (through the instance's
         :class:`amps_py.auth_gate.AuthGate`: off the event loop, backed off after
         failures, logged), claim the client name, answer.
@@ -835,10 +778,8 @@ class Session:
         Raises:
             Disconnect: the logon was refused (a failure ack is queued), or its check
                 did not end by the transport's LogonTimeout.
-            CommandFailed: the logon's ack types are invalid (the connection stays).
         """
         header = frame.header
-        acks = ack_types(header)
         instance = self.instance
         authenticator = self.authenticator
         try:
@@ -851,7 +792,7 @@ class Session:
             )
             # the password is used for this check only: never stored, logged or echoed
             verdict: GateVerdict | None = None
-            with trio.move_on_at(self._logon_deadline):
+            with trio.move_on_at(self.conn.logon_at):
                 verdict = await instance.auth_gate.check(
                     authenticator,
                     request.user,
@@ -862,7 +803,7 @@ class Session:
                 )
             if verdict is None:
                 # the check (waiting for a free check thread) outlasted LogonTimeout
-                late = ReadDeadline(self._logon_deadline, "logon")
+                late = ReadDeadline(self.conn.logon_at, "logon")
                 raise Disconnect(deadline_passed(self, late, instance.limits))
             check_authenticated(request, verdict.ok, verdict.refusal)
             check_owner(request, instance.name_owner_refusal(request.name, request.user), self.peer)
@@ -872,7 +813,7 @@ class Session:
         except LogonRefused as exc:
             if exc.message:
                 log.warning(exc.message, *exc.log_args, extra=events.extra(exc.event))
-            self._fail(header, exc)
+            self._send_all(self.conn.logon_refused(header, exc))
             raise Disconnect(exc.disconnect) from None
         assert verdict.result is not None  # accepted: the authenticator answered
         self.message_type = message_type
@@ -891,7 +832,6 @@ class Session:
         self.user_id = request.user
         self.client_version = request.version
         self.pub_hash = publisher_hash(name) if name else 0
-        self.logged_on = True
         last = 0
         if name and instance.journal is not None:
             # the highest seq held here from any source, durable or not (a publisher
@@ -908,9 +848,10 @@ class Session:
             self.client_version or "not given",
             extra=events.extra(events.CLIENT_LOGON),
         )
+        fields = logon_ack_fields(request, verdict, self.pub_hash, last)
+        replies = self.conn.logon_accepted(header, acks, fields)
         instance.fire_action("logon-client", client_variables(self, connected=False))
-        if "processed" in acks or not acks:
-            self.ack(header, "processed", **logon_ack_fields(request, verdict, self.pub_hash, last))
+        self._send_all(replies)
 
     def is_entitled(self, topic: str, *, write: bool) -> bool:
         """Whether this session's user may read/write the concrete topic ``topic``
@@ -1004,53 +945,30 @@ class Session:
             topic = routes.get(topic, topic)  # a queue's name: to its DefaultPublishTarget
         acks = ack_types(header)
         self.messages_in += 1
-        seq = header.get("s")
         ledger = self.ledger
-        if seq is None or type(seq) is not int or not 0 <= seq <= MAX_SEQ:
-            seq = self.publish_seq(header, acks)  # the rare cases, with their errors
-        elif "persisted" in acks or (self._always_persisted and "s" in header):
-            self.wants_persisted = True
+        publish_acks = self.conn.publish_acks
+        seq = publish_acks.seq(header, acks, None if ledger is None else ledger.high)
         outcome = self.instance.publish(self, topic, seq, frame.payload, header)
         if outcome == "done" and ledger is not None:
             ledger.resent_durable(seq)
-        if "received" in acks:
-            self.ack(header, "received", s=seq)
-        if "processed" in acks:
-            self.ack(header, "processed", s=seq)
-        if "completed" in acks:
-            self.ack(header, "completed", s=seq)
+        if acks:
+            self._send_all(publish_acks.accepted(header, acks, seq))
         if outcome == "done":
             journaled = self.instance.journals_topic(topic, self.message_type)
             if ledger is not None:
                 self.persisted_progress(0 if journaled else seq)
-            elif self.wants_persisted and not journaled:
-                # no ledger (no transaction log, or no client name): nothing is stored,
-                # and a publisher that asked for persisted acks is told so, not left
-                # waiting
-                self.send(messages.persisted_ack(seq, self.pub_hash, messages.NOT_JOURNALED))
+            elif not journaled:
+                # no ledger (no transaction log, or no client name): nothing is stored
+                self._send_all(publish_acks.not_journaled(seq, self.pub_hash))
 
     def publish_seq(self, header: dict[str, Any], acks: frozenset[str]) -> int:
-        """The seq of a publish or sow_delete: its ``s``, or the next one above every
-        seq held or queued here for this client name. Notes a wish for persisted acks.
+        """The seq of a publish or sow_delete (:meth:`PublishAcks.seq`).
 
         Raises:
             CommandFailed: ``s`` is not a whole number in range.
         """
-        seq = header.get("s")
-        if seq is None:
-            ledger = self.ledger
-            if ledger is not None:
-                seq = ledger.high + 1
-            else:  # no journal: the seq only numbers the acks
-                self._auto_seq += 1
-                seq = self._auto_seq
-        elif type(seq) is not int or not 0 <= seq <= MAX_SEQ:
-            raise CommandFailed(
-                reasons.INVALID_SEQ, f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
-            )
-        if "persisted" in acks or (self._always_persisted and "s" in header):
-            self.wants_persisted = True
-        return int(seq)
+        ledger = self.ledger
+        return self.conn.publish_acks.seq(header, acks, None if ledger is None else ledger.high)
 
     def start_soon(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (it ends with the session)."""
@@ -1085,74 +1003,41 @@ class Session:
         self.instance.registry.remove(sub)
 
     def _on_heartbeat(self, frame: Frame) -> None:
-        header = frame.header
-        interval = heartbeat_start(header)
-        if interval is not None:
-            first = self.heartbeat_interval == 0
-            self.heartbeat_interval = interval
-            if first and self._nursery is not None:
-                self._nursery.start_soon(self._heartbeat_loop)
-        acks = ack_types(header)
-        if "processed" in acks:
-            self.ack(header, "processed")
+        start, replies = self.conn.start_heartbeat(frame.header, trio.current_time())
+        if start and self._nursery is not None:
+            self._nursery.start_soon(self._heartbeat_loop)
+        self._send_all(replies)
 
     async def _heartbeat_loop(self) -> None:
+        clock = self.conn.heartbeat
         while True:
-            interval = self.heartbeat_interval
-            await trio.sleep(interval)
-            self.send(messages.HEARTBEAT)
-            silent = trio.current_time() - self.last_receive
-            # grace: two intervals plus one more without a byte from the client (AMPS
-            # clients answer our beat when it arrives, so a reply can trail it)
-            if silent > HEARTBEAT_GRACE_INTERVALS * interval:
+            await trio.sleep_until(clock.due)
+            tick = clock.tick(trio.current_time())
+            self.send(tick.beat)
+            if tick.silent is not None:
                 log.warning(
                     "client %r sent nothing for %.1f s (heartbeat %.1f s); disconnecting",
                     self.client_name,
-                    silent,
-                    interval,
+                    tick.silent,
+                    tick.interval,
                     extra=events.extra(events.CLIENT_HEARTBEAT_MISSED),
                 )
                 self.close("heartbeat")
                 return
 
     def _on_start_timer(self, frame: Frame) -> None:
-        """``start_timer``: start (or restart) this connection's timer; answered in the
-        ack types asked for (``processed`` when none)."""
-        header = frame.header
-        self._timer_started = time.monotonic()
-        for kind in ack_types(header) or frozenset({"processed"}):
-            self.ack(header, kind)
+        """``start_timer`` (:meth:`ServerConnection.start_timer`)."""
+        self._send_all(self.conn.start_timer(frame.header, time.monotonic()))
 
     def _on_stop_timer(self, frame: Frame) -> None:
-        """``stop_timer``: stop the timer and answer with the time since
-        ``start_timer`` in the ack's ``reason`` (``elapsed <seconds> s``), in the ack
-        types asked for (``completed`` when none).
+        """``stop_timer`` (:meth:`ServerConnection.stop_timer`).
 
         Raises:
             CommandFailed: no ``start_timer`` came first on this connection.
         """
-        header = frame.header
-        started = self._timer_started
-        if started is None:
-            raise CommandFailed(
-                reasons.INVALID_OPTIONS,
-                "stop_timer needs a start_timer first on this connection",
-            )
-        self._timer_started = None
-        elapsed = time.monotonic() - started
-        for kind in ack_types(header) or frozenset({"completed"}):
-            self.ack(header, kind, reason=f"elapsed {elapsed:.6f} s")
+        self._send_all(self.conn.stop_timer(frame.header, time.monotonic()))
 
     def _on_flush(self, frame: Frame) -> None:
         header = frame.header
         acks = ack_types(header) or frozenset({"processed"})
-        for kind in ("received", "processed"):
-            if kind in acks:
-                self.ack(header, kind)
-        if "persisted" in acks:
-            if self.awaiting_persisted:
-                self._flush_waiters.append((header.get("cid", ""), acks))
-                return
-            self.ack(header, "persisted")
-        if "completed" in acks:
-            self.ack(header, "completed")
+        self._send_all(self.conn.publish_acks.flush(header, acks, self.awaiting_persisted))

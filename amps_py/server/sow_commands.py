@@ -33,12 +33,12 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.protocol import Frame, messages
+from amps_py.protocol.server.commands import CommandFailed, ack_types, options
 from amps_py.sow.expiry import is_expired
 from amps_py.sow.query import parse_orderby, select
 from amps_py.sow.store import SowEntry, SowStoreError
 from txlog import CorruptRecord
 
-from amps_py.protocol.server.commands import CommandFailed, ack_types, options
 from .option_catalogue import check_options
 from .queues import acknowledge
 from .replay import run_replay

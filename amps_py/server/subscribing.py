@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from amps_py import events, reasons
 from amps_py.protocol import Frame, messages
-
 from amps_py.protocol.server.commands import CommandFailed, ack_types, options, unsubscribe_ids
+
 from .conflating import ConflatedDelivery
 from .conflation import conflation_spec
 from .option_catalogue import check_options

@@ -1,9 +1,10 @@
 """Reading a client command's header: the checks and the refusals, without I/O.
 
-A client connection (:mod:`.connection`, driven by :mod:`amps_py.server.session`) hands each frame's header to these
-functions; they return what the command asks for or raise :class:`CommandFailed`
-with the reason that goes into the failure ack (and a detail that says how to fix
-the command). :class:`Disconnect` ends the connection instead.
+A client connection (:mod:`.connection`, driven by :mod:`amps_py.server.session`)
+and the server's command handlers hand each frame's header to these functions; they
+return what the command asks for or raise :class:`CommandFailed` with the reason that
+goes into the failure ack (and a detail that says how to fix the command).
+:class:`Disconnect` ends the connection instead.
 
 Pure logic: no trio, no sockets.
 """
