@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 import trio
@@ -70,11 +70,11 @@ from .queue_checkpoint import (
     row_of,
     set_aside,
 )
+from .recipient import Recipient
 
 if TYPE_CHECKING:
     from amps_py.filters import Filter
 
-    from .session import Session
     from .subscriptions import Subscription
 
 log = logging.getLogger("amps_py.server.queues")
@@ -183,12 +183,39 @@ def parse_ack_payload(payload: bytes) -> list[str] | None:
     return marks
 
 
+class QueueHost(Protocol):
+    """What a queue command reads of the instance."""
+
+    @property
+    def queues(self) -> QueueBook | None: ...
+
+    def compile_filter(self, text: str) -> Any: ...
+
+
+class QueueClient(Recipient, Protocol):
+    """What a queue command (a subscribe to a queue, a ``sow_delete`` that acks
+    queue messages) uses of the session it came on."""
+
+    @property
+    def instance(self) -> QueueHost: ...
+    @property
+    def subscriptions(self) -> dict[str, Subscription]: ...
+
+    def ack(
+        self, header: dict[str, Any], ack_type: str, status: str = "success", **fields: Any
+    ) -> None: ...
+
+    def fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
+        """Answer a refused command with failure acks."""
+        ...
+
+
 @dataclass(eq=False)
 class QueueSubscriber:
     """What a queue subscription needs to be sent a message (the core's
     ``QueueSub.context``)."""
 
-    session: Session
+    session: Recipient
     subscription: Subscription
     filter: Filter | None
     head: bytes
@@ -918,7 +945,7 @@ class QueueBook:
                     self._ask_owners(queue, now)
 
     # ---------------------------------------------------------------- sessions
-    def session_ended(self, session: Session) -> None:
+    def session_ended(self, session: Recipient) -> None:
         """A connection ended: its leases go back to their queues."""
         now = self.clock()
         for queue in self.queues.values():
@@ -988,7 +1015,7 @@ def _send_message(queue: ServedQueue, subscriber: QueueSubscriber, message: Queu
 
 
 def subscribe_to_queue(
-    session: Session, queue: ServedQueue, sub: Subscription, header: dict[str, Any]
+    session: QueueClient, queue: ServedQueue, sub: Subscription, header: dict[str, Any]
 ) -> None:
     """A ``subscribe`` to ``queue`` (no bookmark): register it with the core, ack with
     the effective ``max_backlog``, and pump."""
@@ -1020,7 +1047,7 @@ def subscribe_to_queue(
 
 
 def acknowledge(
-    session: Session, queue: ServedQueue, header: dict[str, Any], payload: bytes
+    session: QueueClient, queue: ServedQueue, header: dict[str, Any], payload: bytes
 ) -> None:
     """``sow_delete`` on a queue: acknowledge the messages named by ``bm`` (option
     ``cancel`` returns them, ``expire`` expires them), or those a filter selects.
@@ -1085,7 +1112,7 @@ def acknowledge(
         if waiting:
             return
         if failures:
-            session._fail(
+            session.fail(
                 header,
                 CommandFailed(
                     reasons.JOURNAL_WRITE_FAILED,

@@ -586,7 +586,7 @@ class Session:
                 events.CLIENT_NOT_ENTITLED if denied else events.CLIENT_COMMAND_FAILED
             ),
         )
-        self._fail(header, exc)
+        self.fail(header, exc)
 
     # ---------------------------------------------------------------- output
     def send(self, data: bytes) -> None:
@@ -740,7 +740,7 @@ class Session:
         for frame in frames:
             self.send(frame)
 
-    def _fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
+    def fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
         """Answer a refused command at once (:func:`failure_frames`)."""
         self._send_all(failure_frames(header, exc))
 
