@@ -70,7 +70,7 @@ from .names import ClientNames
 from .publishing import PublishPath
 from .queue_checkpoint import CheckpointError
 from .queues import CHECKPOINT_INTERVAL, QueueBook, ServedQueue
-from .replay import ActiveReplays
+from .replay_cursors import ActiveReplays
 from .session import Session
 from .sow_expiry import EXPIRE_EVENT, run_sow_expiry
 from .sowing import SowState
@@ -80,6 +80,8 @@ from .writer import JournalWriter
 
 if TYPE_CHECKING:
     from amps_py.actions import ActionRunner
+
+    from .host import HostedSession
 
 log = logging.getLogger("amps_py.server")
 
@@ -224,7 +226,7 @@ class Instance:
             self._journaled[key] = known
         return known
 
-    def claim_client_name(self, session: Session, name: str, user: str) -> str:
+    def claim_client_name(self, session: HostedSession, name: str, user: str) -> str:
         """Register ``name`` for ``session``; return a refusal text, or "" when granted.
 
         With a transaction log, names are unique: the same name and user takes over
@@ -270,7 +272,7 @@ class Instance:
         except NameOwnersError as exc:
             log.error("%s", exc, extra=events.extra(events.NAME_OWNER_UNRECORDED))
 
-    def session_ended(self, session: Session) -> None:
+    def session_ended(self, session: HostedSession) -> None:
         self.sessions.discard(session)
         self.disconnects.record(
             Disconnect(

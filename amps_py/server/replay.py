@@ -32,28 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("amps_py.server.replay")
 
 
-class ActiveReplays:
-    """The txid each running bookmark replay has read through: journal removal never
-    deletes a record a replay still has to read."""
-
-    def __init__(self) -> None:
-        self._cursors: dict[int, int] = {}
-
-    def reading(self, key: int, cursor: int) -> None:
-        """Replay ``key`` has read through txid ``cursor`` (registers it when new)."""
-        self._cursors[key] = cursor
-
-    def ended(self, key: int) -> None:
-        self._cursors.pop(key, None)
-
-    def cursors(self) -> list[int]:
-        """Where each running replay stands."""
-        return list(self._cursors.values())
-
-    def __len__(self) -> int:
-        return len(self._cursors)
-
-
 #: records per journal read; about a millisecond of event-loop time
 REPLAY_BATCH: Final = 512
 #: bookmark-index entries a replay's search for its start reads between checkpoints
