@@ -242,6 +242,10 @@ PURE_REPLICATION_MODULES = (
     "amps_py/protocol/server/logon.py",
     "amps_py/server/limits.py",
     "amps_py/server/flow.py",
+    "amps_py/server/recipient.py",
+    "amps_py/server/replay_cursors.py",
+    "amps_py/server/entitlements.py",
+    "amps_py/server/ended_sessions.py",
     "amps_py/server/outbox.py",
     # State of the World: the pure core and the LMDB store (driven by the server)
     "amps_py/sow/__init__.py",

@@ -50,13 +50,11 @@ from amps_py.actions import client_variables
 from amps_py.auth_backoff import shown_user
 from amps_py.protocol import Frame, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError
-from amps_py.protocol.server.acks import ack, failure_frames
+from amps_py.protocol.server.acks import PublishAcks, ack, failure_frames
 from amps_py.protocol.server.commands import (
-    MAX_FIELD_BYTES,
     CommandFailed,
     Disconnect,
     ack_types,
-    check_field_size,
 )
 from amps_py.protocol.server.connection import (
     CloseConnection,
@@ -79,6 +77,8 @@ from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapp
 from txlog import publisher_hash
 
 from .durability import PublisherLedger
+from .ended_sessions import ENDED_SESSIONS
+from .entitlements import TopicEntitlements
 from .flow import (
     SEND_CHUNK,
     close_over_incomplete_limit,
@@ -95,9 +95,10 @@ from .limits import (
     spill_failed_closing,
 )
 from .outbox import SpillError, SpillingOutbox
+from .publish_command import on_publish
 from .sow_commands import on_sow, on_sow_delete
 from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
-from .subscriptions import BadTopic, EntitledTopics, Subscription, TopicPattern, compile_topic
+from .subscriptions import Subscription, TopicPattern
 
 if TYPE_CHECKING:
     from amps_py.auth import AuthResult
@@ -112,40 +113,6 @@ RECEIVE_SIZE: Final = 256 * 1024
 SPILL_STEP: Final = 1024 * 1024
 #: a replay pauses while this many bytes wait in the session's outbox
 REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
-#: a heartbeating client silent for more than this many intervals is disconnected
-HEARTBEAT_GRACE_INTERVALS: Final = 3
-#: the failure reason of a journaled publish while journal writes are failing
-JOURNAL_UNAVAILABLE: Final = reasons.JOURNAL_UNAVAILABLE
-#: sessions that end between two full garbage collections (see Session._let_go)
-COLLECT_EVERY_ENDED: Final = 1000
-
-
-class EndedSessions:
-    """Counts ended sessions and says when a full garbage collection is due (pure).
-
-    An ended session's tasks leave exceptions in reference cycles (trio's, with their
-    frames) that refer to the session; the server's tuned collector runs a full
-    collection only after some hundred million allocations, which a quiet instance
-    whose clients come and go (health checks, short-lived replays) may take days to
-    reach. Collecting after every ``every`` ended sessions bounds what they keep.
-    """
-
-    def __init__(self, every: int = COLLECT_EVERY_ENDED) -> None:
-        self.every = every
-        self.since_collection = 0
-
-    def ended(self) -> bool:
-        """A session ended: whether to collect now."""
-        self.since_collection += 1
-        if self.since_collection < self.every:
-            return False
-        self.since_collection = 0
-        return True
-
-
-#: the instance's ended sessions (one count per process: the collection is too)
-ENDED_SESSIONS: Final = EndedSessions()
-
 
 class Session:
     """State and tasks of one client connection. Created and run by the instance."""
@@ -169,8 +136,8 @@ class Session:
         #: transport's MessageType, else the logon's ``mt``, else json)
         self.message_type = instance.transport_config(transport).message_type or "json"
         self.subscriptions: dict[str, Subscription] = {}
-        # entitlement answers per topic for this session's user (fixed for its lifetime)
-        self._entitled: dict[tuple[bool, str], bool] = {}
+        #: entitlement answers per topic for this session's user (fixed for its lifetime)
+        self.entitlements = TopicEntitlements(self.entitler, instance.counters)
         # outbox: the bytes waiting for the client, in order (see amps_py.server.outbox)
         self._outbox = SpillingOutbox(f"{transport}-{self.conn_id}")
         #: the time pieces appended now are stamped with (coarse: refreshed when the
@@ -194,7 +161,7 @@ class Session:
         #: queue name -> DefaultPublishTarget, for queues whose publishes are journaled
         #: on another topic; None (the publish path's one test) when there are none
         queues = instance.queues
-        self._publish_routes = queues.publish_routes() if queues is not None else None
+        self.publish_routes = queues.publish_routes() if queues is not None else None
         self.close_reason = ""
         #: what the server told the client about why it closes the connection, if more
         #: than the reason (e.g. which slow-client limit it passed)
@@ -248,6 +215,10 @@ class Session:
     @property
     def wants_persisted(self) -> bool:
         return self.conn.publish_acks.wants_persisted
+
+    @property
+    def publish_acks(self) -> PublishAcks:
+        return self.conn.publish_acks
 
     # ---------------------------------------------------------------- lifecycle
     async def run(self) -> None:
@@ -303,12 +274,12 @@ class Session:
         reference cycles that only a full garbage collection frees (the server runs
         one rarely, see ``cli.tune_garbage_collector``): until then such a session
         must hold little, or memory grows with every client that ever connected; and
-        every :data:`COLLECT_EVERY_ENDED` ended sessions one runs
-        (:class:`EndedSessions`)."""
+        every :data:`~.ended_sessions.COLLECT_EVERY_ENDED` ended sessions one runs
+        (:class:`~.ended_sessions.EndedSessions`)."""
         self._nursery = None
         self._cancel = None
         self.conn.release()
-        self._entitled.clear()
+        self.entitlements.forget()
         if ENDED_SESSIONS.ended():
             started = time.perf_counter()
             found = gc.collect()
@@ -397,7 +368,7 @@ class Session:
             elif type(event) is CommandRefused:
                 self._command_failed(event.command, event.header, event.failure)
             elif type(event) is CloseConnection:
-                self._send_all(event.output)
+                self.send_all(event.output)
                 raise Disconnect(event.reason)
             elif type(event) is CompressionStarted:
                 log.info(
@@ -558,8 +529,8 @@ class Session:
         """The handler of every command a logged-on client may send (the logon is
         :class:`ServerConnection`'s, then :meth:`_logon`'s)."""
         return {
-            "publish": self._on_publish,
-            "delta_publish": self._on_publish,
+            "publish": partial(on_publish, self),
+            "delta_publish": partial(on_publish, self),
             "subscribe": partial(on_subscribe, self),
             "delta_subscribe": partial(on_subscribe, self),
             "sow_and_subscribe": partial(on_sow_and_subscribe, self),
@@ -736,13 +707,13 @@ class Session:
         (its ``cid`` is echoed); ``fields`` become ack header fields."""
         self.send(ack(header, ack_type, status, **fields))
 
-    def _send_all(self, frames: list[bytes]) -> None:
+    def send_all(self, frames: list[bytes]) -> None:
         for frame in frames:
             self.send(frame)
 
     def fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
         """Answer a refused command at once (:func:`failure_frames`)."""
-        self._send_all(failure_frames(header, exc))
+        self.send_all(failure_frames(header, exc))
 
     @property
     def awaiting_persisted(self) -> int:
@@ -757,7 +728,7 @@ class Session:
         ledger = self.ledger
         if ledger is None:
             return
-        self._send_all(
+        self.send_all(
             self.conn.publish_acks.progress(
                 ledger.advance(), len(ledger.pending), self.pub_hash, not_journaled
             )
@@ -767,7 +738,7 @@ class Session:
         """These publishes were not stored: a persisted failure ack for each (when
         this connection asked for persisted acks), so the publisher never waits for
         them."""
-        self._send_all(self.conn.publish_acks.failed(seqs, reason, detail))
+        self.send_all(self.conn.publish_acks.failed(seqs, reason, detail))
 
     # ---------------------------------------------------------------- commands
     async def _logon(self, frame: Frame, acks: frozenset[str]) -> None:
@@ -813,7 +784,7 @@ class Session:
         except LogonRefused as exc:
             if exc.message:
                 log.warning(exc.message, *exc.log_args, extra=events.extra(exc.event))
-            self._send_all(self.conn.logon_refused(header, exc))
+            self.send_all(self.conn.logon_refused(header, exc))
             raise Disconnect(exc.disconnect) from None
         assert verdict.result is not None  # accepted: the authenticator answered
         self.message_type = message_type
@@ -829,7 +800,7 @@ class Session:
         """The logon was accepted: take the name, answer with the success ack."""
         instance = self.instance
         name = self.client_name = request.name
-        self.user_id = request.user
+        self.user_id = self.entitlements.user_id = request.user
         self.client_version = request.version
         self.pub_hash = publisher_hash(name) if name else 0
         last = 0
@@ -851,115 +822,15 @@ class Session:
         fields = logon_ack_fields(request, verdict, self.pub_hash, last)
         replies = self.conn.logon_accepted(header, acks, fields)
         instance.fire_action("logon-client", client_variables(self, connected=False))
-        self._send_all(replies)
-
-    def is_entitled(self, topic: str, *, write: bool) -> bool:
-        """Whether this session's user may read/write the concrete topic ``topic``
-        (cached per topic for the session; nothing counted)."""
-        key = (write, topic)
-        allowed = self._entitled.get(key)
-        if allowed is None:
-            entitler = self.entitler
-            if write:
-                allowed = entitler.can_write(self.user_id, topic)
-            else:
-                allowed = entitler.can_read(self.user_id, topic)
-            if len(self._entitled) >= 4096:
-                self._entitled.clear()
-            self._entitled[key] = allowed
-        return allowed
-
-    def may_read(self, topic: str) -> bool:
-        """:meth:`is_entitled` for reading: what :class:`EntitledTopics` asks per topic."""
-        return self.is_entitled(topic, write=False)
+        self.send_all(replies)
 
     def topics_to_read(self, topic: str, non_regex: bool) -> TopicPattern | None:
-        """What a subscription, SOW query or replay on ``topic`` may run over: None
-        for an exact topic (which this user may read), else the topic regex, limited
-        to the topics this user may read unless the user reads everything. A regex is
-        never judged by its text: entitlement is decided per concrete topic
-        (docs/GUARANTEES.md, "Security").
-
-        Raises:
-            CommandFailed: ``not entitled`` for an exact topic the user may not read,
-                or a regex when the user may read no topic at all; ``bad regex
-                topic`` for a regex that does not compile.
-        """
-        try:
-            regex = compile_topic(topic, non_regex)
-        except BadTopic as exc:
-            raise CommandFailed(exc.reason, str(exc)) from None
-        if regex is None:
-            self.require_entitled(topic, write=False)
-            return None
-        entitler = self.entitler
-        if entitler.reads_everything(self.user_id):
-            return regex
-        if entitler.reads_nothing(self.user_id):
-            self.instance.counters.count_denied(write=False)
-            raise CommandFailed(
-                reasons.NOT_ENTITLED,
-                f"user {self.user_id!r} may read no topic (asked for topic expression "
-                f"{topic!r}); the {entitler.module} rules decide",
-            )
-        return EntitledTopics(regex, self.may_read)
+        """:meth:`TopicEntitlements.topics_to_read` for this session's user."""
+        return self.entitlements.topics_to_read(topic, non_regex)
 
     def require_entitled(self, topic: str, *, write: bool, action: str = "") -> None:
-        """Raise ``not entitled`` unless this session's user may read/write the
-        concrete topic ``topic`` (reads over a topic expression go through
-        :meth:`topics_to_read` instead). Refusals are counted (``denied_commands``,
-        and ``denied_writes`` for writes); the connection stays open. ``action`` names
-        what was refused in the detail ("delete from"; default "publish to" or "read").
-        """
-        if self.is_entitled(topic, write=write):
-            return
-        self.instance.counters.count_denied(write=write)
-        action = action or ("publish to" if write else "read")
-        raise CommandFailed(
-            reasons.NOT_ENTITLED,
-            f"user {self.user_id!r} may not {action} topic {topic!r}; the "
-            f"{self.entitler.module} rules decide",
-        )
-
-    def _on_publish(self, frame: Frame) -> None:
-        header = frame.header
-        topic = header.get("t")
-        if not topic or not isinstance(topic, str):
-            raise CommandFailed(reasons.NO_TOPIC, "publish needs a topic (t)")
-        if len(topic) > MAX_FIELD_BYTES // 4:
-            check_field_size(topic, "topic", reasons.INVALID_TOPIC)
-        cid = header.get("x")
-        if cid is not None:
-            check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
-        self.require_entitled(topic, write=True)
-        conflated = self.instance.sow.conflated
-        if conflated and topic in conflated:
-            underlying = conflated[topic].derived_from
-            raise CommandFailed(
-                reasons.INVALID_TOPIC,
-                f"{topic!r} is a conflated topic, derived from SOW topic {underlying!r}: "
-                f"publish to {underlying} instead",
-            )
-        routes = self._publish_routes
-        if routes is not None:
-            topic = routes.get(topic, topic)  # a queue's name: to its DefaultPublishTarget
-        acks = ack_types(header)
-        self.messages_in += 1
-        ledger = self.ledger
-        publish_acks = self.conn.publish_acks
-        seq = publish_acks.seq(header, acks, None if ledger is None else ledger.high)
-        outcome = self.instance.publish(self, topic, seq, frame.payload, header)
-        if outcome == "done" and ledger is not None:
-            ledger.resent_durable(seq)
-        if acks:
-            self._send_all(publish_acks.accepted(header, acks, seq))
-        if outcome == "done":
-            journaled = self.instance.journals_topic(topic, self.message_type)
-            if ledger is not None:
-                self.persisted_progress(0 if journaled else seq)
-            elif not journaled:
-                # no ledger (no transaction log, or no client name): nothing is stored
-                self._send_all(publish_acks.not_journaled(seq, self.pub_hash))
+        """:meth:`TopicEntitlements.require` for this session's user."""
+        self.entitlements.require(topic, write=write, action=action)
 
     def publish_seq(self, header: dict[str, Any], acks: frozenset[str]) -> int:
         """The seq of a publish or sow_delete (:meth:`PublishAcks.seq`).
@@ -1006,7 +877,7 @@ class Session:
         start, replies = self.conn.start_heartbeat(frame.header, trio.current_time())
         if start and self._nursery is not None:
             self._nursery.start_soon(self._heartbeat_loop)
-        self._send_all(replies)
+        self.send_all(replies)
 
     async def _heartbeat_loop(self) -> None:
         clock = self.conn.heartbeat
@@ -1027,7 +898,7 @@ class Session:
 
     def _on_start_timer(self, frame: Frame) -> None:
         """``start_timer`` (:meth:`ServerConnection.start_timer`)."""
-        self._send_all(self.conn.start_timer(frame.header, time.monotonic()))
+        self.send_all(self.conn.start_timer(frame.header, time.monotonic()))
 
     def _on_stop_timer(self, frame: Frame) -> None:
         """``stop_timer`` (:meth:`ServerConnection.stop_timer`).
@@ -1035,9 +906,9 @@ class Session:
         Raises:
             CommandFailed: no ``start_timer`` came first on this connection.
         """
-        self._send_all(self.conn.stop_timer(frame.header, time.monotonic()))
+        self.send_all(self.conn.stop_timer(frame.header, time.monotonic()))
 
     def _on_flush(self, frame: Frame) -> None:
         header = frame.header
         acks = ack_types(header) or frozenset({"processed"})
-        self._send_all(self.conn.publish_acks.flush(header, acks, self.awaiting_persisted))
+        self.send_all(self.conn.publish_acks.flush(header, acks, self.awaiting_persisted))
