@@ -25,10 +25,13 @@ or the biggest offline one when spilled bytes pass MessageDiskLimit) is sent a l
 ``slow client`` failure ack when it can still take it, then its socket is closed (it
 sees EOF).
 
-The parts, around this module's read loop, dispatch, outbox and publish path:
-reading headers (``commands.py``), logon (``logon.py``), subscription commands
-(``subscribing.py``, with ``replay.py``), the limits' decisions (``limits.py``) and
-their acting across connections (``flow.py``).
+The parts, around this module's read loop, send loop, outbox and spill: the wire
+protocol's state, sans-IO (:mod:`amps_py.protocol.server`: frame decoding, transport
+compression, logon state, command validation, heartbeat timing, acks), the logon
+exchange (``logon_exchange.py``), entitlement answers (``entitlements.py``), the
+commands (``publish_command.py``, ``subscribing.py`` with ``replay.py``,
+``sow_commands.py``; they take narrow protocols, ``command_session.py``), the limits'
+decisions (``limits.py``) and their acting across connections (``flow.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +50,6 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.actions import client_variables
-from amps_py.auth_backoff import shown_user
 from amps_py.protocol import Frame, ProtocolError, messages
 from amps_py.protocol.compression import CompressionError
 from amps_py.protocol.server.acks import PublishAcks, ack, failure_frames
@@ -63,18 +65,7 @@ from amps_py.protocol.server.connection import (
     LogonRequested,
     ServerConnection,
 )
-from amps_py.protocol.server.logon import (
-    LogonRefused,
-    LogonRequest,
-    check_authenticated,
-    check_claimed,
-    check_owner,
-    choose_message_type,
-    logon_ack_fields,
-    read_logon,
-)
 from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
-from txlog import publisher_hash
 
 from .durability import PublisherLedger
 from .ended_sessions import ENDED_SESSIONS
@@ -90,10 +81,10 @@ from .limits import (
     CLOSE_FLUSH_TIMEOUT,
     SLOW_CLIENT_FLUSH_TIMEOUT,
     Closing,
-    ReadDeadline,
     read_deadline,
     spill_failed_closing,
 )
+from .logon_exchange import log_on
 from .outbox import SpillError, SpillingOutbox
 from .publish_command import on_publish
 from .sow_commands import on_sow, on_sow_delete
@@ -101,9 +92,6 @@ from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
 from .subscriptions import Subscription, TopicPattern
 
 if TYPE_CHECKING:
-    from amps_py.auth import AuthResult
-    from amps_py.auth_gate import GateVerdict
-
     from .host import SessionHost
 
 log = logging.getLogger("amps_py.server.session")
@@ -113,6 +101,7 @@ RECEIVE_SIZE: Final = 256 * 1024
 SPILL_STEP: Final = 1024 * 1024
 #: a replay pauses while this many bytes wait in the session's outbox
 REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
+
 
 class Session:
     """State and tasks of one client connection. Created and run by the instance."""
@@ -364,7 +353,7 @@ class Session:
                 except CommandFailed as exc:
                     self._command_failed(header["c"], header, exc)
             elif type(event) is LogonRequested:
-                await self._logon(event.frame, event.acks)
+                await log_on(self, event.frame, event.acks)
             elif type(event) is CommandRefused:
                 self._command_failed(event.command, event.header, event.failure)
             elif type(event) is CloseConnection:
@@ -527,7 +516,7 @@ class Session:
 
     def _command_handlers(self) -> dict[str, Callable[[Frame], None]]:
         """The handler of every command a logged-on client may send (the logon is
-        :class:`ServerConnection`'s, then :meth:`_logon`'s)."""
+        :class:`ServerConnection`'s, then :func:`~.logon_exchange.log_on`'s)."""
         return {
             "publish": partial(on_publish, self),
             "delta_publish": partial(on_publish, self),
@@ -741,89 +730,6 @@ class Session:
         self.send_all(self.conn.publish_acks.failed(seqs, reason, detail))
 
     # ---------------------------------------------------------------- commands
-    async def _logon(self, frame: Frame, acks: frozenset[str]) -> None:
-        """The connection's logon: check the credentials (through the instance's
-        :class:`amps_py.auth_gate.AuthGate`: off the event loop, backed off after
-        failures, logged), claim the client name, answer.
-
-        Raises:
-            Disconnect: the logon was refused (a failure ack is queued), or its check
-                did not end by the transport's LogonTimeout.
-        """
-        header = frame.header
-        instance = self.instance
-        authenticator = self.authenticator
-        try:
-            request = read_logon(header, journaled=instance.journal is not None)
-            message_type = choose_message_type(
-                header,
-                self.transport,
-                instance.transport_config(self.transport).message_type,
-                instance.message_types,
-            )
-            # the password is used for this check only: never stored, logged or echoed
-            verdict: GateVerdict | None = None
-            with trio.move_on_at(self.conn.logon_at):
-                verdict = await instance.auth_gate.check(
-                    authenticator,
-                    request.user,
-                    request.password,
-                    self.peer,
-                    f"client {shown_user(request.name)} on transport {self.transport}",
-                    events.CLIENT_AUTH_FAILED,
-                )
-            if verdict is None:
-                # the check (waiting for a free check thread) outlasted LogonTimeout
-                late = ReadDeadline(self.conn.logon_at, "logon")
-                raise Disconnect(deadline_passed(self, late, instance.limits))
-            check_authenticated(request, verdict.ok, verdict.refusal)
-            check_owner(request, instance.name_owner_refusal(request.name, request.user), self.peer)
-            check_claimed(
-                request, instance.claim_client_name(self, request.name, request.user), self.peer
-            )
-        except LogonRefused as exc:
-            if exc.message:
-                log.warning(exc.message, *exc.log_args, extra=events.extra(exc.event))
-            self.send_all(self.conn.logon_refused(header, exc))
-            raise Disconnect(exc.disconnect) from None
-        assert verdict.result is not None  # accepted: the authenticator answered
-        self.message_type = message_type
-        self._logged_on(header, acks, request, verdict.result)
-
-    def _logged_on(
-        self,
-        header: dict[str, Any],
-        acks: frozenset[str],
-        request: LogonRequest,
-        verdict: AuthResult,
-    ) -> None:
-        """The logon was accepted: take the name, answer with the success ack."""
-        instance = self.instance
-        name = self.client_name = request.name
-        self.user_id = self.entitlements.user_id = request.user
-        self.client_version = request.version
-        self.pub_hash = publisher_hash(name) if name else 0
-        last = 0
-        if name and instance.journal is not None:
-            # the highest seq held here from any source, durable or not (a publisher
-            # that failed over must never reuse a seq that names another message)
-            last = instance.held_seq(self.pub_hash)
-            self.ledger = instance.ledger(self.pub_hash)
-        # logon option ack_conflation: accepted, nothing to do (acks conflate per commit)
-        log.info(
-            "client %r logged on from %s (user %r, last seq held %d, version %s)",
-            name,
-            self.peer,
-            request.user,
-            last,
-            self.client_version or "not given",
-            extra=events.extra(events.CLIENT_LOGON),
-        )
-        fields = logon_ack_fields(request, verdict, self.pub_hash, last)
-        replies = self.conn.logon_accepted(header, acks, fields)
-        instance.fire_action("logon-client", client_variables(self, connected=False))
-        self.send_all(replies)
-
     def topics_to_read(self, topic: str, non_regex: bool) -> TopicPattern | None:
         """:meth:`TopicEntitlements.topics_to_read` for this session's user."""
         return self.entitlements.topics_to_read(topic, non_regex)
