@@ -221,23 +221,32 @@ def test_a_plain_stream_is_sent_plain() -> None:
 
 def test_heartbeats_beat_every_interval_and_give_up_on_a_silent_client() -> None:
     conn = logged_on(now=0.0)
-    start, replies = conn.start_heartbeat({"c": "heartbeat", "o": "start,2", "a": "processed"}, 1.0)
-    assert start and len(replies) == 1
+    replies = conn.start_heartbeat({"c": "heartbeat", "o": "start,2", "a": "processed"}, 1.0)
+    assert len(replies) == 1
     clock = conn.heartbeat
     assert (clock.interval, clock.due) == (2.0, 3.0)
     tick = clock.tick(3.0)
     assert tick.beat == HEARTBEAT and tick.silent is None and clock.due == 5.0
-    # a later start changes the interval from the next beat on, and starts no timer
-    assert conn.start_heartbeat({"c": "heartbeat", "o": "start,1"}, 4.0) == (False, [])
+    # a later start changes the interval from the next beat on (the due time stays)
+    assert conn.start_heartbeat({"c": "heartbeat", "o": "start,1"}, 4.0) == []
+    assert clock.due == 5.0
     assert clock.tick(5.0).silent is None  # silent 5 s: not more than 3 x 2 s
     assert clock.due == 6.0
     tick = clock.tick(6.0)  # silent 6 s, timed with 1 s: past the grace
     assert tick.silent == 6.0 and tick.interval == 1.0
 
 
+def test_a_heartbeat_start_with_unknown_ack_types_still_starts_the_beats() -> None:
+    conn = logged_on()
+    with pytest.raises(CommandFailed) as caught:
+        conn.start_heartbeat({"c": "heartbeat", "o": "start,2", "a": "bogus"}, 1.0)
+    assert caught.value.reason == reasons.INVALID_OPTIONS
+    assert (conn.heartbeat.interval, conn.heartbeat.due) == (2.0, 3.0)
+
+
 def test_a_heartbeat_without_start_starts_nothing() -> None:
     conn = logged_on()
-    assert conn.start_heartbeat({"c": "heartbeat"}, 0.0) == (False, [])
+    assert conn.start_heartbeat({"c": "heartbeat"}, 0.0) == []
     assert conn.heartbeat.interval == 0
     with pytest.raises(CommandFailed, match="heartbeat interval must be positive"):
         conn.start_heartbeat({"c": "heartbeat", "o": "start,0"}, 0.0)
@@ -493,13 +502,15 @@ class ConnectionMachine(RuleBasedStateMachine):
             self.owed = asked & {"received", "processed", "completed"}
             return PublishAcks.accepted(header, asked, seq)
         if command == "heartbeat":
-            start, out = conn.start_heartbeat(header, self.now)
-            self.beating = self.beating or start
+            out = conn.start_heartbeat(header, self.now)
+            self.beating = conn.heartbeat.interval > 0
             self.owed = asked & {"processed"}
             return out
         self.owed = asked or frozenset({"processed"})
-        if command == "flush":
-            return conn.publish_acks.flush(header, self.owed, pending=0)
+        if command == "flush":  # (a flush has no parsed ack)
+            out = conn.publish_acks.flush(header, self.owed, pending=0)
+            self.owed = self.owed - {"parsed"}
+            return out
         if command == "start_timer":
             return conn.start_timer(header, self.now)
         return [ack(header, kind) for kind in sorted(self.owed)]  # subscribe

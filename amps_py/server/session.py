@@ -780,10 +780,13 @@ class Session:
         self.instance.registry.remove(sub)
 
     def _on_heartbeat(self, frame: Frame) -> None:
-        start, replies = self.conn.start_heartbeat(frame.header, trio.current_time())
-        if start and self._nursery is not None:
-            self._nursery.start_soon(self._heartbeat_loop)
-        self.send_all(replies)
+        clock = self.conn.heartbeat
+        beating = clock.interval > 0
+        try:
+            self.send_all(self.conn.start_heartbeat(frame.header, trio.current_time()))
+        finally:  # (a start with unknown ack types starts the beats all the same)
+            if not beating and clock.interval > 0 and self._nursery is not None:
+                self._nursery.start_soon(self._heartbeat_loop)
 
     async def _heartbeat_loop(self) -> None:
         clock = self.conn.heartbeat

@@ -266,17 +266,18 @@ class ServerConnection:
         self.state = LogonState.CLOSED
 
     # ------------------------------------------------------------------ commands answered here
-    def start_heartbeat(self, header: Mapping[str, Any], now: float) -> tuple[bool, list[bytes]]:
-        """A ``heartbeat`` command: (whether the driver must start its beat timer now,
-        due at :attr:`HeartbeatClock.due`; the acks to send).
+    def start_heartbeat(self, header: Mapping[str, Any], now: float) -> list[bytes]:
+        """A ``heartbeat`` command: its acks. Once :attr:`HeartbeatClock.interval` is
+        set (the first ``start``, also when the ack types then turn out unknown), the
+        driver runs its beat timer (due at :attr:`HeartbeatClock.due`).
 
         Raises:
             CommandFailed: bad ``start`` seconds, or unknown ack types.
         """
         interval = heartbeat_start(header)
-        first = interval is not None and self.heartbeat.start(interval, now)
-        out = [ack(header, "processed")] if "processed" in ack_types(header) else []
-        return first, out
+        if interval is not None:
+            self.heartbeat.start(interval, now)
+        return [ack(header, "processed")] if "processed" in ack_types(header) else []
 
     def start_timer(self, header: Mapping[str, Any], now: float) -> list[bytes]:
         """``start_timer``: start (or restart) the connection's timer; answered in the
