@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .conflating import ConflatingRecipient
 from .publishing import Publisher
-from .queues import QueueClient
+from .queue_commands import QueueClient
 
 if TYPE_CHECKING:
     from .host import SessionHost

@@ -2,7 +2,7 @@
 
 ::
 
-    Session._on_publish -> PublishPath.publish (dedup against the ledgers)
+    publish_command.on_publish -> PublishPath.publish (dedup against the ledgers)
         journaled:     JournalWriter.submit -> one commit (one fsync) -> on_commit
                        -> Delivery.fan_out to live subscriptions (fully_durable ones
                           wait for the durable watermark)

@@ -56,7 +56,6 @@ from amps_py.protocol.server.acks import PublishAcks, ack, failure_frames
 from amps_py.protocol.server.commands import (
     CommandFailed,
     Disconnect,
-    ack_types,
 )
 from amps_py.protocol.server.connection import (
     CloseConnection,
@@ -87,6 +86,7 @@ from .limits import (
 from .logon_exchange import log_on
 from .outbox import SpillError, SpillingOutbox
 from .publish_command import on_publish
+from .session_commands import on_flush, on_heartbeat, on_start_timer, on_stop_timer
 from .sow_commands import on_sow, on_sow_delete
 from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
 from .subscriptions import Subscription, TopicPattern
@@ -127,23 +127,7 @@ class Session:
         self.subscriptions: dict[str, Subscription] = {}
         #: entitlement answers per topic for this session's user (fixed for its lifetime)
         self.entitlements = TopicEntitlements(self.entitler, instance.counters)
-        # outbox: the bytes waiting for the client, in order (see amps_py.server.outbox)
-        self._outbox = SpillingOutbox(f"{transport}-{self.conn_id}")
-        #: the time pieces appended now are stamped with (coarse: refreshed when the
-        #: session goes from idle to busy and on every write round, never per append);
-        #: a piece's stamp is never later than its real append time
-        self._stamp = trio.current_time()
-        #: the (stamp) time of the oldest piece of the batch being written, if any
-        self._inflight_since: float | None = None
-        #: bytes queued (in memory or on disk) or being written
-        self.out_bytes = 0
-        #: of those, bytes spilled to disk (counted in MessageDiskLimit, not in
-        #: MessageMemoryLimit)
-        self.spilled = 0
-        #: whether the backlog is on disk (offlined over MessageMemoryLimit)
-        self.offline = False
-        self._wake = trio.Event()
-        self._drained = trio.Event()
+        self._set_up_output()
         # persisted-ack state (docs/GUARANTEES.md, "Persisted acks"): the ledger is the
         # instance's, shared with an earlier connection of the same client name
         self.ledger: PublisherLedger | None = None
@@ -191,6 +175,25 @@ class Session:
         self.discarding = False
         #: a replay pauses while this many bytes wait (well below ClientMaxCapacity)
         self._replay_high_water = min(REPLAY_HIGH_WATER, max(1, self.queue_limit // 4))
+
+    def _set_up_output(self) -> None:
+        """The state of the bytes waiting for the client (see amps_py.server.outbox)."""
+        self._outbox = SpillingOutbox(f"{self.transport}-{self.conn_id}")
+        #: the time pieces appended now are stamped with (coarse: refreshed when the
+        #: session goes from idle to busy and on every write round, never per append);
+        #: a piece's stamp is never later than its real append time
+        self._stamp = trio.current_time()
+        #: the (stamp) time of the oldest piece of the batch being written, if any
+        self._inflight_since: float | None = None
+        #: bytes queued (in memory or on disk) or being written
+        self.out_bytes = 0
+        #: of those, bytes spilled to disk (counted in MessageDiskLimit, not in
+        #: MessageMemoryLimit)
+        self.spilled = 0
+        #: whether the backlog is on disk (offlined over MessageMemoryLimit)
+        self.offline = False
+        self._wake = trio.Event()
+        self._drained = trio.Event()
 
     @property
     def logged_on(self) -> bool:
@@ -525,10 +528,10 @@ class Session:
             "sow_and_subscribe": partial(on_sow_and_subscribe, self),
             "sow_and_delta_subscribe": partial(on_sow_and_subscribe, self),
             "unsubscribe": partial(on_unsubscribe, self),
-            "heartbeat": self._on_heartbeat,
-            "flush": self._on_flush,
-            "start_timer": self._on_start_timer,
-            "stop_timer": self._on_stop_timer,
+            "heartbeat": partial(on_heartbeat, self),
+            "flush": partial(on_flush, self),
+            "start_timer": partial(on_start_timer, self),
+            "stop_timer": partial(on_stop_timer, self),
             "sow": partial(on_sow, self),
             "sow_delete": partial(on_sow_delete, self),
         }
@@ -778,46 +781,3 @@ class Session:
                 queues.unsubscribed(sub)
             return
         self.instance.registry.remove(sub)
-
-    def _on_heartbeat(self, frame: Frame) -> None:
-        clock = self.conn.heartbeat
-        beating = clock.interval > 0
-        try:
-            self.send_all(self.conn.start_heartbeat(frame.header, trio.current_time()))
-        finally:  # (a start with unknown ack types starts the beats all the same)
-            if not beating and clock.interval > 0 and self._nursery is not None:
-                self._nursery.start_soon(self._heartbeat_loop)
-
-    async def _heartbeat_loop(self) -> None:
-        clock = self.conn.heartbeat
-        while True:
-            await trio.sleep_until(clock.due)
-            tick = clock.tick(trio.current_time())
-            self.send(tick.beat)
-            if tick.silent is not None:
-                log.warning(
-                    "client %r sent nothing for %.1f s (heartbeat %.1f s); disconnecting",
-                    self.client_name,
-                    tick.silent,
-                    tick.interval,
-                    extra=events.extra(events.CLIENT_HEARTBEAT_MISSED),
-                )
-                self.close("heartbeat")
-                return
-
-    def _on_start_timer(self, frame: Frame) -> None:
-        """``start_timer`` (:meth:`ServerConnection.start_timer`)."""
-        self.send_all(self.conn.start_timer(frame.header, time.monotonic()))
-
-    def _on_stop_timer(self, frame: Frame) -> None:
-        """``stop_timer`` (:meth:`ServerConnection.stop_timer`).
-
-        Raises:
-            CommandFailed: no ``start_timer`` came first on this connection.
-        """
-        self.send_all(self.conn.stop_timer(frame.header, time.monotonic()))
-
-    def _on_flush(self, frame: Frame) -> None:
-        header = frame.header
-        acks = ack_types(header) or frozenset({"processed"})
-        self.send_all(self.conn.publish_acks.flush(header, acks, self.awaiting_persisted))

@@ -40,7 +40,7 @@ from amps_py.sow.store import SowEntry, SowStoreError
 from txlog import CorruptRecord
 
 from .option_catalogue import check_options
-from .queues import acknowledge
+from .queue_commands import acknowledge
 from .replay import run_replay
 from .sowing import SOW_DELETE, LogicalTopic, SowSource, SowTopic
 from .subscriptions import EntitledTopics, is_regex_topic

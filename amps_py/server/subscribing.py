@@ -26,7 +26,7 @@ from amps_py.protocol.server.commands import CommandFailed, ack_types, options, 
 from .conflating import ConflatedDelivery
 from .conflation import conflation_spec
 from .option_catalogue import check_options
-from .queues import subscribe_to_queue
+from .queue_commands import subscribe_to_queue
 from .replay import persisted_acks, plan_subscription, run_replay
 from .sow_commands import start_sow_and_subscribe
 from .subscriptions import Subscription
