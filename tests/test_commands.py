@@ -1,5 +1,5 @@
 """The pure parts of a client session: reading a command's header
-(amps_py.server.commands) and deciding a logon (amps_py.server.logon), with no
+(amps_py.protocol.server.commands) and deciding a logon (amps_py.protocol.server.logon), with no
 connection and no event loop."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from amps_py import events, reasons
 from amps_py.auth import AuthResult
-from amps_py.server.commands import (
+from amps_py.protocol.server.commands import (
     MAX_FIELD_BYTES,
     CommandFailed,
     ack_types,
@@ -21,7 +21,7 @@ from amps_py.server.commands import (
     options,
     unsubscribe_ids,
 )
-from amps_py.server.logon import (
+from amps_py.protocol.server.logon import (
     SERVER_VERSION,
     LogonRefused,
     LogonRequest,

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from amps_py import reasons
-from amps_py.server.commands import CommandFailed, options
+from amps_py.protocol.server.commands import CommandFailed, options
 from amps_py.server.conflation import ConflationSpec, Conflator, conflation_spec
 
 

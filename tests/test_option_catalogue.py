@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from amps_py import reasons
-from amps_py.server.commands import CommandFailed, options
+from amps_py.protocol.server.commands import CommandFailed, options
 from amps_py.server.option_catalogue import ADVISORY, IMPLEMENTED, REFUSED, check_options
 
 COMMANDS = sorted(IMPLEMENTED)

@@ -92,7 +92,14 @@ def _literal_reasons(path: Path, root: Path = ROOT) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "package", ["amps_py/server", "amps_py/replication", "amps_py/filters", "amps_py/admin"]
+    "package",
+    [
+        "amps_py/server",
+        "amps_py/protocol",  # (the server's command and logon rules: protocol/server/)
+        "amps_py/replication",
+        "amps_py/filters",
+        "amps_py/admin",
+    ],
 )
 def test_failures_take_their_reason_from_the_catalogue(package: str) -> None:
     spelled_here = [

@@ -25,7 +25,7 @@ from inprocess import serve_instance
 
 from amps_py.client import open_client
 from amps_py.protocol import encode_frame
-from amps_py.server.session import EndedSessions
+from amps_py.server.ended_sessions import EndedSessions
 
 SEED = 2424
 CLIENTS = 40

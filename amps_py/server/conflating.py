@@ -12,16 +12,28 @@ counted when they are sent.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from .conflation import ConflationSpec, Conflator
+from .counters import Counters
+from .recipient import Recipient
 
-if TYPE_CHECKING:
-    from .session import Session
+__all__ = ["ConflatedDelivery", "ConflatingRecipient"]
 
-__all__ = ["ConflatedDelivery"]
+
+class _Counted(Protocol):
+    @property
+    def counters(self) -> Counters: ...
+
+
+class ConflatingRecipient(Recipient, Protocol):
+    """The connection of a conflated subscription: deliveries are counted on its
+    instance."""
+
+    @property
+    def instance(self) -> _Counted: ...
 
 
 class ConflatedDelivery:
@@ -29,7 +41,7 @@ class ConflatedDelivery:
 
     __slots__ = ("_cancel", "_conflator", "_session", "_wake", "spec")
 
-    def __init__(self, session: Session, spec: ConflationSpec) -> None:
+    def __init__(self, session: ConflatingRecipient, spec: ConflationSpec) -> None:
         self._session = session
         self.spec = spec
         self._conflator: Conflator[bytes] = Conflator(spec.interval)

@@ -28,10 +28,9 @@ from amps_py import reasons
 from amps_py.filters.context import DEFAULT_CONTEXT
 from amps_py.filters.paths import Getter
 from amps_py.message_types import JSON
+from amps_py.protocol.server.commands import CommandFailed
 from amps_py.sow.keys import SowKeyError, path_getter
 from amps_py.units import UnitError, parse_duration
-
-from .commands import CommandFailed
 
 __all__ = ["MAX_INTERVAL", "ConflationSpec", "Conflator", "conflation_spec"]
 

@@ -29,7 +29,7 @@ from .counters import Counters
 if TYPE_CHECKING:
     from txlog.record import DeliveryView
 
-    from .session import Session
+    from .recipient import Recipient
     from .subscriptions import Subscription
 
 #: a SOW delete is a journal record, never a message
@@ -231,18 +231,18 @@ def _matching(
     return chosen
 
 
-def _by_session(chosen: list[Subscription]) -> dict[Session, list[Subscription]] | None:
+def _by_session(chosen: list[Subscription]) -> dict[Recipient, list[Subscription]] | None:
     """The subscriptions grouped by connection, or None when each has its own (the
     usual case: one frame each)."""
     if len(chosen) < 2:
         return None
-    groups: dict[Session, list[Subscription]] = {}
+    groups: dict[Recipient, list[Subscription]] = {}
     for sub in chosen:
         groups.setdefault(sub.session, []).append(sub)
     return None if len(groups) == len(chosen) else groups
 
 
-def _send(session: Session, head: bytes, payload: bytes) -> None:
+def _send(session: Recipient, head: bytes, payload: bytes) -> None:
     session.send(head)
     session.send(payload)
     session.messages_out += 1

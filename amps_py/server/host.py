@@ -24,14 +24,31 @@ if TYPE_CHECKING:
     from .counters import Counters
     from .delivery import Delivery
     from .durability import PublisherLedger
+    from .flow import FlowSession
     from .limits import InstanceLimits
-    from .publishing import Publisher
+    from .names import NamedClient
+    from .publishing import Publisher, PublisherSession
     from .queues import QueueBook
-    from .replay import ActiveReplays
-    from .session import Session
+    from .recipient import Recipient
+    from .replay_cursors import ActiveReplays
     from .sowing import SowState
-    from .subscriptions import SubscriptionRegistry
+    from .subscriptions import Subscription, SubscriptionRegistry
     from .writer import JournalWriter
+
+    # only annotations name it (its bases import trio): defined for the type checker
+    class HostedSession(PublisherSession, NamedClient, FlowSession, Recipient, Protocol):
+        """What the instance keeps of a client connection
+        (:class:`~amps_py.server.session.Session`): it is counted, named, closed, and
+        forgotten when it ends."""
+
+        @property
+        def transport(self) -> str: ...
+        @property
+        def close_reason(self) -> str: ...
+        @property
+        def close_detail(self) -> str: ...
+        @property
+        def subscriptions(self) -> dict[str, Subscription]: ...
 
 
 class ReplayHost(Protocol):
@@ -65,7 +82,7 @@ class SessionHost(ReplayHost, Protocol):
     @property
     def writer(self) -> JournalWriter | None: ...
     @property
-    def sessions(self) -> Collection[Session]: ...
+    def sessions(self) -> Collection[HostedSession]: ...
     @property
     def counters(self) -> Counters: ...
     @property
@@ -121,7 +138,7 @@ class SessionHost(ReplayHost, Protocol):
         """The message types the instance loads (defaults and ``<MessageTypes>``)."""
         ...
 
-    def claim_client_name(self, session: Session, name: str, user: str) -> str:
+    def claim_client_name(self, session: HostedSession, name: str, user: str) -> str:
         """ "" when ``session`` may use ``name``; else why not."""
         ...
 
@@ -130,7 +147,7 @@ class SessionHost(ReplayHost, Protocol):
         why ``user`` may not log on with it."""
         ...
 
-    def session_ended(self, session: Session) -> None: ...
+    def session_ended(self, session: HostedSession) -> None: ...
 
     def held_seq(self, pub_hash: int) -> int: ...
 

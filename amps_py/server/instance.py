@@ -36,7 +36,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import trio
 
@@ -52,12 +52,12 @@ from amps_py.config import (
 )
 from amps_py.errors import JournalMaintenanceError
 from amps_py.message_types import MessageTypes
+from amps_py.protocol.server.commands import CommandFailed
 from amps_py.queue import QueueMessage
 from amps_py.replication import ReplicationManager
 from amps_py.statistics import InstanceStatistics
 from txlog import CorruptRecord, Journal, publisher_hash
 
-from .commands import CommandFailed
 from .conflated_topics import ConflatedTopic, run_conflated
 from .counters import Counters
 from .delivery import Delivery
@@ -70,7 +70,7 @@ from .names import ClientNames
 from .publishing import PublishPath
 from .queue_checkpoint import CheckpointError
 from .queues import CHECKPOINT_INTERVAL, QueueBook, ServedQueue
-from .replay import ActiveReplays
+from .replay_cursors import ActiveReplays
 from .session import Session
 from .sow_expiry import EXPIRE_EVENT, run_sow_expiry
 from .sowing import SowState
@@ -80,6 +80,8 @@ from .writer import JournalWriter
 
 if TYPE_CHECKING:
     from amps_py.actions import ActionRunner
+
+    from .host import HostedSession
 
 log = logging.getLogger("amps_py.server")
 
@@ -226,7 +228,7 @@ class Instance:
             self._journaled[key] = known
         return known
 
-    def claim_client_name(self, session: Session, name: str, user: str) -> str:
+    def claim_client_name(self, session: HostedSession, name: str, user: str) -> str:
         """Register ``name`` for ``session``; return a refusal text, or "" when granted.
 
         With a transaction log, names are unique: the same name and user takes over
@@ -272,8 +274,8 @@ class Instance:
         except NameOwnersError as exc:
             log.error("%s", exc, extra=events.extra(events.NAME_OWNER_UNRECORDED))
 
-    def session_ended(self, session: Session) -> None:
-        self.sessions.pop(session, None)
+    def session_ended(self, session: HostedSession) -> None:
+        self.sessions.pop(cast("Session", session), None)
         self.disconnects.record(
             Disconnect(
                 time.time(),

@@ -27,8 +27,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from amps_py import reasons
-
-from .commands import CommandFailed
+from amps_py.protocol.server.commands import CommandFailed
 
 __all__ = [
     "ADVISORY",
@@ -111,7 +110,7 @@ def check_options(command: str, opts: Mapping[str, str]) -> None:
 
     Args:
         command: the command's name (``c``), e.g. ``subscribe``.
-        opts: its options, as :func:`amps_py.server.commands.options` read them.
+        opts: its options, as :func:`amps_py.protocol.server.commands.options` read them.
 
     Raises:
         CommandFailed: ``invalid options``; the detail names the first option (in

@@ -2,7 +2,7 @@
 
 ::
 
-    Session._on_publish -> PublishPath.publish (dedup against the ledgers)
+    publish_command.on_publish -> PublishPath.publish (dedup against the ledgers)
         journaled:     JournalWriter.submit -> one commit (one fsync) -> on_commit
                        -> Delivery.fan_out to live subscriptions (fully_durable ones
                           wait for the durable watermark)
@@ -31,9 +31,9 @@ import trio
 from amps_py import events, reasons
 from amps_py.message_types import MessageTypes, default_types
 from amps_py.protocol import messages
+from amps_py.protocol.server.commands import CommandFailed
 from txlog import Journal, Record, publisher_hash
 
-from .commands import CommandFailed
 from .counters import Counters
 from .delivery import Delivery
 from .durability import Ledgers, PublisherLedger

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import trio
 
-from amps_py import events, offload, reasons
+from amps_py import events, offload
 from amps_py.config import QueueConfig
 from amps_py.filters import compile_expression
 from amps_py.message_types import JSON, MessageTypes, default_types
@@ -61,7 +61,6 @@ from amps_py.protocol import messages
 from amps_py.queue import QueueMessage, QueuePolicy, QueueState, QueueSub
 from txlog import BadBookmark, CorruptRecord, Journal, Kind, Record, parse_bookmark
 
-from .commands import CommandFailed, ack_types, options
 from .queue_checkpoint import (
     Changes,
     CheckpointDamaged,
@@ -70,16 +69,16 @@ from .queue_checkpoint import (
     row_of,
     set_aside,
 )
+from .recipient import Recipient
 
 if TYPE_CHECKING:
     from amps_py.filters import Filter
 
-    from .session import Session
     from .subscriptions import Subscription
 
 log = logging.getLogger("amps_py.server.queues")
 
-__all__ = ["QUEUE_ACK", "QueueBook", "ServedQueue", "acknowledge", "subscribe_to_queue"]
+__all__ = ["QUEUE_ACK", "QueueBook", "ServedQueue"]
 
 QUEUE_ACK: Final = int(Kind.QUEUE_ACK)
 QUEUE_TRANSFER: Final = int(Kind.QUEUE_TRANSFER)
@@ -188,7 +187,7 @@ class QueueSubscriber:
     """What a queue subscription needs to be sent a message (the core's
     ``QueueSub.context``)."""
 
-    session: Session
+    session: Recipient
     subscription: Subscription
     filter: Filter | None
     head: bytes
@@ -918,7 +917,7 @@ class QueueBook:
                     self._ask_owners(queue, now)
 
     # ---------------------------------------------------------------- sessions
-    def session_ended(self, session: Session) -> None:
+    def session_ended(self, session: Recipient) -> None:
         """A connection ended: its leases go back to their queues."""
         now = self.clock()
         for queue in self.queues.values():
@@ -985,126 +984,6 @@ def _send_message(queue: ServedQueue, subscriber: QueueSubscriber, message: Queu
     subscriber.session.send(messages.frame_head(header, len(payload)))
     subscriber.session.send(payload)
     subscriber.session.messages_out += 1
-
-
-def subscribe_to_queue(
-    session: Session, queue: ServedQueue, sub: Subscription, header: dict[str, Any]
-) -> None:
-    """A ``subscribe`` to ``queue`` (no bookmark): register it with the core, ack with
-    the effective ``max_backlog``, and pump."""
-    book = session.instance.queues
-    assert book is not None
-    opts = options(header)
-    requested = 1
-    raw = opts.get("max_backlog")
-    if raw is not None:
-        try:
-            requested = int(raw)
-        except (TypeError, ValueError):
-            requested = 0
-        if requested < 1:
-            raise CommandFailed(
-                reasons.INVALID_OPTIONS,
-                f"max_backlog must be a whole number of 1 or more, got {raw!r}",
-            )
-    subscriber = QueueSubscriber(session, sub, sub.filter, sub.head_suffix)
-    qsub = QueueSub((session.conn_id, sub.sub_id), requested, subscriber)
-    backlog = queue.state.subscribe(qsub)
-    sub.queue = queue
-    session.subscriptions[sub.sub_id] = sub
-    if "processed" in sub.acks:
-        session.ack(header, "processed", sub_id=sub.sub_id, opts=f"max_backlog={backlog}")
-    if "stats" in sub.acks:
-        session.ack(header, "stats", sub_id=sub.sub_id, records_returned=0)
-    book.pump(queue)
-
-
-def acknowledge(
-    session: Session, queue: ServedQueue, header: dict[str, Any], payload: bytes
-) -> None:
-    """``sow_delete`` on a queue: acknowledge the messages named by ``bm`` (option
-    ``cancel`` returns them, ``expire`` expires them), or those a filter selects.
-
-    The messages leave the queue here at once (nothing here delivers them again); the
-    ``processed`` (and ``stats``) ack is sent once the ``QUEUE_ACK`` records this
-    command journals are committed, so a confirmed acknowledgement survives a crash.
-    A commit that fails answers with a failure ack instead."""
-    book = session.instance.queues
-    assert book is not None
-    state = queue.state
-    now = book.clock()
-    opts = options(header)
-    option = "cancel" if "cancel" in opts else "expire" if "expire" in opts else ""
-    marks = [m.strip() for m in str(header.get("bm") or "").split(",") if m.strip()]
-    held = len(state)
-    if marks:
-        result = state.ack(marks, session.conn_id, option, now)
-    elif header.get("f"):
-        flt = session.instance.compile_filter(str(header["f"]))
-
-        def selected(message: QueueMessage) -> bool:
-            try:
-                return bool(flt.matches(queue.document(queue.payload_of(message))))
-            except CorruptRecord as exc:  # before anything was removed: nothing changes
-                raise CommandFailed(
-                    reasons.JOURNAL_CORRUPT,
-                    f"queue {queue.name!r}: {exc}; acknowledge by bookmark instead (bm)",
-                ) from None
-
-        result = state.ack_matching(selected, session.conn_id, now)
-    else:
-        raise CommandFailed(
-            reasons.BAD_FILTER,
-            f"sow_delete on queue {queue.name!r} needs the bookmarks to acknowledge (bm, "
-            "comma-separated) or a filter (f)",
-        )
-    acks = ack_types(header)
-    query_id = str(header.get("query_id") or header.get("cid") or "")
-
-    def answer() -> None:
-        if "processed" in acks:
-            session.ack(header, "processed", query_id=query_id)
-        if "stats" in acks:
-            session.ack(
-                header,
-                "stats",
-                query_id=query_id,
-                records_deleted=len(result.acked) + len(result.expired),
-                topic_matches=held,
-                matches=len(marks) if marks else len(result.acked) + len(result.refused),
-            )
-
-    waiting = bool(result.acked) + bool(result.expired)
-    failures: list[str] = []
-
-    def committed(stored: bool, detail: str) -> None:
-        nonlocal waiting
-        waiting -= 1
-        if not stored:
-            failures.append(detail)
-        if waiting:
-            return
-        if failures:
-            session._fail(
-                header,
-                CommandFailed(
-                    reasons.JOURNAL_WRITE_FAILED,
-                    f"the acknowledgement of queue {queue.name!r} was not stored "
-                    f"({failures[0]}); the messages are delivered again after a restart "
-                    "unless acknowledged again",
-                ),
-            )
-        else:
-            answer()
-
-    confirm = committed if ("processed" in acks or "stats" in acks) else None
-    if result.acked:
-        queue.note_acked(result.acked, now)
-        book.journal_removal(queue, result.acked, "ack", confirm)
-    book.expired(queue, result.expired, confirm)
-    book.pump(queue)
-    if confirm is not None and not waiting:
-        answer()
 
 
 def _safe_name(name: str) -> str:

@@ -18,40 +18,18 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.protocol import messages
+from amps_py.protocol.server.commands import CommandFailed, bookmark_not_found
 from txlog import CorruptRecord, EarliestAbove
 
 from .bookmark_spec import BadBookmarkSpec, parse_bookmark_spec
-from .commands import CommandFailed, bookmark_not_found
 from .replay_plan import BookmarkNotFound, ReplayPlan, plan_replay
 
 if TYPE_CHECKING:
+    from .command_session import CommandSession
     from .host import SessionHost
-    from .session import Session
     from .subscriptions import Subscription
 
 log = logging.getLogger("amps_py.server.replay")
-
-
-class ActiveReplays:
-    """The txid each running bookmark replay has read through: journal removal never
-    deletes a record a replay still has to read."""
-
-    def __init__(self) -> None:
-        self._cursors: dict[int, int] = {}
-
-    def reading(self, key: int, cursor: int) -> None:
-        """Replay ``key`` has read through txid ``cursor`` (registers it when new)."""
-        self._cursors[key] = cursor
-
-    def ended(self, key: int) -> None:
-        self._cursors.pop(key, None)
-
-    def cursors(self) -> list[int]:
-        """Where each running replay stands."""
-        return list(self._cursors.values())
-
-    def __len__(self) -> int:
-        return len(self._cursors)
 
 
 #: records per journal read; about a millisecond of event-loop time
@@ -107,7 +85,7 @@ def plan_subscription(
         raise CommandFailed(reasons.JOURNAL_CORRUPT, str(exc)) from None
 
 
-async def persisted_acks(session: Session, sub: Subscription) -> None:
+async def persisted_acks(session: CommandSession, sub: Subscription) -> None:
     """Every :data:`PERSISTED_ACK_INTERVAL` while ``sub`` lasts, once it is live: a
     persisted ack with the newest durable bookmark, when it moved."""
     last = ""
@@ -120,7 +98,7 @@ async def persisted_acks(session: Session, sub: Subscription) -> None:
 
 
 async def run_replay(
-    session: Session,
+    session: CommandSession,
     sub: Subscription,
     cursor: int,
     end: int | None,
@@ -221,7 +199,7 @@ async def _finish_searches(searches: Sequence[EarliestAbove], cursor: int) -> in
 
 
 def _completed_ack(
-    session: Session, sub: Subscription, header: dict[str, Any], extra: dict[str, Any]
+    session: CommandSession, sub: Subscription, header: dict[str, Any], extra: dict[str, Any]
 ) -> None:
     """The ``completed`` ack at the seam: its ``bm`` is the last message this
     subscription replayed (or the bookmark it resumed after), never a record of another
@@ -234,7 +212,7 @@ def _completed_ack(
 
 
 def _finish_range(
-    session: Session, sub: Subscription, header: dict[str, Any], extra: dict[str, Any]
+    session: CommandSession, sub: Subscription, header: dict[str, Any], extra: dict[str, Any]
 ) -> None:
     if "completed" in sub.acks:
         _completed_ack(session, sub, header, extra)
@@ -243,7 +221,7 @@ def _finish_range(
     session.end_subscription(sub)
 
 
-def _stats_ack(session: Session, sub: Subscription, header: dict[str, Any]) -> None:
+def _stats_ack(session: CommandSession, sub: Subscription, header: dict[str, Any]) -> None:
     """The ``stats`` ack of a bookmark subscription, once its replay reached the seam
     (or its range end): ``records_returned`` = the messages it replayed."""
     session.ack(header, "stats", sub_id=sub.sub_id, records_returned=sub.replayed)

@@ -25,10 +25,13 @@ or the biggest offline one when spilled bytes pass MessageDiskLimit) is sent a l
 ``slow client`` failure ack when it can still take it, then its socket is closed (it
 sees EOF).
 
-The parts, around this module's read loop, dispatch, outbox and publish path:
-reading headers (``commands.py``), logon (``logon.py``), subscription commands
-(``subscribing.py``, with ``replay.py``), the limits' decisions (``limits.py``) and
-their acting across connections (``flow.py``).
+The parts, around this module's read loop, send loop, outbox and spill: the wire
+protocol's state, sans-IO (:mod:`amps_py.protocol.server`: frame decoding, transport
+compression, logon state, command validation, heartbeat timing, acks), the logon
+exchange (``logon_exchange.py``), entitlement answers (``entitlements.py``), the
+commands (``publish_command.py``, ``subscribing.py`` with ``replay.py``,
+``sow_commands.py``; they take narrow protocols, ``command_session.py``), the limits'
+decisions (``limits.py``) and their acting across connections (``flow.py``).
 """
 
 from __future__ import annotations
@@ -47,23 +50,25 @@ import trio
 
 from amps_py import events, reasons
 from amps_py.actions import client_variables
-from amps_py.auth_backoff import shown_user
-from amps_py.protocol import Frame, FrameDecoder, ProtocolError, messages
-from amps_py.protocol.compression import CompressionError, Deflater, Inflater, sniff
-from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
-from txlog import publisher_hash
-
-from .commands import (
-    MAX_FIELD_BYTES,
-    MAX_SEQ,
+from amps_py.protocol import Frame, ProtocolError, messages
+from amps_py.protocol.compression import CompressionError
+from amps_py.protocol.server.acks import PublishAcks, ack, failure_frames
+from amps_py.protocol.server.commands import (
     CommandFailed,
     Disconnect,
-    ack_types,
-    check_field_size,
-    failure_acks,
-    heartbeat_start,
 )
+from amps_py.protocol.server.connection import (
+    CloseConnection,
+    CommandRefused,
+    CompressionStarted,
+    LogonRequested,
+    ServerConnection,
+)
+from amps_py.trio_util import CONNECTION_ERRORS, connection_error_words, unwrapping_groups
+
 from .durability import PublisherLedger
+from .ended_sessions import ENDED_SESSIONS
+from .entitlements import TopicEntitlements
 from .flow import (
     SEND_CHUNK,
     close_over_incomplete_limit,
@@ -75,29 +80,18 @@ from .limits import (
     CLOSE_FLUSH_TIMEOUT,
     SLOW_CLIENT_FLUSH_TIMEOUT,
     Closing,
-    ReadDeadline,
     read_deadline,
     spill_failed_closing,
 )
-from .logon import (
-    LogonRefused,
-    LogonRequest,
-    check_authenticated,
-    check_claimed,
-    check_owner,
-    choose_message_type,
-    logon_ack_fields,
-    read_logon,
-)
+from .logon_exchange import log_on
 from .outbox import SpillError, SpillingOutbox
+from .publish_command import on_publish
+from .session_commands import on_flush, on_heartbeat, on_start_timer, on_stop_timer
 from .sow_commands import on_sow, on_sow_delete
 from .subscribing import on_sow_and_subscribe, on_subscribe, on_unsubscribe
-from .subscriptions import BadTopic, EntitledTopics, Subscription, TopicPattern, compile_topic
+from .subscriptions import Subscription, TopicPattern
 
 if TYPE_CHECKING:
-    from amps_py.auth import AuthResult
-    from amps_py.auth_gate import GateVerdict
-
     from .host import SessionHost
 
 log = logging.getLogger("amps_py.server.session")
@@ -107,39 +101,6 @@ RECEIVE_SIZE: Final = 256 * 1024
 SPILL_STEP: Final = 1024 * 1024
 #: a replay pauses while this many bytes wait in the session's outbox
 REPLAY_HIGH_WATER: Final = 4 * 1024 * 1024
-#: a heartbeating client silent for more than this many intervals is disconnected
-HEARTBEAT_GRACE_INTERVALS: Final = 3
-#: the failure reason of a journaled publish while journal writes are failing
-JOURNAL_UNAVAILABLE: Final = reasons.JOURNAL_UNAVAILABLE
-#: sessions that end between two full garbage collections (see Session._let_go)
-COLLECT_EVERY_ENDED: Final = 1000
-
-
-class EndedSessions:
-    """Counts ended sessions and says when a full garbage collection is due (pure).
-
-    An ended session's tasks leave exceptions in reference cycles (trio's, with their
-    frames) that refer to the session; the server's tuned collector runs a full
-    collection only after some hundred million allocations, which a quiet instance
-    whose clients come and go (health checks, short-lived replays) may take days to
-    reach. Collecting after every ``every`` ended sessions bounds what they keep.
-    """
-
-    def __init__(self, every: int = COLLECT_EVERY_ENDED) -> None:
-        self.every = every
-        self.since_collection = 0
-
-    def ended(self) -> bool:
-        """A session ended: whether to collect now."""
-        self.since_collection += 1
-        if self.since_collection < self.every:
-            return False
-        self.since_collection = 0
-        return True
-
-
-#: the instance's ended sessions (one count per process: the collection is too)
-ENDED_SESSIONS: Final = EndedSessions()
 
 
 class Session:
@@ -153,58 +114,27 @@ class Session:
         self.transport = transport
         self.peer = peer
         self.conn_id = instance.next_connection_id()
-        self.decoder = FrameDecoder(instance.max_frame_size(transport))
         self.client_name = ""
         self.user_id = ""
         self.client_version = ""
         #: the modules of this connection's transport (its own, else the instance's)
         self.authenticator = instance.authenticator_for(transport)
         self.entitler = instance.entitler_for(transport)
-        # transport compression (see amps_py.protocol.compression): decided by the
-        # connection's first two bytes
-        self._sniffing = True
-        self._sniff_buf = bytearray()
-        self._inflater: Inflater | None = None
-        self._deflater: Deflater | None = None
         self.pub_hash = 0
-        self.logged_on = False
-        #: when ``start_timer`` ran (monotonic seconds; None: no timer running)
-        self._timer_started: float | None = None
         #: the type of every message this connection publishes and receives (its
         #: transport's MessageType, else the logon's ``mt``, else json)
         self.message_type = instance.transport_config(transport).message_type or "json"
         self.subscriptions: dict[str, Subscription] = {}
-        # entitlement answers per topic for this session's user (fixed for its lifetime)
-        self._entitled: dict[tuple[bool, str], bool] = {}
-        # outbox: the bytes waiting for the client, in order (see amps_py.server.outbox)
-        self._outbox = SpillingOutbox(f"{transport}-{self.conn_id}")
-        #: the time pieces appended now are stamped with (coarse: refreshed when the
-        #: session goes from idle to busy and on every write round, never per append);
-        #: a piece's stamp is never later than its real append time
-        self._stamp = trio.current_time()
-        #: the (stamp) time of the oldest piece of the batch being written, if any
-        self._inflight_since: float | None = None
-        #: bytes queued (in memory or on disk) or being written
-        self.out_bytes = 0
-        #: of those, bytes spilled to disk (counted in MessageDiskLimit, not in
-        #: MessageMemoryLimit)
-        self.spilled = 0
-        #: whether the backlog is on disk (offlined over MessageMemoryLimit)
-        self.offline = False
-        self._wake = trio.Event()
-        self._drained = trio.Event()
-        # persisted-ack state (docs/GUARANTEES.md, "Persisted acks"): the ledger is the instance's,
-        # shared with an earlier connection of the same client name
-        self.wants_persisted = False
+        #: entitlement answers per topic for this session's user (fixed for its lifetime)
+        self.entitlements = TopicEntitlements(self.entitler, instance.counters)
+        self._set_up_output()
+        # persisted-ack state (docs/GUARANTEES.md, "Persisted acks"): the ledger is the
+        # instance's, shared with an earlier connection of the same client name
         self.ledger: PublisherLedger | None = None
         #: queue name -> DefaultPublishTarget, for queues whose publishes are journaled
         #: on another topic; None (the publish path's one test) when there are none
         queues = instance.queues
-        self._publish_routes = queues.publish_routes() if queues is not None else None
-        self._flush_waiters: list[tuple[str, frozenset[str]]] = []
-        self._auto_seq = 0
-        self.last_receive = trio.current_time()
-        self.heartbeat_interval = 0.0
+        self.publish_routes = queues.publish_routes() if queues is not None else None
         self.close_reason = ""
         #: what the server told the client about why it closes the connection, if more
         #: than the reason (e.g. which slow-client limit it passed)
@@ -224,13 +154,20 @@ class Session:
         #: bookmark replays of this session running now (kept by replay.py): while any
         #: runs, the session is not offlined
         self.replaying = 0
-        logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
+        self.logon_timeout, self.frame_timeout, self.queue_limit = instance.client_limits(transport)
         #: ClientMaxCapacity while offline: its share of MessageDiskLimit
         self.disk_queue_limit = instance.client_disk_capacity(transport)
-        #: Transport/AlwaysSendPersistedAcks: persisted acks for every publish with ``s``
-        self._always_persisted = instance.transport_config(transport).always_persisted_acks
-        self.logon_timeout = logon_timeout
-        self._logon_deadline = trio.current_time() + logon_timeout
+        self._handlers = self._command_handlers()
+        #: the wire protocol's state: decoding, logon, acks, heartbeats (sans-IO)
+        self.conn = ServerConnection(
+            {"logon", *self._handlers},
+            max_frame_size=instance.max_frame_size(transport),
+            now=trio.current_time(),
+            logon_timeout=self.logon_timeout,
+            # Transport/AlwaysSendPersistedAcks: persisted acks for every publish with s
+            always_persisted=instance.transport_config(transport).always_persisted_acks,
+        )
+        self.decoder = self.conn.decoder
         #: bytes of the partial frame counted in the IncompleteMessageMemoryLimit pool
         self.incomplete_held = 0
         #: set once the connection is being closed as a slow client (or has ended):
@@ -238,6 +175,42 @@ class Session:
         self.discarding = False
         #: a replay pauses while this many bytes wait (well below ClientMaxCapacity)
         self._replay_high_water = min(REPLAY_HIGH_WATER, max(1, self.queue_limit // 4))
+
+    def _set_up_output(self) -> None:
+        """The state of the bytes waiting for the client (see amps_py.server.outbox)."""
+        self._outbox = SpillingOutbox(f"{self.transport}-{self.conn_id}")
+        #: the time pieces appended now are stamped with (coarse: refreshed when the
+        #: session goes from idle to busy and on every write round, never per append);
+        #: a piece's stamp is never later than its real append time
+        self._stamp = trio.current_time()
+        #: the (stamp) time of the oldest piece of the batch being written, if any
+        self._inflight_since: float | None = None
+        #: bytes queued (in memory or on disk) or being written
+        self.out_bytes = 0
+        #: of those, bytes spilled to disk (counted in MessageDiskLimit, not in
+        #: MessageMemoryLimit)
+        self.spilled = 0
+        #: whether the backlog is on disk (offlined over MessageMemoryLimit)
+        self.offline = False
+        self._wake = trio.Event()
+        self._drained = trio.Event()
+
+    @property
+    def logged_on(self) -> bool:
+        return self.conn.logged_on
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between heartbeats the client asked for (0: none)."""
+        return self.conn.heartbeat.interval
+
+    @property
+    def wants_persisted(self) -> bool:
+        return self.conn.publish_acks.wants_persisted
+
+    @property
+    def publish_acks(self) -> PublishAcks:
+        return self.conn.publish_acks
 
     # ---------------------------------------------------------------- lifecycle
     async def run(self) -> None:
@@ -293,15 +266,12 @@ class Session:
         reference cycles that only a full garbage collection frees (the server runs
         one rarely, see ``cli.tune_garbage_collector``): until then such a session
         must hold little, or memory grows with every client that ever connected; and
-        every :data:`COLLECT_EVERY_ENDED` ended sessions one runs
-        (:class:`EndedSessions`)."""
+        every :data:`~.ended_sessions.COLLECT_EVERY_ENDED` ended sessions one runs
+        (:class:`~.ended_sessions.EndedSessions`)."""
         self._nursery = None
         self._cancel = None
-        self._inflater = None
-        self._deflater = None
-        self._sniff_buf = bytearray()
-        self._entitled.clear()
-        self._flush_waiters.clear()
+        self.conn.release()
+        self.entitlements.forget()
         if ENDED_SESSIONS.ended():
             started = time.perf_counter()
             found = gc.collect()
@@ -322,17 +292,16 @@ class Session:
 
     async def _read_loop(self) -> None:
         stream = self.stream
-        decoder = self.decoder
-        handlers = self._handlers()
+        conn = self.conn
         while True:
             data: bytes | bytearray | None = None
-            if self.logged_on and not self.incomplete_held:
+            if conn.logged_on and not self.incomplete_held:
                 # the steady state: no deadline applies (no cancel scope to pay for)
                 data = await stream.receive_some(RECEIVE_SIZE)
             else:
                 deadline = read_deadline(
-                    logon_deadline=None if self.logged_on else self._logon_deadline,
-                    partial=decoder.partial_frame() if self.incomplete_held else None,
+                    logon_deadline=conn.logon_deadline,
+                    partial=conn.decoder.partial_frame() if self.incomplete_held else None,
                     frame_timeout=self.frame_timeout,
                 )
                 with trio.move_on_at(deadline.at if deadline is not None else math.inf):
@@ -345,28 +314,8 @@ class Session:
                 return
             if self.discarding:
                 continue  # closing as a slow client: read (so the close is clean), ignore
-            now = trio.current_time()
-            self.last_receive = now
-            if self._sniffing:
-                data = self._sniff_compression(data)
-                if not data:
-                    continue  # one byte so far: not enough to tell
             try:
-                if self._inflater is None:
-                    decoder.receive_data(data, now)
-                    if self.logged_on:
-                        for frame in decoder.frames():
-                            self._dispatch(frame, handlers)
-                    else:
-                        await self._dispatch_until_logged_on(decoder.frames(), handlers)
-                else:
-                    for piece in self._inflater.feed(data):
-                        decoder.receive_data(piece, now)
-                        if self.logged_on:
-                            for frame in decoder.frames():
-                                self._dispatch(frame, handlers)
-                        else:
-                            await self._dispatch_until_logged_on(decoder.frames(), handlers)
+                await self._handle_events(conn.receive_data(data, trio.current_time()))
                 self._count_incomplete()
             except (ProtocolError, CompressionError) as exc:
                 log.warning(
@@ -385,29 +334,41 @@ class Session:
                 # (a close while handling, e.g. over IncompleteMessageMemoryLimit, cancels
                 # the next receive; a slow-client close keeps reading until it is done)
                 continue
+            conn.close()
             await self._stop_reading(reason)
             return
 
-    def _sniff_compression(self, data: bytes | bytearray) -> bytes | bytearray:
-        """Look at the connection's first bytes: a zlib stream (a client that connected
-        with ``compression=zlib``) turns on transport compression both ways. Returns
-        the bytes to decode ("" while fewer than two bytes are known)."""
-        self._sniff_buf += data
-        verdict = sniff(self._sniff_buf)
-        if verdict is None:
-            return b""
-        data, self._sniff_buf = self._sniff_buf, bytearray()
-        self._sniffing = False
-        if verdict:
-            self._inflater = Inflater()
-            self._deflater = Deflater()
-            log.info(
-                "connection %d from %s uses zlib transport compression",
-                self.conn_id,
-                self.peer,
-                extra=events.extra(events.CLIENT_CONNECTED),
-            )
-        return data
+    async def _handle_events(self, happened: Iterator[object]) -> None:
+        """Run what the protocol made of the bytes read, in order: commands (each by
+        its handler, synchronously), the logon (awaited: its password is checked off
+        the event loop, see :mod:`amps_py.auth_gate`, before the next frame is looked
+        at), refusals and closes.
+
+        Raises:
+            Disconnect: the connection is to be closed (after what is queued).
+        """
+        handlers = self._handlers
+        for event in happened:
+            if type(event) is Frame:
+                header = event.header
+                try:
+                    handlers[header["c"]](event)
+                except CommandFailed as exc:
+                    self._command_failed(header["c"], header, exc)
+            elif type(event) is LogonRequested:
+                await log_on(self, event.frame, event.acks)
+            elif type(event) is CommandRefused:
+                self._command_failed(event.command, event.header, event.failure)
+            elif type(event) is CloseConnection:
+                self.send_all(event.output)
+                raise Disconnect(event.reason)
+            elif type(event) is CompressionStarted:
+                log.info(
+                    "connection %d from %s uses zlib transport compression",
+                    self.conn_id,
+                    self.peer,
+                    extra=events.extra(events.CLIENT_CONNECTED),
+                )
 
     async def _stop_reading(self, reason: str) -> None:
         """End the read loop: give the sender a moment to flush what is queued (acks,
@@ -556,57 +517,24 @@ class Session:
         self.out_bytes = 0
         self.drop_partial_frame(reasons.CONNECTION_CLOSED)
 
-    def _handlers(self) -> dict[str, Callable[[Frame], None]]:
+    def _command_handlers(self) -> dict[str, Callable[[Frame], None]]:
+        """The handler of every command a logged-on client may send (the logon is
+        :class:`ServerConnection`'s, then :func:`~.logon_exchange.log_on`'s)."""
         return {
-            "logon": self._on_logon,
-            "publish": self._on_publish,
-            "delta_publish": self._on_publish,
+            "publish": partial(on_publish, self),
+            "delta_publish": partial(on_publish, self),
             "subscribe": partial(on_subscribe, self),
             "delta_subscribe": partial(on_subscribe, self),
             "sow_and_subscribe": partial(on_sow_and_subscribe, self),
             "sow_and_delta_subscribe": partial(on_sow_and_subscribe, self),
             "unsubscribe": partial(on_unsubscribe, self),
-            "heartbeat": self._on_heartbeat,
-            "flush": self._on_flush,
-            "start_timer": self._on_start_timer,
-            "stop_timer": self._on_stop_timer,
+            "heartbeat": partial(on_heartbeat, self),
+            "flush": partial(on_flush, self),
+            "start_timer": partial(on_start_timer, self),
+            "stop_timer": partial(on_stop_timer, self),
             "sow": partial(on_sow, self),
             "sow_delete": partial(on_sow_delete, self),
         }
-
-    async def _dispatch_until_logged_on(
-        self, frames: Iterator[Frame], handlers: dict[str, Callable[[Frame], None]]
-    ) -> None:
-        """Handle ``frames`` in order on a connection that has not logged on yet: a
-        logon is awaited (its password is checked off the event loop, see
-        :mod:`amps_py.auth_gate`) before the next frame is looked at, so what a client
-        sends behind its logon is handled after the logon's answer, as ever. Other
-        connections are served meanwhile; this one's bytes wait in its socket."""
-        for frame in frames:
-            if not self.logged_on and frame.header.get("c") == "logon":
-                try:
-                    await self._logon(frame)
-                except CommandFailed as exc:
-                    self._command_failed("logon", frame.header, exc)
-            else:
-                self._dispatch(frame, handlers)
-
-    def _dispatch(self, frame: Frame, handlers: dict[str, Callable[[Frame], None]]) -> None:
-        header = frame.header
-        command = header["c"]
-        handler = handlers.get(command)
-        try:
-            if handler is None:
-                raise CommandFailed(
-                    reasons.UNKNOWN_COMMAND,
-                    f"unknown command {command!r}; see the AMPS command reference",
-                )
-            if not self.logged_on:
-                self._refuse_before_logon(header)
-                return
-            handler(frame)
-        except CommandFailed as exc:
-            self._command_failed(command, header, exc)
 
     def _command_failed(self, command: str, header: dict[str, Any], exc: CommandFailed) -> None:
         """Count, log and answer a refused command (the connection stays open)."""
@@ -621,17 +549,7 @@ class Session:
                 events.CLIENT_NOT_ENTITLED if denied else events.CLIENT_COMMAND_FAILED
             ),
         )
-        self._fail(header, exc)
-
-    def _refuse_before_logon(self, header: dict[str, Any]) -> None:
-        self._fail(
-            header,
-            CommandFailed(
-                reasons.LOGON_REQUIRED,
-                "the first command on a connection must be logon (with client_name)",
-            ),
-        )
-        raise Disconnect(reasons.LOGON_REQUIRED)
+        self.fail(header, exc)
 
     # ---------------------------------------------------------------- output
     def send(self, data: bytes) -> None:
@@ -721,8 +639,7 @@ class Session:
             self._stamp = now
             piece = batch[0] if len(batch) == 1 else b"".join(batch)
             del batch  # (this frame holds nothing big while it waits: see run())
-            deflater = self._deflater
-            await stream.send_all(piece if deflater is None else deflater.compress(piece))
+            await stream.send_all(self.conn.encode(piece))
             self._inflight_since = None
             size = len(piece)
             del piece
@@ -780,14 +697,15 @@ class Session:
     ) -> None:
         """Send an ack of ``ack_type`` for the command whose header is ``header``
         (its ``cid`` is echoed); ``fields`` become ack header fields."""
-        self.send(messages.ack(ack_type, status, header.get("cid"), **fields))
+        self.send(ack(header, ack_type, status, **fields))
 
-    def _fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
-        """Answer a refused command at once: a failure ack in every ack type it asked
-        for (so a client never waits for an ack that cannot come), or ``processed``
-        when it asked for none."""
-        for ack_type, fields in failure_acks(header, exc):
-            self.ack(header, ack_type, "failure", **fields)
+    def send_all(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            self.send(frame)
+
+    def fail(self, header: dict[str, Any], exc: CommandFailed) -> None:
+        """Answer a refused command at once (:func:`failure_frames`)."""
+        self.send_all(failure_frames(header, exc))
 
     @property
     def awaiting_persisted(self) -> int:
@@ -797,260 +715,40 @@ class Session:
     def persisted_progress(self, not_journaled: int = 0) -> None:
         """Send a conflated persisted ack if the safe sequence moved forward; when it
         is ``not_journaled`` (a publish to a topic this instance does not journal), the
-        ack says so in its ``reason``."""
+        ack says so in its ``reason``. Held-back flushes are answered once nothing is
+        in flight (:meth:`PublishAcks.progress`)."""
         ledger = self.ledger
         if ledger is None:
             return
-        safe = ledger.advance()
-        if safe is not None and self.wants_persisted:
-            reason = messages.NOT_JOURNALED if safe == not_journaled else ""
-            self.send(messages.persisted_ack(safe, self.pub_hash, reason))
-        if not ledger.pending and self._flush_waiters:
-            for cid, types in self._flush_waiters:
-                self.ack({"cid": cid}, "persisted")
-                if "completed" in types:
-                    self.ack({"cid": cid}, "completed")
-            self._flush_waiters.clear()
+        self.send_all(
+            self.conn.publish_acks.progress(
+                ledger.advance(), len(ledger.pending), self.pub_hash, not_journaled
+            )
+        )
 
     def publishes_failed(self, seqs: list[int], reason: str, detail: str) -> None:
         """These publishes were not stored: a persisted failure ack for each (when
         this connection asked for persisted acks), so the publisher never waits for
         them."""
-        if not self.wants_persisted:
-            return
-        for seq in seqs:
-            self.send(messages.publish_failed(seq, reason, detail))
+        self.send_all(self.conn.publish_acks.failed(seqs, reason, detail))
 
     # ---------------------------------------------------------------- commands
-    def _on_logon(self, frame: Frame) -> None:
-        """A logon on a connection that has logged on (the first one is awaited by
-        :meth:`_logon`)."""
-        raise CommandFailed(reasons.INVALID_LOGON, "this connection is already logged on")
-
-    async def _logon(self, frame: Frame) -> None:
-        """The connection's logon: check the credentials (through the instance's
-        :class:`amps_py.auth_gate.AuthGate`: off the event loop, backed off after
-        failures, logged), claim the client name, answer.
-
-        Raises:
-            Disconnect: the logon was refused (a failure ack is queued), or its check
-                did not end by the transport's LogonTimeout.
-            CommandFailed: the logon's ack types are invalid (the connection stays).
-        """
-        header = frame.header
-        acks = ack_types(header)
-        instance = self.instance
-        authenticator = self.authenticator
-        try:
-            request = read_logon(header, journaled=instance.journal is not None)
-            message_type = choose_message_type(
-                header,
-                self.transport,
-                instance.transport_config(self.transport).message_type,
-                instance.message_types,
-            )
-            # the password is used for this check only: never stored, logged or echoed
-            verdict: GateVerdict | None = None
-            with trio.move_on_at(self._logon_deadline):
-                verdict = await instance.auth_gate.check(
-                    authenticator,
-                    request.user,
-                    request.password,
-                    self.peer,
-                    f"client {shown_user(request.name)} on transport {self.transport}",
-                    events.CLIENT_AUTH_FAILED,
-                )
-            if verdict is None:
-                # the check (waiting for a free check thread) outlasted LogonTimeout
-                late = ReadDeadline(self._logon_deadline, "logon")
-                raise Disconnect(deadline_passed(self, late, instance.limits))
-            check_authenticated(request, verdict.ok, verdict.refusal)
-            check_owner(request, instance.name_owner_refusal(request.name, request.user), self.peer)
-            check_claimed(
-                request, instance.claim_client_name(self, request.name, request.user), self.peer
-            )
-        except LogonRefused as exc:
-            if exc.message:
-                log.warning(exc.message, *exc.log_args, extra=events.extra(exc.event))
-            self._fail(header, exc)
-            raise Disconnect(exc.disconnect) from None
-        assert verdict.result is not None  # accepted: the authenticator answered
-        self.message_type = message_type
-        self._logged_on(header, acks, request, verdict.result)
-
-    def _logged_on(
-        self,
-        header: dict[str, Any],
-        acks: frozenset[str],
-        request: LogonRequest,
-        verdict: AuthResult,
-    ) -> None:
-        """The logon was accepted: take the name, answer with the success ack."""
-        instance = self.instance
-        name = self.client_name = request.name
-        self.user_id = request.user
-        self.client_version = request.version
-        self.pub_hash = publisher_hash(name) if name else 0
-        self.logged_on = True
-        last = 0
-        if name and instance.journal is not None:
-            # the highest seq held here from any source, durable or not (a publisher
-            # that failed over must never reuse a seq that names another message)
-            last = instance.held_seq(self.pub_hash)
-            self.ledger = instance.ledger(self.pub_hash)
-        # logon option ack_conflation: accepted, nothing to do (acks conflate per commit)
-        log.info(
-            "client %r logged on from %s (user %r, last seq held %d, version %s)",
-            name,
-            self.peer,
-            request.user,
-            last,
-            self.client_version or "not given",
-            extra=events.extra(events.CLIENT_LOGON),
-        )
-        instance.fire_action("logon-client", client_variables(self, connected=False))
-        if "processed" in acks or not acks:
-            self.ack(header, "processed", **logon_ack_fields(request, verdict, self.pub_hash, last))
-
-    def is_entitled(self, topic: str, *, write: bool) -> bool:
-        """Whether this session's user may read/write the concrete topic ``topic``
-        (cached per topic for the session; nothing counted)."""
-        key = (write, topic)
-        allowed = self._entitled.get(key)
-        if allowed is None:
-            entitler = self.entitler
-            if write:
-                allowed = entitler.can_write(self.user_id, topic)
-            else:
-                allowed = entitler.can_read(self.user_id, topic)
-            if len(self._entitled) >= 4096:
-                self._entitled.clear()
-            self._entitled[key] = allowed
-        return allowed
-
-    def may_read(self, topic: str) -> bool:
-        """:meth:`is_entitled` for reading: what :class:`EntitledTopics` asks per topic."""
-        return self.is_entitled(topic, write=False)
-
     def topics_to_read(self, topic: str, non_regex: bool) -> TopicPattern | None:
-        """What a subscription, SOW query or replay on ``topic`` may run over: None
-        for an exact topic (which this user may read), else the topic regex, limited
-        to the topics this user may read unless the user reads everything. A regex is
-        never judged by its text: entitlement is decided per concrete topic
-        (docs/GUARANTEES.md, "Security").
-
-        Raises:
-            CommandFailed: ``not entitled`` for an exact topic the user may not read,
-                or a regex when the user may read no topic at all; ``bad regex
-                topic`` for a regex that does not compile.
-        """
-        try:
-            regex = compile_topic(topic, non_regex)
-        except BadTopic as exc:
-            raise CommandFailed(exc.reason, str(exc)) from None
-        if regex is None:
-            self.require_entitled(topic, write=False)
-            return None
-        entitler = self.entitler
-        if entitler.reads_everything(self.user_id):
-            return regex
-        if entitler.reads_nothing(self.user_id):
-            self.instance.counters.count_denied(write=False)
-            raise CommandFailed(
-                reasons.NOT_ENTITLED,
-                f"user {self.user_id!r} may read no topic (asked for topic expression "
-                f"{topic!r}); the {entitler.module} rules decide",
-            )
-        return EntitledTopics(regex, self.may_read)
+        """:meth:`TopicEntitlements.topics_to_read` for this session's user."""
+        return self.entitlements.topics_to_read(topic, non_regex)
 
     def require_entitled(self, topic: str, *, write: bool, action: str = "") -> None:
-        """Raise ``not entitled`` unless this session's user may read/write the
-        concrete topic ``topic`` (reads over a topic expression go through
-        :meth:`topics_to_read` instead). Refusals are counted (``denied_commands``,
-        and ``denied_writes`` for writes); the connection stays open. ``action`` names
-        what was refused in the detail ("delete from"; default "publish to" or "read").
-        """
-        if self.is_entitled(topic, write=write):
-            return
-        self.instance.counters.count_denied(write=write)
-        action = action or ("publish to" if write else "read")
-        raise CommandFailed(
-            reasons.NOT_ENTITLED,
-            f"user {self.user_id!r} may not {action} topic {topic!r}; the "
-            f"{self.entitler.module} rules decide",
-        )
-
-    def _on_publish(self, frame: Frame) -> None:
-        header = frame.header
-        topic = header.get("t")
-        if not topic or not isinstance(topic, str):
-            raise CommandFailed(reasons.NO_TOPIC, "publish needs a topic (t)")
-        if len(topic) > MAX_FIELD_BYTES // 4:
-            check_field_size(topic, "topic", reasons.INVALID_TOPIC)
-        cid = header.get("x")
-        if cid is not None:
-            check_field_size(str(cid), "correlation id (x)", reasons.INVALID_CORRELATION_ID)
-        self.require_entitled(topic, write=True)
-        conflated = self.instance.sow.conflated
-        if conflated and topic in conflated:
-            underlying = conflated[topic].derived_from
-            raise CommandFailed(
-                reasons.INVALID_TOPIC,
-                f"{topic!r} is a conflated topic, derived from SOW topic {underlying!r}: "
-                f"publish to {underlying} instead",
-            )
-        routes = self._publish_routes
-        if routes is not None:
-            topic = routes.get(topic, topic)  # a queue's name: to its DefaultPublishTarget
-        acks = ack_types(header)
-        self.messages_in += 1
-        seq = header.get("s")
-        ledger = self.ledger
-        if seq is None or type(seq) is not int or not 0 <= seq <= MAX_SEQ:
-            seq = self.publish_seq(header, acks)  # the rare cases, with their errors
-        elif "persisted" in acks or (self._always_persisted and "s" in header):
-            self.wants_persisted = True
-        outcome = self.instance.publish(self, topic, seq, frame.payload, header)
-        if outcome == "done" and ledger is not None:
-            ledger.resent_durable(seq)
-        if "received" in acks:
-            self.ack(header, "received", s=seq)
-        if "processed" in acks:
-            self.ack(header, "processed", s=seq)
-        if "completed" in acks:
-            self.ack(header, "completed", s=seq)
-        if outcome == "done":
-            journaled = self.instance.journals_topic(topic, self.message_type)
-            if ledger is not None:
-                self.persisted_progress(0 if journaled else seq)
-            elif self.wants_persisted and not journaled:
-                # no ledger (no transaction log, or no client name): nothing is stored,
-                # and a publisher that asked for persisted acks is told so, not left
-                # waiting
-                self.send(messages.persisted_ack(seq, self.pub_hash, messages.NOT_JOURNALED))
+        """:meth:`TopicEntitlements.require` for this session's user."""
+        self.entitlements.require(topic, write=write, action=action)
 
     def publish_seq(self, header: dict[str, Any], acks: frozenset[str]) -> int:
-        """The seq of a publish or sow_delete: its ``s``, or the next one above every
-        seq held or queued here for this client name. Notes a wish for persisted acks.
+        """The seq of a publish or sow_delete (:meth:`PublishAcks.seq`).
 
         Raises:
             CommandFailed: ``s`` is not a whole number in range.
         """
-        seq = header.get("s")
-        if seq is None:
-            ledger = self.ledger
-            if ledger is not None:
-                seq = ledger.high + 1
-            else:  # no journal: the seq only numbers the acks
-                self._auto_seq += 1
-                seq = self._auto_seq
-        elif type(seq) is not int or not 0 <= seq <= MAX_SEQ:
-            raise CommandFailed(
-                reasons.INVALID_SEQ, f"seq (s) must be an integer from 0 to {MAX_SEQ}, got {seq!r}"
-            )
-        if "persisted" in acks or (self._always_persisted and "s" in header):
-            self.wants_persisted = True
-        return int(seq)
+        ledger = self.ledger
+        return self.conn.publish_acks.seq(header, acks, None if ledger is None else ledger.high)
 
     def start_soon(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
         """Run ``fn(*args)`` as a task of this session (it ends with the session)."""
@@ -1083,76 +781,3 @@ class Session:
                 queues.unsubscribed(sub)
             return
         self.instance.registry.remove(sub)
-
-    def _on_heartbeat(self, frame: Frame) -> None:
-        header = frame.header
-        interval = heartbeat_start(header)
-        if interval is not None:
-            first = self.heartbeat_interval == 0
-            self.heartbeat_interval = interval
-            if first and self._nursery is not None:
-                self._nursery.start_soon(self._heartbeat_loop)
-        acks = ack_types(header)
-        if "processed" in acks:
-            self.ack(header, "processed")
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            interval = self.heartbeat_interval
-            await trio.sleep(interval)
-            self.send(messages.HEARTBEAT)
-            silent = trio.current_time() - self.last_receive
-            # grace: two intervals plus one more without a byte from the client (AMPS
-            # clients answer our beat when it arrives, so a reply can trail it)
-            if silent > HEARTBEAT_GRACE_INTERVALS * interval:
-                log.warning(
-                    "client %r sent nothing for %.1f s (heartbeat %.1f s); disconnecting",
-                    self.client_name,
-                    silent,
-                    interval,
-                    extra=events.extra(events.CLIENT_HEARTBEAT_MISSED),
-                )
-                self.close("heartbeat")
-                return
-
-    def _on_start_timer(self, frame: Frame) -> None:
-        """``start_timer``: start (or restart) this connection's timer; answered in the
-        ack types asked for (``processed`` when none)."""
-        header = frame.header
-        self._timer_started = time.monotonic()
-        for kind in ack_types(header) or frozenset({"processed"}):
-            self.ack(header, kind)
-
-    def _on_stop_timer(self, frame: Frame) -> None:
-        """``stop_timer``: stop the timer and answer with the time since
-        ``start_timer`` in the ack's ``reason`` (``elapsed <seconds> s``), in the ack
-        types asked for (``completed`` when none).
-
-        Raises:
-            CommandFailed: no ``start_timer`` came first on this connection.
-        """
-        header = frame.header
-        started = self._timer_started
-        if started is None:
-            raise CommandFailed(
-                reasons.INVALID_OPTIONS,
-                "stop_timer needs a start_timer first on this connection",
-            )
-        self._timer_started = None
-        elapsed = time.monotonic() - started
-        for kind in ack_types(header) or frozenset({"completed"}):
-            self.ack(header, kind, reason=f"elapsed {elapsed:.6f} s")
-
-    def _on_flush(self, frame: Frame) -> None:
-        header = frame.header
-        acks = ack_types(header) or frozenset({"processed"})
-        for kind in ("received", "processed"):
-            if kind in acks:
-                self.ack(header, kind)
-        if "persisted" in acks:
-            if self.awaiting_persisted:
-                self._flush_waiters.append((header.get("cid", ""), acks))
-                return
-            self.ack(header, "persisted")
-        if "completed" in acks:
-            self.ack(header, "completed")

@@ -32,21 +32,21 @@ import orjson
 
 from amps_py import events, offload, reasons
 from amps_py.protocol import Frame, messages
+from amps_py.protocol.server.commands import CommandFailed, ack_types, options
 from amps_py.sow.expiry import is_expired
 from amps_py.sow.query import parse_orderby, select
 from amps_py.sow.store import SowEntry, SowStoreError
 from txlog import CorruptRecord
 
-from .commands import CommandFailed, ack_types, options
 from .option_catalogue import check_options
-from .queues import acknowledge
+from .queue_commands import acknowledge
 from .replay import run_replay
 from .sowing import SOW_DELETE, LogicalTopic, SowSource, SowTopic
 from .subscriptions import EntitledTopics, is_regex_topic
 
 if TYPE_CHECKING:
+    from .command_session import CommandSession
     from .queues import ServedQueue
-    from .session import Session
     from .subscriptions import Subscription
 
 log = logging.getLogger("amps_py.server.session")
@@ -87,7 +87,7 @@ def _int_option(
 class Query:
     """A parsed SOW query: which topics, which records, in what order, how batched."""
 
-    def __init__(self, session: Session, header: dict[str, Any]) -> None:
+    def __init__(self, session: CommandSession, header: dict[str, Any]) -> None:
         topic = header.get("t")
         if not topic or not isinstance(topic, str):
             raise CommandFailed(reasons.NO_TOPIC, "a SOW query needs a topic (t)")
@@ -168,7 +168,7 @@ STREAM_CHUNK: Final = 2048
 
 
 async def send_results(
-    session: Session,
+    session: CommandSession,
     header: dict[str, Any],
     query: Query,
     snapshots: Sequence[tuple[Source, Any]],
@@ -199,7 +199,10 @@ async def send_results(
 
 
 async def _stream(
-    session: Session, query: Query, snapshots: Sequence[tuple[Source, Any]], sub_id: str | None
+    session: CommandSession,
+    query: Query,
+    snapshots: Sequence[tuple[Source, Any]],
+    sub_id: str | None,
 ) -> tuple[int, int, int]:
     """Read each snapshot in chunks in a worker thread and send what matches as it is
     found (memory stays at a chunk, the first batch leaves at once); (records sent,
@@ -236,7 +239,7 @@ def _read_chunk(
 
 
 async def _send_batches(
-    session: Session, query: Query, topic: str, entries: list[SowEntry], sub_id: str | None
+    session: CommandSession, query: Query, topic: str, entries: list[SowEntry], sub_id: str | None
 ) -> None:
     """``entries`` as sow frames of up to the batch size, pacing on the client's
     outbox; each on ``topic``, or on its own (``SowEntry.topic``: a Pattern SOW
@@ -262,7 +265,7 @@ async def _send_batches(
         await session.wait_outbox_below()
 
 
-def _snapshots(session: Session, query: Query) -> list[tuple[SowSource, Any]]:
+def _snapshots(session: CommandSession, query: Query) -> list[tuple[SowSource, Any]]:
     """A snapshot of each store the query covers.
 
     Raises:
@@ -278,7 +281,7 @@ def _snapshots(session: Session, query: Query) -> list[tuple[SowSource, Any]]:
     return taken
 
 
-def no_sow_detail(session: Session, topic: str, fix: str) -> str:
+def no_sow_detail(session: CommandSession, topic: str, fix: str) -> str:
     """Why ``topic`` has no State of the World, and ``fix``; the Name of a Pattern SOW
     topic that its Pattern does not match says what to query instead."""
     state = session.instance.sow
@@ -298,7 +301,7 @@ def _close_all(snapshots: Sequence[tuple[Source, Any]]) -> None:
         snapshot.close()
 
 
-def store_unreadable(session: Session, topic: str, exc: SowStoreError) -> CommandFailed:
+def store_unreadable(session: CommandSession, topic: str, exc: SowStoreError) -> CommandFailed:
     """Log that a command of ``session`` on ``topic`` met a SOW store it cannot read
     (``17-0004``, with the store file and the fix) and return the failure its client
     gets: ``sow store unreadable``, the same words as detail."""
@@ -312,7 +315,7 @@ def store_unreadable(session: Session, topic: str, exc: SowStoreError) -> Comman
     return CommandFailed(reasons.SOW_STORE_UNREADABLE, str(exc))
 
 
-def journal_unreadable(session: Session, topic: str, exc: CorruptRecord) -> CommandFailed:
+def journal_unreadable(session: CommandSession, topic: str, exc: CorruptRecord) -> CommandFailed:
     """Log that a query of ``session`` on queue ``topic`` met a damaged journal record
     (``05-0003``) and return the failure its client gets: ``journal corrupt``, naming
     the txids and the fix."""
@@ -331,7 +334,7 @@ def journal_unreadable(session: Session, topic: str, exc: CorruptRecord) -> Comm
 
 
 def _failed_midway(
-    session: Session, header: dict[str, Any], query_id: str, failure: CommandFailed
+    session: CommandSession, header: dict[str, Any], query_id: str, failure: CommandFailed
 ) -> None:
     """A query whose results were under way failed: its ``completed`` ack (or, when it
     asked for none, ``processed``) carries the failure, so the client never waits for
@@ -385,7 +388,7 @@ class QueueSnapshot:
         """Nothing to release (the copy is garbage collected)."""
 
 
-def on_sow(session: Session, frame: Frame) -> None:
+def on_sow(session: CommandSession, frame: Frame) -> None:
     """``sow``: query the State of the World of a topic (or of every SOW topic a regex
     topic matches), or the messages in a queue (topic = the queue's name)."""
     header = frame.header
@@ -431,7 +434,7 @@ def on_sow(session: Session, frame: Frame) -> None:
     session.start_soon(run)
 
 
-def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) -> None:
+def start_sow_and_subscribe(session: CommandSession, header: dict[str, Any], sub: Any) -> None:
     """``sow_and_subscribe`` on a SOW topic: the snapshot, then what committed since,
     then live (``sub`` is built, not registered)."""
     query = Query(session, header)
@@ -465,7 +468,7 @@ def start_sow_and_subscribe(session: Session, header: dict[str, Any], sub: Any) 
 
 
 async def _send_snapshot(
-    session: Session,
+    session: CommandSession,
     header: dict[str, Any],
     sub: Subscription,
     query: Query,
@@ -485,7 +488,7 @@ async def _send_snapshot(
 
 
 def _start_conflated(
-    session: Session,
+    session: CommandSession,
     header: dict[str, Any],
     sub: Subscription,
     query: Query,
@@ -542,7 +545,7 @@ def _start_conflated(
     session.start_soon(run)
 
 
-def on_sow_delete(session: Session, frame: Frame) -> None:
+def on_sow_delete(session: CommandSession, frame: Frame) -> None:
     """``sow_delete`` by filter, by ``sow_keys`` or by data: the records it selects
     are removed by one journaled delete record (replicated like a publish)."""
     header = frame.header
@@ -642,7 +645,7 @@ def on_sow_delete(session: Session, frame: Frame) -> None:
 
 
 def _delete_selection(
-    session: Session, sow: SowTopic, header: dict[str, Any], payload: bytes
+    session: CommandSession, sow: SowTopic, header: dict[str, Any], payload: bytes
 ) -> list[str]:
     """The keys a sow_delete removes: by ``sow_keys``, by data (the key the message
     would have), or by filter (``1=1``: all)."""

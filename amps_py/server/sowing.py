@@ -46,14 +46,13 @@ import orjson
 from amps_py import events, reasons
 from amps_py.config.model import SowTopicConfig
 from amps_py.message_types import JSON, MergeError, MessageType, MessageTypes, default_types
+from amps_py.protocol.server.commands import CommandFailed
 from amps_py.sow.expiry import BadExpiration, expires_at, is_expired, parse_lifetime, wall_clock_us
 from amps_py.sow.keys import MAX_KEY_BYTES, SowKeyer, SowKeyError
 from amps_py.sow.slots import MatchingSnapshot, TopicRegex, TopicSnapshot, slot_of, split_slot
 from amps_py.sow.store import SowEntry, SowSnapshot, SowStore, SowStoreError
 from txlog import Journal, Record
 from txlog.record import Kind
-
-from .commands import CommandFailed
 
 log = logging.getLogger("amps_py.server.sow")
 

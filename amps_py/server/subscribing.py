@@ -2,10 +2,11 @@
 ``sow_and_subscribe`` (on a SOW topic it is handed to :mod:`.sow_commands`) and
 ``unsubscribe``.
 
-Each handler takes the :class:`~amps_py.server.session.Session` the command came on
-and acts through its public methods (``ack``, ``send``, ``require_entitled``,
-``end_subscription``, ``start_soon``); like every handler it is synchronous and
-raises :class:`~amps_py.server.commands.CommandFailed` for a command the server
+Each handler takes the session the command came on, as a
+:class:`~amps_py.server.command_session.CommandSession`, and acts through its public
+methods (``ack``, ``send``, ``require_entitled``, ``end_subscription``,
+``start_soon``); like every handler it is synchronous and raises
+:class:`~amps_py.protocol.server.commands.CommandFailed` for a command the server
 refuses. A bookmark subscription is planned before it is registered
 (:func:`~amps_py.server.replay.plan_subscription`), then its replay runs as a task of
 the session (:func:`~amps_py.server.replay.run_replay`). None of this is on the
@@ -20,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from amps_py import events, reasons
 from amps_py.protocol import Frame, messages
+from amps_py.protocol.server.commands import CommandFailed, ack_types, options, unsubscribe_ids
 
-from .commands import CommandFailed, ack_types, options, unsubscribe_ids
 from .conflating import ConflatedDelivery
 from .conflation import conflation_spec
 from .option_catalogue import check_options
-from .queues import subscribe_to_queue
+from .queue_commands import subscribe_to_queue
 from .replay import persisted_acks, plan_subscription, run_replay
 from .sow_commands import start_sow_and_subscribe
 from .subscriptions import Subscription
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .command_session import CommandSession
 
 __all__ = [
     "build_subscription",
@@ -45,7 +46,7 @@ __all__ = [
 log = logging.getLogger("amps_py.server.session")
 
 
-def build_subscription(session: Session, header: dict[str, Any]) -> Subscription:
+def build_subscription(session: CommandSession, header: dict[str, Any]) -> Subscription:
     """The subscription a ``subscribe`` header asks for, checked in this order: a
     topic, options amps-py implements (:mod:`.option_catalogue`), a topic regex that
     compiles and read entitlement (per concrete topic for a regex:
@@ -98,7 +99,7 @@ def build_subscription(session: Session, header: dict[str, Any]) -> Subscription
     return sub
 
 
-def _check_sow_key(session: Session, topic: str, regex: object) -> None:
+def _check_sow_key(session: CommandSession, topic: str, regex: object) -> None:
     """Conflation without ``conflation_key`` keys on the SOW key: the topic must be
     one SOW topic.
 
@@ -116,14 +117,14 @@ def _check_sow_key(session: Session, topic: str, regex: object) -> None:
     )
 
 
-def start_conflation(session: Session, sub: Subscription) -> None:
+def start_conflation(session: CommandSession, sub: Subscription) -> None:
     """Run ``sub``'s conflation (if it has one) once it is registered; it stops when
     the subscription ends (:meth:`Session.end_subscription`) or the session does."""
     if sub.conflation is not None:
         session.start_soon(sub.conflation.run)
 
 
-def on_subscribe(session: Session, frame: Frame) -> None:
+def on_subscribe(session: CommandSession, frame: Frame) -> None:
     """``subscribe``: a live subscription at once, or a bookmark replay that goes live
     (a ``sub_id`` in use is replaced with option ``replace``)."""
     header = frame.header
@@ -151,7 +152,7 @@ def on_subscribe(session: Session, frame: Frame) -> None:
         session.ack(header, "stats", sub_id=sub.sub_id, records_returned=0)
 
 
-def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
+def on_sow_and_subscribe(session: CommandSession, frame: Frame) -> None:
     """``sow_and_subscribe``: the query of a SOW topic (or of the SOW topics a regex
     matches) then the subscription, with no update lost or repeated at the seam. On a
     queue, the query part is an empty group and the subscription consumes the queue.
@@ -185,7 +186,7 @@ def on_sow_and_subscribe(session: Session, frame: Frame) -> None:
     on_subscribe(session, frame)
 
 
-def _is_sow_query(session: Session, topic: str, header: dict[str, Any]) -> bool:
+def _is_sow_query(session: CommandSession, topic: str, header: dict[str, Any]) -> bool:
     """Does ``topic`` name (or, as a regex, match) a SOW topic this user may read?
 
     Raises:
@@ -200,7 +201,7 @@ def _is_sow_query(session: Session, topic: str, header: dict[str, Any]) -> bool:
 
 
 def _start_bookmark_subscription(
-    session: Session, sub: Subscription, header: dict[str, Any]
+    session: CommandSession, sub: Subscription, header: dict[str, Any]
 ) -> None:
     plan = plan_subscription(session.instance, sub, header)
     sub.resume_bookmark = plan.resumed_from
@@ -228,7 +229,7 @@ def _start_bookmark_subscription(
         session.start_soon(persisted_acks, session, sub)
 
 
-def on_unsubscribe(session: Session, frame: Frame) -> None:
+def on_unsubscribe(session: CommandSession, frame: Frame) -> None:
     """``unsubscribe``: the named subscriptions (those this connection has), or ``all``."""
     header = frame.header
     acks = ack_types(header)

@@ -17,7 +17,7 @@ from amps_py.protocol.messages import sub_id_part
 if TYPE_CHECKING:
     from amps_py.filters import Filter
 
-    from .session import Session
+    from .recipient import Recipient
 
 #: characters that make a subscription topic a regular expression (AMPS rule)
 REGEX_CHARS: Final = frozenset(".*+?[](){}|^$\\")
@@ -113,7 +113,7 @@ class Subscription:
 
     def __init__(
         self,
-        session: Session,
+        session: Recipient,
         sub_id: str,
         topic: str,
         regex: TopicPattern | None,

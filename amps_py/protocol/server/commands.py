@@ -1,9 +1,10 @@
 """Reading a client command's header: the checks and the refusals, without I/O.
 
-A session (:mod:`amps_py.server.session`) hands each frame's header to these
-functions; they return what the command asks for or raise :class:`CommandFailed`
-with the reason that goes into the failure ack (and a detail that says how to fix
-the command). :class:`Disconnect` ends the connection instead.
+A client connection (:mod:`.connection`, driven by :mod:`amps_py.server.session`)
+and the server's command handlers hand each frame's header to these functions; they
+return what the command asks for or raise :class:`CommandFailed` with the reason that
+goes into the failure ack (and a detail that says how to fix the command).
+:class:`Disconnect` ends the connection instead.
 
 Pure logic: no trio, no sockets.
 """
@@ -14,8 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from amps_py import reasons
-from amps_py.protocol import ACK_TYPES
-from amps_py.protocol.header import split_outside_brackets
+from amps_py.protocol.header import ACK_TYPES, split_outside_brackets
 
 __all__ = [
     "ACK_ORDER",
