@@ -26,7 +26,7 @@ For TLS links, give the listening instance ``replication_tls=(certificate, key)`
 transport becomes ``amps-replication-secure``) and build the sender's destination with
 ``destination_xml(..., secure=True, ca_file=ca_pem)``.
 
-:meth:`Cluster.proxy` runs ``tools/faultproxy.py`` as a subprocess (so it outlives any
+:meth:`Cluster.proxy` runs ``tests/faultproxy.py`` as a subprocess (so it outlives any
 one trio run) in front of the destination's replication port; :meth:`InstanceView.addr`
 returns the proxy's address for that pair once the proxy exists. Create proxies before
 starting the source instance (or restart it): configs are written at start.
@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from faultproxy import ProxyControl
 from harness import (
     REPO,
     ServerProcess,
@@ -59,10 +60,6 @@ from harness import (
     wait_until_sync,
     write_config,
 )
-
-sys.path.insert(0, str(REPO / "tools"))
-
-from faultproxy import ProxyControl
 
 __all__ = [
     "Cluster",
@@ -485,7 +482,7 @@ class Cluster:
     def proxy(self, source: str, destination: str | None = None, seed: int = 0) -> ProxyHandle:
         """The fault proxy on the replication link ``source`` -> ``destination``.
 
-        Also accepts ``proxy("A->B")``. Created on first use (a ``tools/faultproxy.py``
+        Also accepts ``proxy("A->B")``. Created on first use (a ``tests/faultproxy.py``
         subprocess forwarding to ``destination``'s replication port); from then on
         ``source``'s config points its destination at the proxy. Create it before
         starting ``source``, or restart ``source`` afterwards.
@@ -506,7 +503,7 @@ class Cluster:
         proc = subprocess.Popen(
             [
                 sys.executable,
-                str(REPO / "tools" / "faultproxy.py"),
+                str(REPO / "tests" / "faultproxy.py"),
                 "--listen",
                 f"{HOST}:0",
                 "--target",

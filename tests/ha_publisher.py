@@ -11,7 +11,7 @@ on one ordered stream, so a message counts as acknowledged when a persisted ack 
 server had it in hand when it computed the persisted ack). A persisted ack that raced
 ahead of a resend proves nothing about that resend and is not counted for it.
 
-Every payload follows tools/checker.py's convention (``{"p": name, "s": seq}``).
+Every payload follows tests/checker.py's convention (``{"p": name, "s": seq}``).
 """
 
 from __future__ import annotations

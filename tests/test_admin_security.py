@@ -28,7 +28,7 @@ import trio
 from clirun import DefaultServe
 from harness import ServerProcess, reserve_port, security_xml, start_instance, wait_until
 
-from amps_py.cli_client import Credentials, fetch_instance
+from amps_py.cli.client import Credentials, fetch_instance
 from amps_py.client import open_client
 
 ADMIN_XML = "<Admin><InetAddr>127.0.0.1:0</InetAddr></Admin>"

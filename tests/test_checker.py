@@ -1,19 +1,12 @@
-"""The replication checker's classification core (tools/checker.py), on hand-built inputs
+"""The replication checker's classification core (tests/checker.py), on hand-built inputs
 and on replays perturbed by hypothesis (derandomized, so every run sees the same cases)."""
 
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
-from harness import REPO
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-sys.path.insert(0, str(REPO / "tools"))
-
 from checker import (
     Counts,
     Pub,
@@ -25,6 +18,8 @@ from checker import (
     parse_stored,
     payload,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def pubs(n: int, *, unacked: tuple[int, ...] = (), prefix: str = "") -> list[Pub]:

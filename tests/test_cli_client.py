@@ -93,7 +93,7 @@ def test_auth_failure_says_how_to_pass_credentials(secured: ServerProcess, tmp_p
 
 def test_auth_failure_hint_keeps_the_uris_scheme_and_type() -> None:
     """A tcps (or fix) URI's hint names a tcps (fix) URI, not tcp://.../json."""
-    from amps_py.cli_client import explain_refusal, resolve_credentials
+    from amps_py.cli.client import explain_refusal, resolve_credentials
     from amps_py.client import CommandError
 
     creds = resolve_credentials("tcps://alice:x@h:9/amps/fix", None, "PW", {})
@@ -321,7 +321,7 @@ def test_persisted_ack_timeout_names_the_sync_destination_it_waits_for(
 def test_waiting_destinations_are_the_sync_ones_down_or_behind() -> None:
     """The pure part of the persisted-wait message, on an admin document: async and
     caught-up destinations are not blamed; a connected one behind says by how much."""
-    from amps_py.cli_client import explain_persisted_wait, waiting_destinations
+    from amps_py.cli.client import explain_persisted_wait, waiting_destinations
 
     def dest(kind: str, connected: bool, acked: int, **extra: object) -> dict[str, object]:
         return {"replication_type": kind, "is_connected": connected, "acked_txid": acked,

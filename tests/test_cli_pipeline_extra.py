@@ -130,7 +130,7 @@ def test_a_failed_audit_job_says_what_failed_and_what_to_do(case: str) -> None:
     """Exit status 3 goes with one line: what failed, and (for memory) the settings
     to raise; the damaged record's own message and fix come through unchanged."""
     pytest.importorskip("click")
-    from amps_py.cli_pipeline import audit_failure
+    from amps_py.cli.pipeline import audit_failure
 
     text, wanted = SPARK_FAILURES[case]
     line = audit_failure(RuntimeError(text))
@@ -156,7 +156,7 @@ def test_a_job_whose_jvm_died_is_one_line_not_a_traceback() -> None:
     """Seen at 2M records with 480 MB of heap: the JVM died of OutOfMemoryError, and
     reading the exception's text raised ConnectionRefusedError out of the CLI."""
     pytest.importorskip("click")
-    from amps_py.cli_pipeline import audit_failure
+    from amps_py.cli.pipeline import audit_failure
 
     line = audit_failure(_DeadJvmError())
     assert "\n" not in line

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from fake_amps import FakeServer, SowFake, fake_server_thread
 
 from amps_py.cli import main
-from amps_py.cli_client import sow_record_line, sow_summary
+from amps_py.cli.client import sow_record_line, sow_summary
 from amps_py.client import SowRecord
 
 

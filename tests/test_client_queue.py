@@ -26,7 +26,7 @@ from harness import security_xml, start_instance, wait_until
 from inprocess import InProcessInstance, serve_instance
 from test_queue import QUEUE, publish, queue_instance, queue_xml
 
-from amps_py.cli_client import Credentials, explain_refusal
+from amps_py.cli.client import Credentials, explain_refusal
 from amps_py.client import AMPSError, Client, CommandError, Message, open_client
 from amps_py.protocol import FrameDecoder
 

@@ -1,5 +1,5 @@
 """The cluster fixture (tests/cluster.py) on two standalone instances: configs, start,
-publish, kill -9, restart, the data is still there (judged by tools/checker.py), proxies
+publish, kill -9, restart, the data is still there (judged by tests/checker.py), proxies
 on links, and nothing left running after stop_all."""
 
 from __future__ import annotations
@@ -11,15 +11,12 @@ from pathlib import Path
 
 import pytest
 import trio
+from checker import Pub, classify, dump_published, payload, replay_instance
 from cluster import Cluster, InstancePorts, destination_xml, replication_xml
 from harness import REPO
 
 from amps_py.client import open_client
 from amps_py.config import load_config, parse_config
-
-sys.path.insert(0, str(REPO / "tools"))
-
-from checker import Pub, classify, dump_published, payload, replay_instance
 
 MESSAGES = 40
 
@@ -167,7 +164,7 @@ async def test_start_publish_kill_restart_and_the_data_is_still_there(
     dump_published(published_file, {"pub-A": published["pub-A"]})
     command = [
         sys.executable,
-        str(REPO / "tools" / "checker.py"),
+        str(REPO / "tests" / "checker.py"),
         f"A={cluster.uri('A')}",
         "--published",
         str(published_file),

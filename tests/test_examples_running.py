@@ -29,14 +29,11 @@ from xml.sax.saxutils import escape
 import pytest
 import trio
 from admin_screens import table
+from checker import Pub, Report, Stored, classify, payload, replay_instance
 from harness import REPO, ServerProcess, reserve_port, wait_until, wait_until_sync
 
 from amps_py.client import CommandError, ConnectionLost, open_client
 from amps_py.config import load_config
-
-sys.path.insert(0, str(REPO / "tools"))
-
-from checker import Pub, Report, Stored, classify, payload, replay_instance
 
 EXAMPLES = REPO / "config" / "examples"
 TOPIC = "orders"

@@ -24,19 +24,16 @@ by a restart, one member down at a time.
 from __future__ import annotations
 
 import random
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import trio
+from checker import Pub, Stored, classify, payload, replay_instance
 from cluster import Cluster, InstanceView, ProxyHandle, destination_xml, replication_xml
-from harness import REPO, wait_until
+from harness import wait_until
 
 from amps_py.client import AMPSError, open_client
-
-sys.path.insert(0, str(REPO / "tools"))
-from checker import Pub, Stored, classify, payload, replay_instance
 
 SEED = 20240611
 TOPIC = "orders"

@@ -14,19 +14,16 @@
 from __future__ import annotations
 
 import random
-import sys
 
 import pytest
 import trio
+from checker import Pub, classify, payload, replay_instance
 from cluster import Cluster, InstanceView, destination_xml, replication_xml
 from ha_publisher import HAPublisher
-from harness import REPO, wait_until
+from harness import wait_until
 from inprocess import InProcessInstance
 
 from amps_py.client import open_client
-
-sys.path.insert(0, str(REPO / "tools"))
-from checker import Pub, classify, payload, replay_instance
 
 REORDERED = (1, 2, 5, 3, 4)
 

@@ -1,4 +1,4 @@
-"""The fault-injecting proxy (tools/faultproxy.py) against a trio echo server on port 0.
+"""The fault-injecting proxy (tests/faultproxy.py) against a trio echo server on port 0.
 
 Negative checks ("nothing arrives") wait a bounded time, SILENCE seconds; positive checks
 poll with a deadline and say what is still wrong.
@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from harness import REPO, wait_until
-
-sys.path.insert(0, str(REPO / "tools"))
-
 from faultproxy import (
     FaultProxy,
     ProxyCommandError,
     ProxyControl,
     open_fault_proxy,
 )
+from harness import REPO, wait_until
 
 #: How long a "nothing arrives" assertion waits.
 SILENCE = 0.3
@@ -309,7 +306,7 @@ async def test_control_port_of_a_subprocess_proxy(echo: EchoServer, tmp_path: Pa
     proc = await trio.lowlevel.open_process(
         [
             sys.executable,
-            str(REPO / "tools" / "faultproxy.py"),
+            str(REPO / "tests" / "faultproxy.py"),
             "--listen",
             "127.0.0.1:0",
             "--target",

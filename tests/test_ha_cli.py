@@ -35,7 +35,7 @@ import trio
 from clirun import amps_py_command, cli_env, run
 from harness import ServerProcess, start_instance, wait_until
 
-from amps_py.cli_ha import (
+from amps_py.cli.ha import (
     FileRun,
     StoreMisuse,
     plan_file_run,

@@ -19,7 +19,6 @@ What a user relies on:
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -29,8 +28,9 @@ import orjson
 import pytest
 import trio
 import trio.testing
+from checker import payload, replay_instance
 from cluster import Cluster, InstanceView, destination_xml, replication_xml
-from harness import REPO, reserve_port, wait_until
+from harness import reserve_port, wait_until
 from inprocess import InProcessInstance
 
 from amps_py.client import (
@@ -45,9 +45,6 @@ from amps_py.client import (
 )
 from amps_py.client import ha as ha_module
 from amps_py.client.ha_policy import Backoff, ServerChooser
-
-sys.path.insert(0, str(REPO / "tools"))
-from checker import payload, replay_instance
 
 TOPIC = "orders"
 

@@ -21,7 +21,7 @@ What a user relies on, checked at the end:
   processed when the connection was lost (only the unprocessed tail is redelivered);
 - the publisher's store ends empty (also when opened again from its directory);
 - each instance's journal holds each message once, in publisher order
-  (``tools/checker.py``); and ``amps-py txlog verify`` finds both journals sound.
+  (``tests/checker.py``); and ``amps-py txlog verify`` finds both journals sound.
 
 The seed is fixed and printed; ``AMPS_STORM_SEED`` replays another storm.
 """
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from collections import deque
 from collections.abc import Iterator
 from functools import partial
@@ -41,7 +40,8 @@ import orjson
 import pytest
 import test_examples_running as examples
 import trio
-from harness import REPO, ServerProcess, assert_journal_sound, wait_until
+from checker import Pub, Stored, classify, payload, replay_instance
+from harness import ServerProcess, assert_journal_sound, wait_until
 
 from amps_py.client import (
     CONNECTED,
@@ -54,9 +54,6 @@ from amps_py.client import (
     HASubscription,
     open_ha_client,
 )
-
-sys.path.insert(0, str(REPO / "tools"))
-from checker import Pub, Stored, classify, payload, replay_instance
 
 SEED = int(os.environ.get("AMPS_STORM_SEED", "1616"))
 KILLS = 10

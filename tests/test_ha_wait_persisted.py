@@ -5,21 +5,17 @@ one that is not covered waits, and times out with a message saying where it stan
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from harness import REPO
+from checker import payload, replay_instance
 from inprocess import InProcessInstance
 
 from amps_py.client import FilePublishStore, open_ha_client
 from amps_py.client import ha as ha_module
-
-sys.path.insert(0, str(REPO / "tools"))
-from checker import payload, replay_instance
 
 TOPIC = "orders"
 

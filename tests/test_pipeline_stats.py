@@ -140,7 +140,7 @@ def test_topic_and_time_bounds_and_bucket_width(spark: Any, journals: dict[str, 
 
 
 def test_a_damaged_journal_fails_naming_the_txid(spark: Any, tmp_path: Path) -> None:
-    from amps_py.cli_pipeline import _spark_failure
+    from amps_py.cli.pipeline import _spark_failure
     from amps_py.pipeline.stats import StatsRequest, journal_stats
 
     path = write_journals(tmp_path)["a"]

@@ -1,4 +1,4 @@
-"""``publish --rate``: the pacing of a file's lines (``cli_common.Pacer``), on trio's
+"""``publish --rate``: the pacing of a file's lines (``amps_py.cli.common.Pacer``), on trio's
 virtual clock so the figures are exact."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from amps_py.cli_common import Pacer
+from amps_py.cli.common import Pacer
 
 
 async def test_calls_are_spaced_one_over_the_rate_apart(

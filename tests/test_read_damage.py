@@ -369,7 +369,7 @@ def test_replication_catch_up_reports_a_damaged_range_once_and_goes_on(
 def test_the_spark_data_source_fails_naming_the_journal_range_and_fix(
     spark: Any, tmp_path: Path
 ) -> None:
-    from amps_py.cli_pipeline import _spark_failure
+    from amps_py.cli.pipeline import _spark_failure
 
     journal = tmp_path / "journal"
     fill(journal, "inst")

@@ -6,17 +6,14 @@ reordered or phantom. Seeded and bounded in time; the seed and table are printed
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import trio
+from checker import Pub, classify, payload, replay_instance
 from cluster import Cluster, destination_xml, replication_xml
-from harness import REPO, wait_until
+from harness import wait_until
 
 from amps_py.client import AMPSError, open_client
-
-sys.path.insert(0, str(REPO / "tools"))
-from checker import Pub, classify, payload, replay_instance
 
 SEED = 424242
 PUBLISHERS = {"pub0": "A", "pub1": "A", "pub2": "B", "pub3": "B"}

@@ -2,7 +2,7 @@
 
 A session's tasks end with exceptions (a reset, a cancellation) that trio keeps in
 reference cycles with the tasks' frames; the server's tuned collector runs a full
-collection rarely (see ``amps_py.cli.tune_garbage_collector``), so what those frames
+collection rarely (see ``amps_py.cli.serve.tune_garbage_collector``), so what those frames
 refer to stays allocated until then. Before issue 24 that was each ended session's
 last write batch and receive buffer (about 360 KiB per replaying client, measured
 here), so a soak's memory grew with every client that had ever connected. Now an

@@ -1,6 +1,6 @@
 """Persisted acks and fully_durable subscriptions with a sync or async replication
 destination, two instances served in the test's trio run (inprocess.py) and a fault
-proxy between them (tools/faultproxy.py, in the same run): a sync destination that is
+proxy between them (tests/faultproxy.py, in the same run): a sync destination that is
 unreachable holds persisted acks and fully_durable deliveries back until it has
 acknowledged; an async one delays nothing."""
 

@@ -215,7 +215,7 @@ def test_cli_publish_and_subscribe_with_ca_file(tls_instance: TlsInstance, certs
 class RecordingRelay:
     """A tiny TCP relay that keeps a copy of every byte it forwards.
 
-    tools/faultproxy.py counts bytes but does not expose them, so the test puts this in
+    tests/faultproxy.py counts bytes but does not expose them, so the test puts this in
     the link instead: upstream -> relay -> downstream's replication port.
     """
 

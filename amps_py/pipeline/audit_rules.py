@@ -30,7 +30,7 @@ Classes, per message and audited instance (:func:`classify_message`):
   topic (no publisher's stream of the fabric holds it).
 
 And per instance and publisher (:func:`reordered`): ``reordered`` counts, as
-``tools/checker.py`` does, the fewest messages that would have to move for the
+``tests/checker.py`` does, the fewest messages that would have to move for the
 publisher's messages (first copies, in local txid order) to be in increasing seq
 order: those outside one longest increasing run of seqs. A single message stored too
 early or too late counts once. The servers store seqs a client sent out of order as

@@ -129,7 +129,7 @@ def quiet_task_failures(session: SparkSession) -> None:
 
     For the ``amps-py pipeline`` commands: they report a failed job in one line
     (a damaged journal: its path, the txids and the fix, see
-    :func:`amps_py.cli_pipeline._spark_failure`), which the tens of lines of stack
+    :func:`amps_py.cli.pipeline._spark_failure`), which the tens of lines of stack
     trace Spark logs for each failed task would otherwise bury. Other warnings and
     errors are still logged."""
     jvm = session.sparkContext._jvm

@@ -12,7 +12,7 @@ what the port can be made to hold, and for how long.
 When such connections close, their buffers are freed. What an ended connection's
 task leaves in reference cycles (its exceptions, their frames and the buffers those
 refer to) is freed only by a full garbage collection, which the server runs rarely
-(``cli.tune_garbage_collector``); and the buffers of hundreds of connections, freed
+(``cli.serve.tune_garbage_collector``); and the buffers of hundreds of connections, freed
 among allocations that live on, stay in the process as free but unreturned heap. So
 once at least :data:`TRIM_AFTER` bytes were freed, or :data:`COLLECT_AFTER_ENDED`
 connections ended before their handshake completed, the next :meth:`PreHelloMemory.tick`

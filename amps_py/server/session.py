@@ -264,7 +264,7 @@ class Session:
         names (its nursery, transport compression state, entitlement answers, flush
         waiters). An ended task leaves exceptions whose frames refer to the session in
         reference cycles that only a full garbage collection frees (the server runs
-        one rarely, see ``cli.tune_garbage_collector``): until then such a session
+        one rarely, see ``cli.serve.tune_garbage_collector``): until then such a session
         must hold little, or memory grows with every client that ever connected; and
         every :data:`~.ended_sessions.COLLECT_EVERY_ENDED` ended sessions one runs
         (:class:`~.ended_sessions.EndedSessions`)."""

@@ -289,7 +289,7 @@ def audit_bench(args: argparse.Namespace) -> dict[str, Any]:
                 command += ["--master", args.master]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                from amps_py.cli_pipeline import audit_failure
+                from amps_py.cli.pipeline import audit_failure
 
                 raise SystemExit(
                     f"the audit of {records:,} records failed (exit {done.returncode}): "

@@ -14,7 +14,7 @@ failed: a damaged record, out of memory, a lost executor; one line says which).
 
 from __future__ import annotations
 
-from amps_py.cli_pipeline import audit_command
+from amps_py.cli.pipeline import audit_command
 
 if __name__ == "__main__":
     audit_command(prog_name="audit.py")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a checkout, not installed
 
-from amps_py.cli_pipeline import pipeline_export
+from amps_py.cli.pipeline import pipeline_export
 
 if __name__ == "__main__":
     pipeline_export.main(prog_name="export.py")

@@ -10,7 +10,7 @@ with the spark extra.
 
 from __future__ import annotations
 
-from amps_py.cli_pipeline import stats_command
+from amps_py.cli.pipeline import stats_command
 
 if __name__ == "__main__":
     stats_command(prog_name="stats.py")

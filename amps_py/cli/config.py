@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from amps_py.cli_common import fail
+from amps_py.cli.common import fail
 
 if TYPE_CHECKING:
     from amps_py.config import InstanceConfig

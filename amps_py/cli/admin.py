@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from amps_py.cli_common import fail
+from amps_py.cli.common import fail
 
 __all__ = ["admin"]
 

@@ -15,7 +15,7 @@ from typing import NoReturn
 import click
 import orjson
 
-from amps_py.cli_common import fail
+from amps_py.cli.common import fail
 
 __all__ = ["journal_tool", "txlog"]
 
@@ -166,7 +166,7 @@ def _reader_may_leave() -> Iterator[None]:
 
 
 def _maintain_offline(path: str, action: str, journal_id: int, archive_dir: str | None) -> None:
-    from amps_py.cli_client import progress
+    from amps_py.cli.progress import progress
     from txlog import Journal
     from txlog.offline import maintain_offline
 
@@ -226,7 +226,7 @@ def txlog_remove(path: str, journal_id: int) -> None:
 def txlog_verify(path: str) -> None:
     """Check data.mdb against LMDB's meta pages, every LMDB page on the way to a
     record, and every record's CRC; exit 3 and list the damage if any."""
-    from amps_py.cli_client import progress
+    from amps_py.cli.progress import progress
     from txlog import Journal
 
     with journal_tool(path, verifying=True), Journal(path, readonly=True) as journal:

@@ -43,7 +43,7 @@ Published files (``--published``) are JSON lines, one per published message::
 
 Command line::
 
-    python tools/checker.py [NAME=]URI [[NAME=]URI ...] --published FILE.jsonl \\
+    python tests/checker.py [NAME=]URI [[NAME=]URI ...] --published FILE.jsonl \\
         [--topic REGEX] [--timeout SECONDS] [--findings N]
 
 prints the table (and the first findings) and exits 1 when there is any error, 0

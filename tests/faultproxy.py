@@ -29,7 +29,7 @@ Use in-process (same trio run as the test)::
 
 or as a program, driven from another process through the control port::
 
-    python tools/faultproxy.py --listen 127.0.0.1:0 --target 127.0.0.1:9104 \\
+    python tests/faultproxy.py --listen 127.0.0.1:0 --target 127.0.0.1:9104 \\
         --control 127.0.0.1:0 [--seed 7] [--ready-file proxy.json]
 
 When it is ready the program prints one JSON line (also written to ``--ready-file``)::

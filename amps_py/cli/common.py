@@ -1,5 +1,6 @@
-"""What every ``amps-py`` command module shares (``amps_py.cli`` and its
-``cli_<group>`` modules)."""
+"""What every ``amps-py`` command module of the :mod:`amps_py.cli` package shares:
+:func:`fail` (one line on stderr and an exit status) and :class:`Pacer` (``publish
+--rate``)."""
 
 from __future__ import annotations
 

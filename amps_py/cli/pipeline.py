@@ -302,7 +302,7 @@ def pipeline_export(
     Prints one line per journal when done; a progress bar on stderr when it is a
     terminal.
     """
-    from amps_py.cli_txlog import journal_tool
+    from amps_py.cli.txlog import journal_tool
 
     _require_extra("pyarrow")
     from amps_py.pipeline.sources import journal_directories
@@ -367,8 +367,8 @@ def _export_one(
 ) -> int:
     """Export one journal into ``out`` (and verify it) as the export command says;
     problems are printed. Returns the exit status for it (0: done)."""
-    from amps_py.cli_client import progress
-    from amps_py.cli_txlog import journal_tool
+    from amps_py.cli.progress import progress
+    from amps_py.cli.txlog import journal_tool
     from amps_py.pipeline.export import ExportDamaged, ExportError, export_journal, verify_export
     from amps_py.pipeline.export_layout import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS
 

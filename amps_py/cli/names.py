@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from amps_py import events
-from amps_py.cli_common import fail
+from amps_py.cli.common import fail
 
 if TYPE_CHECKING:
     from amps_py.server.name_owners import NameOwners
