@@ -226,7 +226,6 @@ def _publish_one_server(
     rate: float | None,
 ) -> None:
     """``publish`` to the one instance at ``uri``, on the plain client."""
-    from amps_py.cli.client import admin_url_for, explain_persisted_wait, fetch_instance
     from amps_py.cli.progress import progress
     from amps_py.client import CommandError, open_client
 
@@ -265,13 +264,9 @@ def _publish_one_server(
                     if n == 1:
                         raise  # the one message: its own failure says it all
                 except TimeoutError as exc:
-                    url, named = admin_url_for(uri, admin_url, os.environ)
-                    document = await trio.to_thread.run_sync(
-                        fetch_instance, url, credentials, ca_file
+                    await _explain_persisted_wait(
+                        str(exc), uri, admin_url, credentials, ca_file, client_name
                     )
-                    raise CommandFailed(
-                        explain_persisted_wait(str(exc), url, document, client_name, named)
-                    ) from None
             refused = refused_line(client.failed_publishes, first, last, n, topic)
             if refused is not None:
                 raise CommandFailed(refused)
@@ -280,6 +275,25 @@ def _publish_one_server(
     with client_errors(credentials, client_name, password_env, topic):
         n, last, not_journaled = trio.run(run)
     click.echo(published_line(n, topic, last, not_journaled), err=True)
+
+
+async def _explain_persisted_wait(
+    message: str,
+    uri: str,
+    admin_url: str | None,
+    credentials: Any,
+    ca_file: str | None,
+    client_name: str,
+) -> None:
+    """Raise the user's error for a persisted ack that did not come (``message``): the
+    instance at ``uri`` is asked, through its admin API, which sync destinations it
+    waits for (both publish paths)."""
+    from amps_py.cli.client import admin_url_for, explain_persisted_wait, fetch_instance
+
+    url, named = admin_url_for(uri, admin_url, os.environ)
+    document = await trio.to_thread.run_sync(fetch_instance, url, credentials, ca_file)
+    explained = explain_persisted_wait(message, url, document, client_name, named)
+    raise CommandFailed(explained) from None
 
 
 #: refused messages a ``publish --file`` names one by one (the rest are counted)
@@ -341,16 +355,15 @@ def _publish_ha(
     """``publish`` with a URI list or --store: on the HA client
     (:func:`amps_py.cli.ha_publish.publish`)."""
     from amps_py.cli import ha_publish
-    from amps_py.cli.client import admin_url_for, explain_persisted_wait, fetch_instance
 
     uris, credentials = uri_list(uri, user, password_env)
     client_name = client_name_for(name, "publish")
     fields: dict[str, Any] = {"ca_file": ca_file, **credentials.logon_fields()}
 
     async def explain_timeout(message: str, current: str) -> None:
-        url, named = admin_url_for(current, admin_url, os.environ)
-        document = await trio.to_thread.run_sync(fetch_instance, url, credentials, ca_file)
-        raise CommandFailed(explain_persisted_wait(message, url, document, client_name, named))
+        await _explain_persisted_wait(
+            message, current, admin_url, credentials, ca_file, client_name
+        )
 
     async def run() -> Published:
         return await ha_publish.publish(

@@ -25,7 +25,7 @@ from xml.sax.saxutils import escape
 import trio
 
 from amps_py import net, offload
-from amps_py.config import load_config
+from amps_py.config import InstanceConfig, load_config
 from amps_py.server import Instance, serve_instance
 from amps_py.sim.network import SimNetwork
 
@@ -96,7 +96,7 @@ class SimInstance:
 
     async def _run(
         self,
-        config: object,
+        config: InstanceConfig,
         scope: trio.CancelScope,
         stopped: trio.Event,
         *,
@@ -104,7 +104,7 @@ class SimInstance:
     ) -> None:
         try:
             with scope:
-                await serve_instance(config, task_status=task_status)  # type: ignore[arg-type]
+                await serve_instance(config, task_status=task_status)
         finally:
             self.instance = None
             stopped.set()

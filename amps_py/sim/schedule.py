@@ -182,11 +182,9 @@ async def _apply_plan(world: _World, plan: list[Fault], nursery: trio.Nursery) -
 async def _fault(world: _World, fault: Fault, nursery: trio.Nursery) -> None:
     network = world.network
     target = fault.target
-    if fault.kind == "partition":
+    if fault.kind in ("partition", "isolate-client"):  # an instance, or a publisher, alone
         others = [n for n in [*INSTANCES, *PUBLISHERS] if n != target[0]]
         network.partition({target[0]}, others)
-    elif fault.kind == "isolate-client":
-        network.partition({target[0]}, [n for n in [*INSTANCES, *PUBLISHERS] if n != target[0]])
     elif fault.kind == "reset":
         network.reset(*target)
     elif fault.kind == "crash":
